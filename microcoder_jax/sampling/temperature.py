@@ -1,0 +1,235 @@
+"""The sampling-temperature scheduler: constant, staged, or driven by the batch's diversity.
+
+MICROCODER.md section 4. The paper observed that a constant low temperature lets Qwen3's output
+diversity collapse, that a staged switch beats every constant temperature, and that continuous
+ramps destabilise training. So the temperature only ever moves in discrete stages, at most one
+stage per `min_interval` steps, and every decision is returned and logged with its reason.
+
+Knobs (a plain dict or an ml_collections ConfigDict; unknown keys are an error):
+- `policy`: "constant" | "staged" | "diversity". Default "constant".
+- `temperature`: the starting (and, for "constant", the only) temperature. Default 1.2, the
+  paper's stable setting. For "diversity" it must be one of `stages`.
+- `schedule`: "staged" only: list of (step, temperature) pairs; from each step on, that
+  temperature (the first pair applies before its step too). E.g. [(0, 0.6), (140, 1.8)].
+- `stages`: "diversity" only: the ladder of allowed temperatures, ascending.
+  Default (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8), the paper's explored range.
+- `signal`: which `diversity_metrics` key drives "diversity". Default "group_distinct_4": unique
+  4-grams across the G responses of a prompt / all of them. It drops both when responses repeat
+  themselves and when the G responses copy one another, and unlike entropy it is not raised
+  mechanically by the temperature that produced it.
+- `target_low`, `target_high`: the target band of the signal. Default 0.55 / 0.75.
+- `window`: observations (steps) looked at for a trend or a swing. Default 10.
+- `min_interval`: the fewest steps between two changes (also after the probe). Default 20.
+- `min_slope`: "up" needs the least-squares slope over the window below -min_slope. Default 0.0.
+- `swing_std`: "down" needs the window's standard deviation above this. Default 0.08.
+- `probe`: whether "diversity" probes candidates at the start (`probe()`). Default True.
+
+Rules of the "diversity" policy, after each step's `update(step, metrics)`:
+- up one stage when every value in the window is below `target_low` and the trend is falling;
+- down one stage when the window's mean is above `target_high` and it swings (std > swing_std);
+- otherwise keep. Observations are cleared after a change: they describe the old temperature.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from microcoder_jax.sampling.diversity import diversity_metrics
+
+logger = logging.getLogger(__name__)
+
+POLICIES = ("constant", "staged", "diversity")
+DEFAULTS = dict(
+    policy="constant",
+    temperature=1.2,
+    schedule=(),
+    stages=(0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8),
+    signal="group_distinct_4",
+    target_low=0.55,
+    target_high=0.75,
+    window=10,
+    min_interval=20,
+    min_slope=0.0,
+    swing_std=0.08,
+    probe=True,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """One scheduler decision. `action`: keep | up | down | set (staged) | probe."""
+    step: int
+    action: str
+    temperature: float
+    previous: float
+    reason: str
+    signal: float | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.temperature != self.previous
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _as_dict(config) -> dict:
+    if config is None:
+        return {}
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    return dict(config)
+
+
+def _slope(values: np.ndarray) -> float:
+    x = np.arange(len(values), dtype=np.float64)
+    return float(np.polyfit(x, values, 1)[0])
+
+
+class TemperatureScheduler:
+    """Holds the current temperature and moves it by the configured policy; see the module doc."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        knobs = _as_dict(config)
+        unknown = set(knobs) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"unknown temperature-scheduler knobs: {sorted(unknown)}")
+        self.cfg = {**DEFAULTS, **knobs}
+        c = self.cfg
+        if c["policy"] not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {c['policy']!r}")
+        self.schedule = sorted((int(s), float(t)) for s, t in c["schedule"])
+        self.stages = tuple(float(t) for t in c["stages"])
+        if c["policy"] == "staged" and not self.schedule:
+            raise ValueError("policy 'staged' needs a non-empty schedule of (step, temperature)")
+        if c["policy"] == "diversity":
+            if list(self.stages) != sorted(set(self.stages)) or not self.stages:
+                raise ValueError(f"stages must be ascending and distinct, got {self.stages}")
+            if float(c["temperature"]) not in self.stages:
+                raise ValueError(f"temperature {c['temperature']} is not one of the stages {self.stages}")
+            if not c["target_low"] <= c["target_high"]:
+                raise ValueError("target_low must be <= target_high")
+            if c["window"] < 2 or c["min_interval"] < 1:
+                raise ValueError("window must be >= 2 and min_interval >= 1")
+        self.temperature = float(self.schedule[0][1] if c["policy"] == "staged" else c["temperature"])
+        self.last_change_step: int | None = None
+        self.observations: list[tuple[int, float]] = []  # (step, signal) since the last change
+        self.history: list[dict] = []  # every change, as Decision.to_dict()
+        self.probed = False
+
+    # ---------------------------------------------------------------- decisions
+    def _decide(self, step: int, action: str, temperature: float, reason: str, signal=None) -> Decision:
+        decision = Decision(int(step), action, float(temperature), self.temperature, reason,
+                            None if signal is None else float(signal))
+        if decision.changed or action == "probe":
+            self.history.append(decision.to_dict())
+            self.last_change_step = int(step)
+            self.observations = []
+            self.temperature = float(temperature)
+            logger.info("temperature %s at step %d: %.3g -> %.3g (%s)", action, step,
+                        decision.previous, decision.temperature, reason)
+        else:
+            logger.debug("temperature kept at step %d: %.3g (%s)", step, self.temperature, reason)
+        return decision
+
+    def update(self, step: int, metrics: Mapping[str, float] | None = None) -> Decision:
+        """Reads this step's diversity metrics; returns the decision for the next rollout."""
+        policy = self.cfg["policy"]
+        if policy == "constant":
+            return self._decide(step, "keep", self.temperature, "constant policy")
+        if policy == "staged":
+            target = [t for s, t in self.schedule if s <= step + 1]  # temperature for the next step
+            target = target[-1] if target else self.schedule[0][1]
+            if target != self.temperature:
+                return self._decide(step, "set", target, f"staged schedule reaches step {step + 1}")
+            return self._decide(step, "keep", target, "staged schedule")
+        return self._update_diversity(step, metrics or {})
+
+    def _update_diversity(self, step: int, metrics: Mapping[str, float]) -> Decision:
+        c = self.cfg
+        name = c["signal"]
+        value = metrics.get(name)
+        if value is None or not math.isfinite(float(value)):
+            return self._decide(step, "keep", self.temperature, f"no finite {name} this step")
+        value = float(value)
+        self.observations = (self.observations + [(int(step), value)])[-c["window"]:]
+        if self.last_change_step is not None and step - self.last_change_step < c["min_interval"]:
+            return self._decide(step, "keep", self.temperature,
+                                f"within min_interval {c['min_interval']} of the change at "
+                                f"step {self.last_change_step}", value)
+        if len(self.observations) < c["window"]:
+            return self._decide(step, "keep", self.temperature,
+                                f"{len(self.observations)}/{c['window']} observations", value)
+        values = np.array([v for _, v in self.observations])
+        index = self.stages.index(self.temperature)
+        slope, std, mean = _slope(values), float(values.std()), float(values.mean())
+        if values.max() < c["target_low"] and slope < -c["min_slope"]:
+            if index + 1 < len(self.stages):
+                return self._decide(step, "up", self.stages[index + 1],
+                                    f"{name} below {c['target_low']} for {c['window']} steps and "
+                                    f"falling (slope {slope:.4f})", value)
+            return self._decide(step, "keep", self.temperature,
+                                f"{name} low and falling but already at the top stage", value)
+        if mean > c["target_high"] and std > c["swing_std"]:
+            if index > 0:
+                return self._decide(step, "down", self.stages[index - 1],
+                                    f"{name} mean {mean:.3f} above {c['target_high']} and swinging "
+                                    f"(std {std:.3f} > {c['swing_std']})", value)
+            return self._decide(step, "keep", self.temperature,
+                                f"{name} high and swinging but already at the bottom stage", value)
+        return self._decide(step, "keep", self.temperature,
+                            f"{name} mean {mean:.3f}, slope {slope:.4f}, std {std:.3f}: no rule fires",
+                            value)
+
+    def probe(self, sample_fn: Callable[[float], tuple], group_size: int, step: int = 0) -> Decision:
+        """Picks the start temperature: the lowest stage whose diversity reaches the target band.
+
+        `sample_fn(temperature) -> (tokens [N, L], lengths [N], entropy [N])` samples a probe batch
+        of N // group_size prompts. Stages are tried in ascending order and the probe stops at
+        the first that reaches `target_low`, so it is never far above the band unless even the
+        stage below it was under it. If none reaches it, the top stage is used.
+        """
+        if self.cfg["policy"] != "diversity":
+            raise ValueError("probe() belongs to the 'diversity' policy")
+        name, low = self.cfg["signal"], self.cfg["target_low"]
+        seen = []
+        for temperature in self.stages:
+            tokens, lengths, entropy = sample_fn(temperature)
+            value = diversity_metrics(np.asarray(tokens), np.asarray(lengths), group_size,
+                                      entropy=np.asarray(entropy))[name]
+            seen.append(f"{temperature:g}: {value:.3f}")
+            if value >= low:
+                break
+        else:
+            temperature = self.stages[-1]
+        self.probed = True
+        reached = value >= low
+        reason = (f"probe {name} [{', '.join(seen)}]: lowest stage at or above {low}" if reached
+                  else f"probe {name} [{', '.join(seen)}]: no stage reaches {low}, using the top")
+        return self._decide(step, "probe", temperature, reason, value)
+
+    # ---------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        """JSON-serialisable state; the knobs are not part of it (they come from the config)."""
+        return dict(
+            policy=self.cfg["policy"],
+            temperature=self.temperature,
+            last_change_step=self.last_change_step,
+            observations=[[s, v] for s, v in self.observations],
+            history=[dict(d) for d in self.history],
+            probed=self.probed,
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state["policy"] != self.cfg["policy"]:
+            logger.warning("restoring %s-policy scheduler state into a %s-policy scheduler",
+                           state["policy"], self.cfg["policy"])
+        self.temperature = float(state["temperature"])
+        self.last_change_step = state["last_change_step"]
+        self.observations = [(int(s), float(v)) for s, v in state["observations"]]
+        self.history = [dict(d) for d in state["history"]]
+        self.probed = bool(state["probed"])
