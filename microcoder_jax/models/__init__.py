@@ -1,0 +1,17 @@
+"""Qwen3 as pure functions over a params pytree, presets, and Hugging Face conversion."""
+from microcoder_jax.models.presets import PRESETS, get_preset
+from microcoder_jax.models.qwen3 import (
+    KVCache,
+    Qwen3Config,
+    forward,
+    init_cache,
+    init_params,
+    lm_head,
+    param_logical_axes,
+    param_shapes,
+)
+
+__all__ = [
+    "KVCache", "PRESETS", "Qwen3Config", "forward", "get_preset", "init_cache", "init_params", "lm_head",
+    "param_logical_axes", "param_shapes",
+]

@@ -1,0 +1,74 @@
+"""Attention kernels behind one call: XLA einsum (everywhere), cuDNN (GPU), Pallas flash (TPU).
+
+Shapes: ``q [B, T, H, D]``, ``k, v [B, S, K, D]`` with ``H = K * G`` (grouped-query attention).
+``mask [B, T, S]`` is a boolean "query may see key"; rows with no visible key give finite garbage
+(uniform weights over masked keys), never NaN — they are padding and get ignored downstream.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
+
+
+def xla_attention(q, k, v, mask):
+    """Plain einsum attention with an fp32 softmax; GQA without materialising repeated K/V."""
+    b, t, h, d = q.shape
+    kv = k.shape[2]
+    qg = q.reshape(b, t, kv, h // kv, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32) * (d ** -0.5)
+    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(b, t, h, d)
+
+
+def _flash_attention_tpu(q, k, v, segment_ids):
+    """Pallas TPU flash attention for the no-cache causal case; padding via segment ids."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    h, kv = q.shape[2], k.shape[2]
+    if h != kv:
+        k = jnp.repeat(k, h // kv, axis=2)
+        v = jnp.repeat(v, h // kv, axis=2)
+    q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # [B, H, T, D]
+    seg = fa.SegmentIds(q=segment_ids, kv=segment_ids)
+    out = fa.flash_attention(q, k, v, segment_ids=seg, causal=True, sm_scale=q.shape[-1] ** -0.5)
+    return out.transpose(0, 2, 1, 3)
+
+
+def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int) -> str:
+    """Resolve ``"auto"`` by platform and shape; kernels only serve the no-cache causal case."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"attention must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    if implementation != "auto":
+        return "xla" if cached else implementation
+    if cached:
+        return "xla"
+    platform = jax.devices()[0].platform
+    if platform == "tpu" and seq_len % 128 == 0 and head_dim % 128 == 0:
+        return "splash"
+    if platform == "gpu" and head_dim in (64, 128) and seq_len % 64 == 0:
+        return "cudnn"
+    return "xla"
+
+
+def causal_attention(q, k, v, token_mask, implementation: str = "auto"):
+    """Self-attention over one sequence block, causal and with ``token_mask [B, T]`` (1 = real token)."""
+    t = q.shape[1]
+    impl = choose(implementation, cached=False, seq_len=t, head_dim=q.shape[-1])
+    if impl == "splash":
+        return _flash_attention_tpu(q, k, v, token_mask.astype(jnp.int32))
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    mask = causal[None] & token_mask[:, None, :].astype(bool)
+    if impl == "cudnn":
+        return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation="cudnn")
+    return xla_attention(q, k, v, mask)
+
+
+def cached_attention(q, k_cache, v_cache, key_mask, query_slots):
+    """Queries at cache ``query_slots [T]`` over the whole cache; ``key_mask [B, S]`` marks valid slots."""
+    s = k_cache.shape[1]
+    mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_mask[:, None, :].astype(bool)
+    return xla_attention(q, k_cache, v_cache, mask)

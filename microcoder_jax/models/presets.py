@@ -1,0 +1,36 @@
+"""Named Qwen3 shapes, copied from the released ``config.json`` files, plus tiny test shapes."""
+from __future__ import annotations
+
+from microcoder_jax.models.qwen3 import Qwen3Config
+
+_QWEN3 = dict(vocab_size=151936, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+              max_position_embeddings=40960)
+
+
+def _qwen3(hidden, inter, layers, heads, tied, **extra) -> Qwen3Config:
+    return Qwen3Config(hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
+                       tie_word_embeddings=tied, **{**_QWEN3, **extra})
+
+
+PRESETS: dict[str, Qwen3Config] = {
+    "qwen3-0.6b": _qwen3(1024, 3072, 28, 16, True),
+    "qwen3-1.7b": _qwen3(2048, 6144, 28, 16, True),
+    "qwen3-4b": _qwen3(2560, 9728, 36, 32, True),
+    "qwen3-4b-instruct-2507": _qwen3(2560, 9728, 36, 32, True, rope_theta=5_000_000.0,
+                                     max_position_embeddings=262144),
+    "qwen3-8b": _qwen3(4096, 12288, 36, 32, False),
+    "qwen3-14b": _qwen3(5120, 17408, 40, 40, False),
+    "qwen3-32b": _qwen3(5120, 25600, 64, 64, False),
+    # Test shapes: head_dim != hidden / heads and GQA, as in the real models.
+    "tiny": Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                        num_kv_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
+                        max_position_embeddings=256),
+}
+
+
+def get_preset(name: str, **overrides) -> Qwen3Config:
+    """``PRESETS[name]`` with field overrides (e.g. ``dtype="float32"``); a clear error for unknown names."""
+    key = name.lower()
+    if key not in PRESETS:
+        raise KeyError(f"unknown model preset {name!r}; known: {sorted(PRESETS)}")
+    return PRESETS[key].replace(**overrides)

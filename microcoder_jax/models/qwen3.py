@@ -1,0 +1,394 @@
+"""Dense Qwen3 as pure functions over a plain params dict.
+
+The decoder layers are stacked on a leading ``layers`` axis and run with one ``lax.scan`` (28 layers
+compile as one body) under ``jax.checkpoint`` with a configurable remat policy. Plain functions
+rather than Flax modules keep the params tree a plain nested dict (no boxes to strip) that
+optax, Orbax and the Hugging Face converter use as is; ``param_logical_axes`` names every dim.
+
+Math follows transformers' ``modeling_qwen3.py``: pre-norm blocks, RMSNorm in fp32, per-head
+RMSNorm on q and k before rotary embeddings (``rotate_half`` layout), grouped-query attention with
+scale ``head_dim ** -0.5``, SwiGLU MLP, tied or untied LM head.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from microcoder_jax.models import attention as attn_lib
+from microcoder_jax.sharding import constrain
+
+ROPE_TYPES = ("default", "linear", "yarn")
+REMAT_POLICIES = ("none", "full", "dots", "dots_saveable")
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen3Config:
+    """Qwen3 shapes and numerics; frozen and hashable so it can be a static jit argument."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 1_000_000.0
+    rope_scaling: tuple | None = None  # sorted (key, value) items of HF's rope_scaling, or None
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 40960
+    param_dtype: str = "float32"
+    dtype: str = "bfloat16"
+    remat: str = "full"
+    attention: str = "auto"
+
+    def __post_init__(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
+        if self.attention not in attn_lib.IMPLEMENTATIONS:
+            raise ValueError(f"attention must be one of {attn_lib.IMPLEMENTATIONS}, got {self.attention!r}")
+        if isinstance(self.rope_scaling, dict):  # accept a dict, store a hashable tuple
+            object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
+        rope_type = dict(self.rope_scaling or ()).get("rope_type", "default")
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"unsupported rope_scaling type {rope_type!r}; supported: {ROPE_TYPES}")
+
+    def replace(self, **changes) -> "Qwen3Config":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_hf(cls, config: dict | str | os.PathLike, **overrides) -> "Qwen3Config":
+        """From a Hugging Face ``config.json`` (dict, file, or checkpoint directory)."""
+        if not isinstance(config, dict):
+            path = os.fspath(config)
+            if os.path.isdir(path):
+                path = os.path.join(path, "config.json")
+            with open(path) as f:
+                config = json.load(f)
+        archs = config.get("architectures") or ["Qwen3ForCausalLM"]
+        if "Qwen3ForCausalLM" not in archs or config.get("model_type", "qwen3") != "qwen3":
+            raise ValueError(f"unsupported architecture {archs} / model_type {config.get('model_type')!r}: "
+                             "only dense Qwen3ForCausalLM is supported")
+        if config.get("use_sliding_window"):
+            raise ValueError("config field use_sliding_window=true is not supported")
+        if config.get("attention_bias"):
+            raise ValueError("config field attention_bias=true is not supported (Qwen3 has no biases)")
+        if config.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"config field hidden_act={config['hidden_act']!r} is not supported (need silu)")
+        rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+        rope_theta = rope.pop("rope_theta", config.get("rope_theta", 10000.0))
+        rope_type = rope.pop("rope_type", rope.pop("type", "default"))
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"config field rope_scaling.rope_type={rope_type!r} is not supported; "
+                             f"supported: {ROPE_TYPES}")
+        rope_scaling = None
+        if rope_type != "default":
+            rope = {k: v for k, v in rope.items() if v is not None}
+            if "factor" not in rope:
+                raise ValueError(f"config field rope_scaling.factor is required for rope_type={rope_type!r}")
+            if rope_type == "yarn":
+                rope.setdefault("original_max_position_embeddings", config.get("max_position_embeddings"))
+            rope_scaling = tuple(sorted({**rope, "rope_type": rope_type}.items()))
+        try:
+            fields = dict(
+                vocab_size=config["vocab_size"],
+                hidden_size=config["hidden_size"],
+                intermediate_size=config["intermediate_size"],
+                num_layers=config["num_hidden_layers"],
+                num_heads=config["num_attention_heads"],
+                num_kv_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+                head_dim=config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
+                rope_theta=float(rope_theta),
+                rope_scaling=rope_scaling,
+                rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+                tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                max_position_embeddings=int(config.get("max_position_embeddings", 40960)),
+            )
+        except KeyError as e:
+            raise ValueError(f"config.json is missing required field {e.args[0]!r}") from None
+        return cls(**{**fields, **overrides})
+
+    def to_hf(self) -> dict:
+        """A ``config.json`` dict that transformers loads as ``Qwen3ForCausalLM``."""
+        return {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "use_sliding_window": False,
+            "torch_dtype": self.param_dtype,
+        }
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        d["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling else None
+        return json.dumps(d, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Qwen3Config":
+        return cls(**json.loads(text))
+
+    def num_params(self) -> int:
+        """Total parameter count (embedding counted once when tied)."""
+        d, h, k, hd, f, layers = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
+                                  self.intermediate_size, self.num_layers)
+        per_layer = d * hd * (h + 2 * k) + h * hd * d + 3 * d * f + 2 * d + 2 * hd
+        head = 0 if self.tie_word_embeddings else d * self.vocab_size
+        return self.vocab_size * d + layers * per_layer + d + head
+
+
+class KVCache(NamedTuple):
+    """Preallocated keys and values, ``[layers, batch, max_len, kv_heads, head_dim]`` each."""
+
+    k: jax.Array
+    v: jax.Array
+
+
+# ----------------------------------------------------------------------------------------- params
+
+def param_shapes(config: Qwen3Config) -> dict:
+    """Shape of every parameter; the single source of truth for the params tree's structure."""
+    c = config
+    layers = {
+        "attn_norm": (c.num_layers, c.hidden_size),
+        "q_proj": (c.num_layers, c.hidden_size, c.num_heads, c.head_dim),
+        "k_proj": (c.num_layers, c.hidden_size, c.num_kv_heads, c.head_dim),
+        "v_proj": (c.num_layers, c.hidden_size, c.num_kv_heads, c.head_dim),
+        "q_norm": (c.num_layers, c.head_dim),
+        "k_norm": (c.num_layers, c.head_dim),
+        "o_proj": (c.num_layers, c.num_heads, c.head_dim, c.hidden_size),
+        "mlp_norm": (c.num_layers, c.hidden_size),
+        "gate_proj": (c.num_layers, c.hidden_size, c.intermediate_size),
+        "up_proj": (c.num_layers, c.hidden_size, c.intermediate_size),
+        "down_proj": (c.num_layers, c.intermediate_size, c.hidden_size),
+    }
+    shapes = {"embed": (c.vocab_size, c.hidden_size), "layers": layers, "final_norm": (c.hidden_size,)}
+    if not c.tie_word_embeddings:
+        shapes["lm_head"] = (c.hidden_size, c.vocab_size)
+    return shapes
+
+
+def param_logical_axes(config: Qwen3Config) -> dict:
+    """Logical axis names of every parameter (same structure as ``init_params``)."""
+    layers = {
+        "attn_norm": ("layers", "embed"),
+        "q_proj": ("layers", "embed", "heads", "head_dim"),
+        "k_proj": ("layers", "embed", "kv_heads", "head_dim"),
+        "v_proj": ("layers", "embed", "kv_heads", "head_dim"),
+        "q_norm": ("layers", "head_dim"),
+        "k_norm": ("layers", "head_dim"),
+        "o_proj": ("layers", "heads", "head_dim", "embed"),
+        "mlp_norm": ("layers", "embed"),
+        "gate_proj": ("layers", "embed", "mlp"),
+        "up_proj": ("layers", "embed", "mlp"),
+        "down_proj": ("layers", "mlp", "embed"),
+    }
+    axes = {"embed": ("vocab", "embed"), "layers": layers, "final_norm": ("embed",)}
+    if not config.tie_word_embeddings:
+        axes["lm_head"] = ("embed", "vocab")
+    return axes
+
+
+def _is_shape(x) -> bool:
+    return isinstance(x, tuple) and all(isinstance(d, int) for d in x)
+
+
+def init_params(config: Qwen3Config, rng: jax.Array) -> dict:
+    """Random params: norms at 1, matrices ~ N(0, 0.02^2) (HF's initializer_range), in ``param_dtype``."""
+    shapes = param_shapes(config)
+    leaves, treedef = jax.tree.flatten(shapes, is_leaf=_is_shape)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(shapes, is_leaf=_is_shape)[0]]
+    keys = jax.random.split(rng, len(leaves))
+    dtype = jnp.dtype(config.param_dtype)
+    out = [jnp.ones(s, dtype) if "norm" in p else (0.02 * jax.random.normal(k, s, jnp.float32)).astype(dtype)
+           for p, s, k in zip(paths, leaves, keys)]
+    return jax.tree.unflatten(treedef, out)
+
+
+def init_cache(config: Qwen3Config, batch: int, max_len: int, dtype: Any = None) -> KVCache:
+    """Zeroed KV cache in the compute dtype (or ``dtype``)."""
+    shape = (config.num_layers, batch, max_len, config.num_kv_heads, config.head_dim)
+    dtype = jnp.dtype(dtype or config.dtype)
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+
+
+# ------------------------------------------------------------------------------------------- math
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm over the last dim, computed in fp32, returned in ``x.dtype``."""
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (y * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_frequencies(config: Qwen3Config) -> tuple[np.ndarray, float]:
+    """Inverse frequencies ``[head_dim / 2]`` and the cos/sin scale (YaRN's attention factor)."""
+    dim, base = config.head_dim, config.rope_theta
+    inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    scaling = dict(config.rope_scaling or ())
+    rope_type = scaling.get("rope_type", "default")
+    if rope_type == "default":
+        return inv_freq.astype(np.float32), 1.0
+    factor = float(scaling["factor"])
+    if rope_type == "linear":
+        return (inv_freq / np.float32(factor)).astype(np.float32), 1.0
+    # YaRN (https://arxiv.org/abs/2309.00071), as in transformers' _compute_yarn_parameters.
+    orig_max = scaling["original_max_position_embeddings"]
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        mscale, mscale_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        get = lambda s, m=1.0: 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0  # noqa: E731
+        attention_factor = get(factor, mscale) / get(factor, mscale_all) if mscale and mscale_all else get(factor)
+    beta_fast, beta_slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+    corr = lambda rot: dim * math.log(orig_max / (rot * 2 * math.pi)) / (2 * math.log(base))  # noqa: E731
+    low, high = corr(beta_fast), corr(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    inv_freq = (inv_freq / np.float32(factor)) * (1 - extrapolation) + inv_freq * extrapolation
+    return inv_freq.astype(np.float32), float(attention_factor)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, config: Qwen3Config) -> jax.Array:
+    """Rotary embedding on ``x [B, T, N, D]`` at ``positions [B, T]`` (HF's rotate_half layout), fp32 math."""
+    inv_freq, scale = rope_frequencies(config)
+    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
+    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
+    cos, sin = jnp.cos(emb) * scale, jnp.sin(emb) * scale
+    x32 = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * cos + rotated * sin).astype(x.dtype)
+
+
+def _remat(fn, policy: str):
+    if policy == "none":
+        return fn
+    policies = {
+        "full": None,
+        "dots": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+        "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    }
+    return jax.checkpoint(fn, policy=policies[policy], prevent_cse=False)
+
+
+def _layer(config: Qwen3Config, x, p, positions, attend):
+    """One decoder block. ``attend(q, k, v) -> [B, T, H, D]`` hides cache/no-cache attention."""
+    dtype = x.dtype
+    w = lambda name: p[name].astype(dtype)  # noqa: E731
+    h = rms_norm(x, p["attn_norm"], config.rms_norm_eps)
+    q = jnp.einsum("btd,dhk->bthk", h, w("q_proj"))
+    k = jnp.einsum("btd,dhk->bthk", h, w("k_proj"))
+    v = jnp.einsum("btd,dhk->bthk", h, w("v_proj"))
+    q = constrain(q, ("batch", "length", "heads", "head_dim"))
+    q = apply_rope(rms_norm(q, p["q_norm"], config.rms_norm_eps), positions, config)
+    k = apply_rope(rms_norm(k, p["k_norm"], config.rms_norm_eps), positions, config)
+    out = attend(q, k, v)
+    x = x + jnp.einsum("bthk,hkd->btd", out, w("o_proj"))
+    x = constrain(x, ("batch", "length", None))
+    h = rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
+    gate = jnp.einsum("btd,df->btf", h, w("gate_proj"))
+    up = jnp.einsum("btd,df->btf", h, w("up_proj"))
+    act = constrain(jax.nn.silu(gate) * up, ("batch", "length", "mlp"))
+    x = x + jnp.einsum("btf,fd->btd", act, w("down_proj"))
+    return constrain(x, ("batch", "length", None))
+
+
+def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
+    """Float32 logits ``[..., vocab]`` from final-normed hidden states."""
+    dtype = hidden.dtype
+    if config.tie_word_embeddings:
+        logits = jnp.einsum("...d,vd->...v", hidden, params["embed"].astype(dtype), preferred_element_type=jnp.float32)
+    else:
+        logits = jnp.einsum("...d,dv->...v", hidden, params["lm_head"].astype(dtype), preferred_element_type=jnp.float32)
+    return logits
+
+
+def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
+            positions: jax.Array | None = None, cache: KVCache | None = None, cache_index: jax.Array | int | None = None,
+            return_hidden: bool = False):
+    """Logits (float32 ``[B, T, vocab]``) or final hidden states, and the updated cache.
+
+    Without a cache ``attention_mask [B, T]`` marks real tokens (left padding = 0) and positions
+    default to ``cumsum(mask) - 1``. With a cache the ``T`` inputs are written at slots
+    ``[cache_index, cache_index + T)``, ``attention_mask [B, max_len]`` marks valid cache slots and
+    ``positions [B, T]`` are required; a query at slot ``s`` sees valid keys at slots ``<= s``.
+    """
+    dtype = jnp.dtype(config.dtype)
+    b, t = input_ids.shape
+    x = jnp.take(params["embed"], input_ids, axis=0).astype(dtype)
+    x = constrain(x, ("batch", "length", None))
+    layer_ids = jnp.arange(config.num_layers)
+
+    if cache is None:
+        mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
+        if positions is None:
+            positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
+
+        def body(x, xs):
+            p, _ = xs
+            attend = lambda q, k, v: attn_lib.causal_attention(q, k, v, mask, config.attention)  # noqa: E731
+            return _layer(config, x, p, positions, attend), None
+
+        x, _ = jax.lax.scan(_remat(body, config.remat), x, (params["layers"], layer_ids))
+    else:
+        if positions is None:
+            raise ValueError("forward with a cache needs explicit positions [B, T]")
+        max_len = cache.k.shape[2]
+        key_mask = jnp.ones((b, max_len), bool) if attention_mask is None else attention_mask.astype(bool)
+        cache_index = jnp.asarray(0 if cache_index is None else cache_index, jnp.int32)
+        slots = cache_index + jnp.arange(t)
+
+        def body(carry, xs):
+            x, ck, cv = carry
+            p, i = xs
+            new_kv = {}
+
+            def attend(q, k, v):
+                zero = jnp.zeros((), jnp.int32)
+                start = (i, zero, cache_index, zero, zero)
+                new_kv["k"] = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype)[None], start)
+                new_kv["v"] = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype)[None], start)
+                layer_k = jax.lax.dynamic_index_in_dim(new_kv["k"], i, 0, keepdims=False).astype(q.dtype)
+                layer_v = jax.lax.dynamic_index_in_dim(new_kv["v"], i, 0, keepdims=False).astype(q.dtype)
+                return attn_lib.cached_attention(q, layer_k, layer_v, key_mask, slots)
+
+            x = _layer(config, x, p, positions, attend)
+            return (x, new_kv["k"], new_kv["v"]), None
+
+        (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v), (params["layers"], layer_ids))
+        cache = KVCache(ck, cv)
+
+    x = rms_norm(x, params["final_norm"], config.rms_norm_eps)
+    if return_hidden:
+        return x, cache
+    logits = constrain(lm_head(params, config, x), ("batch", "length", "vocab"))
+    return logits, cache

@@ -1,0 +1,57 @@
+"""Tiny random Qwen3 checkpoints in Hugging Face format, for tests (no downloads).
+
+    from tiny_checkpoint import make_tiny_hf_checkpoint
+    path = make_tiny_hf_checkpoint(tmp_path / "hf", seed=0, tie_word_embeddings=False)
+"""
+from __future__ import annotations
+
+import os
+
+TINY_HF_CONFIG = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=256,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+
+
+def make_tiny_hf_model(seed: int = 0, **config_overrides):
+    """A transformers ``Qwen3ForCausalLM`` in fp32 with random weights (norm weights randomised too)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    kwargs = {**TINY_HF_CONFIG, **config_overrides}
+    if "rope_scaling" in kwargs or "rope_theta" in kwargs:  # transformers 5 spells it rope_parameters
+        scaling = dict(kwargs.pop("rope_scaling", None) or {})
+        scaling.setdefault("rope_type", scaling.pop("type", "default"))
+        scaling["rope_theta"] = kwargs.pop("rope_theta", 10000.0)
+        kwargs["rope_parameters"] = scaling
+    config = Qwen3Config(**kwargs)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config).to(torch.float32).eval()
+    with torch.no_grad():  # HF inits norms to ones; random norms make the parity tests meaningful
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.05 * torch.randn_like(p))
+    return model
+
+
+def make_tiny_hf_checkpoint(path, seed: int = 0, **config_overrides):
+    """Save a tiny random fp32 Qwen3 as safetensors (+ config.json) under ``path``; returns ``path``."""
+    model = make_tiny_hf_model(seed, **config_overrides)
+    os.makedirs(path, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    return path
