@@ -1,0 +1,308 @@
+"""The configuration of a training or evaluation run: every default in one place.
+
+`default_config()` returns an `ml_collections.ConfigDict`; the files in `configs/` start from it and
+change what their setting needs. `load_config(path, overrides)` reads a config file and applies
+command-line overrides (`--config.rl.rho=0.2`); an unknown key is an error that lists the valid ones.
+
+| key | default | meaning |
+|---|---|---|
+| seed | 0 | seeds model init, data order, sampling and the rho uniforms |
+| model.path | "" | Hugging Face checkpoint directory (config.json + safetensors); empty = random init from `model.preset` |
+| model.preset | "tiny" | `models.presets.PRESETS` name used when `model.path` is empty |
+| model.vocab_size ... model.head_dim | None | shape overrides on the preset (None = keep); vocab None = tokenizer's size for random inits |
+| model.dtype / model.param_dtype | bfloat16 / float32 | compute dtype / master-weight dtype |
+| model.remat | full | rematerialisation policy of the layer scan (none, full, dots, dots_saveable) |
+| model.attention | auto | attention kernel: auto, xla, cudnn, splash |
+| tokenizer.path | "" | tokenizer directory; empty = `model.path` (the demo builds its own) |
+| data.task | problems | `problems` (files below) or `demo` (the bundled synthetic task) |
+| data.train_files | () | problem files (JSONL/Parquet: LiveCodeBench, APPS/TACO or our rows) |
+| data.num_prompts | 64 | prompts per rollout batch (global, over all hosts) |
+| data.max_prompt_tokens | 1024 | longer prompts are skipped (counted) instead of truncated |
+| data.prompt_buckets | (256, 512, 1024) | static prompt lengths; a prompt is left-padded to the smallest that fits |
+| data.enable_thinking | False | Qwen3 chat template thinking switch |
+| data.instruction_stdin / data.instruction_call | see below | instruction appended to the statement |
+| sampling.group_size | 8 | G: responses per prompt |
+| sampling.max_new_tokens | 4096 | response cap in training (static shape) |
+| sampling.top_p / top_k | 1.0 / 0 | nucleus / top-k filter (1.0 / 0 = off) |
+| temperature.* | constant 1.2 | the temperature scheduler's knobs (sampling.temperature) |
+| rl.preset | microcoder | algorithm preset: microcoder, grpo, dapo (`rl.presets`) |
+| rl.* | None | any `RLConfig` field; None = the preset's value |
+| evaluator.workers | 0 | judge processes (0 = number of CPU cores) |
+| evaluator.timeout | 6.0 | CPU seconds per test |
+| evaluator.memory_mb | 1024 | address-space limit per program |
+| evaluator.reward | all | `all` (1 iff every test passes) or `fraction` |
+| train.steps | 300 | RL steps (rollout batches) |
+| train.checkpoint_every / keep_checkpoints | 10 / 3 | checkpoint interval and how many to keep |
+| train.async_checkpoint | True | write checkpoints in the background |
+| train.eval_every | 50 | evaluate every N steps (0 = never) |
+| train.warm_start_steps | 0 | supervised warm-start steps before RL (the demo uses it) |
+| eval.files | () | evaluation problem files |
+| eval.max_new_tokens | 8192 | response cap in evaluation |
+| eval.samples / temperature / top_p | 1 / 0.6 / 0.95 | samples per problem (pass@k needs k <= samples) and sampling |
+| eval.max_problems | 0 | cap on evaluated problems (0 = all) |
+| eval.date_from / date_to | "" | contest-date window (ISO dates, inclusive) |
+| mesh.data / fsdp / tensor | 1 / -1 / 1 | device mesh (-1 = all remaining devices) |
+| demo.* | | the synthetic task: operations, problems, warm start |
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from typing import Any, Sequence
+
+import ml_collections
+
+INSTRUCTION_STDIN = (
+    "Write a Python 3 program that solves the problem. It reads from standard input and writes to "
+    "standard output. Answer with exactly one fenced code block: ```python ... ```."
+)
+INSTRUCTION_CALL = (
+    "Complete the starter code below in Python 3. Answer with exactly one fenced code block: "
+    "```python ... ``` containing the full solution."
+)
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every knob of the project with its default (the paper's setting where it states one)."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0  # seeds model init, data order, sampling keys and the truncation-mask uniforms
+
+    c.model = ml_collections.ConfigDict()
+    c.model.path = ""  # HF checkpoint dir (config.json + *.safetensors); "" = random init
+    c.model.preset = "tiny"  # models.presets.PRESETS name for a random init when path is ""
+    c.model.vocab_size = None  # shape overrides (None = preset / checkpoint value) ...
+    c.model.hidden_size = None  # ... vocab None on a random init = the tokenizer's vocab size
+    c.model.intermediate_size = None
+    c.model.num_layers = None
+    c.model.num_heads = None
+    c.model.num_kv_heads = None
+    c.model.head_dim = None
+    c.model.dtype = "bfloat16"  # activation / matmul dtype
+    c.model.param_dtype = "float32"  # master weights (and optimizer state) dtype
+    c.model.remat = "full"  # layer rematerialisation: none | full | dots | dots_saveable
+    c.model.attention = "auto"  # auto | xla | cudnn | splash
+
+    c.tokenizer = ml_collections.ConfigDict()
+    c.tokenizer.path = ""  # "" = model.path (the demo builds and saves its own)
+
+    c.data = ml_collections.ConfigDict()
+    c.data.task = "problems"  # problems | demo
+    c.data.train_files = ()  # problem files: JSONL / JSON / Parquet, any supported row format
+    c.data.num_prompts = 64  # prompts per rollout batch, global over hosts (paper: 64)
+    c.data.max_prompt_tokens = 1024  # longer prompts are skipped and counted, never truncated
+    c.data.prompt_buckets = (256, 512, 1024)  # static padded prompt lengths (no recompiles)
+    c.data.enable_thinking = False  # Qwen3 chat template: thinking block on or off
+    c.data.instruction_stdin = INSTRUCTION_STDIN  # appended to stdin problems' statements
+    c.data.instruction_call = INSTRUCTION_CALL  # appended to call-based ones (then starter code)
+
+    c.sampling = ml_collections.ConfigDict()
+    c.sampling.group_size = 8  # G responses per prompt
+    c.sampling.max_new_tokens = 4096  # training response cap (paper: 4K); static shape
+    c.sampling.top_p = 1.0  # 1.0 = off
+    c.sampling.top_k = 0  # 0 = off
+
+    # The temperature scheduler (sampling.temperature.TemperatureScheduler) receives this dict.
+    c.temperature = ml_collections.ConfigDict()
+    c.temperature.policy = "constant"  # constant | staged | diversity
+    c.temperature.initial = 1.2  # start temperature (paper: 1.2 is stable for Qwen3)
+    c.temperature.stages = ((0, 1.2),)  # staged: ((step, temperature), ...)
+    c.temperature.candidates = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # diversity: allowed stages
+    c.temperature.signal = "distinct_4_group"  # diversity: which diversity metric drives it
+    c.temperature.target_low = 0.6  # diversity: target band of the signal ...
+    c.temperature.target_high = 0.8  # ... (raise below it on a falling trend, lower on swings)
+    c.temperature.window = 10  # diversity: steps the trend / swing is measured over
+    c.temperature.min_interval = 20  # diversity: at least this many steps between changes
+    c.temperature.probe = True  # diversity: probe the candidates at start-up
+
+    c.rl = ml_collections.ConfigDict()
+    c.rl.preset = "microcoder"  # microcoder | grpo | dapo (rl.presets.PRESETS)
+    # Any RLConfig field may be set here; None keeps the preset's value.
+    c.rl.learning_rate = 1e-6  # AdamW peak learning rate
+    c.rl.warmup_steps = 10  # linear warmup (optimizer updates)
+    c.rl.decay = None  # cosine | constant | linear
+    c.rl.weight_decay = None
+    c.rl.grad_clip = None  # global-norm clip
+    c.rl.num_minibatches = 4  # optimizer updates per rollout batch (off-policy degree)
+    c.rl.micro_batch_size = 8  # rows per forward/backward (gradient accumulation)
+    c.rl.rho = None  # microcoder: probability of masking a truncated non-incorrect response
+    c.rl.non_incorrect = None  # passed | not_judged_wrong
+    c.rl.eps_low = None  # clip range below 1
+    c.rl.eps_high = None  # clip range above 1
+    c.rl.kl_beta = None  # k3 KL weight (0 = no reference model)
+    c.rl.aggregation = None  # token_mean | seq_mean_token_mean | constant
+    c.rl.dynamic_sampling = None  # DAPO: drop all-equal groups and refill
+    c.rl.max_refills = None  # DAPO: refill attempts per step before training on what is kept
+
+    c.evaluator = ml_collections.ConfigDict()
+    c.evaluator.workers = 0  # judge processes; 0 = os.cpu_count()
+    c.evaluator.timeout = 6.0  # CPU seconds per test
+    c.evaluator.memory_mb = 1024  # address-space limit per program
+    c.evaluator.reward = "all"  # all (1 iff every test passes) | fraction (tests passed / total)
+
+    c.train = ml_collections.ConfigDict()
+    c.train.steps = 300  # RL steps (one rollout batch each)
+    c.train.checkpoint_every = 10  # steps between checkpoints (0 = only at the end)
+    c.train.keep_checkpoints = 3  # newest N checkpoints kept
+    c.train.async_checkpoint = True  # write checkpoints in the background
+    c.train.eval_every = 50  # steps between evaluations (0 = never)
+    c.train.warm_start_steps = 0  # supervised next-token steps before RL (demo task only)
+    c.train.progress = True  # tqdm progress bar
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.files = ()  # evaluation problem files (LiveCodeBench format or ours)
+    c.eval.max_new_tokens = 8192  # evaluation response cap (paper: 8K)
+    c.eval.samples = 1  # samples per problem; pass@k for every k <= samples
+    c.eval.temperature = 0.6  # Qwen3's recommended evaluation sampling
+    c.eval.top_p = 0.95
+    c.eval.batch_problems = 16  # problems per sampler call
+    c.eval.max_problems = 0  # 0 = all
+    c.eval.date_from = ""  # contest-date window, ISO dates, inclusive ("" = open)
+    c.eval.date_to = ""
+
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = 1
+    c.mesh.fsdp = -1  # -1 = all remaining devices
+    c.mesh.tensor = 1
+
+    c.demo = ml_collections.ConfigDict()
+    c.demo.ops = ("sum", "difference", "product", "maximum", "minimum")  # the task's operations
+    c.demo.problems_per_op = 8  # synthetic problems per operation (phrasings x test sets)
+    c.demo.tests_per_problem = 3  # stdin tests per problem
+    c.demo.vocab_size = 384  # BPE vocabulary trained on the task text
+    c.demo.warm_start_lr = 3e-3
+    c.demo.warm_start_batch = 32
+    return c
+
+
+def demo_config() -> ml_collections.ConfigDict:
+    """The embedded default: a tiny Qwen3 learning the synthetic task on a CPU in minutes."""
+    c = default_config()
+    c.data.task = "demo"
+    c.data.num_prompts = 8
+    c.data.max_prompt_tokens = 64
+    c.data.prompt_buckets = (64,)
+    c.data.instruction_stdin = "Answer with one ```python``` block."  # short: tiny context
+    c.model.preset = "tiny"
+    c.model.hidden_size = 64
+    c.model.intermediate_size = 128
+    c.model.num_layers = 2
+    c.model.num_heads = 4
+    c.model.num_kv_heads = 2
+    c.model.head_dim = 16
+    c.model.dtype = "float32"
+    c.model.remat = "none"
+    c.model.attention = "xla"
+    c.sampling.group_size = 8
+    c.sampling.max_new_tokens = 40
+    c.temperature.initial = 1.0
+    c.temperature.stages = ((0, 1.0),)
+    c.rl.learning_rate = 2e-3
+    c.rl.warmup_steps = 0
+    c.rl.decay = "constant"
+    c.rl.num_minibatches = 2
+    c.rl.micro_batch_size = 32
+    c.rl.repeat_m = 8  # responses are short; keep the repetition test meaningful
+    c.evaluator.workers = 2
+    c.evaluator.timeout = 2.0
+    c.evaluator.memory_mb = 512
+    c.train.steps = 50
+    c.train.checkpoint_every = 10
+    c.train.eval_every = 0
+    c.train.warm_start_steps = 300
+    c.eval.max_new_tokens = 40
+    c.eval.temperature = 0.0
+    c.eval.top_p = 1.0
+    c.mesh.fsdp = 1
+    return c
+
+
+def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+    """Read `get_config()` from a config file (None = the demo) and apply `key=value` overrides."""
+    if path:
+        spec = importlib.util.spec_from_file_location("_microcoder_config", path)
+        if spec is None or spec.loader is None:
+            raise FileNotFoundError(f"cannot read config file {path!r}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        config = module.get_config()
+    else:
+        config = demo_config()
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"config override {item!r} must look like key=value")
+        set_value(config, key, value)
+    return config
+
+
+def set_value(config: ml_collections.ConfigDict, key: str, text: str) -> None:
+    """Set `config.<key>` from its command-line text; unknown keys list every valid key."""
+    node, parts = config, key.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+            valid = "\n  ".join(flat_keys(config))
+            raise KeyError(f"unknown config key {key!r}. Valid keys:\n  {valid}")
+        if depth < len(parts) - 1:
+            node = node[part]
+    old = node[parts[-1]]
+    if isinstance(old, ml_collections.ConfigDict):
+        raise KeyError(f"config key {key!r} is a group; set one of its keys")
+    with node.unlocked():
+        node[parts[-1]] = parse_value(text, old)
+
+
+def parse_value(text: str, old: Any) -> Any:
+    """Parse command-line text as the type of the value it replaces (literals for None)."""
+    if isinstance(old, bool):
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false", "1", "0"):
+            raise ValueError(f"expected a boolean, got {text!r}")
+        return lowered in ("true", "1")
+    if isinstance(old, str):
+        return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        if old is None:
+            return text  # a bare word for a None-default key (e.g. --config.rl.decay=cosine)
+        raise ValueError(f"cannot parse {text!r} as {type(old).__name__}") from None
+    if isinstance(old, float) and isinstance(value, int):
+        return float(value)
+    if isinstance(old, (tuple, list)):
+        value = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if old is not None and not isinstance(value, type(old)):
+        raise ValueError(f"expected {type(old).__name__}, got {text!r}")
+    return value
+
+
+def flat_keys(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+    """All leaf keys as dotted paths, sorted."""
+    keys = []
+    for name, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            keys += flat_keys(value, f"{prefix}{name}.")
+        else:
+            keys.append(f"{prefix}{name}")
+    return sorted(keys)
+
+
+def rl_overrides(config: ml_collections.ConfigDict) -> dict:
+    """The `rl` block as make_rl_config overrides: every set key except the preset name."""
+    return {k: v for k, v in config.rl.items() if k != "preset" and v is not None}
+
+
+def to_dict(config: ml_collections.ConfigDict) -> dict:
+    """A JSON-ready plain dict of the config (saved beside checkpoints and metrics)."""
+    def plain(v):
+        if isinstance(v, ml_collections.ConfigDict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, (tuple, list)):
+            return [plain(x) for x in v]
+        return v
+    return plain(config)
+
+
+def config_dir() -> str:
+    """The repository's `configs/` directory (for tests and docs; not installed with the package)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")

@@ -1,0 +1,169 @@
+"""The demo task: "read two integers a b, print a OP b", judged by the real evaluator.
+
+A randomly initialised tiny model cannot write Python, so the demo first trains it, supervised, on
+programs in the right format whose operation is drawn at random, independent of the prompt. After
+this warm start the model writes valid programs but picks the operation by chance (pass rate about
+1 / len(ops)); reading the operation off the prompt is left for RL to learn from the judge's reward.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from microcoder_jax.data.prompts import bucket_length, encode_prompt, left_pad, render_prompt
+from microcoder_jax.data.tokenizer import CHATML_TEMPLATE, pad_token_id, train_bpe_tokenizer
+from microcoder_jax.evaluator.problems import Problem, TestCase
+
+# operation -> (statement phrasings, Python expression, reference function)
+OPS = {
+    "sum": (("Read two integers a and b and print their sum.",
+             "Print the sum of the two integers a and b given on one line.",
+             "Input: two integers a b. Output: a plus b."),
+            "a + b", lambda a, b: a + b),
+    "difference": (("Read two integers a and b and print their difference a minus b.",
+                    "Print a minus b for the two integers a and b given on one line.",
+                    "Input: two integers a b. Output: a minus b."),
+                   "a - b", lambda a, b: a - b),
+    "product": (("Read two integers a and b and print their product.",
+                 "Print the product of the two integers a and b given on one line.",
+                 "Input: two integers a b. Output: a times b."),
+                "a * b", lambda a, b: a * b),
+    "maximum": (("Read two integers a and b and print the larger one.",
+                 "Print the maximum of the two integers a and b given on one line.",
+                 "Input: two integers a b. Output: the larger of a and b."),
+                "max(a, b)", max),
+    "minimum": (("Read two integers a and b and print the smaller one.",
+                 "Print the minimum of the two integers a and b given on one line.",
+                 "Input: two integers a b. Output: the smaller of a and b."),
+                "min(a, b)", min),
+    "remainder": (("Read two positive integers a and b and print a modulo b.",
+                   "Print the remainder of a divided by b for the integers a and b on one line.",
+                   "Input: two integers a b. Output: a mod b."),
+                  "a % b", lambda a, b: a % b),
+}
+
+DEMO_INSTRUCTION = "Answer with one ```python``` block."
+
+
+def program(op: str) -> str:
+    """The reference program for an operation."""
+    return f"a, b = map(int, input().split())\nprint({OPS[op][1]})"
+
+
+def response_text(op: str) -> str:
+    """An answer as the model should write it: one fenced Python block."""
+    return f"```python\n{program(op)}\n```"
+
+
+def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int) -> list[Problem]:
+    """Synthetic problems with stdin tests on which every listed operation gives a different answer."""
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        raise ValueError(f"unknown demo ops {unknown}; known: {sorted(OPS)}")
+    rng = np.random.default_rng(seed)
+    problems = []
+    for op in ops:
+        phrasings, _, fn = OPS[op]
+        for i in range(problems_per_op):
+            tests = []
+            while len(tests) < tests_per_problem:
+                a, b = (int(x) for x in rng.integers(2, 40, size=2))
+                if len({OPS[o][2](a, b) for o in ops}) == len(ops):  # the test tells every op apart
+                    tests.append(TestCase(input=f"{a} {b}\n", output=f"{fn(a, b)}\n", kind="stdin"))
+            problems.append(Problem(
+                question_id=f"demo-{op}-{i}", tests=tests,
+                question_content=phrasings[i % len(phrasings)], platform="demo",
+                difficulty="easy", contest_date="2026-01-01", source="demo",
+                metadata={"op": op}))
+    return problems
+
+
+def tokenizer_corpus(problems, ops, data_config) -> list[str]:
+    """The text the demo's BPE is trained on: the rendered prompts and every reference answer."""
+    class _Template:  # renders with the ChatML template before any tokenizer exists
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt, enable_thinking):
+            import jinja2
+            return jinja2.Template(CHATML_TEMPLATE).render(
+                messages=messages, add_generation_prompt=add_generation_prompt,
+                enable_thinking=enable_thinking)
+
+    prompts = [render_prompt(_Template(), p, enable_thinking=data_config.enable_thinking,
+                             instruction_stdin=data_config.instruction_stdin,
+                             instruction_call=data_config.instruction_call) for p in problems]
+    return prompts + [response_text(op) for op in ops] * 8
+
+
+def build_tokenizer(problems, ops, data_config, vocab_size: int):
+    """The demo's tokenizer: a byte-level BPE trained on the task text."""
+    return train_bpe_tokenizer(tokenizer_corpus(problems, ops, data_config), vocab_size)
+
+
+def warm_start_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, rng):
+    """Prompts of random problems with answers of *random* operations (format, not the mapping).
+
+    Returns ids/mask/loss-mask [B, P + max_new] laid out as the RL batch: left-padded prompt of
+    the static bucket length P, then the response and its end token, right-padded.
+    """
+    pad = pad_token_id(tokenizer)
+    prompts = [encode_prompt(tokenizer, p, data_config) for p in problems]
+    plen = bucket_length(max(map(len, prompts)), data_config.prompt_buckets)
+    ids, mask = left_pad(prompts, plen, pad)
+    answers = np.full((len(problems), max_new_tokens), pad, np.int32)
+    answer_mask = np.zeros_like(answers)
+    end = tokenizer.eos_token_id
+    for i, op in enumerate(rng.choice(list(ops), size=len(problems))):
+        a = tokenizer.encode(response_text(op), add_special_tokens=False) + [end]
+        if len(a) > max_new_tokens:
+            raise ValueError(f"demo answer of {len(a)} tokens exceeds max_new_tokens={max_new_tokens}")
+        answers[i, :len(a)] = a
+        answer_mask[i, :len(a)] = 1
+    tokens = np.concatenate([ids, answers], 1)
+    attention = np.concatenate([mask, answer_mask], 1)
+    loss_mask = np.concatenate([np.zeros_like(mask), answer_mask], 1)
+    return tokens, attention, loss_mask
+
+
+@functools.partial(jax.jit, static_argnames=("model_config", "optimizer"), donate_argnums=(0, 1))
+def _sft_step(params, opt_state, tokens, attention, loss_mask, *, model_config, optimizer):
+    """One next-token cross-entropy update on the answer tokens."""
+    from microcoder_jax import models
+
+    def loss_fn(p):
+        logits, _ = models.forward(p, model_config, tokens, attention_mask=attention)
+        logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32))
+        target = tokens[:, 1:]
+        nll = -jnp.take_along_axis(logp, target[..., None], -1)[..., 0]
+        w = loss_mask[:, 1:].astype(jnp.float32)
+        return (nll * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+def warm_start(params, model_config, tokenizer, problems, ops, data_config, *, steps: int,
+               batch_size: int, learning_rate: float, max_new_tokens: int, seed: int,
+               progress: bool = True, log=print):
+    """Supervised next-token training on answers with random operations; returns new params."""
+    from tqdm import tqdm
+
+    optimizer = optax.adam(learning_rate)
+    opt_state = optimizer.init(params)
+    rng = np.random.default_rng(seed)
+    bar = tqdm(range(steps), desc="warm start", disable=not progress, dynamic_ncols=True)
+    loss = float("nan")
+    for i in bar:
+        chosen = [problems[j] for j in rng.integers(0, len(problems), size=batch_size)]
+        tokens, attention, loss_mask = warm_start_batch(
+            tokenizer, chosen, ops, data_config, max_new_tokens, rng)
+        params, opt_state, loss = _sft_step(params, opt_state, tokens, attention, loss_mask,
+                                            model_config=model_config, optimizer=optimizer)
+        if i % 20 == 0 or i == steps - 1:
+            bar.set_postfix(loss=f"{float(loss):.3f}")
+    if steps:
+        log(f"warm start: {steps} steps, final next-token loss {float(loss):.4f}")
+    return params

