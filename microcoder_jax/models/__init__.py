@@ -1,4 +1,5 @@
 """Qwen3 as pure functions over a params pytree, presets, and Hugging Face conversion."""
+from microcoder_jax.models.hf import Qwen3ForCausalLM, load_hf_params, save_hf_params
 from microcoder_jax.models.presets import PRESETS, get_preset
 from microcoder_jax.models.qwen3 import (
     KVCache,
@@ -12,6 +13,6 @@ from microcoder_jax.models.qwen3 import (
 )
 
 __all__ = [
-    "KVCache", "PRESETS", "Qwen3Config", "forward", "get_preset", "init_cache", "init_params", "lm_head",
-    "param_logical_axes", "param_shapes",
+    "KVCache", "PRESETS", "Qwen3Config", "Qwen3ForCausalLM", "forward", "get_preset", "init_cache", "init_params",
+    "lm_head", "load_hf_params", "param_logical_axes", "param_shapes", "save_hf_params",
 ]
