@@ -1,0 +1,79 @@
+"""DAPO dynamic sampling on the host: keep only groups whose rewards differ, refill from new prompts.
+
+The train loop calls `add_rollouts` after judging each generation batch; it returns a full
+rollout batch once `num_prompts` informative groups are collected. Batches are dicts of numpy
+arrays with prompt-major rows (row = prompt * group_size + g); every array is cut by rows.
+When `max_refills` extra generation batches did not suffice, the batch is topped up with
+uninformative groups (zero advantage, so no gradient) and a warning says so: the step's shapes
+stay static and training goes on rather than stalling on a too-easy or too-hard prompt set.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Optional
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def informative_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
+    """[num_groups] bool: True where a group's rewards are not all equal (nonzero advantages)."""
+    r = np.asarray(rewards).reshape(-1, group_size)
+    return ~np.all(r == r[:, :1], axis=1)
+
+
+def _take_groups(batch: dict, groups: np.ndarray, group_size: int) -> dict:
+    rows = (groups[:, None] * group_size + np.arange(group_size)[None, :]).reshape(-1)
+    return {k: np.asarray(v)[rows] for k, v in batch.items()}
+
+
+def _concat(a: Optional[dict], b: dict) -> dict:
+    return b if a is None else {k: np.concatenate([a[k], b[k]]) for k in a}
+
+
+def _num_groups(batch: Optional[dict], group_size: int) -> int:
+    return 0 if batch is None else len(batch["rewards"]) // group_size
+
+
+@dataclasses.dataclass
+class GroupBuffer:
+    """Groups collected for the next rollout batch, and how many generation batches it took."""
+
+    kept: Optional[dict] = None
+    dropped: Optional[dict] = None
+    generations: int = 0
+
+
+def add_rollouts(buffer: GroupBuffer, batch: dict, *, group_size: int, num_prompts: int,
+                 max_refills: int) -> tuple[GroupBuffer, Optional[dict], dict]:
+    """Add one judged generation batch; returns (buffer, full batch or None, stats).
+
+    The full batch has exactly `num_prompts` groups: informative ones in arrival order, surplus
+    ones discarded. After 1 + `max_refills` generation batches without enough, the rest is filled
+    with dropped (all-equal) groups. A returned batch resets the buffer.
+    """
+    keep = informative_groups(batch["rewards"], group_size)
+    kept = _concat(buffer.kept, _take_groups(batch, np.flatnonzero(keep), group_size))
+    dropped = _concat(buffer.dropped, _take_groups(batch, np.flatnonzero(~keep), group_size))
+    generations = buffer.generations + 1
+    have = _num_groups(kept, group_size)
+    stats = {"ds_generations": generations, "ds_informative_groups": have,
+             "ds_kept_fraction": float(keep.mean()) if keep.size else 0.0}
+    if have >= num_prompts:
+        out = _take_groups(kept, np.arange(num_prompts), group_size)
+        return GroupBuffer(), out, stats
+    if generations <= max_refills:
+        return GroupBuffer(kept, dropped, generations), None, stats
+    missing = num_prompts - have
+    if _num_groups(dropped, group_size) < missing:
+        raise RuntimeError(f"dynamic sampling: {generations} generation batches gave {have} "
+                           f"groups in all, fewer than the {num_prompts} prompts of a batch")
+    log.warning("dynamic sampling hit max_refills=%d: only %d of %d groups have differing rewards "
+                "after %d generation batches; filling %d slots with all-equal groups (zero "
+                "advantage). The prompts are too easy or too hard for the current policy.",
+                max_refills, have, num_prompts, generations, missing)
+    filler = _take_groups(dropped, np.arange(missing), group_size)
+    stats["ds_filled_groups"] = missing
+    return GroupBuffer(), _concat(kept, filler), stats

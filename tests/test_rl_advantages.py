@@ -1,0 +1,206 @@
+"""rl.advantages and rl.dynamic_sampling against NumPy references written from MICROCODER.md s.2."""
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from microcoder_jax.rl import advantages as A
+from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, informative_groups
+from microcoder_jax.rl.presets import make_rl_config
+
+G = 4
+
+
+def ref_group_adv(r, g, std, eps):
+    r = r.reshape(-1, g).astype(np.float64)
+    c = r - r.mean(1, keepdims=True)
+    if std == "none":
+        return c.ravel()
+    s = r.std(1, ddof=1, keepdims=True) if std == "group" else r.std(ddof=1)
+    return (c / (s + eps)).ravel()
+
+
+def ref_repeat(response, m):
+    o = list(response)
+    return len(o) >= 2 * m and o[-m:] == o[-2 * m:-m]
+
+
+def make_batch(rng, num_prompts=6, prompt_len=5, max_new=16, m=3, vocab=7):
+    """Rollout batch per the contract, with planted repeats and the edge-case lengths."""
+    n, s = num_prompts * G, prompt_len + max_new
+    tokens = np.zeros((n, s), np.int32)
+    attn = np.zeros((n, s), np.int32)
+    resp_mask = np.zeros((n, s), np.int32)
+    edge = [0, 1, 2 * m - 1, 2 * m, 2 * m, max_new, max_new, max_new]
+    lengths = np.array([edge[i] if i < len(edge) else rng.integers(0, max_new + 1)
+                        for i in range(n)], np.int32)
+    responses = []
+    for i in range(n):
+        plen = rng.integers(1, prompt_len + 1)
+        tokens[i, prompt_len - plen:prompt_len] = rng.integers(1, vocab, plen)
+        attn[i, prompt_len - plen:prompt_len + lengths[i]] = 1
+        resp = rng.integers(1, vocab, lengths[i])
+        if lengths[i] >= 2 * m and i % 2 == 0:  # plant a repeat of the last m tokens
+            resp[-m:] = resp[-2 * m:-m]
+        tokens[i, prompt_len:prompt_len + lengths[i]] = resp
+        resp_mask[i, prompt_len:prompt_len + lengths[i]] = 1
+        responses.append(resp)
+    truncated = lengths == max_new
+    return {
+        "tokens": tokens, "attention_mask": attn, "response_mask": resp_mask,
+        "rewards": rng.integers(0, 2, n).astype(np.float32),
+        "passed": rng.random(n) < 0.5, "no_code": rng.random(n) < 0.5,
+        "truncated": truncated, "response_lengths": lengths,
+        "temperature": np.full(n, 1.2, np.float32),
+    }, responses
+
+
+@pytest.mark.parametrize("std", ["group", "batch", "none"])
+def test_group_advantages(std):
+    rng = np.random.default_rng(0)
+    r = rng.random(8 * G).astype(np.float32)
+    r[:G] = 1.0  # an all-equal group gives zeros, not NaN
+    r[G:2 * G] = 0.0
+    got = np.asarray(A.group_advantages(jnp.asarray(r), G, std=std, eps=1e-6))
+    np.testing.assert_allclose(got, ref_group_adv(r, G, std, 1e-6), rtol=1e-5, atol=1e-5)
+    assert np.all(got[:2 * G] == 0)
+
+
+def test_group_advantages_binary_rewards():
+    r = np.array([1, 0, 0, 0, 1, 1, 1, 1], np.float32)
+    got = np.asarray(A.group_advantages(jnp.asarray(r), G))
+    np.testing.assert_allclose(got, ref_group_adv(r, G, "group", 1e-6), rtol=1e-5)
+    assert got[0] > 0 > got[1] and np.all(got[G:] == 0)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_repeat_flags_matches_reference(m):
+    rng = np.random.default_rng(m)
+    batch, responses = make_batch(rng, m=m)
+    start = A.response_start(jnp.asarray(batch["response_mask"]))
+    got = np.asarray(A.repeat_flags(jnp.asarray(batch["tokens"]),
+                                    jnp.asarray(batch["response_lengths"]), m, start))
+    want = np.array([ref_repeat(o, m) for o in responses])
+    np.testing.assert_array_equal(got, want)
+    assert want.any() and not want.all()
+
+
+def test_repeat_flags_edges_on_response_only_arrays():
+    m = 2
+    tok = np.array([[5, 6, 5, 6, 0, 0],    # exactly 2m, repeating
+                    [5, 6, 5, 7, 0, 0],    # exactly 2m, not repeating
+                    [5, 6, 5, 0, 0, 0],    # 2m - 1: never a repeat
+                    [0, 0, 0, 0, 0, 0],    # empty (pad ids equal, but length 0)
+                    [1, 2, 3, 9, 3, 9]])   # full width, repeating tail
+    lengths = np.array([4, 4, 3, 0, 6])
+    got = np.asarray(A.repeat_flags(jnp.asarray(tok), jnp.asarray(lengths), m))
+    np.testing.assert_array_equal(got, [True, False, False, False, True])
+
+
+def test_soft_overlong_penalty():
+    lengths = np.array([0, 10, 12, 13, 16, 20])
+    got = np.asarray(A.soft_overlong_penalty(jnp.asarray(lengths), 20, 8))
+    want = [0.0, 0.0, 0.0, -1 / 8, -4 / 8, -1.0]  # zero up to 12, -1 at the cap of 20
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def ref_compute(cfg, batch, responses, u):
+    """compute_advantages from the formulas, row by row."""
+    n, s = batch["tokens"].shape
+    lengths, trunc = batch["response_lengths"], batch["truncated"]
+    r = batch["rewards"].astype(np.float64).copy()
+    if cfg.truncation == "soft_overlong":
+        cap = s - 5
+        for i in range(n):
+            if lengths[i] > cap - cfg.soft_overlong_cache:
+                r[i] += -min((lengths[i] - (cap - cfg.soft_overlong_cache)) / cfg.soft_overlong_cache, 1)
+    adv = ref_group_adv(r, cfg.group_size, cfg.adv_std, cfg.adv_eps)
+    weight = np.ones(n)
+    for i in range(n):
+        ok = batch["passed"][i] or (cfg.non_incorrect == "not_judged_wrong" and batch["no_code"][i])
+        if cfg.truncation == "conditional":
+            if trunc[i] and ok and not ref_repeat(responses[i], cfg.repeat_m) and u[i] < cfg.rho:
+                adv[i] = 0.0
+        elif cfg.truncation == "mask_all" and trunc[i]:
+            adv[i] = 0.0
+        elif cfg.truncation == "overlong_filter" and trunc[i]:
+            weight[i] = 0.0
+    return adv, weight
+
+
+CASES = [
+    dict(truncation="conditional", non_incorrect="passed", rho=0.5),
+    dict(truncation="conditional", non_incorrect="not_judged_wrong", rho=0.5),
+    dict(truncation="conditional", non_incorrect="not_judged_wrong", rho=0.0),
+    dict(truncation="conditional", non_incorrect="not_judged_wrong", rho=1.0),
+    dict(truncation="none"),
+    dict(truncation="mask_all"),
+    dict(truncation="overlong_filter"),
+    dict(truncation="soft_overlong", soft_overlong_cache=6),
+    dict(truncation="conditional", adv_std="batch", rho=1.0),
+    dict(truncation="conditional", adv_std="none", rho=1.0),
+]
+
+
+@pytest.mark.parametrize("overrides", CASES, ids=lambda d: "-".join(map(str, d.values())))
+def test_compute_advantages_matches_reference(overrides):
+    cfg = make_rl_config("microcoder", group_size=G, repeat_m=3, **overrides)
+    rng = np.random.default_rng(7)
+    batch, responses = make_batch(rng, m=3)
+    u = rng.random(len(responses)).astype(np.float32)
+    adv, weight, stats = jax.jit(A.compute_advantages, static_argnums=0)(
+        cfg, jax.tree.map(jnp.asarray, batch), jnp.asarray(u))
+    want_adv, want_w = ref_compute(cfg, batch, responses, u)
+    np.testing.assert_allclose(np.asarray(adv), want_adv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(weight), want_w)
+    assert np.isclose(float(stats["frac_truncated"]), batch["truncated"].mean())
+    if overrides.get("rho") == 0.0:
+        assert float(stats["frac_masked"]) == 0.0
+
+
+def test_all_truncated_rho_one_masks_every_eligible_row():
+    cfg = make_rl_config("microcoder", group_size=G, repeat_m=3, rho=1.0,
+                         non_incorrect="not_judged_wrong")
+    rng = np.random.default_rng(3)
+    batch, responses = make_batch(rng, m=3)
+    batch["truncated"][:] = True
+    batch["passed"][:] = True  # every row non-incorrect: only repeating rows keep advantages
+    u = rng.random(len(responses)).astype(np.float32)
+    adv, _, stats = A.compute_advantages(cfg, jax.tree.map(jnp.asarray, batch), jnp.asarray(u))
+    rep = np.array([ref_repeat(o, 3) for o in responses])
+    assert np.all(np.asarray(adv)[~rep] == 0)
+    np.testing.assert_allclose(float(stats["frac_masked"]), (~rep).mean())
+    np.testing.assert_allclose(float(stats["frac_trunc_repeating"]), rep.mean())
+
+
+def _rollouts(rewards):
+    r = np.asarray(rewards, np.float32)
+    return {"rewards": r, "tokens": np.arange(len(r))[:, None] * np.ones((1, 3), np.int32)}
+
+
+def test_informative_groups():
+    got = informative_groups(np.array([1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0.]), G)
+    np.testing.assert_array_equal(got, [False, True, False])
+
+
+def test_dynamic_sampling_refills_until_full():
+    buf = GroupBuffer()
+    kw = dict(group_size=G, num_prompts=2, max_refills=3)
+    buf, out, _ = add_rollouts(buf, _rollouts([1, 1, 1, 1, 0, 1, 0, 0]), **kw)
+    assert out is None and buf.generations == 1
+    buf, out, _ = add_rollouts(buf, _rollouts([0, 0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 1]), **kw)
+    assert buf.kept is None
+    np.testing.assert_array_equal(out["rewards"], [0, 1, 0, 0, 1, 0, 1, 1])
+    np.testing.assert_array_equal(out["tokens"][:, 0], [4, 5, 6, 7, 4, 5, 6, 7])
+
+
+def test_dynamic_sampling_cap_fills_with_dropped_groups_and_warns(caplog):
+    buf, kw = GroupBuffer(), dict(group_size=G, num_prompts=3, max_refills=1)
+    buf, out, _ = add_rollouts(buf, _rollouts([1, 1, 1, 1, 0, 1, 0, 0]), **kw)
+    with caplog.at_level(logging.WARNING):
+        buf, out, stats = add_rollouts(buf, _rollouts([0] * 8), **kw)
+    assert "max_refills=1" in caplog.text
+    assert out["rewards"].shape == (3 * G,) and stats["ds_filled_groups"] == 2
+    np.testing.assert_array_equal(informative_groups(out["rewards"], G), [True, False, False])
