@@ -1,0 +1,103 @@
+"""The prompt pipeline: problem files -> tokenized prompts -> a shuffled, host-split, checkpointable stream.
+
+Problems are read and their prompts tokenized once at start-up (malformed rows and prompts over the
+length cap are skipped and counted). The stream is a grain `MapDataset` over problem indices:
+shuffled with a seed and reshuffled every epoch, batched to the global rollout batch, and each host
+takes its own slice of every batch. Its iterator state is one integer, saved in checkpoints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Sequence
+
+import grain
+import numpy as np
+
+from microcoder_jax.data.prompts import encode_prompt
+from microcoder_jax.evaluator import problems as problems_lib
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class PromptSet:
+    """Problems with their tokenized prompts, and what was skipped on the way."""
+
+    problems: list
+    prompts: list[list[int]]
+    skipped_malformed: int = 0
+    skipped_too_long: int = 0
+
+    def report(self) -> str:
+        return (f"{len(self.problems)} problems ({self.skipped_malformed} malformed rows skipped, "
+                f"{self.skipped_too_long} prompts over the length cap skipped)")
+
+
+class _CountSkipped(logging.Handler):
+    """Collects load_problems' skipped-row count (it logs the count instead of returning it)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record):
+        if record.args and isinstance(record.args, tuple) and isinstance(record.args[0], int):
+            self.count += record.args[0]
+
+
+def read_problems(paths: Sequence[str]) -> tuple[list, int]:
+    """Problems of every file (any supported row format) and the number of malformed rows skipped."""
+    if isinstance(paths, str):
+        paths = [p for p in paths.split(",") if p]
+    counter = _CountSkipped()
+    logger = logging.getLogger(problems_lib.__name__)
+    logger.addHandler(counter)
+    try:
+        problems = [p for path in paths for p in problems_lib.load_problems(path, skip_malformed=True)]
+    finally:
+        logger.removeHandler(counter)
+    return problems, counter.count
+
+
+def make_prompt_set(problems, tokenizer, data_config, skipped_malformed: int = 0) -> PromptSet:
+    """Tokenize every prompt; prompts longer than `data_config.max_prompt_tokens` are skipped."""
+    limit = min(data_config.max_prompt_tokens, max(data_config.prompt_buckets))
+    kept, prompts, too_long = [], [], 0
+    for problem in problems:
+        ids = encode_prompt(tokenizer, problem, data_config)
+        if len(ids) > limit:
+            too_long += 1
+            continue
+        kept.append(problem)
+        prompts.append(ids)
+    out = PromptSet(kept, prompts, skipped_malformed, too_long)
+    if too_long or skipped_malformed:
+        log.warning("prompt set: %s", out.report())
+    if not kept:
+        raise ValueError(f"no usable problems: {out.report()}")
+    return out
+
+
+def prompt_dataset(num_items: int, global_batch: int, seed: int, *, process_index: int = 0,
+                   process_count: int = 1) -> grain.MapDataset:
+    """Batches of problem indices: epoch-wise shuffled, endless, this host's slice of each batch."""
+    if global_batch % process_count:
+        raise ValueError(f"{global_batch} prompts per batch do not split over {process_count} hosts")
+    per_host = global_batch // process_count
+    lo = process_index * per_host
+    ds = grain.MapDataset.range(num_items).shuffle(seed=seed).repeat(None)
+    ds = ds.batch(global_batch, drop_remainder=True)
+    return ds.map(lambda b: np.asarray(b[lo:lo + per_host], np.int64))
+
+
+def prompt_iterator(num_items: int, global_batch: int, seed: int, state: dict | None = None):
+    """A checkpointable iterator over `prompt_dataset` for this process (`get_state`/`set_state`)."""
+    import jax
+
+    ds = prompt_dataset(num_items, global_batch, seed, process_index=jax.process_index(),
+                        process_count=jax.process_count())
+    it = iter(ds.to_iter_dataset())
+    if state:
+        it.set_state(state)
+    return it
