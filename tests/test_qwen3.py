@@ -1,0 +1,186 @@
+"""Qwen3 forward vs transformers' PyTorch Qwen3 (fp32), KV-cache decoding, remat, presets."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from microcoder_jax.models import PRESETS, Qwen3Config, forward, init_cache, init_params, lm_head, param_logical_axes
+from microcoder_jax.models import attention as attn_lib
+from microcoder_jax.models.hf import load_hf_params
+from tiny_checkpoint import make_tiny_hf_model
+
+jit_forward = jax.jit(forward, static_argnums=1, static_argnames="return_hidden")
+
+# (name, HF config overrides): tied/untied, q/kv head ratios 1, 2, 4, head_dim != hidden/heads, rope types.
+CASES = [
+    ("tied_gqa2", dict()),
+    ("untied_mha", dict(tie_word_embeddings=False, num_key_value_heads=4)),
+    ("gqa4_headdim24", dict(num_key_value_heads=1, head_dim=24, tie_word_embeddings=False)),
+    ("yarn", dict(rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32})),
+    ("linear", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}, num_hidden_layers=3)),
+]
+
+
+def _inputs(batch=3, length=40, pad=(0, 5, 17), vocab=128, seed=0):
+    ids = np.random.RandomState(seed).randint(3, vocab, (batch, length))
+    mask = np.ones((batch, length), np.int32)
+    for row, p in enumerate(pad):
+        mask[row, :p] = 0
+    return ids, mask
+
+
+def _hf_logits(model, ids, mask):
+    positions = np.maximum(mask.cumsum(-1) - 1, 0)
+    with torch.no_grad():
+        out = model(torch.tensor(ids), attention_mask=torch.tensor(mask), position_ids=torch.tensor(positions))
+    return out.logits.numpy()
+
+
+def _max_rel_err(ours, ref, mask):
+    keep = mask.astype(bool)
+    return float(np.abs(ours[keep] - ref[keep]).max() / np.abs(ref[keep]).max())
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The default tiny checkpoint (GQA 2, tied), loaded once for the cache/remat tests."""
+    path = tmp_path_factory.mktemp("tiny")
+    model = make_tiny_hf_model(seed=1)
+    model.save_pretrained(path)
+    config = Qwen3Config.from_hf(path, dtype="float32")
+    return model, config, load_hf_params(path, config)
+
+
+@pytest.mark.parametrize("name,overrides", CASES, ids=[c[0] for c in CASES])
+def test_logits_match_transformers(name, overrides, tmp_path):
+    model = make_tiny_hf_model(seed=0, **overrides)
+    model.save_pretrained(tmp_path)
+    config = Qwen3Config.from_hf(tmp_path, dtype="float32")
+    params = load_hf_params(tmp_path, config)
+    ids, mask = _inputs()
+    ours, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
+    assert ours.dtype == jnp.float32 and ours.shape == (3, 40, 128)
+    assert _max_rel_err(np.asarray(ours), _hf_logits(model, ids, mask), mask) < 2e-5
+
+
+def test_hidden_then_lm_head_equals_logits(tiny):
+    _, config, params = tiny
+    ids, mask = _inputs()
+    logits, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
+    hidden, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=jnp.asarray(mask), return_hidden=True)
+    assert hidden.shape == (3, 40, config.hidden_size)
+    np.testing.assert_allclose(lm_head(params, config, hidden), logits, rtol=1e-6, atol=1e-6)
+
+
+def test_kv_cache_decoding_matches_full_forward(tiny):
+    """Prefill a left-padded prompt, then decode one token at a time: same logits as one full pass."""
+    _, config, params = tiny
+    prompt_len, new, max_len = 12, 6, 24
+    ids, mask = _inputs(length=prompt_len + new, pad=(0, 3, 7))
+    full, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
+    positions = np.maximum(mask.cumsum(-1) - 1, 0)
+    slot_mask = np.zeros((3, max_len), np.int32)
+    slot_mask[:, :prompt_len + new] = mask
+
+    step = jax.jit(forward, static_argnums=1, donate_argnames="cache")
+    cache = init_cache(config, 3, max_len)
+    assert cache.k.shape == (config.num_layers, 3, max_len, config.num_kv_heads, config.head_dim)
+    logits, cache = step(params, config, jnp.asarray(ids[:, :prompt_len]), attention_mask=jnp.asarray(slot_mask),
+                         positions=jnp.asarray(positions[:, :prompt_len]), cache=cache, cache_index=0)
+    got = [logits]
+    for t in range(prompt_len, prompt_len + new):
+        logits, cache = step(params, config, jnp.asarray(ids[:, t:t + 1]), attention_mask=jnp.asarray(slot_mask),
+                             positions=jnp.asarray(positions[:, t:t + 1]), cache=cache, cache_index=t)
+        got.append(logits)
+    got = np.concatenate([np.asarray(g) for g in got], axis=1)
+    assert _max_rel_err(got, np.asarray(full), mask) < 1e-5
+
+
+def test_cache_ignores_invalid_slots(tiny):
+    """Garbage in cache slots marked invalid must not change the logits."""
+    _, config, params = tiny
+    ids, _ = _inputs(batch=2, length=4, pad=(0, 0))
+    cache = init_cache(config, 2, 8)
+    noisy = jax.tree.map(lambda x: x + 100.0, cache)
+    slot_mask = jnp.asarray([[0, 0, 0, 0, 1, 1, 1, 1]] * 2)
+    pos = jnp.tile(jnp.arange(4), (2, 1))
+    a, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=slot_mask, positions=pos, cache=cache,
+                       cache_index=4)
+    b, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=slot_mask, positions=pos, cache=noisy,
+                       cache_index=4)
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_remat_policies_give_same_gradients(tiny):
+    _, config, params = tiny
+    ids, mask = _inputs(batch=2, length=16, pad=(0, 4))
+
+    def loss(p, cfg):
+        logits, _ = forward(p, cfg, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
+        return jnp.mean(jax.nn.logsumexp(logits, -1) * mask)
+
+    grads = {policy: jax.jit(jax.grad(loss), static_argnums=1)(params, config.replace(remat=policy))
+             for policy in ("none", "full", "dots")}
+    for policy in ("full", "dots"):
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), grads["none"], grads[policy])
+
+
+def test_bf16_compute_is_close_to_fp32(tiny):
+    _, config, params = tiny
+    ids, mask = _inputs()
+    ref, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
+    low, _ = jit_forward(params, config.replace(dtype="bfloat16"), jnp.asarray(ids), attention_mask=jnp.asarray(mask))
+    assert low.dtype == jnp.float32
+    assert _max_rel_err(np.asarray(low), np.asarray(ref), mask) < 5e-2
+
+
+def test_xla_dot_product_attention_matches_einsum_path():
+    """jax.nn.dot_product_attention is the call the GPU path makes (there with implementation="cudnn")."""
+    rng = np.random.RandomState(0)
+    b, t, h, kv, d = 2, 16, 8, 2, 32
+    q, k, v = (jnp.asarray(rng.randn(b, t, n, d), jnp.float32) for n in (h, kv, kv))
+    token_mask = jnp.asarray(np.arange(t)[None] >= np.array([[0], [5]]))
+    ours = attn_lib.causal_attention(q, k, v, token_mask, implementation="xla")
+    mask = jnp.tril(jnp.ones((t, t), bool))[None] & token_mask[:, None, :]
+    ref = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation="xla")
+    keep = np.asarray(token_mask)
+    np.testing.assert_allclose(np.asarray(ours)[keep], np.asarray(ref)[keep], rtol=1e-5, atol=1e-5)
+
+
+def test_attention_dispatch_falls_back_to_xla_on_cpu():
+    assert attn_lib.choose("auto", cached=False, seq_len=1024, head_dim=128) == "xla"
+    assert attn_lib.choose("splash", cached=True, seq_len=1024, head_dim=128) == "xla"
+    with pytest.raises(ValueError, match="attention"):
+        attn_lib.choose("flash3", cached=False, seq_len=8, head_dim=8)
+
+
+@pytest.mark.parametrize("name,billions", [("qwen3-0.6b", 0.596), ("qwen3-1.7b", 1.721), ("qwen3-4b", 4.022),
+                                           ("qwen3-8b", 8.191), ("qwen3-14b", 14.768), ("qwen3-32b", 32.762)])
+def test_preset_param_counts(name, billions):
+    config = PRESETS[name]
+    shapes = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+    total = sum(int(np.prod(s.shape)) for s in jax.tree.leaves(shapes))
+    assert total == config.num_params()
+    assert abs(total / 1e9 - billions) < 0.001
+    axes = param_logical_axes(config)
+    jax.tree.map(lambda s, a: len(s.shape) == len(a) or pytest.fail(f"{a} vs {s.shape}"), shapes, axes,
+                 is_leaf=lambda x: isinstance(x, tuple))
+
+
+def test_config_round_trips_and_rejects_unsupported():
+    config = PRESETS["qwen3-4b-instruct-2507"]
+    assert Qwen3Config.from_hf(config.to_hf()) == config.replace(dtype="bfloat16")
+    assert Qwen3Config.from_json(config.to_json()) == config
+    yarn = {**config.to_hf(), "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                "original_max_position_embeddings": 32768}}
+    assert dict(Qwen3Config.from_hf(yarn).rope_scaling)["factor"] == 4.0
+    hash(Qwen3Config.from_hf(yarn))
+    with pytest.raises(ValueError, match="rope_type='dynamic'"):
+        Qwen3Config.from_hf({**config.to_hf(), "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
+    with pytest.raises(ValueError, match="architecture"):
+        Qwen3Config.from_hf({**config.to_hf(), "architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    bad = config.to_hf()
+    del bad["hidden_size"]
+    with pytest.raises(ValueError, match="hidden_size"):
+        Qwen3Config.from_hf(bad)
