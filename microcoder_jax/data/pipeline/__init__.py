@@ -1,0 +1,13 @@
+"""The MicroCoder dataset pipeline: raw problem dumps -> filtered, verified training shards.
+
+Stages (each in its own module): `collect` (readers: LiveCodeBench, APPS/TACO, CodeContests,
+DeepCoder, problem folders; JSONL/JSON/Parquet/HF-cache Arrow), `process` (one schema:
+`evaluator.problems.Problem`), `filters` (+ `dedup`: MinHash/LSH, n-gram contamination),
+`verify` (reference solutions under the evaluator), `report`; `stages` runs them resumably.
+
+    from microcoder_jax.data.pipeline import run_pipeline, shard_paths
+    run_pipeline(cfg, pass_rate_fn=my_fn)   # cfg from configs/data_pipeline.py
+"""
+from microcoder_jax.data.pipeline.stages import STAGES, run_pipeline, run_stage, shard_paths
+
+__all__ = ["STAGES", "run_pipeline", "run_stage", "shard_paths"]
