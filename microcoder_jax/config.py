@@ -24,9 +24,12 @@ command-line overrides (`--config.rl.rho=0.2`); an unknown key is an error that 
 | sampling.group_size | 8 | G: responses per prompt |
 | sampling.max_new_tokens | 4096 | response cap in training (static shape) |
 | sampling.top_p / top_k | 1.0 / 0 | nucleus / top-k filter (1.0 / 0 = off) |
-| temperature.* | constant 1.2 | the temperature scheduler's knobs (sampling.temperature) |
+| temperature.policy | constant | constant, staged (`schedule`) or diversity (`stages`, `signal`, band, window) |
+| temperature.temperature | 1.2 | start temperature; the scheduler moves it only in stages |
 | rl.preset | microcoder | algorithm preset: microcoder, grpo, dapo (`rl.presets`) |
-| rl.* | None | any `RLConfig` field; None = the preset's value |
+| rl.learning_rate / warmup_steps / decay | 1e-6 / 10 / constant | AdamW schedule, in rollout steps |
+| rl.num_minibatches / micro_batch_size | 4 / 8 | updates per rollout batch / rows per forward-backward |
+| rl.* (other) | None | any `RLConfig` field (rho, eps_low, truncation, ...); None = the preset's value |
 | evaluator.workers | 0 | judge processes (0 = number of CPU cores) |
 | evaluator.timeout | 6.0 | CPU seconds per test |
 | evaluator.memory_mb | 1024 | address-space limit per program |
@@ -61,6 +64,10 @@ INSTRUCTION_CALL = (
     "Complete the starter code below in Python 3. Answer with exactly one fenced code block: "
     "```python ... ``` containing the full solution."
 )
+
+
+class ConfigError(ValueError):
+    """A bad config file or override (the message says what is valid)."""
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -102,37 +109,52 @@ def default_config() -> ml_collections.ConfigDict:
     c.sampling.top_p = 1.0  # 1.0 = off
     c.sampling.top_k = 0  # 0 = off
 
-    # The temperature scheduler (sampling.temperature.TemperatureScheduler) receives this dict.
+    # The temperature scheduler (sampling.temperature.TemperatureScheduler) receives this block.
     c.temperature = ml_collections.ConfigDict()
     c.temperature.policy = "constant"  # constant | staged | diversity
-    c.temperature.initial = 1.2  # start temperature (paper: 1.2 is stable for Qwen3)
-    c.temperature.stages = ((0, 1.2),)  # staged: ((step, temperature), ...)
-    c.temperature.candidates = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # diversity: allowed stages
-    c.temperature.signal = "distinct_4_group"  # diversity: which diversity metric drives it
-    c.temperature.target_low = 0.6  # diversity: target band of the signal ...
-    c.temperature.target_high = 0.8  # ... (raise below it on a falling trend, lower on swings)
-    c.temperature.window = 10  # diversity: steps the trend / swing is measured over
-    c.temperature.min_interval = 20  # diversity: at least this many steps between changes
-    c.temperature.probe = True  # diversity: probe the candidates at start-up
+    c.temperature.temperature = 1.2  # start temperature (paper: 1.2 is stable for Qwen3)
+    c.temperature.schedule = ()  # staged: ((step, temperature), ...), e.g. ((0, 0.6), (140, 1.8))
+    c.temperature.stages = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # diversity: the allowed ladder
+    c.temperature.signal = "group_distinct_4"  # diversity: the diversity metric that drives it
+    c.temperature.target_low = 0.55  # diversity: target band of the signal ...
+    c.temperature.target_high = 0.75  # ... up below it on a falling trend, down on swings above
+    c.temperature.window = 10  # diversity: steps a trend / swing is measured over
+    c.temperature.min_interval = 20  # diversity: fewest steps between two changes
+    c.temperature.min_slope = 0.0  # diversity: "up" needs a slope below -min_slope
+    c.temperature.swing_std = 0.08  # diversity: "down" needs the window's std above this
+    c.temperature.probe = True  # diversity: probe the stages on the first batch's prompts
 
     c.rl = ml_collections.ConfigDict()
     c.rl.preset = "microcoder"  # microcoder | grpo | dapo (rl.presets.PRESETS)
-    # Any RLConfig field may be set here; None keeps the preset's value.
+    # Every other key is an RLConfig field; None keeps the preset's (or RLConfig's) value.
+    # group_size, prompts_per_batch and total_steps come from sampling / data / train.
     c.rl.learning_rate = 1e-6  # AdamW peak learning rate
-    c.rl.warmup_steps = 10  # linear warmup (optimizer updates)
-    c.rl.decay = None  # cosine | constant | linear
-    c.rl.weight_decay = None
-    c.rl.grad_clip = None  # global-norm clip
+    c.rl.warmup_steps = 10  # linear warmup, in rollout steps
+    c.rl.decay = "constant"  # constant | linear | cosine (to end_lr_ratio at train.steps)
+    c.rl.end_lr_ratio = None  # final / peak learning rate of the decay
+    c.rl.weight_decay = None  # AdamW weight decay (RLConfig: 0.01)
+    c.rl.b1 = None  # Adam betas / eps (0.9, 0.999, 1e-8)
+    c.rl.b2 = None
+    c.rl.adam_eps = None
+    c.rl.grad_clip = None  # global-norm clip (1.0)
     c.rl.num_minibatches = 4  # optimizer updates per rollout batch (off-policy degree)
-    c.rl.micro_batch_size = 8  # rows per forward/backward (gradient accumulation)
-    c.rl.rho = None  # microcoder: probability of masking a truncated non-incorrect response
-    c.rl.non_incorrect = None  # passed | not_judged_wrong
-    c.rl.eps_low = None  # clip range below 1
-    c.rl.eps_high = None  # clip range above 1
-    c.rl.kl_beta = None  # k3 KL weight (0 = no reference model)
+    c.rl.micro_batch_size = 8  # rows per forward/backward pass (gradient accumulation)
+    c.rl.logprob_chunk = None  # sequence positions per chunk of the vocab projection (512)
+    c.rl.adv_std = None  # group | batch | none (Dr.GRPO)
+    c.rl.adv_eps = None  # added to the std
+    c.rl.truncation = None  # conditional | none | mask_all | overlong_filter | soft_overlong
+    c.rl.non_incorrect = None  # conditional: passed | not_judged_wrong
+    c.rl.repeat_m = None  # conditional: repetition window m in tokens (128)
+    c.rl.rho = None  # conditional: probability of masking a qualifying truncated response (0.1)
+    c.rl.soft_overlong_cache = None  # soft_overlong: L_cache tokens of linear penalty (1024)
+    c.rl.eps_low = None  # clip range below 1 (0.2)
+    c.rl.eps_high = None  # clip range above 1 (0.28 clip-higher; grpo 0.2)
+    c.rl.dual_clip = None  # dual-clip constant c > 1 for negative advantages (None = off)
+    c.rl.kl_beta = None  # k3 KL weight; > 0 keeps a frozen reference model (grpo: 0.001)
     c.rl.aggregation = None  # token_mean | seq_mean_token_mean | constant
-    c.rl.dynamic_sampling = None  # DAPO: drop all-equal groups and refill
-    c.rl.max_refills = None  # DAPO: refill attempts per step before training on what is kept
+    c.rl.loss_constant = None  # constant aggregation: the normaliser (None = token width S)
+    c.rl.dynamic_sampling = None  # DAPO: drop groups with all-equal rewards and refill
+    c.rl.max_refills = None  # DAPO: extra generation batches per step before topping up
 
     c.evaluator = ml_collections.ConfigDict()
     c.evaluator.workers = 0  # judge processes; 0 = os.cpu_count()
@@ -195,8 +217,7 @@ def demo_config() -> ml_collections.ConfigDict:
     c.model.attention = "xla"
     c.sampling.group_size = 8
     c.sampling.max_new_tokens = 40
-    c.temperature.initial = 1.0
-    c.temperature.stages = ((0, 1.0),)
+    c.temperature.temperature = 1.0
     c.rl.learning_rate = 2e-3
     c.rl.warmup_steps = 0
     c.rl.decay = "constant"
@@ -242,12 +263,12 @@ def set_value(config: ml_collections.ConfigDict, key: str, text: str) -> None:
     for depth, part in enumerate(parts):
         if not isinstance(node, ml_collections.ConfigDict) or part not in node:
             valid = "\n  ".join(flat_keys(config))
-            raise KeyError(f"unknown config key {key!r}. Valid keys:\n  {valid}")
+            raise ConfigError(f"unknown config key {key!r}. Valid keys:\n  {valid}")
         if depth < len(parts) - 1:
             node = node[part]
     old = node[parts[-1]]
     if isinstance(old, ml_collections.ConfigDict):
-        raise KeyError(f"config key {key!r} is a group; set one of its keys")
+        raise ConfigError(f"config key {key!r} is a group; set one of its keys")
     with node.unlocked():
         node[parts[-1]] = parse_value(text, old)
 
@@ -288,8 +309,18 @@ def flat_keys(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
 
 
 def rl_overrides(config: ml_collections.ConfigDict) -> dict:
-    """The `rl` block as make_rl_config overrides: every set key except the preset name."""
-    return {k: v for k, v in config.rl.items() if k != "preset" and v is not None}
+    """The `rl` block as make_rl_config overrides (set keys except the preset), plus the batch shape."""
+    out = {k: v for k, v in config.rl.items() if k != "preset" and v is not None}
+    out.update(group_size=config.sampling.group_size, prompts_per_batch=config.data.num_prompts,
+               total_steps=config.train.steps)
+    return out
+
+
+def make_rl_config(config: ml_collections.ConfigDict):
+    """The run's RLConfig: the preset with the config's overrides."""
+    from microcoder_jax.rl.presets import make_rl_config as make
+
+    return make(config.rl.preset, **rl_overrides(config))
 
 
 def to_dict(config: ml_collections.ConfigDict) -> dict:
