@@ -1,0 +1,280 @@
+"""Batched sampling from Qwen3 on a KV cache, with per-row temperature, top-p and top-k.
+
+Two jitted programs per shape:
+- `_prefill` runs each prompt once into a prompt-sized cache, then pads that cache to
+  P + max_new slots and repeats every row G times (the G samples of a prompt share its prefill);
+- `_decode` takes that cache as a donated buffer and runs a `lax.while_loop` that writes one token
+  per step into it in place, stopping as soon as every row has hit a stop token or the cap.
+
+What is static (part of the compiled shape): the model config, the number of prompts, G, the prompt
+bucket width P and `max_new_tokens`. Prompts are left-padded to a bucket (powers of two from 32 to
+1024, then multiples of 1024, or a list you pass) so a new prompt length rarely compiles a new
+program. Everything else is data: temperature, top-p and top-k are per-row arrays, stop ids and the
+pad id are arrays, so changing them never recompiles.
+
+Sampling semantics, per row: temperature 0 is greedy (argmax of the logits). Otherwise the token is
+drawn with `jax.random.categorical` from logits / T after top-k (top_k = 0: off) and then top-p
+(top_p = 1: off) masking; tokens tied with the last kept one are kept too. The returned
+log-probability and entropy are those of the untruncated softmax(logits / T), the quantity the
+trainer recomputes; greedy rows report them at T = 1. Randomness comes only from the `rng` key
+(step i uses fold_in(rng, i)), and with JAX's partitionable threefry the draws do not depend on
+how rows are sharded.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from microcoder_jax import sharding as shd
+from microcoder_jax.models import KVCache, Qwen3Config, forward, init_cache, lm_head
+
+CACHE_AXES = ("layers", "batch", "length", "kv_heads", "head_dim")
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerOutput:
+    """Host (numpy) results; N = num_prompts * G rows, prompt-major (row = prompt * G + sample).
+
+    tokens [N, max_new] int32: generated ids, pad_id after the end. logprobs [N, max_new] float32:
+    log softmax(logits / T) of each sampled token, 0 after the end. lengths [N] int32: generated
+    tokens including the stop token. truncated [N] bool: hit max_new_tokens without a stop token.
+    entropy [N] float32: mean per-token entropy of softmax(logits / T). temperature [N] float32.
+    prompt_tokens [N, P] int32 and prompt_mask [N, P] int32: the left-padded prompt block, so the
+    full sequence is concat(prompt_tokens, tokens) of width P + max_new.
+    """
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    lengths: np.ndarray
+    truncated: np.ndarray
+    entropy: np.ndarray
+    temperature: np.ndarray
+    prompt_tokens: np.ndarray
+    prompt_mask: np.ndarray
+
+
+# ------------------------------------------------------------------------------ host-side helpers
+
+def prompt_bucket(length: int, buckets: Sequence[int] | None = None) -> int:
+    """Static prompt width for a batch whose longest prompt has `length` tokens."""
+    if buckets:
+        fitting = [b for b in sorted(buckets) if b >= length]
+        if not fitting:
+            raise ValueError(f"prompt of {length} tokens is longer than the largest bucket {max(buckets)}")
+        return int(fitting[0])
+    if length <= 1024:
+        return max(32, 1 << (max(length, 1) - 1).bit_length())
+    return -(-length // 1024) * 1024
+
+
+def left_pad(prompts: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Left-padded ids and mask [B, width] (1 on real tokens)."""
+    ids = np.full((len(prompts), width), pad_id, np.int32)
+    mask = np.zeros((len(prompts), width), np.int32)
+    for row, prompt in enumerate(prompts):
+        if not 0 < len(prompt) <= width:
+            raise ValueError(f"prompt {row} has {len(prompt)} tokens; need 1..{width}")
+        ids[row, width - len(prompt):] = prompt
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
+def _per_row(value, rows: int, dtype, name: str) -> np.ndarray:
+    arr = np.asarray(value, dtype)
+    if arr.ndim == 0:
+        arr = np.full(rows, arr, dtype)
+    if arr.shape != (rows,):
+        raise ValueError(f"{name} must be a scalar or one value per row ({rows}), got shape {arr.shape}")
+    return arr
+
+
+def default_stop_token_ids(model_dir=None, tokenizer=None) -> list[int]:
+    """EOS ids from config.json / generation_config.json and the tokenizer, plus its end-of-turn token."""
+    ids: set[int] = set()
+
+    def add(value):
+        if value is not None:
+            ids.update([value] if isinstance(value, int) else value)
+
+    for name in ("config.json", "generation_config.json"):
+        path = os.path.join(os.fspath(model_dir), name) if model_dir is not None else None
+        if path and os.path.exists(path):
+            with open(path) as f:
+                add(json.load(f).get("eos_token_id"))
+    if tokenizer is not None:
+        add(tokenizer.eos_token_id)
+        vocab = tokenizer.get_vocab()
+        add([vocab[t] for t in END_OF_TURN_TOKENS if t in vocab])
+    return sorted(ids)
+
+
+# ------------------------------------------------------------------------------ device functions
+
+def _truncate(scaled: jax.Array, top_p: jax.Array, top_k: jax.Array) -> jax.Array:
+    """Mask (to -inf) every token outside the row's top-k, then outside its top-p nucleus; one sort."""
+    vocab = scaled.shape[-1]
+    ranked = -jnp.sort(-scaled, axis=-1)  # descending
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
+    in_k = jnp.arange(vocab)[None, :] < k[:, None]
+    probs = jax.nn.softmax(jnp.where(in_k, ranked, -jnp.inf), axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    keep = in_k & ((mass_before < top_p[:, None]) | (top_p[:, None] >= 1.0))
+    threshold = jnp.take_along_axis(ranked, jnp.sum(keep, axis=-1, keepdims=True) - 1, axis=-1)
+    return jnp.where(scaled >= threshold, scaled, -jnp.inf)
+
+
+def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_p: jax.Array,
+                  top_k: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One token per row from float logits [N, V]; returns (token, logprob, entropy), each [N].
+
+    logprob and entropy are of the untruncated softmax(logits / T) (T = 1 for greedy rows). The
+    sort for top-k/top-p runs only when some sampling row needs it (lax.cond).
+    """
+    greedy = temperature <= 0
+    scaled = logits / jnp.where(greedy, 1.0, temperature)[:, None]
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    needs_truncation = jnp.any(~greedy & ((top_p < 1.0) | (top_k > 0)))
+    masked = jax.lax.cond(needs_truncation, _truncate, lambda s, p, k: s, scaled, top_p, top_k)
+    sampled = jax.random.categorical(key, masked, axis=-1)
+    token = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+    logprob = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
+    return token, logprob, entropy
+
+
+@functools.partial(jax.jit, static_argnames=("config", "num_samples", "max_new_tokens"))
+def _prefill(params, prompt_ids, prompt_mask, *, config: Qwen3Config, num_samples: int, max_new_tokens: int):
+    """Prompts [B, P] -> (cache with P + max_new slots and B * G rows, next-token logits [B * G, V])."""
+    batch, width = prompt_ids.shape
+    positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
+    hidden, cache = forward(params, config, prompt_ids, attention_mask=prompt_mask, positions=positions,
+                            cache=init_cache(config, batch, width), cache_index=0, return_hidden=True)
+    logits = lm_head(params, config, hidden[:, -1])
+
+    def grow(x):  # [L, B, P, K, D] -> [L, B * G, P + max_new, K, D]
+        x = jnp.pad(x, ((0, 0), (0, 0), (0, max_new_tokens), (0, 0), (0, 0)))
+        return shd.constrain(jnp.repeat(x, num_samples, axis=1), CACHE_AXES)
+
+    return KVCache(grow(cache.k), grow(cache.v)), jnp.repeat(logits, num_samples, axis=0)
+
+
+@functools.partial(jax.jit, static_argnames=("config",), donate_argnames=("cache",))
+def _decode(params, cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
+            config: Qwen3Config):
+    """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy, cache).
+
+    The cache is donated and returned, so its output aliases the input buffer: the loop updates
+    that one buffer in place and the caller drops it, never holding two caches.
+    """
+    rows, width = prompt_mask.shape
+    max_new = cache.k.shape[2] - width
+    prompt_lens = jnp.sum(prompt_mask, axis=-1)
+
+    def record(state, logits):
+        i = state["i"]
+        token, logprob, entropy = sample_tokens(logits, jax.random.fold_in(rng, i), temperature, top_p, top_k)
+        live = ~state["done"]
+        token = jnp.where(live, token, pad_id)
+        return dict(
+            state,
+            i=i + 1,
+            last=token,
+            tokens=state["tokens"].at[:, i].set(token),
+            logprobs=state["logprobs"].at[:, i].set(jnp.where(live, logprob, 0.0)),
+            entropy=state["entropy"] + jnp.where(live, entropy, 0.0),
+            lengths=state["lengths"] + live.astype(jnp.int32),
+            done=state["done"] | (live & jnp.isin(token, stop_ids)),
+        )
+
+    def step(state):  # feed the last token at slot P + i - 1, then sample token i
+        slot = width + state["i"] - 1
+        key_mask = jax.lax.dynamic_update_slice(state["key_mask"], jnp.ones((rows, 1), jnp.int32), (0, slot))
+        positions = (prompt_lens + state["i"] - 1)[:, None]
+        logits, cache = forward(params, config, state["last"][:, None], attention_mask=key_mask,
+                                positions=positions, cache=state["cache"], cache_index=slot)
+        return record(dict(state, cache=cache, key_mask=key_mask), logits[:, 0])
+
+    def running(state):
+        return (state["i"] < max_new) & ~jnp.all(state["done"])
+
+    state = dict(
+        i=jnp.int32(0),
+        last=jnp.zeros((rows,), jnp.int32),
+        cache=cache,
+        key_mask=jnp.pad(prompt_mask, ((0, 0), (0, max_new))),
+        tokens=jnp.full((rows, max_new), pad_id, jnp.int32),
+        logprobs=jnp.zeros((rows, max_new), jnp.float32),
+        entropy=jnp.zeros((rows,), jnp.float32),
+        lengths=jnp.zeros((rows,), jnp.int32),
+        done=jnp.zeros((rows,), bool),
+    )
+    state = jax.lax.while_loop(running, step, record(state, logits))
+    entropy = state["entropy"] / jnp.maximum(state["lengths"], 1)
+    return state["tokens"], state["logprobs"], state["lengths"], state["done"], entropy, state["cache"]
+
+
+def _to_host(x) -> np.ndarray:
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+
+# ------------------------------------------------------------------------------ entry point
+
+def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
+             temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
+             pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None) -> SamplerOutput:
+    """Sample `num_samples` responses for every prompt; see the module doc and `SamplerOutput`.
+
+    temperature / top_p / top_k: a scalar or one value per row [num_prompts * num_samples].
+    max_new_tokens is static (a new value compiles new programs). With a `mesh`, rows are split over
+    its data axes (the prompt count is padded to a multiple of them with copies, then cut off) and
+    heads over its tensor axis; params are placed with `sharding.param_shardings` if not already.
+    """
+    num_prompts, rows = len(prompts), len(prompts) * num_samples
+    if num_prompts == 0 or num_samples < 1 or max_new_tokens < 1:
+        raise ValueError("need at least one prompt, num_samples >= 1 and max_new_tokens >= 1")
+    temperature = _per_row(temperature, rows, np.float32, "temperature")
+    top_p = _per_row(top_p, rows, np.float32, "top_p")
+    top_k = _per_row(top_k, rows, np.int32, "top_k")
+    if (temperature < 0).any() or ((top_p <= 0) | (top_p > 1)).any() or (top_k < 0).any():
+        raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
+    width = prompt_bucket(max(len(p) for p in prompts), prompt_buckets)
+    prompt_ids, prompt_mask = left_pad(prompts, width, pad_id)
+
+    shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+    padded = -(-num_prompts // shards) * shards
+    extra = (padded - num_prompts) * num_samples
+    rep = lambda a: np.concatenate([a, np.repeat(a[:1], padded - num_prompts, axis=0)])  # noqa: E731
+    row_pad = lambda a: np.concatenate([a, np.repeat(a[:1], extra)])  # noqa: E731
+    args = dict(prompt_ids=rep(prompt_ids), prompt_mask=rep(prompt_mask))
+    row_args = dict(prompt_mask=np.repeat(args["prompt_mask"], num_samples, axis=0), temperature=row_pad(temperature),
+                    top_p=row_pad(top_p), top_k=row_pad(top_k))
+    stop_ids = np.asarray(list(stop_token_ids), np.int32)
+    if mesh is not None:
+        params = jax.device_put(params, shd.param_shardings(config, mesh))
+        put = lambda a: jax.device_put(a, shd.batch_sharding(mesh, a.ndim))  # noqa: E731
+        args = {k: put(v) for k, v in args.items()}
+        row_args = {k: put(v) for k, v in row_args.items()}
+
+    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+        cache, logits = _prefill(params, args["prompt_ids"], args["prompt_mask"], config=config,
+                                 num_samples=num_samples, max_new_tokens=max_new_tokens)
+        *results, _ = _decode(
+            params, cache, logits, row_args["prompt_mask"], row_args["temperature"], row_args["top_p"],
+            row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config)
+    tokens, logprobs, lengths, stopped, entropy = (_to_host(x)[:rows] for x in results)
+    return SamplerOutput(
+        tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped, entropy=entropy,
+        temperature=temperature, prompt_tokens=np.repeat(prompt_ids, num_samples, axis=0),
+        prompt_mask=np.repeat(prompt_mask, num_samples, axis=0))
