@@ -1,0 +1,182 @@
+"""Judge one (problem, program) pair: run its tests through a fork server, compare, give a verdict.
+
+The comparison happens here, in the judge's process, on plain data: the program's process never
+sees an expected output, and nothing it returns is trusted beyond bytes and JSON.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+from typing import Callable
+
+from microcoder_jax.evaluator import compare
+from microcoder_jax.evaluator.problems import Problem, TestCase
+from microcoder_jax.evaluator.worker import EXIT_COMPILE, EXIT_MEMORY, EXIT_SETUP
+
+VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "compile_error",
+            "no_code", "judge_error")
+REWARD_MODES = ("all", "fraction")
+
+Run = Callable[[dict], dict]  # a fork-server round trip: request -> reply
+
+
+@dataclasses.dataclass
+class JudgeResult:
+    """The judgement of one program. `first_failure` is a test index; `cpu_time` sums all tests run."""
+
+    passed: bool
+    verdict: str
+    tests_passed: int
+    tests_total: int
+    first_failure: int | None = None
+    reason: str = ""
+    cpu_time: float = 0.0
+    wall_time: float = 0.0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def reward(result: JudgeResult, mode: str = "all") -> float:
+    """1/0 for all tests passing ("all"), or the fraction of tests passed ("fraction")."""
+    if mode == "all":
+        return float(result.passed)
+    if mode == "fraction":
+        return result.tests_passed / result.tests_total if result.tests_total else 0.0
+    raise ValueError(f"reward mode must be one of {REWARD_MODES}, got {mode!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Per-test limits. `timeout` is CPU seconds; the wall-clock backstop is generous on purpose."""
+
+    timeout: float = 6.0
+    memory_mb: int = 1024
+    output_limit_mb: int = 64
+    wall_factor: float = 3.0
+
+    def wall_timeout(self, timeout: float) -> float:
+        return timeout * self.wall_factor + 1.0
+
+
+def no_code(problem: Problem) -> JudgeResult:
+    return JudgeResult(False, "no_code", 0, len(problem.tests), 0, "no program found in the response")
+
+
+def judge_error(problem: Problem | None, reason: str) -> JudgeResult:
+    total = len(problem.tests) if problem is not None else 0
+    return JudgeResult(False, "judge_error", 0, total, None, reason[:500])
+
+
+def judge(problem: Problem, code: str | None, run: Run, limits: Limits = Limits(), *,
+          mode: str = "all", run_checker: Run | None = None) -> JudgeResult:
+    """Run `code` on the tests of `problem` in order; in mode "all" stop at the first failure."""
+    if mode not in REWARD_MODES:
+        raise ValueError(f"mode must be one of {REWARD_MODES}, got {mode!r}")
+    if code is None or not code.strip():
+        return no_code(problem)
+    timeout = float(problem.metadata.get("timeout") or limits.timeout)
+    result = JudgeResult(True, "passed", 0, len(problem.tests))
+    for index, test in enumerate(problem.tests):
+        reply = run(_request(problem, test, code, limits, timeout))
+        if "error" in reply:
+            return judge_error(problem, f"test {index}: {reply['error']}")
+        result.cpu_time += reply["cpu"]
+        result.wall_time += reply["wall"]
+        try:
+            verdict, reason = _test_verdict(problem, test, reply, timeout, limits, run_checker)
+        except ValueError as e:  # the problem's own data is broken (e.g. expected is not JSON)
+            return judge_error(problem, f"test {index}: {e}")
+        if verdict == "passed":
+            result.tests_passed += 1
+            continue
+        if result.passed:
+            result.passed, result.verdict, result.first_failure = False, verdict, index
+            result.reason = f"test {index}: {reason}"[:500]
+        if mode == "all" or verdict == "compile_error":
+            break
+    return result
+
+
+def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeout: float) -> dict:
+    call = problem.call_based
+    return {
+        "mode": "call" if call else "stdin",
+        "code": code,
+        "input": test.input if call else test.input.encode(),
+        "func_name": problem.func_name,
+        "timeout": timeout,
+        "wall_timeout": limits.wall_timeout(timeout),
+        "memory_mb": limits.memory_mb,
+        "output_limit": limits.output_limit_mb << 20,
+    }
+
+
+def _status(reply: dict) -> dict:
+    """The child's status line: untrusted, so only a well-formed dict counts."""
+    try:
+        status = json.loads(reply["status"])
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[str, str]:
+    status = _status(reply)
+    code, sig = reply["exit_code"], reply["signal"]
+    if reply["killed"] == "output":
+        return "runtime_error", f"output limit exceeded ({limits.output_limit_mb} MiB)"
+    if code == EXIT_COMPILE and status.get("status") == "compile_error":
+        return "compile_error", str(status.get("error", ""))
+    if reply["killed"] == "wall":
+        return "timeout", f"wall-clock limit {limits.wall_timeout(timeout):.1f} s"
+    if sig == signal.SIGXCPU or reply["cpu"] > timeout:
+        return "timeout", f"CPU time {reply['cpu']:.2f} s > {timeout:g} s"
+    if code == EXIT_MEMORY or status.get("status") == "memory_limit":
+        return "memory_limit", f"memory limit {limits.memory_mb} MiB"
+    if code == EXIT_SETUP:
+        return "runtime_error", "the sandbox could not start the program"
+    if sig is not None:
+        return "runtime_error", f"killed by {_signal_name(sig)}"
+    if code != 0:
+        return "runtime_error", str(status.get("error") or f"exit code {code}")
+    tolerance = problem.float_tolerance
+    if problem.call_based:
+        result = status.get("result")
+        if status.get("status") != "ok" or not isinstance(result, str):
+            return "runtime_error", "no return value"
+        actual = result
+    else:
+        actual = reply["stdout"].decode("utf-8", errors="replace")
+    if problem.checker is not None:
+        return _run_checker(problem, test, actual, run_checker)
+    if problem.call_based:
+        ok, reason = compare.compare_return(test.output, actual, tolerance=tolerance)
+    else:
+        ok, reason = compare.compare_stdout(test.output, actual, tolerance=tolerance,
+                                            case_sensitive=problem.metadata.get("case_sensitive", True))
+    return ("passed", "") if ok else ("wrong_answer", reason)
+
+
+def _run_checker(problem, test, actual, run_checker) -> tuple[str, str]:
+    """A problem's own checker, in its own sandbox (never the program's): check(input, expected, output)."""
+    if run_checker is None:
+        raise ValueError("problem has a checker but no checker runner was given")
+    payload = json.dumps({"input": test.input, "expected": test.output, "output": actual})
+    reply = run_checker({
+        "mode": "check", "code": problem.checker, "input": payload.encode(), "func_name": None,
+        "timeout": 10.0, "wall_timeout": 30.0, "memory_mb": 2048, "output_limit": 1 << 20,
+    })
+    status = _status(reply) if "error" not in reply else {}
+    result = status.get("result")
+    if status.get("status") != "ok" or not isinstance(result, list) or len(result) != 2:
+        raise ValueError(f"checker failed: {status.get('error') or reply.get('error') or 'no verdict'}")
+    return ("passed", "") if result[0] is True else ("wrong_answer", f"checker: {result[1]}")
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

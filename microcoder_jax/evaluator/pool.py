@@ -1,0 +1,229 @@
+"""A pool of warm fork servers that judges batches in the background.
+
+`pool.submit(problems, codes)` returns a handle at once; one judging thread per fork server takes
+(problem, program) jobs in submission order, so judging overlaps with training and several handles
+may be in flight. The threads spend their time blocked on pipes; only comparisons hold the GIL.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Iterator, Sequence
+
+from microcoder_jax.evaluator import worker
+from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
+from microcoder_jax.evaluator.problems import Problem
+
+log = logging.getLogger(__name__)
+
+_UID_BASE = 1_000_000_000  # sandbox uids: far above any login or systemd dynamic user
+_POOL_IDS = itertools.count()
+_FALLBACK_UID = 65534  # nobody, where large uids are not mapped (containers)
+
+
+class _Server:
+    """One fork server process, restarted if it dies."""
+
+    def __init__(self, uid: int, options: dict):
+        self._uid = uid
+        self._options = options
+        self._proc = None
+        self.isolation: dict = {}
+        self._start()
+
+    def _start(self) -> None:
+        self._tmp = tempfile.mkdtemp(prefix="mcj-judge-", dir=self._options.get("tmpdir"))
+        args = [f"uids={self._uid},{_FALLBACK_UID}", f"tmpdir={self._tmp}",
+                f"max_processes={self._options['max_processes']}"]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", worker.__file__, *args], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, start_new_session=True, close_fds=True, env=env)
+        hello = worker.recv_msg(self._proc.stdout.fileno())
+        if not hello or "hello" not in hello:
+            raise RuntimeError("the judge's fork server did not start")
+        self.isolation = hello["hello"]
+
+    def run(self, request: dict) -> dict:
+        for attempt in range(2):
+            try:
+                worker.send_msg(self._proc.stdin.fileno(), request)
+                reply = worker.recv_msg(self._proc.stdout.fileno())
+            except (OSError, EOFError):
+                reply = None
+            if reply is not None:
+                return reply
+            log.warning("judge fork server died (exit %s); restarting", self._proc.poll())
+            self.close()
+            self._start()
+        return {"error": "the fork server died twice running this program"}
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class JudgeHandle:
+    """Results of one `submit`, filled in by the pool's threads."""
+
+    def __init__(self, size: int):
+        self._results: list[JudgeResult | None] = [None] * size
+        self._left = size
+        self._cond = threading.Condition()
+        self._finished: list[int] = []
+
+    def _set(self, index: int, result: JudgeResult) -> None:
+        with self._cond:
+            self._results[index] = result
+            self._left -= 1
+            self._finished.append(index)
+            self._cond.notify_all()
+
+    def done(self) -> bool:
+        with self._cond:
+            return self._left == 0
+
+    @property
+    def completed(self) -> int:
+        with self._cond:
+            return len(self._results) - self._left
+
+    def result(self, timeout: float | None = None) -> list[JudgeResult]:
+        """Block until every result is in (TimeoutError after `timeout` seconds)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._left == 0, timeout):
+                raise TimeoutError(f"{self._left} of {len(self._results)} programs still being judged")
+            return list(self._results)
+
+    def as_completed(self) -> Iterator[tuple[int, JudgeResult]]:
+        """(index, result) pairs in completion order, as they arrive."""
+        seen = 0
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: len(self._finished) > seen)
+                batch = self._finished[seen:]
+            for index in batch:
+                yield index, self._results[index]
+            seen += len(batch)
+            if seen == len(self._results):
+                return
+
+
+class EvaluatorPool:
+    """Judges (problem, program) pairs on `workers` warm fork servers (default: one per core).
+
+    timeout: CPU seconds per test (a problem may override it with `metadata["timeout"]`);
+    memory_mb: address-space limit per program; output_limit_mb: stdout cap per test;
+    wall_factor: wall-clock backstop = timeout * wall_factor + 1 s; max_processes: processes and
+    threads per program (where a sandbox uid is available); tmpdir: where work directories live.
+    """
+
+    def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
+                 output_limit_mb: int = 64, wall_factor: float = 3.0, max_processes: int = 64,
+                 tmpdir: str | None = None):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        self.workers = workers or cores or 1
+        self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
+        self._options = {"max_processes": max_processes, "tmpdir": tmpdir or _default_tmpdir()}
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        # Distinct uids per server and per pool, so no two programs running at once share one
+        # (process limits count per uid).
+        base = _UID_BASE + (os.getpid() * 31 + next(_POOL_IDS)) % 500_000 * 4096
+        self._servers = [_Server(base + i, self._options) for i in range(self.workers)]
+        self._checkers: list[_Server | None] = [None] * self.workers
+        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True,
+                                          name=f"judge-{i}") for i in range(self.workers)]
+        for t in self._threads:
+            t.start()
+        self._closed = False
+
+    @property
+    def isolation(self) -> dict:
+        """What the OS allowed: pid_ns, net_ns, user_ns (bools) and the sandbox uid (or None)."""
+        return dict(self._servers[0].isolation)
+
+    def submit(self, problems: Sequence[Problem], codes: Sequence[str | None], *,
+               mode: str = "all") -> JudgeHandle:
+        """Queue the pairs (problems[i], codes[i]) and return at once. None code = no_code."""
+        if len(problems) != len(codes):
+            raise ValueError(f"{len(problems)} problems but {len(codes)} programs")
+        if mode not in REWARD_MODES:
+            raise ValueError(f"mode must be one of {REWARD_MODES}, got {mode!r}")
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        handle = JudgeHandle(len(codes))
+        if not codes:
+            return handle
+        for index, (problem, code) in enumerate(zip(problems, codes)):
+            self._jobs.put((handle, index, problem, code, mode))
+        return handle
+
+    def judge(self, problems: Sequence[Problem], codes: Sequence[str | None], *,
+              mode: str = "all") -> list[JudgeResult]:
+        return self.submit(problems, codes, mode=mode).result()
+
+    def _loop(self, slot: int) -> None:
+        while (job := self._jobs.get()) is not None:
+            handle, index, problem, code, mode = job
+            try:
+                result = judge(problem, code, self._servers[slot].run, self.limits, mode=mode,
+                               run_checker=lambda req: self._checker(slot).run(req))
+            except Exception as e:  # noqa: BLE001 - one bad pair never stops the pool
+                log.exception("judging %s failed", getattr(problem, "question_id", "?"))
+                result = judge_error(problem, f"{type(e).__name__}: {e}")
+            handle._set(index, result)
+
+    def _checker(self, slot: int) -> _Server:
+        """Checkers run on their own fork servers: expected outputs never pass a program's server."""
+        if self._checkers[slot] is None:
+            self._checkers[slot] = _Server(self._servers[slot]._uid, self._options)
+        return self._checkers[slot]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._jobs.put(None)
+        for t in self._threads:
+            t.join()
+        for server in [*self._servers, *self._checkers]:
+            if server is not None:
+                server.close()
+
+    def __enter__(self) -> "EvaluatorPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _default_tmpdir() -> str | None:
+    """tmpfs when there is one (work directories cost nothing there), else the system default."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
