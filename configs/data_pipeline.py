@@ -78,7 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
     d.missing = "keep"  # keep | drop ("no_pass_rate") problems without a rate
     d.batch_size = 64  # problems per pass_rate_fn call
     # "module:factory"; factory(**pass_rate_fn_kwargs) returns fn(problems) -> rates in [0, 1],
-    # e.g. one that samples k answers per problem with the sampler and judges them.
+    # e.g. data.pipeline.filters.pass_rate_fn_from_generate(generate, pool, k) around the sampler.
     d.pass_rate_fn = ""
     d.pass_rate_fn_kwargs = ml_collections.ConfigDict()
 

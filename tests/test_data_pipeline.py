@@ -416,6 +416,16 @@ def test_difficulty_band_live_fn_fills_cache(tmp_path):
     assert calls == []
 
 
+def test_pass_rate_fn_from_generate():
+    def generate(problems, k):
+        # p0: every answer passes; p1: one of four; the rest have no program at all.
+        return [f"```python\n{'OK' if p.question_id == 'p0' or (p.question_id == 'p1' and j == 0) else 'x'}\n```"
+                if p.question_id in ("p0", "p1") else "no code here" for p in problems for j in range(k)]
+
+    fn = filters.pass_rate_fn_from_generate(generate, FakePool(), num_samples=4)
+    assert fn([make("p0"), make("p1"), make("p2")]) == [1.0, 0.25, 0.0]
+
+
 def test_filter_problems_counts_each_rule(tmp_path):
     cfg = load_cfg().filter
     with cfg.unlocked():

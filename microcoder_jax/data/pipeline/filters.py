@@ -188,6 +188,29 @@ def append_pass_rates(path: str, rates: dict[str, float]) -> None:
         os.fsync(f.fileno())
 
 
+def pass_rate_fn_from_generate(
+    generate: Callable[[Sequence[Problem], int], Sequence[str]], pool, num_samples: int = 8
+) -> PassRateFn:
+    """A live `pass_rate_fn` from a response generator: `generate(problems, k)` returns k responses
+    per problem (problem-major, as the sampler's rows); each is extracted, judged in `pool`, and a
+    problem's rate is the fraction of its responses that pass. Responses without a program fail."""
+    from microcoder_jax.evaluator.extract import extract_code
+
+    def pass_rate_fn(problems: Sequence[Problem]) -> list[float]:
+        responses = list(generate(problems, num_samples))
+        if len(responses) != len(problems) * num_samples:
+            raise ValueError(f"generate returned {len(responses)} responses, expected {len(problems) * num_samples}")
+        codes = [extract_code(r) for r in responses]
+        judged = [i for i, c in enumerate(codes) if c is not None]
+        passed = np.zeros(len(codes), bool)
+        if judged:
+            results = pool.judge([problems[i // num_samples] for i in judged], [codes[i] for i in judged])
+            passed[judged] = [r.passed for r in results]
+        return passed.reshape(len(problems), num_samples).mean(axis=1).tolist()
+
+    return pass_rate_fn
+
+
 def difficulty_band(
     problems: Sequence[Problem], cfg, pass_rate_fn: PassRateFn | None = None
 ) -> dict[int, str]:
