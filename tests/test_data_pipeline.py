@@ -247,6 +247,22 @@ def test_clean_statement():
     assert process.clean_statement("if a < b and c > d") == "if a < b and c > d"
 
 
+def test_statement_tolerance():
+    assert process.statement_tolerance("accepted if the absolute or relative error is at most 10^{-4}.") == 1e-4
+    assert process.statement_tolerance("Absolute or relative error doesn't exceed 10 - 9.") == 1e-9
+    assert process.statement_tolerance("Print 10-6 numbers.") is None
+
+
+def test_unreadable_file_and_missing_source(tmp_path):
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    (tmp_path / "good.jsonl").write_text(json.dumps(lcb_rows()[0]) + "\n")
+    stats = {}
+    records = list(collect.iter_source({"name": "s", "path": str(tmp_path), "format": "auto"}, stats))
+    assert len(records) == 1 and stats == {"rows": 1, "unreadable_files": 1}
+    with pytest.raises(FileNotFoundError):
+        list(collect.iter_source({"name": "s", "path": str(tmp_path / "nope.jsonl")}, {}))
+
+
 def test_difficulty_and_dates():
     assert [process.normalize_difficulty(x) for x in ("introductory", "EASY", "VERY_HARD", 2, "?")] == [
         "easy", "easy", "hard", "medium", ""]

@@ -94,6 +94,16 @@ def iter_file_rows(path: str, stats: dict) -> Iterator[tuple[int, dict]]:
                     _malformed(stats, path, index, f"row is a {type(row).__name__}")
 
 
+def _guarded(path: str, stats: dict) -> Iterator[tuple[int, dict]]:
+    """The rows of one file; a file that cannot be read (corrupt, truncated, not UTF-8) is logged
+    and counted in stats['unreadable_files'], keeping the rows read before the damage."""
+    try:
+        yield from iter_file_rows(path, stats)
+    except (OSError, ValueError, UnicodeDecodeError) as e:  # pyarrow errors subclass these
+        stats["unreadable_files"] = stats.get("unreadable_files", 0) + 1
+        log.error("%s: unreadable, skipped: %s: %s", path, type(e).__name__, e)
+
+
 def _arrow_rows(path: str) -> Iterator[dict]:
     """Rows of an Arrow IPC file: `datasets` caches use the stream format; accept the file one too."""
     import pyarrow as pa
@@ -185,9 +195,11 @@ def iter_source(source: dict, stats: dict) -> Iterator[dict]:
     if fmt not in FORMATS:
         raise ValueError(f"source {name}: unknown format {fmt!r}; expected one of {FORMATS}")
     if fmt == "dir":
+        if not os.path.isdir(source["path"]):
+            raise FileNotFoundError(f"source {name}: not a directory: {source['path']}")
         rows = ((source["path"], i, row) for i, row in read_problem_dir(source["path"], stats))
     else:
-        rows = ((f, i, row) for f in row_files(source["path"]) for i, row in iter_file_rows(f, stats))
+        rows = ((f, i, row) for f in row_files(source["path"]) for i, row in _guarded(f, stats))
     count = 0
     for path, index, row in rows:
         if limit and count >= limit:

@@ -66,6 +66,22 @@ def clean_statement(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
+_TOLERANCE_RE = re.compile(  # 10^{-6}, 10^(-6), 1e-6, and "10 - 6" / "10-6" as extracted CF text has it
+    r"(?:absolute|relative) error[^.]{0,120}?"
+    r"(?:10\s*\^\s*\{?\(?\s*[-\u2212]\s*(\d{1,2})\b|1e-(\d{1,2})\b|10\s*[-\u2212]\s*(\d{1,2})\b)",
+    re.IGNORECASE,
+)
+
+
+def statement_tolerance(text: str) -> float | None:
+    """The float tolerance a statement promises ("absolute or relative error ... 10^{-4}"), else
+    None; the judge then compares reals with it instead of the default."""
+    match = _TOLERANCE_RE.search(text)
+    if not match:
+        return None
+    return 10.0 ** -int(next(g for g in match.groups() if g))
+
+
 def normalize_difficulty(raw: Any, rating: int | None = None) -> str:
     """easy/medium/hard from the sources' labels (APPS, TACO, LCB words; CodeContests enums;
     Codeforces ratings: < 1400 easy, < 2100 medium, else hard); "" when unknown."""
@@ -108,13 +124,16 @@ def to_problem(record: dict, max_solutions: int = 4) -> Problem:
         raise ValueError(f"no reader for format {fmt!r}")
     problem, solutions = reader(row)
     raw_difficulty = problem.difficulty
-    problem.difficulty = normalize_difficulty(raw_difficulty, _rating(row)) or problem.difficulty.lower()
+    problem.difficulty = normalize_difficulty(raw_difficulty, _rating(row))
     if raw_difficulty and raw_difficulty != problem.difficulty:
         problem.metadata["difficulty_raw"] = raw_difficulty
     date = parse_date(problem.contest_date)
     if date is not None:
         problem.contest_date = date.isoformat()
     problem.question_content = clean_statement(problem.question_content)
+    tolerance = statement_tolerance(problem.question_content)
+    if tolerance is not None and fmt != "ours":
+        problem.float_tolerance = tolerance
     if problem.call_based and not problem.starter_code.strip():
         problem.starter_code = _starter(problem)
         problem.metadata["starter_synthesized"] = True

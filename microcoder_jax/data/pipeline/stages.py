@@ -113,11 +113,7 @@ def run_collect(cfg, out: _StageDir, **_) -> dict:
     def records():
         for source in sources_of(cfg):
             stats: dict = {}
-            try:
-                yield from collect.iter_source(source, stats)
-            except (OSError, ValueError) as e:
-                log.error("source %s unreadable: %s", source["name"], e)
-                stats["error"] = str(e)
+            yield from collect.iter_source(source, stats)  # a missing source path fails the stage
             per_source[source["name"]] = stats
             log.info("collected %s: %s", source["name"], stats)
 
