@@ -81,7 +81,10 @@ _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.
         "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1"}
 
-_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
+_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+_SCRATCH = ("/tmp", "/dev/shm")  # world-writable scratch space; private and emptied per run when we can
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 _LINUX = sys.platform.startswith("linux")
 _LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
@@ -325,6 +328,13 @@ def run_request(req: dict, ctx: dict) -> dict:
         for fd in fds:
             _close(fd)
         shutil.rmtree(workdir, onerror=_force_remove)
+        for scratch in ctx["scratch"]:  # private tmpfs mounts: whatever the program left there
+            for name in os.listdir(scratch):
+                path = os.path.join(scratch, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, onerror=_force_remove)
+                else:
+                    _force_remove(None, path, None)
 
 
 def _watch(pid, req, ctx, start, in_w, out_r, st_r, fds) -> dict:
@@ -462,14 +472,21 @@ def _force_remove(func, path, _exc_info) -> None:
 # start-up: isolation of the server itself
 
 
-def _isolate() -> dict:
-    """Enter new PID and network namespaces (as PID 1 of the new one) where permitted."""
-    report = {"pid_ns": False, "net_ns": False, "user_ns": False}
+def _isolate(tmpfs_mb: int) -> dict:
+    """Enter new mount, PID and network namespaces (as PID 1 of the new PID one) where permitted.
+
+    In the new mount namespace the root filesystem is remounted read-only and fresh size-limited
+    tmpfs mounts hide the host's /tmp and /dev/shm; /proc is remounted to show only our processes.
+    Not root: the same inside a new user namespace, when the kernel allows unprivileged ones.
+    """
+    report = {"pid_ns": False, "net_ns": False, "user_ns": False, "mount_ns": False,
+              "readonly_root": False, "private_tmp": False, "private_proc": False}
     if not _LINUX:
         return report
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
-    for flags in (_CLONE_NEWPID | _CLONE_NEWNET, _CLONE_NEWNET):
+    everything = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET
+    for flags in (everything, _CLONE_NEWPID | _CLONE_NEWNET, _CLONE_NEWNET):
         flags |= 0 if root else _CLONE_NEWUSER
         if _LIBC.unshare(flags) == 0:
             break
@@ -484,6 +501,13 @@ def _isolate() -> dict:
         except OSError:
             pass
     report["net_ns"] = True
+    if flags & _CLONE_NEWNS and _mount(None, "/", None, _MS_REC | _MS_PRIVATE):
+        report["mount_ns"] = True  # from here on, nothing we mount is seen outside
+        locked = _mount_flags("/")
+        report["readonly_root"] = _mount(None, "/", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | locked)
+        report["private_tmp"] = all(
+            _mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
+            for d in _SCRATCH if os.path.isdir(d))
     if flags & _CLONE_NEWPID:
         child = os.fork()  # the first child is PID 1 of the new namespace: the real server
         if child:
@@ -493,7 +517,22 @@ def _isolate() -> dict:
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         report["pid_ns"] = os.getpid() == 1
+        if report["pid_ns"] and report["mount_ns"]:
+            report["private_proc"] = _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     return report
+
+
+def _mount(source, target, fstype, flags, data=None) -> bool:
+    enc = lambda v: None if v is None else v.encode()  # noqa: E731
+    return _LIBC.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
+
+
+def _mount_flags(path: str) -> int:
+    """The per-mount flags of `path` that a bind remount must keep (locked in user namespaces)."""
+    st = os.statvfs(path).f_flag
+    pairs = [(os.ST_NOSUID, _MS_NOSUID), (os.ST_NODEV, _MS_NODEV), (os.ST_NOEXEC, _MS_NOEXEC),
+             (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)]
+    return sum(ms for st_flag, ms in pairs if st & st_flag)
 
 
 def _write(path: str, text: str) -> None:
@@ -530,16 +569,19 @@ def main(argv=None) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    report = _isolate()
+    report = _isolate(int(opts.get("tmpfs_mb", 256)))
     uids = [int(u) for u in opts.get("uids", "").split(",") if u]
+    private = report["private_tmp"]
     ctx = {
-        "base": tempfile.mkdtemp(prefix="mcj-worker-", dir=opts.get("tmpdir") or None),
+        "base": "/tmp" if private else tempfile.mkdtemp(prefix="mcj-", dir=opts.get("tmpdir") or None),
+        "scratch": _SCRATCH if private else (),
         "uid": _probe_uid(uids),
         "pid_ns": report["pid_ns"],
         "max_processes": int(opts.get("max_processes", 64)),
         "max_fd": os.sysconf("SC_OPEN_MAX"),
     }
-    os.chmod(ctx["base"], 0o711)  # sandbox uids may enter their own directory, not list others
+    if not private:
+        os.chmod(ctx["base"], 0o711)  # a sandbox uid may enter its own directory, not list others
     report.update(uid=ctx["uid"], platform=sys.platform)
     if _LINUX:
         try:
@@ -561,7 +603,8 @@ def main(argv=None) -> None:
     except (BrokenPipeError, EOFError):
         pass
     finally:
-        shutil.rmtree(ctx["base"], ignore_errors=True)
+        if not private:
+            shutil.rmtree(ctx["base"], ignore_errors=True)
 
 
 if __name__ == "__main__":

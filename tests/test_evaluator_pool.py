@@ -1,0 +1,186 @@
+"""The judging pool end to end: real programs, every way of doing I/O, verdicts, reward modes."""
+import json
+import threading
+
+import pytest
+
+from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase, reward
+from microcoder_jax.evaluator.judge import JudgeResult
+
+SUM = Problem("sum", [TestCase("1 2\n3\n", "6\n"), TestCase("10 20\n30\n", "60\n"),
+                      TestCase("-5 5\n0\n", "0\n")])
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with EvaluatorPool(workers=2, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=2.0) as p:
+        yield p
+
+
+IO_STYLES = {
+    "input": "a, b = map(int, input().split())\nc = int(input())\nprint(a + b + c)",
+    "iterate_stdin": "import sys\ns = 0\nfor line in sys.stdin:\n    s += sum(map(int, line.split()))\nprint(s)",
+    "open0": "print(sum(map(int, open(0).read().split())))",
+    "buffer_readline": ("import sys\nr = sys.stdin.buffer.readline\na, b = map(int, r().split())\n"
+                        "print(a + b + int(r()))"),
+    "os_read": ("import os\ndata = b''\nwhile chunk := os.read(0, 1):\n    data += chunk\n"
+                "print(sum(map(int, data.split())))"),
+    "stdout_buffer": ("import sys\nv = sum(map(int, sys.stdin.read().split()))\n"
+                      "sys.stdout.buffer.write(str(v).encode() + b'\\n')"),
+    "main_guard": ("def main():\n    print(sum(map(int, open(0).read().split())))\n\n"
+                   "if __name__ == '__main__':\n    main()"),
+    "top_level_global": "global total\ntotal = sum(map(int, open(0).read().split()))\nprint(total)",
+    "joined_thread": ("import sys, threading\nthreading.stack_size(1 << 26)\nsys.setrecursionlimit(10 ** 6)\n"
+                      "def go():\n    print(sum(map(int, sys.stdin.read().split())))\n"
+                      "t = threading.Thread(target=go)\nt.start()\nt.join()"),
+    "exit_after_print": "print(sum(map(int, open(0).read().split())))\nexit()",
+    "sys_exit_0_after_print": "import sys\nprint(sum(map(int, sys.stdin.read().split())))\nsys.exit(0)",
+    "os_write_and_os_exit": ("import os, sys\nos.write(1, str(sum(map(int, sys.stdin.read().split()))).encode())\n"
+                             "os._exit(0)"),
+    "fast_io": ("import sys, io, os\ninput = io.BytesIO(os.read(0, os.fstat(0).st_size or 1 << 16)).readline\n"
+                "a, b = map(int, input().split())\nout = io.StringIO()\nout.write(str(a + b + int(input())))\n"
+                "sys.stdout.write(out.getvalue())"),
+    "deep_recursion": ("import sys\nsys.setrecursionlimit(200000)\n"
+                       "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\n"
+                       "assert f(100000) == 100000\nprint(sum(map(int, sys.stdin.read().split())))"),
+}
+
+
+def test_every_ordinary_way_of_reading_and_writing_works(pool):
+    names = list(IO_STYLES)
+    results = pool.judge([SUM] * len(names), [IO_STYLES[n] for n in names])
+    failed = {n: r for n, r in zip(names, results) if not r.passed}
+    assert not failed
+    assert all(r.tests_passed == r.tests_total == 3 and r.cpu_time > 0 for r in results)
+
+
+VERDICT_CASES = {
+    "wrong_answer": ("print(6)", "test 1: token 1: expected '60', got '6'", 1),
+    "runtime_error": ("print(1 // 0)", "ZeroDivisionError", 0),
+    "compile_error": ("def f(:\n  pass", "SyntaxError", 0),
+    "timeout": ("while True:\n    pass", "CPU time", 0),
+    "memory_limit": ("x = []\nwhile True:\n    x.append(bytearray(1 << 20))", "memory limit", 0),
+    "sys_exit_before_print": ("import sys\nsys.exit(0)\nprint(6)", "expected 1 tokens, got 0", 0),
+    "exit_code": ("print(6)\nexit(3)", "exit code 3", 0),
+    "huge_output": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", "output limit", 0),
+    "sleeping": ("import time\ntime.sleep(30)", "wall-clock", 0),
+    "no_code": (None, "no program", 0),
+}
+EXPECTED_VERDICT = {"sys_exit_before_print": "wrong_answer", "exit_code": "runtime_error",
+                    "huge_output": "runtime_error", "sleeping": "timeout"}
+
+
+def test_verdicts(pool):
+    names = list(VERDICT_CASES)
+    results = pool.judge([SUM] * len(names), [VERDICT_CASES[n][0] for n in names])
+    for name, r in zip(names, results):
+        _, reason, first_failure = VERDICT_CASES[name]
+        assert (r.verdict, r.passed) == (EXPECTED_VERDICT.get(name, name), False), (name, r)
+        # A CPU-bound loop on a crowded machine may meet the wall-clock backstop first.
+        reasons = (reason, "wall-clock") if name == "timeout" else (reason,)
+        assert any(x in r.reason for x in reasons) and r.first_failure == first_failure, (name, r)
+        assert r.tests_passed == first_failure and r.tests_total == 3
+
+
+def test_reward_modes_stop_early_or_run_everything(pool):
+    code = "v = sum(map(int, open(0).read().split()))\nprint(v if v != 60 else 0)"
+    early, full = (pool.judge([SUM], [code], mode=m)[0] for m in ("all", "fraction"))
+    assert (early.tests_passed, early.first_failure, early.verdict) == (1, 1, "wrong_answer")
+    assert (full.tests_passed, full.first_failure, full.verdict) == (2, 1, "wrong_answer")
+    assert reward(early, "all") == 0.0 and reward(full, "fraction") == pytest.approx(2 / 3)
+    assert reward(JudgeResult(True, "passed", 3, 3), "fraction") == 1.0
+    with pytest.raises(ValueError):
+        pool.submit([SUM], [code], mode="most")
+
+
+ADD = Problem("add", [TestCase("[1, 2]\n3", "[[1, 2], 3]", "functional"),
+                      TestCase("[]\n0", "[[], 0]", "functional"),
+                      TestCase("[0.5]\n1", "[[0.5], 1]", "functional")], func_name="pair")
+CALL_CASES = {
+    # A fresh Solution per test: state kept on the instance or the class does not leak across tests.
+    "fresh_instance": ("class Solution:\n    calls = 0\n    def pair(self, a: List[int], b: int):\n"
+                       "        Solution.calls += 1\n        return (a, b * Solution.calls)", True),
+    "tuple_and_float": ("class Solution:\n    def pair(self, a, b):\n"
+                        "        return tuple(x + 1e-9 if isinstance(x, float) else x for x in a), b", True),
+    "int_as_float_is_wrong": ("class Solution:\n    def pair(self, a, b):\n        return [a, b + 1e-9]", False),
+    "plain_function": ("def pair(a, b):\n    return [a, b]", True),
+    "prints_are_ignored": ("class Solution:\n    def pair(self, a, b):\n        print('debug')\n"
+                           "        return [a, b]", True),
+    "main_guard_not_run": ("class Solution:\n    def pair(self, a, b):\n        return [a, b]\n"
+                           "if __name__ == '__main__':\n    input()", True),
+    "wrong": ("class Solution:\n    def pair(self, a, b):\n        return [b, a]", False),
+    "always_equal": ("class Eq:\n    def __eq__(self, other):\n        return True\n"
+                     "class Solution:\n    def pair(self, a, b):\n        return Eq()", False),
+    "list_subclass_eq": ("class L(list):\n    def __eq__(self, other):\n        return True\n"
+                         "class Solution:\n    def pair(self, a, b):\n        return L()", False),
+    "returns_none": ("class Solution:\n    def pair(self, a, b):\n        pass", False),
+    "missing_method": ("class Solution:\n    def other(self, a, b):\n        return [a, b]", False),
+}
+
+
+def test_call_based(pool):
+    names = list(CALL_CASES)
+    results = pool.judge([ADD] * len(names), [CALL_CASES[n][0] for n in names])
+    for name, r in zip(names, results):
+        assert r.passed == CALL_CASES[name][1], (name, r)
+    assert results[names.index("missing_method")].verdict == "runtime_error"
+    assert results[names.index("always_equal")].verdict == "wrong_answer"
+
+
+def test_custom_checker_accepts_any_valid_answer(pool):
+    checker = ("def check(input, expected, output):\n    n = int(input)\n    xs = output.split()\n"
+               "    return (len(xs) == 2 and sum(map(int, xs)) == n, 'not a split of n')")
+    problem = Problem("split", [TestCase("5\n", "2 3\n"), TestCase("4\n", "1 3\n")], checker=checker)
+    results = pool.judge([problem] * 3, ["n = int(input())\nprint(n - 1, 1)", "print(0, 0)", "print(1 +)"])
+    assert [r.verdict for r in results] == ["passed", "wrong_answer", "compile_error"]
+    assert "not a split of n" in results[1].reason
+    broken = Problem("broken", [TestCase("1", "1")], checker="def check(i, e, o):\n    return 1 / 0")
+    assert pool.judge([broken], ["print(1)"])[0].verdict == "judge_error"
+
+
+def test_float_tolerance_is_per_problem(pool):
+    loose = Problem("pi", [TestCase("", "3.14159\n")], float_tolerance=1e-3)
+    strict = Problem("pi", [TestCase("", "3.14159\n")])
+    results = pool.judge([loose, strict, strict], ["print(3.1412)", "print(3.1412)", "print(3.141591)"])
+    assert [r.passed for r in results] == [True, False, True]
+
+
+def test_submit_returns_at_once_and_handles_overlap(pool):
+    slow = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2:\n    pass\nprint(6)"
+    first = pool.submit([SUM] * 2, [slow, IO_STYLES["input"]])
+    second = pool.submit([SUM], [IO_STYLES["open0"]])
+    assert not first.done()
+    arrived = dict(second.as_completed())
+    assert arrived[0].passed and second.done() and second.completed == 1
+    results = first.result(timeout=60)
+    assert [r.verdict for r in results] == ["wrong_answer", "passed"]
+    assert pool.submit([], []).result() == []
+    with pytest.raises(ValueError):
+        pool.submit([SUM], [])
+
+
+def test_bad_problem_data_is_a_judge_error_not_a_crash(pool):
+    bad = Problem("bad", [TestCase("[1]\n", "not json", "functional")], func_name="f")
+    results = pool.judge([bad, SUM], ["def f(x):\n    return x", IO_STYLES["input"]])
+    assert results[0].verdict == "judge_error" and "not JSON" in results[0].reason
+    assert results[1].passed
+
+
+def test_results_serialise(pool):
+    (r,) = pool.judge([SUM], [IO_STYLES["input"]])
+    row = json.loads(json.dumps(r.to_json()))
+    assert row["verdict"] == "passed" and row["tests_total"] == 3
+
+
+def test_pool_can_be_used_from_several_threads(pool):
+    out = {}
+
+    def go(i):
+        out[i] = pool.judge([SUM], [IO_STYLES["input"]])[0].passed
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == {i: True for i in range(4)}
