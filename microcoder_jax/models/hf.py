@@ -106,8 +106,16 @@ def _weight_files(path: str) -> dict[str, str]:
     single = os.path.join(path, SINGLE_FILE)
     if not os.path.exists(single):
         raise FileNotFoundError(f"no {SINGLE_FILE} or {INDEX_FILE} in {path}")
-    with safe_open(single, "numpy") as f:
+    with _open(single, "numpy") as f:
         return {k: single for k in f.keys()}
+
+
+def _open(file: str, framework: str):
+    """``safe_open`` with an error that names the file (safetensors raises its own error types)."""
+    try:
+        return safe_open(file, framework)
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"cannot read safetensors file {file} (truncated or corrupt?): {e}") from e
 
 
 class _Reader:
@@ -119,10 +127,7 @@ class _Reader:
     def slice(self, name: str):
         file = self.files[name]
         if file not in self.handles:
-            try:
-                self.handles[file] = self.stack.enter_context(safe_open(file, "flax"))
-            except Exception as e:  # safetensors raises its own error types for bad/truncated files
-                raise ValueError(f"cannot read safetensors file {file} (truncated or corrupt?): {e}") from e
+            self.handles[file] = self.stack.enter_context(_open(file, "flax"))
         return self.handles[file].get_slice(name)
 
 
