@@ -166,6 +166,12 @@ def dumps(tmp_path_factory):
 # collect + process
 
 
+def test_problem_row_matches_to_json():
+    p = process.to_problem({"format": "lcb", "source": "s", "row": lcb_rows()[0]})
+    p.metadata["nested"] = {"a": [1, 2]}
+    assert stages.problem_row(p) == p.to_json()
+
+
 def test_detect_format():
     assert collect.detect_format(lcb_rows()[0]) == "lcb"
     assert collect.detect_format(apps_rows()[0]) == "apps"

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import zlib
@@ -17,6 +18,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 _WORD = re.compile(r"[a-z0-9]+")
+_POLY = np.uint64(0x100000001B3)  # odd multipliers for shingle hashing (FNV prime, golden ratio)
+_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def words(text: str) -> list[str]:
@@ -29,14 +32,27 @@ def exact_key(text: str) -> str:
     return hashlib.sha1(" ".join(words(text)).encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=1 << 20)
+def _word_hash(word: str) -> int:
+    return zlib.crc32(word.encode())
+
+
 def shingle_hashes(text: str, k: int) -> np.ndarray:
-    """Distinct 32-bit hashes of the statement's word k-shingles (the whole text if shorter)."""
+    """Distinct 32-bit hashes of the statement's word k-shingles (the whole text if shorter).
+
+    Words are hashed once (crc32); a shingle's hash is a polynomial in its words' hashes, computed
+    for all shingles at once in wrapping uint64 arithmetic, then mixed and cut to the high 32 bits.
+    """
     toks = words(text)
     if not toks:
         return np.zeros(0, np.uint64)
     k = min(k, len(toks))
-    grams = {" ".join(toks[i : i + k]) for i in range(len(toks) - k + 1)}
-    return np.fromiter((zlib.crc32(g.encode()) for g in grams), np.uint64, len(grams))
+    h = np.fromiter(map(_word_hash, toks), np.uint64, len(toks))
+    n = len(toks) - k + 1
+    acc = np.zeros(n, np.uint64)
+    for j in range(k):
+        acc = acc * _POLY + h[j : j + n]
+    return np.unique((acc * _MIX) >> np.uint64(32))
 
 
 class MinHasher:
@@ -58,7 +74,10 @@ class MinHasher:
         x = shingle_hashes(text, self.shingle)
         if x.size == 0:
             return np.full(self.num_perm, np.iinfo(np.uint64).max, np.uint64)
-        return ((self._a * x[None, :] + self._b) >> np.uint64(32)).min(axis=1)
+        h = self._a * x[None, :]  # [num_perm, shingles], updated in place: no extra temporaries
+        h += self._b
+        h >>= np.uint64(32)
+        return h.min(axis=1)
 
 
 def lsh_bands(num_perm: int, threshold: float) -> tuple[int, int]:

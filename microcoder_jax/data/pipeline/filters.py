@@ -27,30 +27,33 @@ log = logging.getLogger(__name__)
 
 PassRateFn = Callable[[Sequence[Problem]], Sequence[float]]
 
-_INTERACTIVE = re.compile(
-    r"\binteractive problem\b|\bthis (?:problem )?is (?:an )?interactive\b|\binteractor\b"
-    r"|\bflush (?:the )?output\b|fflush\s*\(\s*stdout\s*\)|stdout\.flush\s*\(|System\.out\.flush",
-    re.IGNORECASE,
-)
+# Phrases of interactive statements (matched in the lower-cased text).
+_INTERACTIVE = ("interactive problem", "problem is interactive", "is an interactive", "interactor",
+                "flush the output", "flush output", "fflush(stdout)", "stdout.flush(", "system.out.flush")
+# Each alternative of the regex contains one of these substrings; the regex runs only then.
+_MULTI_HINTS = ("if there", "print any", "output any", "of them", "in any order")
 _MULTI_ANSWER = re.compile(
     r"if there (?:are|is|exist) (?:several|multiple|many|more than one)[\w\s,-]{0,30}?"
     r"(?:answers?|solutions?|ways|options|possibilities)"
     r"|(?:print|output) any (?:of them|one of them|valid|such|possible|correct|suitable|optimal)"
     r"|any (?:one )?of them (?:will be|is|are) accepted"
     r"|(?:print|output)[\w\s,-]{0,40}\bin any order\b",
-    re.IGNORECASE,
 )
 
 
 def is_interactive(problem: Problem) -> bool:
     """The statement describes an interactive protocol (judge talks back), or a tag says so."""
     tags = [str(t).lower() for t in problem.metadata.get("tags") or []]
-    return "interactive" in tags or bool(_INTERACTIVE.search(problem.question_content))
+    if "interactive" in tags:
+        return True
+    text = problem.question_content.lower()
+    return any(phrase in text for phrase in _INTERACTIVE)
 
 
 def is_multi_answer(problem: Problem) -> bool:
     """The statement accepts any of several outputs, which exact comparison cannot judge."""
-    return bool(_MULTI_ANSWER.search(problem.question_content))
+    text = problem.question_content.lower()
+    return any(hint in text for hint in _MULTI_HINTS) and bool(_MULTI_ANSWER.search(text))
 
 
 def cap_tests(problem: Problem, max_tests: int, keep_first: int, seed: int) -> bool:
@@ -88,10 +91,8 @@ def check_problem(problem: Problem, cfg) -> str | None:
         return "too_few_tests"
     if cap_tests(problem, cfg.max_tests, cfg.keep_first_tests, cfg.seed):
         problem.metadata["tests_capped"] = True
-    sizes_ok = [
-        len(t.input.encode()) <= cfg.max_input_bytes and len(t.output.encode()) <= cfg.max_output_bytes
-        for t in problem.tests
-    ]
+    max_in, max_out = cfg.max_input_bytes, cfg.max_output_bytes
+    sizes_ok = [_fits(t.input, max_in) and _fits(t.output, max_out) for t in problem.tests]
     if not all(sizes_ok):
         if cfg.oversized == "drop_problem":
             return "oversized"
@@ -99,6 +100,11 @@ def check_problem(problem: Problem, cfg) -> str | None:
         if len(problem.tests) < max(1, cfg.min_tests):
             return "oversized"
     return None
+
+
+def _fits(text: str, max_bytes: int) -> bool:
+    """len(text.encode()) <= max_bytes, without encoding when the length alone decides it."""
+    return len(text) * 4 <= max_bytes or (len(text) <= max_bytes and len(text.encode()) <= max_bytes)
 
 
 def in_window(date_text: str, start: str, end: str) -> bool:

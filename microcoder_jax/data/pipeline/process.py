@@ -29,18 +29,20 @@ _DIFFICULTY_WORDS = {
     "hard": "hard", "medium_hard": "hard", "very_hard": "hard", "competition": "hard",
 }  # fmt: skip
 
-# Source-specific instructions that would contradict or duplicate the prompt template's own.
+# Source-specific instructions that would contradict or duplicate the prompt template's own, each
+# with a lower-case phrase it contains (the regex runs only when the phrase is there: cheap).
 _BOILERPLATE = [
-    r"^\s*Solve the following coding problem using the programming language python3?:?\s*",
-    r"\s*The input will be (?:given via|read from) stdin and the output (?:should|will) be printed to "
-    r"stdout by your code\.?",
-    r"\s*The input will be given as arguments? to the function.*?\.\s*",
-    r"\s*Now solve the problem by providing the code\.?\s*$",
-    r"\s*Read the inputs from stdin,? solve the problem,? and write the answer to stdout.*$",
-    r"\s*Write (?:a )?Python (?:code|program|function) to solve the problem\..*$",
-    r"\s*You will use the following starter code to write the solution.*$",
+    ("solve the following coding problem",
+     r"^\s*Solve the following coding problem using the programming language python3?:?\s*"),
+    ("printed to stdout", r"\s*The input will be (?:given via|read from) stdin and the output (?:should|will) be "
+                          r"printed to stdout by your code\.?"),
+    ("as argument", r"\s*The input will be given as arguments? to the function.*?\.\s*"),
+    ("providing the code", r"\s*Now solve the problem by providing the code\.?\s*$"),
+    ("read the inputs from stdin", r"\s*Read the inputs from stdin,? solve the problem,? and write the answer to stdout.*$"),
+    ("to solve the problem", r"\s*Write (?:a )?Python (?:code|program|function) to solve the problem\..*$"),
+    ("following starter code", r"\s*You will use the following starter code to write the solution.*$"),
 ]
-_BOILERPLATE_RE = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in _BOILERPLATE]
+_BOILERPLATE_RE = [(hint, re.compile(p, re.IGNORECASE | re.DOTALL)) for hint, p in _BOILERPLATE]
 _TAGS = "p|div|span|b|i|em|strong|code|pre|ul|ol|li|h[1-6]|br|hr|img|table|tr|td|th|tt|center|font"
 _TAG_RE = re.compile(rf"</?(?:{_TAGS})\b[^<>]*>", re.IGNORECASE)
 _HEADING_RE = re.compile(r"^-{3,}\s*([A-Za-z][\w ]*?)\s*-{3,}\s*$", re.MULTILINE)
@@ -59,8 +61,10 @@ def clean_statement(text: str) -> str:
     if "&" in text:
         text = html.unescape(text)
     text = _HEADING_RE.sub(r"\1", text)
-    for pattern in _BOILERPLATE_RE:
-        text = pattern.sub("", text)
+    lower = text.lower()
+    for hint, pattern in _BOILERPLATE_RE:
+        if hint in lower:
+            text = pattern.sub("", text)
     text = text.replace("\u00a0", " ").replace("\u200b", "").replace("\ufeff", "")
     text = "\n".join(line.rstrip() for line in text.split("\n"))
     return re.sub(r"\n{3,}", "\n\n", text).strip()
