@@ -549,6 +549,22 @@ def test_pipeline_end_to_end_and_resume(pipeline_cfg):
     assert not [n for n in os.listdir(cfg.workdir) if n.startswith(".")]  # no temp dirs left
 
 
+def constant_rate_factory(rate):
+    """A `filter.difficulty.pass_rate_fn` factory, named in a config as a "module:factory" string."""
+    return lambda problems: [rate] * len(problems)
+
+
+def test_filter_stage_with_live_pass_rate_fn_from_config(pipeline_cfg):
+    cfg = pipeline_cfg
+    with cfg.unlocked():
+        d = cfg.filter.difficulty
+        d.enabled, d.pass_rate_cache = True, os.path.join(cfg.workdir, "rates.jsonl")
+        d.pass_rate_fn, d.pass_rate_fn_kwargs = "test_data_pipeline:constant_rate_factory", {"rate": 0.9}
+    records = stages.run_pipeline(cfg, ("collect", "process", "filter"))
+    assert records["filter"]["kept"] == 0 and records["filter"]["removed"]["too_easy"] == 8
+    assert len(filters.load_pass_rates(cfg.filter.difficulty.pass_rate_cache)) == 8
+
+
 def test_failed_stage_leaves_no_output(pipeline_cfg):
     cfg = pipeline_cfg
     stages.run_pipeline(cfg, ("collect", "process"))

@@ -20,7 +20,8 @@ from microcoder_jax.evaluator.problems import Problem, TestCase
 
 # CodeContests enums (deepmind/code_contests, contest_problem.proto).
 CC_SOURCES = {1: "codechef", 2: "codeforces", 3: "hackerearth", 4: "codejam", 5: "atcoder", 6: "aizu"}
-CC_DIFFICULTY = {1: "easy", 2: "medium", 3: "hard", 4: "hard", 5: "hard"}
+# EASY..HARDEST = 1..5, EXTERNAL = 6, then Codeforces letters A = 7, B = 8, ...: A-B easy, C-D medium.
+CC_DIFFICULTY = {1: "easy", 2: "medium", 3: "hard", 4: "hard", 5: "hard", 7: "easy", 8: "easy", 9: "medium", 10: "medium"}
 CC_PYTHON3 = 3  # Language.PYTHON3; 1 is Python 2, which our judge does not run.
 
 _DIFFICULTY_WORDS = {
@@ -92,7 +93,7 @@ def normalize_difficulty(raw: Any, rating: int | None = None) -> str:
     if rating:
         return "easy" if rating < 1400 else "medium" if rating < 2100 else "hard"
     if isinstance(raw, int) and not isinstance(raw, bool):
-        return CC_DIFFICULTY.get(raw, "")
+        return CC_DIFFICULTY.get(raw, "hard" if raw > 10 else "")
     return _DIFFICULTY_WORDS.get(str(raw or "").strip().lower().replace(" ", "_").replace("-", "_"), "")
 
 
@@ -215,11 +216,9 @@ def _read_codecontests(row: dict) -> tuple[Problem, list]:
         tests=tests,
         question_content=row.get("description") or "",
         platform=CC_SOURCES.get(row.get("source"), ""),
-        difficulty=str(row.get("difficulty") or ""),
+        difficulty=normalize_difficulty(row.get("difficulty"), _rating(row)),
         metadata=metadata,
     )
-    if isinstance(row.get("difficulty"), int):
-        problem.difficulty = normalize_difficulty(row["difficulty"], _rating(row))
     return problem, solutions
 
 

@@ -47,23 +47,34 @@ def _fingerprint(*parts) -> str:
     return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _file_stats(paths) -> list:
+    return [(p, os.path.getsize(p), os.path.getmtime(p)) for p in paths if p and os.path.isfile(p)]
+
+
 def _source_files(cfg) -> list:
     """(path, size, mtime) of every input file, so a changed dump re-collects."""
     files = []
     for s in sources_of(cfg):
-        paths = [s["path"]] if s.get("format") == "dir" else collect.row_files(s["path"])
-        for p in paths:
-            files.append((p, os.path.getsize(p), os.path.getmtime(p)) if os.path.isfile(p) else (p, 0, 0))
+        if s.get("format") == "dir":
+            walked = sorted(os.path.join(r, f) for r, _, fs in os.walk(s["path"]) for f in fs)
+            files += _file_stats(walked)
+        else:
+            files += _file_stats(collect.row_files(s["path"]))
     return files
 
 
 class _StageDir:
-    """A temporary stage directory that replaces the real one only when `commit` is called."""
+    """A temporary stage directory that replaces the real one only when `commit` is called.
+    Leftovers of a crashed run (`.<stage>.tmp-*`, `.<stage>.old-*`) are removed on creation: one
+    pipeline at a time per workdir."""
 
     def __init__(self, workdir: str, stage: str):
+        for name in os.listdir(workdir):
+            if name.startswith((f".{stage}.tmp-", f".{stage}.old-")):
+                shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
         self.final = os.path.join(workdir, stage)
         self.path = os.path.join(workdir, f".{stage}.tmp-{os.getpid()}")
-        shutil.rmtree(self.path, ignore_errors=True)
+        self._old = os.path.join(workdir, f".{stage}.old-{os.getpid()}")
         os.makedirs(self.path)
 
     def file(self, name: str) -> str:
@@ -74,11 +85,10 @@ class _StageDir:
             json.dump(record, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        old = self.final + f".old-{os.getpid()}"
         if os.path.exists(self.final):
-            os.replace(self.final, old)
+            os.replace(self.final, self._old)  # a crash right here leaves the stage not done
         os.replace(self.path, self.final)
-        shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(self._old, ignore_errors=True)
 
     def abandon(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -166,7 +176,7 @@ def resolve_pass_rate_fn(cfg) -> filters.PassRateFn | None:
         return None
     module, _, name = spec.partition(":")
     factory = getattr(importlib.import_module(module), name)
-    return factory(**dict(cfg.filter.difficulty.pass_rate_fn_kwargs))
+    return factory(**cfg.filter.difficulty.pass_rate_fn_kwargs.to_dict())
 
 
 def run_filter(cfg, out: _StageDir, pass_rate_fn=None, **_) -> dict:
@@ -240,10 +250,8 @@ def _stage_config(cfg, stage: str) -> dict:
     if stage == "collect":
         return {"sources": cfg.sources.to_dict(), "files": _source_files(cfg)}
     if stage == "filter":  # the evaluation set and the pass-rate cache are inputs too
-        paths = [p.strip() for p in cfg.filter.eval_problems.split(",") if p.strip()]
-        paths.append(cfg.filter.difficulty.pass_rate_cache)
-        files = [(p, os.path.getsize(p), os.path.getmtime(p)) for p in paths if p and os.path.isfile(p)]
-        return {"filter": cfg.filter.to_dict(), "files": files}
+        paths = [p.strip() for p in cfg.filter.eval_problems.split(",")]
+        return {"filter": cfg.filter.to_dict(), "files": _file_stats([*paths, cfg.filter.difficulty.pass_rate_cache])}
     block = {"process": cfg.process, "filter": cfg.filter, "verify": cfg.verify, "export": cfg.export}[stage]
     return block.to_dict()
 
