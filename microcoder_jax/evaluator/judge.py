@@ -80,6 +80,10 @@ def judge(problem: Problem, code: str | None, run: Run, limits: Limits = Limits(
     result = JudgeResult(True, "passed", 0, len(problem.tests))
     for index, test in enumerate(problem.tests):
         reply = run(_request(problem, test, code, limits, timeout))
+        if reply.get("server_died"):
+            return JudgeResult(False, "runtime_error", result.tests_passed, len(problem.tests), index,
+                               f"test {index}: the program killed the judge's fork server",
+                               result.cpu_time, result.wall_time)
         if "error" in reply:
             return judge_error(problem, f"test {index}: {reply['error']}")
         result.cpu_time += reply["cpu"]

@@ -64,7 +64,7 @@ class _Server:
             log.warning("judge fork server died (exit %s); restarting", self._proc.poll())
             self.close()
             self._start()
-        return {"error": "the fork server died twice running this program"}
+        return {"server_died": True}  # only a program that escaped the sandbox does this
 
     def close(self) -> None:
         if self._proc is None:
@@ -164,6 +164,15 @@ class EvaluatorPool:
     def isolation(self) -> dict:
         """What the OS allowed: pid_ns, net_ns, user_ns (bools) and the sandbox uid (or None)."""
         return dict(self._servers[0].isolation)
+
+    @property
+    def server_pids(self) -> list[int]:
+        return [s._proc.pid for s in self._servers if s._proc is not None]
+
+    @property
+    def sandbox_uids(self) -> list[int]:
+        """The uids programs run as (empty when the OS gives us none)."""
+        return [s.isolation["uid"] for s in self._servers if s.isolation.get("uid") is not None]
 
     def submit(self, problems: Sequence[Problem], codes: Sequence[str | None], *,
                mode: str = "all") -> JudgeHandle:

@@ -85,6 +85,7 @@ _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x20000, 0x10000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 _SCRATCH = ("/tmp", "/dev/shm")  # world-writable scratch space; private and emptied per run when we can
+_EXPOSED = "/tmp/.python"  # read-only views of import paths a sandbox uid could not read
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 _LINUX = sys.platform.startswith("linux")
 _LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
@@ -327,14 +328,11 @@ def run_request(req: dict, ctx: dict) -> dict:
             _kill_all(pid, ctx)
         for fd in fds:
             _close(fd)
-        shutil.rmtree(workdir, onerror=_force_remove)
+        _remove(workdir)
         for scratch in ctx["scratch"]:  # private tmpfs mounts: whatever the program left there
             for name in os.listdir(scratch):
-                path = os.path.join(scratch, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, onerror=_force_remove)
-                else:
-                    _force_remove(None, path, None)
+                if os.path.join(scratch, name) != _EXPOSED:
+                    _remove(os.path.join(scratch, name))
 
 
 def _watch(pid, req, ctx, start, in_w, out_r, st_r, fds) -> dict:
@@ -455,15 +453,25 @@ def _close(fd: int) -> None:
         pass
 
 
-def _force_remove(func, path, _exc_info) -> None:
-    """rmtree fallback for entries the program made unreadable (matters when not root)."""
+def _remove(path: str) -> None:
+    """Remove a file or tree the program left behind, even one it made unreadable (when not root)."""
     try:
-        os.chmod(os.path.dirname(path), 0o700)
         if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(path, onerror=_open_up_and_retry)
         else:
             os.unlink(path)
+    except OSError:
+        pass
+
+
+def _open_up_and_retry(func, path, _exc_info) -> None:
+    parent = os.path.dirname(path)
+    try:
+        if parent not in _SCRATCH:  # never loosen or tighten the scratch roots themselves
+            os.chmod(parent, 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+        func(path)
     except OSError:
         pass
 
@@ -535,6 +543,54 @@ def _mount_flags(path: str) -> int:
     return sum(ms for st_flag, ms in pairs if st & st_flag)
 
 
+def _expose_import_paths() -> None:
+    """Make sys.path readable by a sandbox uid.
+
+    A Python installed behind a private directory (under /root, say) cannot be read once the
+    child drops its uid; such entries are bind-mounted read-only under /tmp/.python in our own
+    mount namespace, and sys.path and every loaded package's __path__ point there from now on.
+    """
+    moved = {}
+    for i, path in enumerate(sys.path):
+        if not path or not os.path.exists(path) or _others_can_read(path):
+            continue
+        target = f"{_EXPOSED}/{i}"
+        os.makedirs(_EXPOSED, mode=0o755, exist_ok=True)
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            open(target, "w").close()
+        if _mount(path, target, None, _MS_BIND) and _mount(
+                None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags(target)):
+            moved[path] = target
+
+    def relocate(entry):
+        for old, new in moved.items():
+            if entry == old or entry.startswith(old + os.sep):
+                return new + entry[len(old):]
+        return entry
+
+    if moved:
+        sys.path[:] = [relocate(p) for p in sys.path]
+        for module in list(sys.modules.values()):
+            if isinstance(getattr(module, "__path__", None), list):
+                module.__path__[:] = [relocate(p) for p in module.__path__]
+        sys.path_importer_cache.clear()
+
+
+def _others_can_read(path: str) -> bool:
+    path = os.path.realpath(path)
+    mode = os.stat(path).st_mode
+    if not mode & 0o004 or (os.path.isdir(path) and not mode & 0o001):
+        return False
+    parent = os.path.dirname(path)
+    while parent != path:
+        if not os.stat(parent).st_mode & 0o001:
+            return False
+        path, parent = parent, os.path.dirname(parent)
+    return True
+
+
 def _write(path: str, text: str) -> None:
     with open(path, "w") as f:
         f.write(text)
@@ -582,6 +638,8 @@ def main(argv=None) -> None:
     }
     if not private:
         os.chmod(ctx["base"], 0o711)  # a sandbox uid may enter its own directory, not list others
+    elif ctx["uid"] is not None:
+        _expose_import_paths()
     report.update(uid=ctx["uid"], platform=sys.platform)
     if _LINUX:
         try:
