@@ -28,7 +28,8 @@ STATEMENT = (
 
 
 def load_cfg(**sources):
-    spec = importlib.util.spec_from_file_location("data_pipeline_cfg", os.path.join(REPO, "configs", "data_pipeline.py"))
+    path = os.path.join(REPO, "configs", "data_pipeline.py")
+    spec = importlib.util.spec_from_file_location("data_pipeline_cfg", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     cfg = module.get_config()
@@ -93,7 +94,8 @@ def codecontests_rows():
             "name": "1500_A. Sum", "description": statement("ccsum"),
             "public_tests": tests([("1 2\n", "3\n")]), "private_tests": tests([("5 5\n", "10\n")]),
             "generated_tests": tests([("0 0\n", "0\n")]), "source": 2, "difficulty": 7, "cf_rating": 2400,
-            "solutions": {"language": [2, 3, 1], "solution": ["int main(){}", "print(sum(map(int, input().split())))", "print 1"]},
+            "solutions": {"language": [2, 3, 1],
+                          "solution": ["int main(){}", "print(sum(map(int, input().split())))", "print 1"]},
             "time_limit": {"seconds": 2, "nanos": 500000000}, "memory_limit_bytes": 256 << 20,
             "input_file": "", "output_file": "", "cf_tags": ["math"],
         },
@@ -471,7 +473,8 @@ def test_filter_problems_counts_each_rule(tmp_path):
 
 class FakeResult:
     def __init__(self, passed):
-        self.passed, self.verdict, self.reason, self.first_failure = passed, "passed" if passed else "wrong_answer", "", 0
+        self.passed, self.reason, self.first_failure = passed, "", 0
+        self.verdict = "passed" if passed else "wrong_answer"
 
 
 class FakePool:

@@ -75,7 +75,8 @@ def test_pipeline_verifies_samples_and_drops_broken_problem(samples, pool, tmp_p
         cfg.filter.near_duplicate_threshold = 0.0  # keep the copy: this test is about verify
     records = stages.run_pipeline(cfg, pool=pool)
     assert records["filter"]["kept"] == 25
-    assert {k: records["verify"][k] for k in ("verified", "failed", "dropped")} == {"verified": 24, "failed": 1, "dropped": 1}
+    counts = {k: records["verify"][k] for k in ("verified", "failed", "dropped")}
+    assert counts == {"verified": 24, "failed": 1, "dropped": 1}
     kept = [p for path in stages.shard_paths(cfg) for p in load_problems(path)]
     assert len(kept) == 24 and all(p.metadata["verified"] for p in kept)
     failed = [json.loads(line) for line in open(os.path.join(cfg.workdir, "verify", "failed.jsonl"))]

@@ -149,7 +149,8 @@ def contaminated(problems: Sequence[Problem], eval_problems: Sequence[Problem], 
     of its word n-grams with the evaluation set (or equals an evaluation statement exactly)."""
     if not eval_problems:
         return {}
-    index = dedup.NGramIndex((p.question_content for p in eval_problems), cfg.contamination_ngram, cfg.contamination_max_df)
+    texts = (p.question_content for p in eval_problems)
+    index = dedup.NGramIndex(texts, cfg.contamination_ngram, cfg.contamination_max_df)
     eval_keys = {dedup.exact_key(p.question_content) for p in eval_problems}
     hits = {}
     for i, p in enumerate(problems):

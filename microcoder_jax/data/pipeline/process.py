@@ -21,7 +21,8 @@ from microcoder_jax.evaluator.problems import Problem, TestCase
 # CodeContests enums (deepmind/code_contests, contest_problem.proto).
 CC_SOURCES = {1: "codechef", 2: "codeforces", 3: "hackerearth", 4: "codejam", 5: "atcoder", 6: "aizu"}
 # EASY..HARDEST = 1..5, EXTERNAL = 6, then Codeforces letters A = 7, B = 8, ...: A-B easy, C-D medium.
-CC_DIFFICULTY = {1: "easy", 2: "medium", 3: "hard", 4: "hard", 5: "hard", 7: "easy", 8: "easy", 9: "medium", 10: "medium"}
+CC_DIFFICULTY = {1: "easy", 2: "medium", 3: "hard", 4: "hard", 5: "hard",
+                 7: "easy", 8: "easy", 9: "medium", 10: "medium"}
 CC_PYTHON3 = 3  # Language.PYTHON3; 1 is Python 2, which our judge does not run.
 
 _DIFFICULTY_WORDS = {
@@ -39,7 +40,8 @@ _BOILERPLATE = [
                           r"printed to stdout by your code\.?"),
     ("as argument", r"\s*The input will be given as arguments? to the function.*?\.\s*"),
     ("providing the code", r"\s*Now solve the problem by providing the code\.?\s*$"),
-    ("read the inputs from stdin", r"\s*Read the inputs from stdin,? solve the problem,? and write the answer to stdout.*$"),
+    ("read the inputs from stdin",
+     r"\s*Read the inputs from stdin,? solve the problem,? and write the answer to stdout.*$"),
     ("to solve the problem", r"\s*Write (?:a )?Python (?:code|program|function) to solve the problem\..*$"),
     ("following starter code", r"\s*You will use the following starter code to write the solution.*$"),
 ]
