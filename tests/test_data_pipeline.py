@@ -119,6 +119,10 @@ def deepcoder_rows():
          "tests": json.dumps([{"type": "function_call", "fn_name": "inc", "input": [1], "output": [2]},
                               {"type": "function_call", "fn_name": "inc", "input": [4], "output": [5]}])},
         {"problem": statement("dctaco"), "tests": json.dumps({"inputs": ["2\n"], "outputs": ["4\n"]})},
+        {"problem": statement("dcfunc"),
+         "tests": json.dumps([{"input": "[1, 2]\n3", "output": "6", "testtype": "functional",
+                               "metadata": {"func_name": "total"}}])},
+        {"problem": statement("dcliteral"), "tests": str([{"type": "stdin_stdout", "input": "1\n", "output": "2\n"}])},
         {"problem": statement("dcbad"), "tests": json.dumps([{"type": "weird", "input": "1", "output": "2"}])},
     ]
 
@@ -230,15 +234,17 @@ def test_hf_cache_arrow_codecontests(dumps):
 
 def test_deepcoder_shapes(dumps):
     records, stats = _collect(dumps, "dc", dumps / "deepcoder.jsonl")
-    assert stats == {"rows": 4}
-    lcb, prime, taco = [process.to_problem(r) for r in records[:3]]
+    assert stats == {"rows": 6}
+    lcb, prime, taco, func, literal = [process.to_problem(r) for r in records[:5]]
+    assert func.func_name == "total" and func.tests[0].kind == "functional"
+    assert literal.tests[0].output == "2\n"
     assert lcb.question_content == statement("dclcb")  # source boilerplate stripped
     assert prime.func_name == "inc" and [t.input for t in prime.tests] == ["1", "4"]
     assert [t.output for t in prime.tests] == ["2", "5"]
     assert taco.tests[0].output == "4\n" and not taco.call_based
     assert lcb.question_id.startswith("dc/sha1-")  # stable id from the statement
     with pytest.raises(ValueError, match="unknown test type"):
-        process.to_problem(records[3])
+        process.to_problem(records[5])
 
 
 def test_problem_folders(dumps):
@@ -523,17 +529,17 @@ def pipeline_cfg(dumps, tmp_path):
 def test_pipeline_end_to_end_and_resume(pipeline_cfg):
     cfg, pool = pipeline_cfg, FakePool()
     records = stages.run_pipeline(cfg, pool=pool)
-    assert records["collect"]["rows"] == 12  # format "lcb" is forced: the unrelated row passes here
-    assert records["process"]["problems"] == 10  # ... and fails here, as does DeepCoder's "weird" test
+    assert records["collect"]["rows"] == 14  # format "lcb" is forced: the unrelated row passes here
+    assert records["process"]["problems"] == 12  # ... and fails here, as does DeepCoder's "weird" test
     assert [records["process"]["per_source"][s]["malformed"] for s in ("lcb", "dc")] == [1, 1]
     assert records["filter"]["removed"] == {"eval_window": 1, "no_tests": 1}  # lcb/3000 dated 2024-09
-    assert records["verify"]["failed"] == 4 and records["verify"]["no_reference"] == 4  # no "OK" marker
+    assert records["verify"]["failed"] == 4 and records["verify"]["no_reference"] == 6  # no "OK" marker
     shards = stages.shard_paths(cfg)
     assert [os.path.basename(s) for s in shards] == [f"train-0000{i}-of-00003.jsonl" for i in range(3)]
     loaded = [p for s in shards for p in load_problems(s)]
-    assert len(loaded) == records["export"]["problems"] == 4
+    assert len(loaded) == records["export"]["problems"] == 6
     assert sorted(p.question_id for p in loaded)[-1] == "lcb/abc100_a"
-    assert sum(p.question_id.startswith("dc/") for p in loaded) == 3
+    assert sum(p.question_id.startswith("dc/") for p in loaded) == 5
     report = json.load(open(os.path.join(cfg.workdir, "export", "report.json")))
     assert report["stages"]["filter"]["removed"]["no_tests"] == 1
     assert os.path.getsize(os.path.join(cfg.workdir, "export", "difficulty.png")) > 1000
@@ -545,10 +551,10 @@ def test_pipeline_end_to_end_and_resume(pipeline_cfg):
     with cfg.unlocked():
         cfg.verify.on_failure = "flag"
     again = stages.run_pipeline(cfg, pool=pool)
-    assert again["filter"] == records["filter"] and again["verify"]["kept"] == 8
-    assert again["export"]["problems"] == 8 and pool.calls == calls + 1
+    assert again["filter"] == records["filter"] and again["verify"]["kept"] == 10
+    assert again["export"]["problems"] == 10 and pool.calls == calls + 1
     forced = stages.run_stage(cfg, "collect", force=True)
-    assert forced["fingerprint"] == records["collect"]["fingerprint"] and forced["rows"] == 12
+    assert forced["fingerprint"] == records["collect"]["fingerprint"] and forced["rows"] == 14
     assert not [n for n in os.listdir(cfg.workdir) if n.startswith(".")]  # no temp dirs left
 
 
@@ -564,8 +570,8 @@ def test_filter_stage_with_live_pass_rate_fn_from_config(pipeline_cfg):
         d.enabled, d.pass_rate_cache = True, os.path.join(cfg.workdir, "rates.jsonl")
         d.pass_rate_fn, d.pass_rate_fn_kwargs = "test_data_pipeline:constant_rate_factory", {"rate": 0.9}
     records = stages.run_pipeline(cfg, ("collect", "process", "filter"))
-    assert records["filter"]["kept"] == 0 and records["filter"]["removed"]["too_easy"] == 8
-    assert len(filters.load_pass_rates(cfg.filter.difficulty.pass_rate_cache)) == 8
+    assert records["filter"]["kept"] == 0 and records["filter"]["removed"]["too_easy"] == 10
+    assert len(filters.load_pass_rates(cfg.filter.difficulty.pass_rate_cache)) == 10
 
 
 def test_failed_stage_leaves_no_output(pipeline_cfg):

@@ -9,6 +9,7 @@ code. Question ids get the source name as prefix so ids from different dumps nev
 """
 from __future__ import annotations
 
+import ast
 import datetime
 import hashlib
 import html
@@ -171,9 +172,15 @@ def _rating(row: dict) -> int | None:
 
 
 def _json(value: Any, default: Any) -> Any:
+    """Parsed JSON text (or a Python literal, as some dumps store them); non-text passes through."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return default
-    return json.loads(value) if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return ast.literal_eval(value)
 
 
 def _read_lcb(row: dict) -> tuple[Problem, list]:
@@ -226,8 +233,9 @@ def _read_codecontests(row: dict) -> tuple[Problem, list]:
 
 def _read_deepcoder(row: dict) -> tuple[Problem, list]:
     """DeepCoder-style rows: `problem` statement and `tests` JSON in one of the shapes its subsets
-    use: LCB-like [{input, output, testtype}], PrimeIntellect [{type: stdin_stdout|function_call,
-    input, output, fn_name}], or TACO's {inputs, outputs, fn_name}."""
+    use: LCB-like [{input, output, testtype, metadata: {func_name}}], PrimeIntellect [{type:
+    stdin_stdout|function_call, input, output, fn_name}] (JSON or a Python literal), or TACO's
+    {inputs, outputs, fn_name}."""
     tests_json = _json(row.get("tests"), None)
     meta = _json(row.get("metadata"), {}) or {}
     if not isinstance(meta, dict):
@@ -261,7 +269,8 @@ def _read_deepcoder(row: dict) -> tuple[Problem, list]:
     tests = [TestCase(str(t["input"]), str(t["output"]), _deepcoder_kind(t)) for t in tests_json]
     if len({t.kind for t in tests}) > 1:
         raise ValueError("mixed stdin and functional tests")
-    func_name = meta.get("func_name") or row.get("func_name") or None
+    test_meta = _json(tests_json[0].get("metadata"), {}) or {}  # LCB-derived rows keep it per test
+    func_name = meta.get("func_name") or row.get("func_name") or test_meta.get("func_name") or None
     problem = Problem(tests=tests, func_name=func_name, **base)
     problem.metadata.update({k: v for k, v in meta.items() if k not in ("func_name", "starter_code")})
     return problem, solutions
