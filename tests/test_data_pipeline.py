@@ -245,6 +245,10 @@ def test_deepcoder_shapes(dumps):
     assert lcb.question_id.startswith("dc/sha1-")  # stable id from the statement
     with pytest.raises(ValueError, match="unknown test type"):
         process.to_problem(records[5])
+    no_name = {**records[3], "row": {**records[3]["row"], "tests": json.dumps([{"input": "1", "output": "1",
+                                                                                 "testtype": "functional"}])}}
+    with pytest.raises(ValueError, match="need a func_name"):
+        process.to_problem(no_name)
 
 
 def test_problem_folders(dumps):

@@ -131,6 +131,7 @@ def to_problem(record: dict, max_solutions: int = 4) -> Problem:
     if reader is None:
         raise ValueError(f"no reader for format {fmt!r}")
     problem, solutions = reader(row)
+    check_io_kind(problem)
     raw_difficulty = problem.difficulty
     problem.difficulty = normalize_difficulty(raw_difficulty, _rating(row))
     if raw_difficulty and raw_difficulty != problem.difficulty:
@@ -152,6 +153,15 @@ def to_problem(record: dict, max_solutions: int = 4) -> Problem:
     problem.metadata["origin"] = record.get("origin", "")
     problem.metadata["solutions"] = [s for s in solutions if isinstance(s, str) and s.strip()][:max_solutions]
     return problem
+
+
+def check_io_kind(problem: Problem) -> None:
+    """One I/O kind per problem: every test functional iff the problem names its entry point."""
+    kinds = {t.kind for t in problem.tests}
+    if len(kinds) > 1:
+        raise ValueError(f"mixed test kinds {sorted(kinds)}")
+    if kinds and (kinds == {"functional"}) != problem.call_based:
+        raise ValueError("functional tests need a func_name, and a func_name needs functional tests")
 
 
 def solutions_of(problem: Problem) -> list[str]:
@@ -267,8 +277,6 @@ def _read_deepcoder(row: dict) -> tuple[Problem, list]:
         problem.starter_code, problem.platform = base["starter_code"], base["platform"]
         return problem, solutions
     tests = [TestCase(str(t["input"]), str(t["output"]), _deepcoder_kind(t)) for t in tests_json]
-    if len({t.kind for t in tests}) > 1:
-        raise ValueError("mixed stdin and functional tests")
     test_meta = _json(tests_json[0].get("metadata"), {}) or {}  # LCB-derived rows keep it per test
     func_name = meta.get("func_name") or row.get("func_name") or test_meta.get("func_name") or None
     problem = Problem(tests=tests, func_name=func_name, **base)
