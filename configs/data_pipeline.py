@@ -91,6 +91,7 @@ def get_config() -> ml_collections.ConfigDict:
     v.workers = 0  # judge processes (0 = number of cores)
     v.timeout = 6.0  # CPU seconds per test for reference solutions
     v.memory_mb = 2048  # memory limit per program
+    v.cache = True  # reuse verdicts of unchanged (problem, reference) pairs: <workdir>/verify_cache.jsonl
 
     e = c.export = ml_collections.ConfigDict()
     e.num_shards = 4  # JSONL shards {prefix}-0000i-of-0000N.jsonl (fewer if fewer problems)

@@ -515,6 +515,21 @@ def test_verify_policies():
     assert [(p.question_id, p.metadata["verified"]) for p in kept] == [("good", False), ("bad", False)]
 
 
+def test_verdict_cache_rejudges_only_changed_pairs(tmp_path):
+    cfg, pool, cache = load_cfg().verify, FakePool(), str(tmp_path / "verdicts.jsonl")
+
+    def run(problem):
+        return verify.verify_problems([problem], cfg, pool, cache_path=cache, limits=(6.0, 2048))
+
+    run(make("a", metadata={"solutions": ["OK"]}))
+    run(make("a", metadata={"solutions": ["OK"]}))
+    assert pool.calls == 1
+    changed = make("a", metadata={"solutions": ["OK"]})
+    changed.tests[0].output = "different\n"
+    kept, _, _ = run(changed)
+    assert pool.calls == 2 and kept[0].metadata["verified"]
+
+
 @pytest.fixture()
 def pipeline_cfg(dumps, tmp_path):
     cfg = load_cfg(
@@ -556,7 +571,9 @@ def test_pipeline_end_to_end_and_resume(pipeline_cfg):
         cfg.verify.on_failure = "flag"
     again = stages.run_pipeline(cfg, pool=pool)
     assert again["filter"] == records["filter"] and again["verify"]["kept"] == 10
-    assert again["export"]["problems"] == 10 and pool.calls == calls + 1
+    assert again["export"]["problems"] == 10 and pool.calls == calls  # verdicts came from the cache
+    with open(os.path.join(cfg.workdir, "verify_cache.jsonl")) as f:
+        assert len(f.readlines()) == 4
     forced = stages.run_stage(cfg, "collect", force=True)
     assert forced["fingerprint"] == records["collect"]["fingerprint"] and forced["rows"] == 14
     assert not [n for n in os.listdir(cfg.workdir) if n.startswith(".")]  # no temp dirs left

@@ -212,8 +212,10 @@ def run_verify(cfg, out: _StageDir, pool=None, **_) -> dict:
     problems = list(_read_problems(source))
     own_pool = pool is None
     pool = _make_pool(cfg) if own_pool else pool
+    cache = os.path.join(cfg.workdir, "verify_cache.jsonl") if cfg.verify.cache else None
+    limits = (cfg.verify.timeout, cfg.verify.memory_mb)
     try:
-        kept, counts, failures = verify.verify_problems(problems, cfg.verify, pool)
+        kept, counts, failures = verify.verify_problems(problems, cfg.verify, pool, cache_path=cache, limits=limits)
     finally:
         if own_pool:
             pool.close()
