@@ -135,15 +135,14 @@ def test_bf16_compute_is_close_to_fp32(tiny):
     assert _max_rel_err(np.asarray(low), np.asarray(ref), mask) < 5e-2
 
 
-def test_xla_dot_product_attention_matches_einsum_path():
-    """jax.nn.dot_product_attention is the call the GPU path makes (there with implementation="cudnn")."""
+def test_fused_attention_call_matches_einsum_path():
+    """The GPU path's jax.nn.dot_product_attention call (cuDNN there), run with its XLA implementation."""
     rng = np.random.RandomState(0)
     b, t, h, kv, d = 2, 16, 8, 2, 32
     q, k, v = (jnp.asarray(rng.randn(b, t, n, d), jnp.float32) for n in (h, kv, kv))
     token_mask = jnp.asarray(np.arange(t)[None] >= np.array([[0], [5]]))
     ours = attn_lib.causal_attention(q, k, v, token_mask, implementation="xla")
-    mask = jnp.tril(jnp.ones((t, t), bool))[None] & token_mask[:, None, :]
-    ref = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation="xla")
+    ref = attn_lib.fused_attention(q, k, v, token_mask, implementation="xla")
     keep = np.asarray(token_mask)
     np.testing.assert_allclose(np.asarray(ours)[keep], np.asarray(ref)[keep], rtol=1e-5, atol=1e-5)
 

@@ -24,8 +24,11 @@ def xla_attention(q, k, v, mask):
     return out.reshape(b, t, h, d)
 
 
-def _flash_attention_tpu(q, k, v, segment_ids):
-    """Pallas TPU flash attention for the no-cache causal case; padding via segment ids."""
+def _flash_attention_tpu(q, k, v, token_mask):
+    """Pallas TPU flash attention for the no-cache causal case; padding via segment ids.
+
+    (jax 0.10 ships the Pallas TPU ``flash_attention`` kernel; "splash" names this TPU kernel path.)
+    """
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
     h, kv = q.shape[2], k.shape[2]
@@ -33,23 +36,31 @@ def _flash_attention_tpu(q, k, v, segment_ids):
         k = jnp.repeat(k, h // kv, axis=2)
         v = jnp.repeat(v, h // kv, axis=2)
     q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # [B, H, T, D]
-    seg = fa.SegmentIds(q=segment_ids, kv=segment_ids)
-    out = fa.flash_attention(q, k, v, segment_ids=seg, causal=True, sm_scale=q.shape[-1] ** -0.5)
+    segments = token_mask.astype(jnp.int32)  # pad queries see pad keys only: no empty rows
+    out = fa.flash_attention(q, k, v, segment_ids=fa.SegmentIds(q=segments, kv=segments), causal=True,
+                             sm_scale=q.shape[-1] ** -0.5)
     return out.transpose(0, 2, 1, 3)
 
 
-def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int) -> str:
-    """Resolve ``"auto"`` by platform and shape; kernels only serve the no-cache causal case."""
+def fused_attention(q, k, v, token_mask, implementation: str = "cudnn"):
+    """``jax.nn.dot_product_attention`` (cuDNN on GPU): causal flag + key-padding mask, GQA native."""
+    return jax.nn.dot_product_attention(q, k, v, mask=token_mask[:, None, None, :].astype(bool), is_causal=True,
+                                        implementation=implementation)
+
+
+def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int, dtype=jnp.bfloat16) -> str:
+    """Resolve ``"auto"`` by platform, dtype and shape; kernels only serve the no-cache causal case."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"attention must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    if implementation != "auto":
-        return "xla" if cached else implementation
     if cached:
         return "xla"
+    if implementation != "auto":
+        return implementation
     platform = jax.devices()[0].platform
     if platform == "tpu" and seq_len % 128 == 0 and head_dim % 128 == 0:
         return "splash"
-    if platform == "gpu" and head_dim in (64, 128) and seq_len % 64 == 0:
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    if platform == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
     return "xla"
 
@@ -57,14 +68,13 @@ def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int) ->
 def causal_attention(q, k, v, token_mask, implementation: str = "auto"):
     """Self-attention over one sequence block, causal and with ``token_mask [B, T]`` (1 = real token)."""
     t = q.shape[1]
-    impl = choose(implementation, cached=False, seq_len=t, head_dim=q.shape[-1])
-    if impl == "splash":
-        return _flash_attention_tpu(q, k, v, token_mask.astype(jnp.int32))
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    mask = causal[None] & token_mask[:, None, :].astype(bool)
-    if impl == "cudnn":
-        return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation="cudnn")
-    return xla_attention(q, k, v, mask)
+    impl = choose(implementation, cached=False, seq_len=t, head_dim=q.shape[-1], dtype=q.dtype)
+    if impl == "xla":
+        mask = jnp.tril(jnp.ones((t, t), bool))[None] & token_mask[:, None, :].astype(bool)
+        return xla_attention(q, k, v, mask)
+    out = _flash_attention_tpu(q, k, v, token_mask) if impl == "splash" else fused_attention(q, k, v, token_mask)
+    # Padding queries can have no visible key in a kernel: zero them so no NaN reaches later layers.
+    return jnp.where(token_mask[:, :, None, None].astype(bool), out, 0).astype(q.dtype)
 
 
 def cached_attention(q, k_cache, v_cache, key_mask, query_slots):
