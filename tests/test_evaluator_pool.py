@@ -184,3 +184,10 @@ def test_pool_can_be_used_from_several_threads(pool):
     for t in threads:
         t.join()
     assert out == {i: True for i in range(4)}
+
+
+def test_large_input_and_output_through_real_pipes(pool):
+    n = 200_000
+    problem = Problem("big", [TestCase(f"{n}\n" + "7 " * n + "\n", "\n".join(["7"] * n) + "\n")])
+    code = "import sys\nn, *xs = sys.stdin.buffer.read().split()\nsys.stdout.write('\\n'.join(x.decode() for x in xs))"
+    assert pool.judge([problem], [code])[0].passed

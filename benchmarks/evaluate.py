@@ -1,0 +1,170 @@
+"""Judging throughput: the fork-server pool against one fresh `python3` per test, same batch.
+
+    python benchmarks/evaluate.py [--programs 200] [--workers N]
+
+The batch is small correct and wrong programs (stdin and call-based) over 5 tests each; both
+designs stop a program at its first failing test and must agree on every verdict. Prints a table:
+programs/s, tests/s and cost per test per worker (wall time x workers / tests run).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
+from microcoder_jax.evaluator.compare import compare_stdout
+
+# (name, input generator, reference, correct program, wrong program)
+TASKS = [
+    ("sum", lambda r: " ".join(str(r.randint(-99, 99)) for _ in range(r.randint(1, 20))),
+     lambda s: str(sum(map(int, s.split()))),
+     "print(sum(map(int, input().split())))",
+     "print(sum(map(int, input().split())) + 1)"),
+    ("max", lambda r: " ".join(str(r.randint(-99, 99)) for _ in range(r.randint(1, 20))),
+     lambda s: str(max(map(int, s.split()))),
+     "import sys\nprint(max(map(int, sys.stdin.read().split())))",
+     "import sys\nprint(min(map(int, sys.stdin.read().split())))"),
+    ("reverse", lambda r: "".join(r.choice("abcde") for _ in range(r.randint(1, 30))),
+     lambda s: s[::-1],
+     "print(open(0).read().strip()[::-1])",
+     "print(open(0).read().strip())"),
+    ("fib", lambda r: str(r.randint(1, 500)),
+     lambda s: str(_fib(int(s))),
+     "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, (a + b) % 1000000007\nprint(a)",
+     "n = int(input())\na, b = 0, 1\nfor _ in range(n - 1):\n    a, b = b, (a + b) % 1000000007\nprint(a)"),
+    ("sort", lambda r: " ".join(str(r.randint(0, 999)) for _ in range(r.randint(1, 50))),
+     lambda s: " ".join(map(str, sorted(map(int, s.split())))),
+     "import sys\nxs = sorted(map(int, sys.stdin.buffer.read().split()))\nsys.stdout.write(' '.join(map(str, xs)))",
+     "import sys\nxs = list(map(int, sys.stdin.buffer.read().split()))\nprint(*xs)"),
+]
+
+
+def _fib(n: int) -> int:
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, (a + b) % 1000000007
+    return a
+
+
+def make_batch(n_programs: int, tests_per_problem: int = 5, seed: int = 0):
+    rng = random.Random(seed)
+    problems = []
+    for name, gen, ref, _, _ in TASKS:
+        inputs = [gen(rng) for _ in range(tests_per_problem)]
+        problems.append(Problem(name, [TestCase(i + "\n", ref(i) + "\n") for i in inputs]))
+    pairs = []
+    for k in range(n_programs):
+        p = k % len(TASKS)
+        pairs.append((problems[p], TASKS[p][3] if rng.random() < 0.6 else TASKS[p][4]))
+    return [p for p, _ in pairs], [c for _, c in pairs]
+
+
+def naive_judge(problems, codes, workers: int, timeout: float):
+    """One fresh python3 per test, no sandbox; the design the pool replaces."""
+    tmp = tempfile.mkdtemp(prefix="naive-")
+
+    def judge_one(k):
+        path = os.path.join(tmp, f"p{k}.py")
+        with open(path, "w") as f:
+            f.write(codes[k])
+        passed, ran = True, 0
+        for test in problems[k].tests:
+            ran += 1
+            try:
+                proc = subprocess.run([sys.executable, path], input=test.input.encode(), capture_output=True,
+                                      timeout=timeout * 3 + 1, cwd=tmp)
+            except subprocess.TimeoutExpired:
+                passed = False
+                break
+            if proc.returncode != 0 or not compare_stdout(test.output, proc.stdout.decode(errors="replace"))[0]:
+                passed = False
+                break
+        return passed, ran
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+        out = list(ex.map(judge_one, range(len(codes))))
+    return [p for p, _ in out], sum(r for _, r in out)
+
+
+def _cpu_of(pid: int) -> float:
+    """CPU seconds of a process and its reaped children (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_processes(pool) -> list[int]:
+    """The fork servers: the processes the pool started and the PID-namespace init under each."""
+    pids = list(pool.server_pids)
+    for pid in pool.server_pids:
+        try:
+            pids += [int(c) for c in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+        except OSError:
+            pass
+    return pids
+
+
+def pool_judge(problems, codes, workers: int, timeout: float):
+    with EvaluatorPool(workers, timeout=timeout) as pool:
+        pool.judge(problems[:workers], codes[:workers])  # servers are up and warm, as in training
+        servers = _server_processes(pool)
+        cpu0 = time.process_time() + sum(map(_cpu_of, servers))
+        start = time.perf_counter()
+        results = pool.judge(problems, codes)
+        wall = time.perf_counter() - start
+        cpu = time.process_time() + sum(map(_cpu_of, servers)) - cpu0
+        iso = pool.isolation
+    ran = sum(r.tests_passed + (r.first_failure is not None) for r in results)
+    return [r.passed for r in results], ran, wall, cpu, sum(r.cpu_time for r in results), iso
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--programs", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--timeout", type=float, default=2.0)
+    args = ap.parse_args(argv)
+    problems, codes = make_batch(args.programs)
+
+    fast, fast_ran, fast_wall, fast_cpu, program_cpu, iso = pool_judge(problems, codes, args.workers,
+                                                                        args.timeout)
+    cpu0 = time.process_time() + _children_cpu()
+    start = time.perf_counter()
+    slow, slow_ran = naive_judge(problems, codes, args.workers, args.timeout)
+    slow_wall = time.perf_counter() - start
+    slow_cpu = time.process_time() + _children_cpu() - cpu0
+    assert fast == slow, "the two designs disagree on some verdicts"
+    assert fast_ran == slow_ran
+
+    n, w = len(codes), args.workers
+    print(f"{n} programs ({sum(fast)} correct), {fast_ran} tests run, {w} workers, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"sandbox: {iso}")
+    header = (f"{'design':<26}{'wall s':>8}{'programs/s':>12}{'tests/s':>9}{'wall ms/test':>14}"
+              f"{'CPU ms/test':>13}")
+    print(header)
+    print("-" * len(header))
+    for name, wall, cpu in (("fork-server pool", fast_wall, fast_cpu),
+                            ("fresh python3 per test", slow_wall, slow_cpu)):
+        print(f"{name:<26}{wall:>8.2f}{n / wall:>12.1f}{fast_ran / wall:>9.1f}"
+              f"{wall * w / fast_ran * 1e3:>14.2f}{cpu / fast_ran * 1e3:>13.2f}")
+    print(f"speed-up {slow_wall / fast_wall:.1f}x (wall), {slow_cpu / fast_cpu:.1f}x (CPU). "
+          f"Wall ms/test = wall x workers / tests. CPU ms/test counts every process of the judge "
+          f"(pool threads, fork servers, programs); the programs' own share (from wait4) is "
+          f"{program_cpu / fast_ran * 1e3:.2f} ms, so the overhead is about "
+          f"{(fast_cpu - program_cpu) / fast_ran * 1e3:.2f} ms per test beyond the child's own run.")
+
+
+if __name__ == "__main__":
+    main()
