@@ -1,5 +1,6 @@
 """The judging pool end to end: real programs, every way of doing I/O, verdicts, reward modes."""
 import json
+import os
 import threading
 
 import pytest
@@ -191,3 +192,19 @@ def test_large_input_and_output_through_real_pipes(pool):
     problem = Problem("big", [TestCase(f"{n}\n" + "7 " * n + "\n", "\n".join(["7"] * n) + "\n")])
     code = "import sys\nn, *xs = sys.stdin.buffer.read().split()\nsys.stdout.write('\\n'.join(x.decode() for x in xs))"
     assert pool.judge([problem], [code])[0].passed
+
+
+def test_close_answers_queued_jobs_and_stops_the_servers():
+    pool = EvaluatorPool(workers=1, timeout=1.0, memory_mb=256)
+    pids = pool.server_pids
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2:\n    pass\nprint(6)"
+    handle = pool.submit([SUM] * 6, [busy] * 6)
+    pool.close()
+    results = handle.result(timeout=30)
+    assert "judge_error" in {r.verdict for r in results} and len(results) == 6
+    assert all(r.reason == "the pool was closed before judging this" for r in results if r.verdict == "judge_error")
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(RuntimeError):
+        pool.submit([SUM], ["print(6)"])

@@ -31,14 +31,19 @@ _FALLBACK_UID = 65534  # nobody, where large uids are not mapped (containers)
 class _Server:
     """One fork server process, restarted if it dies."""
 
-    def __init__(self, uid: int, options: dict):
+    def __init__(self, uid: int, options: dict, start: bool = True):
         self._uid = uid
         self._options = options
         self._proc = None
         self.isolation: dict = {}
-        self._start()
+        if start:
+            self._start()
 
     def _start(self) -> None:
+        self._spawn()
+        self._handshake()
+
+    def _spawn(self) -> None:
         self._tmp = tempfile.mkdtemp(prefix="mcj-judge-", dir=self._options.get("tmpdir"))
         args = [f"uids={self._uid},{_FALLBACK_UID}", f"tmpdir={self._tmp}",
                 f"max_processes={self._options['max_processes']}",
@@ -47,6 +52,8 @@ class _Server:
         self._proc = subprocess.Popen(
             [sys.executable, "-I", worker.__file__, *args], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, start_new_session=True, close_fds=True, env=env)
+
+    def _handshake(self) -> None:
         hello = worker.recv_msg(self._proc.stdout.fileno())
         if not hello or "hello" not in hello:
             raise RuntimeError("the judge's fork server did not start")
@@ -118,15 +125,13 @@ class JudgeHandle:
     def as_completed(self) -> Iterator[tuple[int, JudgeResult]]:
         """(index, result) pairs in completion order, as they arrive."""
         seen = 0
-        while True:
+        while seen < len(self._results):
             with self._cond:
                 self._cond.wait_for(lambda: len(self._finished) > seen)
                 batch = self._finished[seen:]
             for index in batch:
                 yield index, self._results[index]
             seen += len(batch)
-            if seen == len(self._results):
-                return
 
 
 class EvaluatorPool:
@@ -146,19 +151,28 @@ class EvaluatorPool:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
+        self._closed = False
         self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb,
                          "tmpdir": tmpdir or _default_tmpdir()}
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # Distinct uids per server and per pool, so no two programs running at once share one
         # (process limits count per uid).
         base = _UID_BASE + (os.getpid() * 31 + next(_POOL_IDS)) % 500_000 * 4096
-        self._servers = [_Server(base + i, self._options) for i in range(self.workers)]
+        self._servers = [_Server(base + i, self._options, start=False) for i in range(self.workers)]
+        try:
+            for server in self._servers:  # start them all at once, then wait for each to be ready
+                server._spawn()
+            for server in self._servers:
+                server._handshake()
+        except BaseException:
+            for server in self._servers:
+                server.close()
+            raise
         self._checkers: list[_Server | None] = [None] * self.workers
         self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True,
                                           name=f"judge-{i}") for i in range(self.workers)]
         for t in self._threads:
             t.start()
-        self._closed = False
 
     @property
     def isolation(self) -> dict:
@@ -215,6 +229,13 @@ class EvaluatorPool:
         if self._closed:
             return
         self._closed = True
+        while True:  # jobs nobody started: answered, not run
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0]._set(job[1], judge_error(job[2], "the pool was closed before judging this"))
         for _ in self._threads:
             self._jobs.put(None)
         for t in self._threads:

@@ -351,7 +351,10 @@ def _watch(pid, req, ctx, start, in_w, out_r, st_r, fds) -> dict:
     else:
         _close(in_w)
         fds.remove(in_w)
-    pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    try:  # readable when the child exits (Linux 5.3+); otherwise poll its state every 5 ms
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
     if pidfd is not None:
         fds.append(pidfd)
         poller.register(pidfd, select.POLLIN)
