@@ -36,7 +36,7 @@ import os
 import pickle
 import queue  # noqa: F401
 import random
-import re  # noqa: F401
+import re
 import resource
 import select
 import shutil
@@ -165,8 +165,8 @@ def _apply_limits(req: dict, ctx: dict) -> None:
               (resource.RLIMIT_CORE, 0, 0)]
     if _LINUX:  # macOS does not enforce RLIMIT_AS, and refuses some values
         limits.append((resource.RLIMIT_AS, memory, memory))
-    if ctx["uid"] is not None:  # counted per uid: only meaningful for our own sandbox uid
-        limits.append((resource.RLIMIT_NPROC, ctx["max_processes"], ctx["max_processes"]))
+    if ctx["nproc"] is not None:
+        limits.append((resource.RLIMIT_NPROC, ctx["nproc"], ctx["nproc"]))
     for which, soft, hard in limits:
         resource.setrlimit(which, (soft, hard))
     _, stack_hard = resource.getrlimit(resource.RLIMIT_STACK)
@@ -514,11 +514,11 @@ def _isolate(tmpfs_mb: int) -> dict:
     report["net_ns"] = True
     if flags & _CLONE_NEWNS and _mount(None, "/", None, _MS_REC | _MS_PRIVATE):
         report["mount_ns"] = True  # from here on, nothing we mount is seen outside
-        locked = _mount_flags("/")
-        report["readonly_root"] = _mount(None, "/", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | locked)
         report["private_tmp"] = all(
             _mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
             for d in _SCRATCH if os.path.isdir(d))
+        if report["private_tmp"]:  # work directories live there, so the rest may go read-only
+            report["readonly_root"] = _remount_readonly()
     if flags & _CLONE_NEWPID:
         child = os.fork()  # the first child is PID 1 of the new namespace: the real server
         if child:
@@ -531,6 +531,29 @@ def _isolate(tmpfs_mb: int) -> dict:
         if report["pid_ns"] and report["mount_ns"]:
             report["private_proc"] = _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     return report
+
+
+def _remount_readonly() -> bool:
+    """Every filesystem mount read-only in our namespace (kernel and device mounts excepted)."""
+    with open("/proc/self/mountinfo") as f:
+        points = [_unescape(line.split()[4]) for line in f]
+    skip = ("/proc", "/sys", "/dev", *_SCRATCH)
+    root_ok = False
+    for point in sorted(set(points)):
+        if any(point == s or point.startswith(s + "/") for s in skip):
+            continue
+        try:
+            flags = _mount_flags(point)
+        except OSError:
+            continue
+        ok = _mount(None, point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags)
+        root_ok = root_ok or (ok and point == "/")
+    return root_ok
+
+
+def _unescape(path: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
 
 
 def _mount(source, target, fstype, flags, data=None) -> bool:
@@ -618,6 +641,21 @@ def _probe_uid(candidates) -> int | None:
     return None
 
 
+def _process_limit(report: dict, max_processes: int) -> int | None:
+    """RLIMIT_NPROC for children, where it counts only their processes.
+
+    It counts per uid: with our own sandbox uid that is the program's processes alone; in a user
+    namespace on Linux >= 5.14 it counts per namespace (the server itself is one of them).
+    Otherwise it would count every process of the user on the host, so none is set.
+    """
+    if report["uid"] is not None:
+        return max_processes
+    kernel = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
+    if report["user_ns"] and report["pid_ns"] and kernel >= (5, 14):
+        return max_processes + 1
+    return None
+
+
 _PRELUDE: dict = {}
 
 
@@ -631,19 +669,19 @@ def main(argv=None) -> None:
     report = _isolate(int(opts.get("tmpfs_mb", 256)))
     uids = [int(u) for u in opts.get("uids", "").split(",") if u]
     private = report["private_tmp"]
+    report.update(uid=_probe_uid(uids), platform=sys.platform)
     ctx = {
         "base": "/tmp" if private else tempfile.mkdtemp(prefix="mcj-", dir=opts.get("tmpdir") or None),
         "scratch": _SCRATCH if private else (),
-        "uid": _probe_uid(uids),
+        "uid": report["uid"],
         "pid_ns": report["pid_ns"],
-        "max_processes": int(opts.get("max_processes", 64)),
+        "nproc": _process_limit(report, int(opts.get("max_processes", 64))),
         "max_fd": os.sysconf("SC_OPEN_MAX"),
     }
     if not private:
         os.chmod(ctx["base"], 0o711)  # a sandbox uid may enter its own directory, not list others
     elif ctx["uid"] is not None:
         _expose_import_paths()
-    report.update(uid=ctx["uid"], platform=sys.platform)
     if _LINUX:
         try:
             _LIBC.mallopt(-8, 1)  # M_ARENA_MAX: threads share one malloc arena under RLIMIT_AS
