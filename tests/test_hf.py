@@ -12,7 +12,7 @@ from safetensors.numpy import load_file
 from safetensors.torch import save_file as torch_save_file
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import Qwen3Config, Qwen3ForCausalLM, load_hf_params, save_hf_params
+from microcoder_jax.models import Qwen3Config, Qwen3ForCausalLM, get_preset, load_hf_params, save_hf_params
 from tiny_checkpoint import make_tiny_hf_checkpoint
 
 
@@ -160,3 +160,16 @@ def test_failed_export_leaves_no_output(untied, tmp_path):
     with pytest.raises(ValueError):
         save_hf_params(params, wrong, tmp_path / "out")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("rope", [None, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+                                  {"rope_type": "linear", "factor": 2.0}])
+def test_exported_config_reads_back_through_transformers(rope):
+    """Our config.json (old-style rope_theta/rope_scaling) means the same model to transformers."""
+    from transformers import Qwen3Config as HFConfig
+
+    ours = Qwen3Config.from_hf({**get_preset("qwen3-4b-instruct-2507").to_hf(), "rope_scaling": rope})
+    theirs = HFConfig(**ours.to_hf())
+    assert theirs.rope_parameters["rope_theta"] == ours.rope_theta
+    assert theirs.rope_parameters["rope_type"] == (rope or {}).get("rope_type", "default")
+    assert Qwen3Config.from_hf(theirs.to_dict()) == ours

@@ -236,13 +236,14 @@ def save_hf_params(params: dict, config: Qwen3Config, path, max_shard_bytes: int
         shards: list[dict[str, np.ndarray]] = [{}]
         sizes = [0]
         out_dtype = None
-        for name, array in iter_hf_tensors(params, config):
+        for name, array in iter_hf_tensors(params, config):  # every process joins the gathers
+            if not is_writer:
+                continue
             if dtype is not None:
                 array = array.astype(jnp.dtype(dtype))
             out_dtype = out_dtype or array.dtype
             if sizes[-1] and sizes[-1] + array.nbytes > max_shard_bytes:
-                if is_writer:
-                    _flush(shards, tmp, save_file)
+                _flush(shards, tmp, save_file)
                 shards.append({})
                 sizes.append(0)
             shards[-1][name] = array
