@@ -189,7 +189,8 @@ def default_config() -> ml_collections.ConfigDict:
 
     c.demo = ml_collections.ConfigDict()
     c.demo.ops = ("sum", "difference", "product", "maximum", "minimum")  # the task's operations
-    c.demo.problems_per_op = 8  # synthetic problems per operation (phrasings x test sets)
+    c.demo.problems_per_op = 8  # synthetic problems per operation (different tests each)
+    c.demo.phrasings = 1  # statement variants per operation (1: one template, only the op word differs)
     c.demo.tests_per_problem = 3  # stdin tests per problem
     c.demo.vocab_size = 384  # BPE vocabulary trained on the task text
     c.demo.warm_start_lr = 3e-3
@@ -218,7 +219,7 @@ def demo_config() -> ml_collections.ConfigDict:
     c.sampling.group_size = 8
     c.sampling.max_new_tokens = 40
     c.temperature.temperature = 1.0
-    c.rl.learning_rate = 2e-3
+    c.rl.learning_rate = 5e-4
     c.rl.warmup_steps = 0
     c.rl.decay = "constant"
     c.rl.num_minibatches = 2
@@ -230,7 +231,7 @@ def demo_config() -> ml_collections.ConfigDict:
     c.train.steps = 50
     c.train.checkpoint_every = 10
     c.train.eval_every = 0
-    c.train.warm_start_steps = 300
+    c.train.warm_start_steps = 150
     c.eval.max_new_tokens = 40
     c.eval.temperature = 0.0
     c.eval.top_p = 1.0

@@ -85,7 +85,8 @@ def model_config_from(config, vocab_size: int | None) -> models.Qwen3Config:
 def _demo_data(config, workdir):
     """The demo's problems and tokenizer (trained once, then reloaded from the workdir)."""
     d = config.demo
-    problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, config.seed)
+    problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, config.seed,
+                                       d.phrasings)
     path = os.path.join(workdir, "tokenizer")
     if os.path.exists(os.path.join(path, "tokenizer.json")):
         tokenizer = load_tokenizer(path)
@@ -209,12 +210,12 @@ class Roller:
 
         texts = decode_responses(self.run.tokenizer, sample.tokens, sample.lengths)
         codes = [extract_code(t) for t in texts]
-        return self.pool.submit(problems, codes), codes, texts
+        return self.pool.submit(problems, codes, mode=self.run.config.evaluator.reward), codes, texts
 
 
 def judge_arrays(results, codes, reward_mode: str):
     """(rewards, passed, no_code) arrays and verdict counts from JudgeResults."""
-    from microcoder_jax.evaluator.pool import reward
+    from microcoder_jax.evaluator import reward
 
     rewards = np.array([reward(r, mode=reward_mode) for r in results], np.float32)
     passed = np.array([bool(r.passed) for r in results])

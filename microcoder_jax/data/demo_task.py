@@ -24,7 +24,7 @@ OPS = {
              "Print the sum of the two integers a and b given on one line.",
              "Input: two integers a b. Output: a plus b."),
             "a + b", lambda a, b: a + b),
-    "difference": (("Read two integers a and b and print their difference a minus b.",
+    "difference": (("Read two integers a and b and print their difference.",
                     "Print a minus b for the two integers a and b given on one line.",
                     "Input: two integers a b. Output: a minus b."),
                    "a - b", lambda a, b: a - b),
@@ -32,15 +32,15 @@ OPS = {
                  "Print the product of the two integers a and b given on one line.",
                  "Input: two integers a b. Output: a times b."),
                 "a * b", lambda a, b: a * b),
-    "maximum": (("Read two integers a and b and print the larger one.",
+    "maximum": (("Read two integers a and b and print their maximum.",
                  "Print the maximum of the two integers a and b given on one line.",
                  "Input: two integers a b. Output: the larger of a and b."),
                 "max(a, b)", max),
-    "minimum": (("Read two integers a and b and print the smaller one.",
+    "minimum": (("Read two integers a and b and print their minimum.",
                  "Print the minimum of the two integers a and b given on one line.",
                  "Input: two integers a b. Output: the smaller of a and b."),
                 "min(a, b)", min),
-    "remainder": (("Read two positive integers a and b and print a modulo b.",
+    "remainder": (("Read two integers a and b and print their remainder.",
                    "Print the remainder of a divided by b for the integers a and b on one line.",
                    "Input: two integers a b. Output: a mod b."),
                   "a % b", lambda a, b: a % b),
@@ -59,15 +59,20 @@ def response_text(op: str) -> str:
     return f"```python\n{program(op)}\n```"
 
 
-def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int) -> list[Problem]:
-    """Synthetic problems with stdin tests on which every listed operation gives a different answer."""
+def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int,
+                  phrasings: int = 1) -> list[Problem]:
+    """Synthetic problems with stdin tests on which every listed operation gives a different answer.
+
+    `phrasings` statement variants per operation are used in turn (the first ones share one
+    template that differs only in the operation's name).
+    """
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
         raise ValueError(f"unknown demo ops {unknown}; known: {sorted(OPS)}")
     rng = np.random.default_rng(seed)
     problems = []
     for op in ops:
-        phrasings, _, fn = OPS[op]
+        statements, _, fn = OPS[op]
         for i in range(problems_per_op):
             tests = []
             while len(tests) < tests_per_problem:
@@ -76,7 +81,7 @@ def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int) 
                     tests.append(TestCase(input=f"{a} {b}\n", output=f"{fn(a, b)}\n", kind="stdin"))
             problems.append(Problem(
                 question_id=f"demo-{op}-{i}", tests=tests,
-                question_content=phrasings[i % len(phrasings)], platform="demo",
+                question_content=statements[i % min(phrasings, len(statements))], platform="demo",
                 difficulty="easy", contest_date="2026-01-01", source="demo",
                 metadata={"op": op}))
     return problems
