@@ -1,0 +1,194 @@
+"""Isolation the fork server sets up once, at start-up, before it forks any program.
+
+Linux: new mount, PID and network namespaces (inside a new user namespace when not root), with
+the filesystem read-only, private tmpfs scratch space and a private /proc; a sandbox uid for the
+children when root; a process limit where it counts only their processes. Elsewhere: nothing
+here applies, and the children get only resource limits (see sandbox.py).
+"""
+import ctypes
+import os
+import re
+import signal
+import sys
+
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
+_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+SCRATCH = ("/tmp", "/dev/shm")  # world-writable scratch space; private and emptied per run when we can
+EXPOSED = "/tmp/.python"  # read-only views of import paths a sandbox uid could not read
+_PR_SET_PDEATHSIG = 1
+_LINUX = sys.platform.startswith("linux")
+_LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
+
+
+def isolate(tmpfs_mb: int) -> dict:
+    """Enter new mount, PID and network namespaces (as PID 1 of the new PID one) where permitted.
+
+    In the new mount namespace the root filesystem is remounted read-only and fresh size-limited
+    tmpfs mounts hide the host's /tmp and /dev/shm; /proc is remounted to show only our processes.
+    Not root: the same inside a new user namespace, when the kernel allows unprivileged ones.
+    """
+    report = {"pid_ns": False, "net_ns": False, "user_ns": False, "mount_ns": False,
+              "readonly_root": False, "private_tmp": False, "private_proc": False}
+    if not _LINUX:
+        return report
+    root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
+    everything = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET
+    for flags in (everything, _CLONE_NEWPID | _CLONE_NEWNET, _CLONE_NEWNET):
+        flags |= 0 if root else _CLONE_NEWUSER
+        if _LIBC.unshare(flags) == 0:
+            break
+    else:
+        return report
+    if not root:
+        try:
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"0 {uid} 1")
+            _write("/proc/self/gid_map", f"0 {gid} 1")
+            report["user_ns"] = True
+        except OSError:
+            pass
+    report["net_ns"] = True
+    if flags & _CLONE_NEWNS and _mount(None, "/", None, _MS_REC | _MS_PRIVATE):
+        report["mount_ns"] = True  # from here on, nothing we mount is seen outside
+        report["private_tmp"] = all(
+            _mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
+            for d in SCRATCH if os.path.isdir(d))
+        if report["private_tmp"]:  # work directories live there, so the rest may go read-only
+            report["readonly_root"] = _remount_readonly()
+    if flags & _CLONE_NEWPID:
+        child = os.fork()  # the first child is PID 1 of the new namespace: the real server
+        if child:
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGKILL))
+            _, status = os.waitpid(child, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        report["pid_ns"] = os.getpid() == 1
+        if report["pid_ns"] and report["mount_ns"]:
+            report["private_proc"] = _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    return report
+
+
+def _remount_readonly() -> bool:
+    """Every filesystem mount read-only in our namespace (kernel and device mounts excepted)."""
+    with open("/proc/self/mountinfo") as f:
+        points = [_unescape(line.split()[4]) for line in f]
+    skip = ("/proc", "/sys", "/dev", *SCRATCH)
+    root_ok = False
+    for point in sorted(set(points)):
+        if any(point == s or point.startswith(s + "/") for s in skip):
+            continue
+        try:
+            flags = _mount_flags(point)
+        except OSError:
+            continue
+        ok = _mount(None, point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags)
+        root_ok = root_ok or (ok and point == "/")
+    return root_ok
+
+
+def _unescape(path: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def _mount(source, target, fstype, flags, data=None) -> bool:
+    enc = lambda v: None if v is None else v.encode()  # noqa: E731
+    return _LIBC.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
+
+
+def _mount_flags(path: str) -> int:
+    """The per-mount flags of `path` that a bind remount must keep (locked in user namespaces)."""
+    st = os.statvfs(path).f_flag
+    pairs = [(os.ST_NOSUID, _MS_NOSUID), (os.ST_NODEV, _MS_NODEV), (os.ST_NOEXEC, _MS_NOEXEC),
+             (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)]
+    return sum(ms for st_flag, ms in pairs if st & st_flag)
+
+
+def expose_import_paths() -> None:
+    """Make sys.path readable by a sandbox uid.
+
+    A Python installed behind a private directory (under /root, say) cannot be read once the
+    child drops its uid; such entries are bind-mounted read-only under /tmp/.python in our own
+    mount namespace, and sys.path and every loaded package's __path__ point there from now on.
+    """
+    moved = {}
+    for i, path in enumerate(sys.path):
+        if not path or not os.path.exists(path) or _others_can_read(path):
+            continue
+        target = f"{EXPOSED}/{i}"
+        os.makedirs(EXPOSED, mode=0o755, exist_ok=True)
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            open(target, "w").close()
+        if _mount(path, target, None, _MS_BIND) and _mount(
+                None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags(target)):
+            moved[path] = target
+
+    def relocate(entry):
+        for old, new in moved.items():
+            if entry == old or entry.startswith(old + os.sep):
+                return new + entry[len(old):]
+        return entry
+
+    if moved:
+        sys.path[:] = [relocate(p) for p in sys.path]
+        for module in list(sys.modules.values()):
+            if isinstance(getattr(module, "__path__", None), list):
+                module.__path__[:] = [relocate(p) for p in module.__path__]
+        sys.path_importer_cache.clear()
+
+
+def _others_can_read(path: str) -> bool:
+    path = os.path.realpath(path)
+    mode = os.stat(path).st_mode
+    if not mode & 0o004 or (os.path.isdir(path) and not mode & 0o001):
+        return False
+    parent = os.path.dirname(path)
+    while parent != path:
+        if not os.stat(parent).st_mode & 0o001:
+            return False
+        path, parent = parent, os.path.dirname(parent)
+    return True
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def probe_uid(candidates) -> int | None:
+    """The first uid a child can switch to (only root can switch at all)."""
+    if os.geteuid() != 0:
+        return None
+    for uid in candidates:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                os._exit(0)
+            except BaseException:  # noqa: BLE001
+                os._exit(1)
+        if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0:
+            return uid
+    return None
+
+
+def process_limit(report: dict, max_processes: int) -> int | None:
+    """RLIMIT_NPROC for children, where it counts only their processes.
+
+    It counts per uid: with our own sandbox uid that is the program's processes alone; in a user
+    namespace on Linux >= 5.14 it counts per namespace (the server itself is one of them).
+    Otherwise it would count every process of the user on the host, so none is set.
+    """
+    if report["uid"] is not None:
+        return max_processes
+    kernel = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
+    if report["user_ns"] and report["pid_ns"] and kernel >= (5, 14):
+        return max_processes + 1
+    return None

@@ -1,0 +1,223 @@
+"""What runs inside the forked child: fds, limits, privilege drop, then the program itself.
+
+Standard library only: the fork server loads this file without importing the package. `enter`
+never returns; the child's exit code and the status line on fd 3 tell the server what happened.
+The status line is written by code the program could tamper with, so the judge treats it as a
+hint for the verdict, never as evidence of a correct answer.
+"""
+import array
+import atexit
+import collections
+import ctypes
+import json
+import math
+import numbers
+import os
+import resource
+import sys
+import types
+
+# Exit codes of a child whose harness (not the program) reports something.
+EXIT_SETUP = 120  # the sandbox could not be set up
+EXIT_COMPILE = 121
+EXIT_MEMORY = 122
+
+# Names a LeetCode-style call-based solution may use without importing them (as on LeetCode).
+PRELUDE_SRC = """
+from string import *
+from re import *
+from datetime import *
+from collections import *
+from heapq import *
+from bisect import *
+from copy import *
+from math import *
+from itertools import *
+from functools import *
+from operator import *
+from typing import *
+from builtins import *
+import string, re, datetime, collections, heapq, bisect, copy, math
+import itertools, functools, operator, typing, sys, os, io, json
+"""
+PRELUDE: dict = {}  # built once by the server (build_prelude), shared by every fork
+
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1"}
+
+_PR_SET_NO_NEW_PRIVS = 38
+_LINUX = sys.platform.startswith("linux")
+_LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
+
+
+def build_prelude() -> None:
+    exec(PRELUDE_SRC, PRELUDE)
+    PRELUDE.pop("__builtins__", None)
+
+
+def enter(req: dict, ctx: dict, workdir: str, in_r: int, out_w: int, st_w: int) -> None:
+    """Runs in the forked child; never returns."""
+    try:
+        os.setsid()  # own session and process group, killed whole
+        null = os.open(os.devnull, os.O_RDWR)
+        call = req["mode"] == "call"
+        os.dup2(null if call else in_r, 0)
+        os.dup2(null if call else out_w, 1)  # a call-based program's prints are not judged
+        os.dup2(null, 2)
+        os.dup2(st_w, 3)
+        os.closerange(4, ctx["max_fd"])  # the server's pipes to the pool included
+        _apply_limits(req, ctx)
+        os.chdir(workdir)
+        os.environ.clear()
+        os.environ.update(_ENV, HOME=workdir, TMPDIR=workdir)
+        if ctx["uid"] is not None:
+            os.setgroups([])
+            os.setgid(ctx["uid"])
+            os.setuid(ctx["uid"])
+        if _LINUX:
+            _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries to climb back
+    except BaseException:  # noqa: BLE001
+        os._exit(EXIT_SETUP)
+    os._exit(_run_program(req))
+
+
+def _apply_limits(req: dict, ctx: dict) -> None:
+    memory = int(req["memory_mb"]) << 20
+    cpu = max(1, math.ceil(req["timeout"]))  # SIGXCPU at the soft limit, SIGKILL one second later
+    limits = [(resource.RLIMIT_CPU, cpu, cpu + 1),
+              (resource.RLIMIT_FSIZE, req["output_limit"], req["output_limit"]),
+              (resource.RLIMIT_NOFILE, 256, 256),
+              (resource.RLIMIT_CORE, 0, 0)]
+    if _LINUX:  # macOS does not enforce RLIMIT_AS, and refuses some values
+        limits.append((resource.RLIMIT_AS, memory, memory))
+    if ctx["nproc"] is not None:
+        limits.append((resource.RLIMIT_NPROC, ctx["nproc"], ctx["nproc"]))
+    for which, soft, hard in limits:
+        resource.setrlimit(which, (soft, hard))
+    _, stack_hard = resource.getrlimit(resource.RLIMIT_STACK)
+    stack = min(memory, 256 << 20)
+    if stack_hard != resource.RLIM_INFINITY:
+        stack = min(stack, stack_hard)
+    try:  # deep recursion: let the main stack grow (as contest judges do)
+        resource.setrlimit(resource.RLIMIT_STACK, (stack, stack_hard))
+    except (ValueError, OSError):
+        pass
+
+
+def _report(status: dict) -> None:
+    try:
+        data = memoryview(json.dumps(status).encode())
+        while data:
+            data = data[os.write(3, data):]
+    except BaseException:  # noqa: BLE001 - the program may have closed or replaced fd 3
+        pass
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        text = "exception"
+    return text[:300]
+
+
+def _run_program(req: dict) -> int:
+    """Compile and run the program as `__main__` (stdin) or call its entry point; the exit code."""
+    sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
+    stdout = sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace",
+                                       closefd=False)
+    sys.argv = ["solution.py"]
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)  # big integers print, as on judges without the limit
+    atexit._clear()
+    status, code = {"status": "ok"}, 0
+    try:
+        compiled = compile(req["code"], "solution.py", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
+        _report({"status": "compile_error", "error": _describe(e)})
+        return EXIT_COMPILE
+    call = req["mode"] == "call"
+    module = types.ModuleType("solution" if call else "__main__")
+    module.__file__ = "solution.py"
+    if call:
+        module.__dict__.update(PRELUDE)
+        module.__dict__["__name__"] = "solution"
+        sys.setrecursionlimit(50000)
+    sys.modules[module.__name__] = module
+    try:
+        exec(compiled, module.__dict__)
+        if call:
+            status["result"] = _call(module.__dict__, req)
+        elif req["mode"] == "check":
+            status["result"] = _check(module.__dict__)
+        _join_threads()
+        atexit._run_exitfuncs()
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            status, code = {"status": "runtime_error", "error": f"exit code {e.code!r}"[:300]}, 1
+        elif call or req["mode"] == "check":
+            status, code = {"status": "runtime_error", "error": "exited before returning"}, 1
+    except MemoryError:
+        module.__dict__.clear()
+        status, code = {"status": "memory_limit", "error": "MemoryError"}, EXIT_MEMORY
+    except BaseException as e:  # noqa: BLE001 - any failure of the program is its runtime error
+        status, code = {"status": "runtime_error", "error": _describe(e)}, 1
+    for out in {id(stdout): stdout, id(sys.stdout): sys.stdout}.values():
+        try:
+            out.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+    _report(status)
+    return code
+
+
+def _call(namespace: dict, req: dict) -> str:
+    """Call Solution().func_name (a fresh instance) or a plain function with the JSON arguments."""
+    name = req["func_name"]
+    cls = namespace.get("Solution")
+    if isinstance(cls, type) and hasattr(cls, name):
+        fn = getattr(cls(), name)
+    elif callable(namespace.get(name)):
+        fn = namespace[name]
+    else:
+        raise NameError(f"no Solution.{name} or function {name} defined")
+    args = [json.loads(line) for line in req["input"].split("\n") if line.strip()]
+    result = fn(*args)
+    try:
+        return json.dumps(result, default=_plain, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps({"__repr__": repr(result)[:200]})
+
+
+def _plain(obj):
+    """JSON fallback for common non-JSON return types; anything else is not an answer."""
+    if hasattr(obj, "tolist"):  # NumPy arrays and scalars
+        return obj.tolist()
+    if isinstance(obj, (collections.deque, range, array.array)):
+        return list(obj)
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        return float(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON data")
+
+
+def _check(namespace: dict) -> list:
+    """Checker mode: stdin holds {"input", "expected", "output"}; returns [ok, reason]."""
+    data = json.loads(sys.stdin.read())
+    verdict = namespace["check"](data["input"], data["expected"], data["output"])
+    ok, reason = (verdict if isinstance(verdict, tuple) else (verdict, ""))
+    return [bool(ok), str(reason)[:300]]
+
+
+def _join_threads() -> None:
+    """Wait for the program's non-daemon threads, as the interpreter does at exit."""
+    threading = sys.modules.get("threading")  # not preloaded: see the module docstring
+    if threading is None:
+        return
+    main = threading.main_thread()
+    for t in threading.enumerate():
+        if t is not main and not t.daemon:
+            t.join()
