@@ -1,0 +1,55 @@
+"""pass@k, grouping by difficulty/platform, the date window, the table."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from microcoder_jax import eval as ev
+from microcoder_jax.evaluator.problems import Problem, TestCase
+
+
+def _brute_pass_at_k(n, c, k):
+    """Probability that a random k-subset of n samples (c correct) holds a correct one."""
+    outcomes = [1] * c + [0] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(outcomes[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n,c,k", [(1, 0, 1), (1, 1, 1), (5, 2, 1), (5, 2, 3), (8, 1, 4), (8, 7, 2), (6, 0, 6)])
+def test_pass_at_k_is_unbiased(n, c, k):
+    assert math.isclose(ev.pass_at_k(n, c, k), _brute_pass_at_k(n, c, k), abs_tol=1e-12)
+
+
+def test_pass_at_k_needs_enough_samples():
+    with pytest.raises(ValueError):
+        ev.pass_at_k(2, 1, 3)
+
+
+def _p(qid, difficulty, platform, date):
+    return Problem(qid, [TestCase("1\n", "1\n")], difficulty=difficulty, platform=platform, contest_date=date)
+
+
+def test_summarize_groups_and_table():
+    problems = [_p("a", "easy", "atcoder", "2024-08-01"), _p("b", "hard", "leetcode", "2024-09-01"),
+                _p("c", "easy", "leetcode", "2025-01-01T00:00:00")]
+    passes = [[True, False], [False, False], [True, True]]
+    report = ev.summarize(problems, passes)
+    assert report["samples_per_problem"] == 2
+    assert math.isclose(report["overall"]["pass@1"], (0.5 + 0 + 1) / 3)
+    assert math.isclose(report["overall"]["pass@2"], (1 + 0 + 1) / 3)
+    assert report["by_difficulty"]["easy"] == {"problems": 2, "pass@1": 0.75, "pass@2": 1.0}
+    assert report["by_platform"]["leetcode"]["problems"] == 2
+    table = ev.format_table(report)
+    assert "overall" in table and "difficulty=hard" in table and "platform=atcoder" in table
+    assert "pass@2" in table.splitlines()[0]
+
+
+def test_date_window():
+    p = _p("a", "easy", "x", "2024-08-15T10:00:00")
+    assert ev.in_date_window(p)
+    assert ev.in_date_window(p, "2024-08-01", "2024-08-31")
+    assert ev.in_date_window(p, "2024-08-15", "2024-08-15")
+    assert not ev.in_date_window(p, "2024-09-01")
+    assert not ev.in_date_window(p, "", "2024-08-14")
+    assert not ev.in_date_window(_p("b", "", "", ""), "2024-01-01")  # undated: outside any window
