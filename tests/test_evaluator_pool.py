@@ -208,3 +208,11 @@ def test_close_answers_queued_jobs_and_stops_the_servers():
             os.kill(pid, 0)
     with pytest.raises(RuntimeError):
         pool.submit([SUM], ["print(6)"])
+
+
+def test_per_problem_timeout_overrides_the_pool_default(pool):
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\nprint(6)"
+    tight = Problem("tight", [TestCase("", "6\n")], metadata={"timeout": 0.1})
+    loose = Problem("loose", [TestCase("", "6\n")])
+    results = pool.judge([tight, loose], [burn, burn])
+    assert [r.verdict for r in results] == ["timeout", "passed"]
