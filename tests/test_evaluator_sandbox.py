@@ -158,3 +158,24 @@ def test_judge_memory_and_expected_outputs_are_out_of_reach(pool):
     hunted, peeked = pool.judge([problem, SUM], [hunt, peek])
     assert hunted.verdict == "wrong_answer" and "'none'" in hunted.reason
     assert peeked.passed
+
+
+def test_without_namespaces_leftovers_are_still_killed_by_uid():
+    """What hosts refusing namespaces (e.g. Docker's default seccomp) get, as root."""
+    with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=2.0,
+                       max_processes=32, namespaces=False) as pool:
+        assert not pool.isolation["pid_ns"] and not pool.isolation["mount_ns"]
+        needs(pool, "uid")
+        codes = [
+            "import os\ntry:\n    os.kill(os.getppid(), 9)\nexcept OSError:\n    pass\nprint(6)",
+            "import os\nos.killpg(0, 9)\nprint(6)",
+            ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+             "        while True:\n            time.sleep(0.01)\n    os._exit(0)\nprint(6)"),
+            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+            "print(sum(map(int, open(0).read().split())))",
+        ]
+        servers = pool.server_pids
+        results = pool.judge([SUM] * len(codes), codes)
+        assert [r.verdict for r in results] == ["passed", "runtime_error", "passed", "timeout", "passed"]
+        assert pool.server_pids == servers
+        assert _processes_of(set(pool.sandbox_uids)) == []

@@ -16,12 +16,12 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 SCRATCH = ("/tmp", "/dev/shm")  # world-writable scratch space; private and emptied per run when we can
 EXPOSED = "/tmp/.python"  # read-only views of import paths a sandbox uid could not read
-_PR_SET_PDEATHSIG = 1
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _LINUX = sys.platform.startswith("linux")
 _LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
 
 
-def isolate(tmpfs_mb: int) -> dict:
+def isolate(tmpfs_mb: int, namespaces: bool = True) -> dict:
     """Enter new mount, PID and network namespaces (as PID 1 of the new PID one) where permitted.
 
     In the new mount namespace the root filesystem is remounted read-only and fresh size-limited
@@ -30,7 +30,7 @@ def isolate(tmpfs_mb: int) -> dict:
     """
     report = {"pid_ns": False, "net_ns": False, "user_ns": False, "mount_ns": False,
               "readonly_root": False, "private_tmp": False, "private_proc": False}
-    if not _LINUX:
+    if not (_LINUX and namespaces):
         return report
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
@@ -177,6 +177,11 @@ def probe_uid(candidates) -> int | None:
         if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0:
             return uid
     return None
+
+
+def become_subreaper() -> bool:
+    """Orphans of our children come to us, not to the host's init (which may never reap them)."""
+    return _LINUX and _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def process_limit(report: dict, max_processes: int) -> int | None:

@@ -47,7 +47,7 @@ class _Server:
         self._tmp = tempfile.mkdtemp(prefix="mcj-judge-", dir=self._options.get("tmpdir"))
         args = [f"uids={self._uid},{_FALLBACK_UID}", f"tmpdir={self._tmp}",
                 f"max_processes={self._options['max_processes']}",
-                f"tmpfs_mb={self._options['tmpfs_mb']}"]
+                f"tmpfs_mb={self._options['tmpfs_mb']}", f"namespaces={int(self._options['namespaces'])}"]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
         self._proc = subprocess.Popen(
             [sys.executable, "-I", worker.__file__, *args], stdin=subprocess.PIPE,
@@ -142,17 +142,18 @@ class EvaluatorPool:
     wall_factor: wall-clock backstop = timeout * wall_factor + 1 s; max_processes: processes and
     threads per program (where a sandbox uid is available); tmpfs_mb: size of each server's
     private /tmp and /dev/shm (Linux, where mount namespaces are allowed); tmpdir: where work
-    directories live otherwise.
+    directories live otherwise; namespaces=False skips the Linux namespaces (debugging, or to see
+    the fallback that hosts refusing them get).
     """
 
     def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
                  output_limit_mb: int = 64, wall_factor: float = 3.0, max_processes: int = 64,
-                 tmpfs_mb: int = 256, tmpdir: str | None = None):
+                 tmpfs_mb: int = 256, tmpdir: str | None = None, namespaces: bool = True):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
         self._closed = False
-        self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb,
+        self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb, "namespaces": namespaces,
                          "tmpdir": tmpdir or _default_tmpdir()}
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # Distinct uids per server and per pool, so no two programs running at once share one

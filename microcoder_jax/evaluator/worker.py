@@ -247,12 +247,33 @@ def _kill_all(pid: int, ctx: dict) -> None:
             except ChildProcessError:
                 return
     _signal_group(pid)
-    while True:
+    own_uid = ctx["uid"] is not None and ctx["uid"] == ctx["own_uid"]
+    if own_uid:  # setsid daemons left the group (never for a shared fallback uid such as nobody)
+        _kill_uid(ctx["uid"])
+    while True:  # as a subreaper, orphans are ours to reap; with our own uid all of them are dying
         try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+            if os.waitpid(-1, 0 if own_uid and ctx["subreaper"] else os.WNOHANG)[0] == 0:
                 return
         except ChildProcessError:
             return
+
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process of this server's sandbox uid, from a helper that has become that uid."""
+    helper = os.fork()
+    if helper == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            if os.getuid() == uid and os.geteuid() == uid:  # never kill(-1) with any other identity
+                for _ in range(1000):
+                    os.kill(-1, signal.SIGKILL)  # everything this uid may signal, but not ourselves
+        except BaseException:  # noqa: BLE001 - ProcessLookupError: nothing (left) to kill
+            pass
+        finally:
+            os._exit(0)
+    os.waitpid(helper, 0)
 
 
 def _close(fd: int) -> None:
@@ -306,7 +327,7 @@ def main(argv=None) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    report = isolation.isolate(int(opts.get("tmpfs_mb", 256)))
+    report = isolation.isolate(int(opts.get("tmpfs_mb", 256)), opts.get("namespaces", "1") == "1")
     uids = [int(u) for u in opts.get("uids", "").split(",") if u]
     private = report["private_tmp"]
     report.update(uid=isolation.probe_uid(uids), platform=sys.platform)
@@ -314,6 +335,8 @@ def main(argv=None) -> None:
         "base": "/tmp" if private else opts["tmpdir"],  # the pool made that one for this server alone
         "scratch": isolation.SCRATCH if private else (),
         "uid": report["uid"],
+        "own_uid": uids[0] if uids else None,  # the pool gives each server its own uid first
+        "subreaper": not report["pid_ns"] and isolation.become_subreaper(),
         "pid_ns": report["pid_ns"],
         "nproc": isolation.process_limit(report, int(opts.get("max_processes", 64))),
         "max_fd": _max_fd(),
