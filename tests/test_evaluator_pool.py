@@ -165,6 +165,7 @@ def test_bad_problem_data_is_a_judge_error_not_a_crash(pool):
     results = pool.judge([bad, SUM], ["def f(x):\n    return x", IO_STYLES["input"]])
     assert results[0].verdict == "judge_error" and "not JSON" in results[0].reason
     assert results[1].passed
+    assert pool.judge([Problem("empty", [])], ["print(1)"])[0].verdict == "judge_error"
 
 
 def test_results_serialise(pool):

@@ -74,6 +74,8 @@ def judge(problem: Problem, code: str | None, run: Run, limits: Limits = Limits(
     """Run `code` on the tests of `problem` in order; in mode "all" stop at the first failure."""
     if mode not in REWARD_MODES:
         raise ValueError(f"mode must be one of {REWARD_MODES}, got {mode!r}")
+    if not problem.tests:
+        return judge_error(problem, "the problem has no tests")
     if code is None or not code.strip():
         return no_code(problem)
     timeout = float(problem.metadata.get("timeout") or limits.timeout)

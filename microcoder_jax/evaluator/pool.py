@@ -60,7 +60,10 @@ class _Server:
         self.isolation = hello["hello"]
 
     def run(self, request: dict) -> dict:
-        for attempt in range(2):
+        """One request, on a fresh server if this one died (the request is retried once)."""
+        for _ in range(2):
+            if self._proc is None:
+                self._start()
             try:
                 worker.send_msg(self._proc.stdin.fileno(), request)
                 reply = worker.recv_msg(self._proc.stdout.fileno())
@@ -68,9 +71,8 @@ class _Server:
                 reply = None
             if reply is not None:
                 return reply
-            log.warning("judge fork server died (exit %s); restarting", self._proc.poll())
+            log.warning("judge fork server died (exit %s); restarting it", self._proc.poll())
             self.close()
-            self._start()
         return {"server_died": True}  # only a program that escaped the sandbox does this
 
     def close(self) -> None:
@@ -177,7 +179,8 @@ class EvaluatorPool:
 
     @property
     def isolation(self) -> dict:
-        """What the OS allowed: pid_ns, net_ns, user_ns (bools) and the sandbox uid (or None)."""
+        """What the OS granted (see the package docstring): namespaces (pid_ns, net_ns, mount_ns,
+        user_ns), readonly_root, private_tmp, private_proc, and the sandbox uid (None: none)."""
         return dict(self._servers[0].isolation)
 
     @property
