@@ -1,0 +1,72 @@
+"""Token log-probabilities at a per-row temperature, without materialising [N, S, vocab] logits.
+
+The model returns final hidden states; the vocab projection, log-softmax and target gather run
+over sequence chunks of `chunk` positions inside a rematerialised scan, so at most
+[rows, chunk, vocab] fp32 logits exist at once, in the forward and in the backward pass.
+Outputs are aligned with `tokens`: out[:, t] = log p(tokens[:, t] | tokens[:, :t]); out[:, 0] = 0.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from microcoder_jax import models
+
+
+def _chunk_stats(params, model_config, hidden, targets, inv_temp):
+    """log p(target) and entropy at temperature for one chunk: hidden [B, C, H] -> 2 x [B, C]."""
+    logits = models.lm_head(params, model_config, hidden).astype(jnp.float32)
+    logits = logits * inv_temp[:, None, None]
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    # Entropy is a metric only: computed off the gradient path so backward skips it.
+    sg_logits, sg_logz = jax.lax.stop_gradient(logits), jax.lax.stop_gradient(logz)
+    probs = jnp.exp(sg_logits - sg_logz[..., None])
+    entropy = sg_logz - jnp.sum(probs * sg_logits, axis=-1)
+    return target_logit - logz, entropy
+
+
+def sequence_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512):
+    """Differentiable (log p(token), entropy) per position, both [B, S] f32, zero at position 0."""
+    hidden, _ = models.forward(params, model_config, tokens, attention_mask=attention_mask,
+                               return_hidden=True)
+    b, s = tokens.shape
+    hidden, targets = hidden[:, :-1], tokens[:, 1:]
+    chunk = min(chunk, s - 1)
+    n_chunks = -(-(s - 1) // chunk)
+    pad = n_chunks * chunk - (s - 1)
+    hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+    targets = jnp.pad(targets, ((0, 0), (0, pad)))
+    # [n_chunks, B, C, ...]: scan over chunks; remat so backward recomputes each chunk's logits.
+    hidden = hidden.reshape(b, n_chunks, chunk, -1).swapaxes(0, 1)
+    targets = targets.reshape(b, n_chunks, chunk).swapaxes(0, 1)
+    inv_temp = 1.0 / temperature.astype(jnp.float32)
+    stats = jax.checkpoint(functools.partial(_chunk_stats, model_config=model_config))
+
+    def body(_, xs):
+        return None, stats(params, hidden=xs[0], targets=xs[1], inv_temp=inv_temp)
+
+    _, (logp, ent) = jax.lax.scan(body, None, (hidden, targets))
+    unchunk = lambda x: jnp.pad(x.swapaxes(0, 1).reshape(b, -1)[:, : s - 1], ((0, 0), (1, 0)))
+    return unchunk(logp), unchunk(ent)
+
+
+@functools.partial(jax.jit, static_argnames=("model_config", "chunk", "micro_batch"))
+def compute_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
+                     micro_batch: int | None = None):
+    """log p(tokens[:, t] | tokens[:, :t]) at each row's temperature, [N, S] f32 (column 0 = 0).
+
+    Rows run `micro_batch` at a time (sequentially, lax.map) to bound activation memory; used for
+    old log-probs at the rollout temperature and for reference log-probs when the KL term is on.
+    """
+    fn = lambda t, m, temp: sequence_logprobs(params, model_config, t, m, temp, chunk)[0]
+    n = tokens.shape[0]
+    if micro_batch is None or micro_batch >= n:
+        return fn(tokens, attention_mask, temperature)
+    if n % micro_batch:
+        raise ValueError(f"{n} rows are not divisible by micro_batch={micro_batch}")
+    split = lambda x: x.reshape(n // micro_batch, micro_batch, *x.shape[1:])
+    out = jax.lax.map(lambda xs: fn(*xs), (split(tokens), split(attention_mask), split(temperature)))
+    return out.reshape(n, -1)

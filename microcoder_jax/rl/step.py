@@ -1,0 +1,260 @@
+"""The jitted MicroCoder-GRPO train step: one call does every mini-batch update of a rollout batch.
+
+Inside one jit: advantages and truncation masks (rl.advantages), old log-probs at the rollout
+temperature when the batch has none (computed once with the incoming params, i.e. the policy that
+sampled the batch, before the first update), then a lax.scan over mini-batches, each an AdamW
+update of gradients accumulated over micro-batches with an inner lax.scan. The loss normaliser of
+each update is computed over its whole mini-batch (all micro-batches, all devices) first, so
+accumulation is exact in every aggregation mode.
+
+The state is donated. Everything that changes between calls (rewards, flags, temperatures,
+masks, rho's uniforms drawn from `state.rng`) is data, so the step compiles once per batch shape.
+With kl_beta = 0 no reference model exists anywhere; with kl_beta > 0 the loop passes
+`ref_logprobs` (from `compute_logprobs` on its frozen reference params) in the batch.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from microcoder_jax import models, sharding
+from microcoder_jax.rl.advantages import compute_advantages
+from microcoder_jax.rl.config import RLConfig
+from microcoder_jax.rl.logprobs import sequence_logprobs
+from microcoder_jax.rl.losses import clipped_surrogate, k3_kl, loss_normaliser, token_weights
+
+
+class TrainState(NamedTuple):
+    """params: fp32 master weights; step: rollout batches done; rng: key for rho's uniforms."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
+
+
+def learning_rate_schedule(cfg: RLConfig):
+    """Linear warmup then constant / linear / cosine decay, in rollout steps (optax counts updates)."""
+
+    def schedule(count):
+        step = (count // cfg.num_minibatches).astype(jnp.float32)
+        warm = jnp.minimum(1.0, (step + 1.0) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        progress = jnp.clip((step - cfg.warmup_steps) / max(cfg.total_steps - cfg.warmup_steps, 1),
+                            0.0, 1.0)
+        end = cfg.end_lr_ratio
+        if cfg.decay == "linear":
+            decay = 1.0 - (1.0 - end) * progress
+        elif cfg.decay == "cosine":
+            decay = end + (1.0 - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+        else:
+            decay = 1.0
+        return cfg.learning_rate * warm * decay
+
+    return schedule
+
+
+def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
+    """Global-norm clipping, then AdamW with the warmup/decay schedule."""
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.grad_clip),
+        optax.adamw(learning_rate_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps,
+                    weight_decay=cfg.weight_decay),
+    )
+
+
+def state_shardings(model_config, cfg: RLConfig, mesh):
+    """NamedShardings of the TrainState: params FSDP per sharding.py, Adam moments alike."""
+    p_sh = sharding.param_shardings(model_config, mesh)
+    abstract_params = jax.eval_shape(lambda: models.init_params(model_config, jax.random.key(0)))
+    abstract_opt = jax.eval_shape(make_optimizer(cfg).init, abstract_params)
+    rep = sharding.replicated(mesh)
+    opt_sh = optax.tree_map_params(make_optimizer(cfg), lambda _, s: s, abstract_opt, p_sh,
+                                   transform_non_params=lambda _: rep)
+    return TrainState(params=p_sh, opt_state=opt_sh, step=rep, rng=rep)
+
+
+def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=None,
+                     seed: int = 0) -> TrainState:
+    """A fresh TrainState; with a mesh (and `model_config`) everything is placed FSDP-sharded."""
+    optimizer = make_optimizer(rl_config)
+    params = jax.tree.map(lambda p: jnp.array(p, jnp.float32), params)  # a copy: the step donates
+    step, rng = jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed)
+    if mesh is None:
+        return TrainState(params, optimizer.init(params), step, rng)
+    if model_config is None:
+        raise ValueError("init_train_state(..., mesh=...) needs model_config for the shardings")
+    sh = state_shardings(model_config, rl_config, mesh)
+    params = jax.device_put(params, sh.params)
+    opt_state = jax.jit(optimizer.init, out_shardings=sh.opt_state)(params)
+    return TrainState(params, opt_state, jax.device_put(step, sh.step), jax.device_put(rng, sh.rng))
+
+
+def _micro_loss(params, mb, normaliser, model_config, cfg: RLConfig):
+    """Loss contribution of one micro-batch (already divided by the global normaliser) + sums."""
+    logp, entropy = sequence_logprobs(params, model_config, mb["tokens"], mb["attention_mask"],
+                                      mb["temperature"], cfg.logprob_chunk)
+    mask = mb["loss_mask"]
+    per_token, ratio, clip_low, clip_high = clipped_surrogate(
+        logp, mb["old_logprobs"], mb["advantages"][:, None], cfg.eps_low, cfg.eps_high,
+        cfg.dual_clip)
+    sums = {}
+    if cfg.kl_beta > 0:
+        kl_ref = k3_kl(logp, mb["ref_logprobs"])
+        per_token = per_token + cfg.kl_beta * kl_ref
+        sums["kl_ref"] = jnp.sum(kl_ref * mask)
+    loss = jnp.sum(per_token * token_weights(mask, cfg.aggregation)) / normaliser
+    sg = jax.lax.stop_gradient
+    sums.update(
+        tokens=mask.sum(),
+        clip_low=jnp.sum(clip_low * mask),
+        clip_high=jnp.sum(clip_high * mask),
+        ratio=jnp.sum(sg(ratio) * mask),
+        approx_kl=jnp.sum(sg(k3_kl(logp, mb["old_logprobs"])) * mask),
+        entropy=jnp.sum(entropy * mask),
+    )
+    return loss, (sums, jnp.max(jnp.where(mask > 0, sg(ratio), 0.0)))
+
+
+def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_size: int,
+                    param_sh=None):
+    """Gradients of one mini-batch's loss, accumulated over micro-batches with lax.scan.
+
+    `minibatch` holds tokens, attention_mask, loss_mask, advantages, old_logprobs, temperature
+    (and ref_logprobs when kl_beta > 0) with `rows` leading; returns (grads, loss, sums, ratio_max).
+    """
+    rows = minibatch["tokens"].shape[0]
+    if rows % micro_batch_size:
+        raise ValueError(f"mini-batch of {rows} rows is not divisible by micro_batch_size="
+                         f"{micro_batch_size}")
+    normaliser = loss_normaliser(minibatch["loss_mask"], cfg.aggregation, cfg.loss_constant)
+    micro = jax.tree.map(
+        lambda x: x.reshape(rows // micro_batch_size, micro_batch_size, *x.shape[1:]), minibatch)
+    grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+
+    def body(carry, mb):
+        grads, loss, sums, rmax = carry
+        mb = jax.tree.map(lambda x: sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)), mb)
+        (l, (s, m)), g = grad_fn(params, mb, normaliser, model_config, cfg)
+        grads = jax.tree.map(jnp.add, grads, g)
+        if param_sh is not None:
+            grads = jax.lax.with_sharding_constraint(grads, param_sh)
+        sums = jax.tree.map(jnp.add, sums, s)
+        return (grads, loss + l, sums, jnp.maximum(rmax, m)), None
+
+    keys = ["tokens", "clip_low", "clip_high", "ratio", "approx_kl", "entropy"]
+    keys += ["kl_ref"] if cfg.kl_beta > 0 else []
+    init = (zeros, jnp.float32(0), {k: jnp.float32(0) for k in keys}, jnp.float32(0))
+    (grads, loss, sums, rmax), _ = jax.lax.scan(body, init, micro)
+    return grads, loss, sums, rmax
+
+
+def _old_logprobs(params, batch, model_config, cfg: RLConfig, micro_batch_size: int):
+    """Log-probs of the batch under the incoming params, micro-batch by micro-batch."""
+    n = batch["tokens"].shape[0]
+    split = lambda x: x.reshape(n // micro_batch_size, micro_batch_size, *x.shape[1:])
+
+    def one(xs):
+        t, m, temp = xs
+        return sequence_logprobs(params, model_config, t, m, temp, cfg.logprob_chunk)[0]
+
+    out = jax.lax.map(one, (split(batch["tokens"]), split(batch["attention_mask"]),
+                            split(batch["temperature"])))
+    return jax.lax.stop_gradient(out.reshape(n, -1))
+
+
+def _check_shapes(n: int, cfg: RLConfig) -> int:
+    if n % cfg.group_size:
+        raise ValueError(f"{n} rows are not a whole number of groups of {cfg.group_size}")
+    if n % cfg.num_minibatches:
+        raise ValueError(f"{n} rows do not split into {cfg.num_minibatches} mini-batches")
+    mini = n // cfg.num_minibatches
+    micro = min(cfg.micro_batch_size, mini)
+    if mini % micro:
+        raise ValueError(f"mini-batch of {mini} rows is not divisible by micro_batch_size={micro}")
+    return micro
+
+
+def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
+               param_sh=None) -> tuple[TrainState, dict]:
+    """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation."""
+    optimizer = make_optimizer(cfg)
+    n = batch["tokens"].shape[0]
+    micro = _check_shapes(n, cfg)
+    if cfg.kl_beta > 0 and "ref_logprobs" not in batch:
+        raise ValueError("kl_beta > 0 needs batch['ref_logprobs'] (compute_logprobs on the reference)")
+    rng, mask_key = jax.random.split(state.rng)
+    uniforms = jax.random.uniform(mask_key, (n,))
+    advantages, row_weight, adv_stats = compute_advantages(cfg, batch, uniforms)
+
+    old = batch.get("old_logprobs")
+    if old is None:
+        old = _old_logprobs(state.params, batch, model_config, cfg, micro)
+    data = {
+        "tokens": batch["tokens"],
+        "attention_mask": batch["attention_mask"],
+        "loss_mask": batch["response_mask"].astype(jnp.float32) * row_weight[:, None],
+        "advantages": advantages,
+        "old_logprobs": old.astype(jnp.float32),
+        "temperature": batch["temperature"].astype(jnp.float32),
+    }
+    if cfg.kl_beta > 0:
+        data["ref_logprobs"] = batch["ref_logprobs"].astype(jnp.float32)
+    m = cfg.num_minibatches
+    minis = jax.tree.map(lambda x: sharding.constrain(
+        x.reshape(m, n // m, *x.shape[1:]), (None, "batch") + (None,) * (x.ndim - 1)), data)
+
+    def update(carry, mini):
+        params, opt_state = carry
+        grads, loss, sums, rmax = minibatch_grads(params, mini, model_config, cfg, micro, param_sh)
+        grad_norm = optax.tree.norm(grads)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return (params, opt_state), (loss, grad_norm, sums, rmax)
+
+    (params, opt_state), (losses, grad_norms, sums, rmax) = jax.lax.scan(
+        update, (state.params, state.opt_state), minis)
+    sums = jax.tree.map(jnp.sum, sums)
+    tokens = jnp.maximum(sums["tokens"], 1.0)
+    lr = learning_rate_schedule(cfg)((state.step + 1) * m - 1)
+    metrics = {
+        "loss": losses.mean(),
+        "grad_norm": grad_norms.mean(),
+        "grad_norm_max": grad_norms.max(),
+        "learning_rate": jnp.asarray(lr, jnp.float32),
+        "loss_tokens": sums["tokens"],
+        "clip_frac_low": sums["clip_low"] / tokens,
+        "clip_frac_high": sums["clip_high"] / tokens,
+        "clip_frac": (sums["clip_low"] + sums["clip_high"]) / tokens,
+        "ratio_mean": sums["ratio"] / tokens,
+        "ratio_max": rmax.max(),
+        "approx_kl": sums["approx_kl"] / tokens,
+        "entropy": sums["entropy"] / tokens,
+        "response_length_mean": batch["response_lengths"].astype(jnp.float32).mean(),
+        **adv_stats,
+    }
+    if cfg.kl_beta > 0:
+        metrics["kl_ref"] = sums["kl_ref"] / tokens
+    return TrainState(params, opt_state, state.step + 1, rng), metrics
+
+
+def make_train_step(model_config, rl_config: RLConfig, mesh=None):
+    """step(state, batch) -> (state, metrics): jitted, state donated, FSDP-sharded under a mesh."""
+    if mesh is None:
+        fn = lambda state, batch: train_step(state, batch, model_config=model_config, cfg=rl_config)
+        return jax.jit(fn, donate_argnums=0)
+    sh = state_shardings(model_config, rl_config, mesh)
+    fn = lambda state, batch: train_step(state, batch, model_config=model_config, cfg=rl_config,
+                                         param_sh=sh.params)
+    jitted = jax.jit(fn, donate_argnums=0, out_shardings=(sh, sharding.replicated(mesh)))
+
+    def step(state: TrainState, batch: dict):
+        with jax.set_mesh(mesh):
+            return jitted(state, batch)
+
+    step.jitted = jitted  # for compile counting (`step.jitted._cache_size()`)
+    return step
+
