@@ -42,13 +42,19 @@ import itertools, functools, operator, typing, sys, os, io, json
 """
 PRELUDE: dict = {}  # built once by the server (build_prelude), shared by every fork
 
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+
+def scrub_environment(workdir: str) -> None:
+    """The environment programs see; set once in the server, so forks inherit it for free."""
+    os.environ.clear()
+    os.environ.update({
+        "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1"}
+        "MKL_NUM_THREADS": "1", "HOME": workdir, "TMPDIR": workdir})
+
 
 _PR_SET_NO_NEW_PRIVS = 38
 _LINUX = sys.platform.startswith("linux")
-_LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if _LINUX else None  # resolved once, not per fork
 
 
 def build_prelude() -> None:
@@ -69,14 +75,12 @@ def enter(req: dict, ctx: dict, workdir: str, in_r: int, out_w: int, st_w: int) 
         os.closerange(4, ctx["max_fd"])  # the server's pipes to the pool included
         _apply_limits(req, ctx)
         os.chdir(workdir)
-        os.environ.clear()
-        os.environ.update(_ENV, HOME=workdir, TMPDIR=workdir)
         if ctx["uid"] is not None:
             os.setgroups([])
             os.setgid(ctx["uid"])
             os.setuid(ctx["uid"])
         if _LINUX:
-            _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries to climb back
+            _PRCTL(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries to climb back
     except BaseException:  # noqa: BLE001
         os._exit(EXIT_SETUP)
     os._exit(_run_program(req))

@@ -19,13 +19,12 @@ import array  # noqa: F401
 import bisect  # noqa: F401
 import collections  # noqa: F401
 import copy  # noqa: F401
-import dataclasses  # noqa: F401
 import datetime  # noqa: F401
 import decimal  # noqa: F401
-import fractions  # noqa: F401
 import functools  # noqa: F401
 import heapq  # noqa: F401
 import io  # noqa: F401
+import itertools  # noqa: F401
 import json  # noqa: F401
 import math  # noqa: F401
 import operator  # noqa: F401
@@ -35,7 +34,6 @@ import typing  # noqa: F401
 # What the server itself needs.
 import ctypes
 import gc
-import itertools
 import os
 import pickle
 import resource
@@ -110,7 +108,9 @@ def run_request(req: dict, ctx: dict) -> dict:
     func_name, timeout (CPU seconds), wall_timeout (seconds), memory_mb, output_limit (bytes).
     """
     start = time.monotonic()
-    workdir = os.path.join(ctx["base"], f"run-{next(_RUNS)}")
+    workdir = ctx["workdir"]  # one program at a time per server, so one fixed path
+    if os.path.lexists(workdir):
+        _remove(workdir)
     os.mkdir(workdir, 0o700)
     if ctx["uid"] is not None:
         os.chown(workdir, ctx["uid"], ctx["uid"])
@@ -317,9 +317,6 @@ def _max_fd() -> int:
     return bound if 0 < bound <= 1 << 20 else 1 << 16
 
 
-_RUNS = itertools.count()
-
-
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     opts = dict(a.split("=", 1) for a in argv)
@@ -341,6 +338,8 @@ def main(argv=None) -> None:
         "nproc": isolation.process_limit(report, int(opts.get("max_processes", 64))),
         "max_fd": _max_fd(),
     }
+    ctx["workdir"] = os.path.join(ctx["base"], "run")
+    sandbox.scrub_environment(ctx["workdir"])
     if not private:
         os.chmod(ctx["base"], 0o711)  # a sandbox uid may enter its own directory, not list others
     elif ctx["uid"] is not None:
