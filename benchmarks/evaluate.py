@@ -111,17 +111,25 @@ def _server_processes(pool) -> list[int]:
 
 
 def pool_judge(problems, codes, workers: int, timeout: float):
+    """Verdicts, tests run, wall s, judge CPU s (all processes), and the same for a do-nothing batch."""
     with EvaluatorPool(workers, timeout=timeout) as pool:
         pool.judge(problems[:workers], codes[:workers])  # servers are up and warm, as in training
         servers = _server_processes(pool)
-        cpu0 = time.process_time() + sum(map(_cpu_of, servers))
-        start = time.perf_counter()
-        results = pool.judge(problems, codes)
-        wall = time.perf_counter() - start
-        cpu = time.process_time() + sum(map(_cpu_of, servers)) - cpu0
+
+        def measured(ps, cs):
+            cpu0 = time.process_time() + sum(map(_cpu_of, servers))
+            start = time.perf_counter()
+            results = pool.judge(ps, cs)
+            wall = time.perf_counter() - start
+            return results, wall, time.process_time() + sum(map(_cpu_of, servers)) - cpu0
+
+        results, wall, cpu = measured(problems, codes)
+        echo = Problem("echo", [TestCase(f"{i}\n", f"{i}\n") for i in range(5)])
+        idle, idle_wall, idle_cpu = measured([echo] * len(codes), ["print(input())"] * len(codes))
+        assert all(r.passed for r in idle)
         iso = pool.isolation
     ran = sum(r.tests_passed + (r.first_failure is not None) for r in results)
-    return [r.passed for r in results], ran, wall, cpu, sum(r.cpu_time for r in results), iso
+    return [r.passed for r in results], ran, wall, cpu, (idle_wall, idle_cpu, 5 * len(codes)), iso
 
 
 def _children_cpu() -> float:
@@ -137,8 +145,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     problems, codes = make_batch(args.programs)
 
-    fast, fast_ran, fast_wall, fast_cpu, program_cpu, iso = pool_judge(problems, codes, args.workers,
-                                                                        args.timeout)
+    fast, fast_ran, fast_wall, fast_cpu, (idle_wall, idle_cpu, idle_ran), iso = pool_judge(
+        problems, codes, args.workers, args.timeout)
     cpu0 = time.process_time() + _children_cpu()
     start = time.perf_counter()
     slow, slow_ran = naive_judge(problems, codes, args.workers, args.timeout)
@@ -159,11 +167,12 @@ def main(argv=None) -> None:
                             ("fresh python3 per test", slow_wall, slow_cpu)):
         print(f"{name:<26}{wall:>8.2f}{n / wall:>12.1f}{fast_ran / wall:>9.1f}"
               f"{wall * w / fast_ran * 1e3:>14.2f}{cpu / fast_ran * 1e3:>13.2f}")
-    print(f"speed-up {slow_wall / fast_wall:.1f}x (wall), {slow_cpu / fast_cpu:.1f}x (CPU). "
-          f"Wall ms/test = wall x workers / tests. CPU ms/test counts every process of the judge "
-          f"(pool threads, fork servers, programs); the programs' own share (from wait4) is "
-          f"{program_cpu / fast_ran * 1e3:.2f} ms, so the overhead is about "
-          f"{(fast_cpu - program_cpu) / fast_ran * 1e3:.2f} ms per test beyond the child's own run.")
+    print(f"{'pool, print(input()) only':<26}{idle_wall:>8.2f}{n / idle_wall:>12.1f}{idle_ran / idle_wall:>9.1f}"
+          f"{idle_wall * w / idle_ran * 1e3:>14.2f}{idle_cpu / idle_ran * 1e3:>13.2f}")
+    print(f"speed-up {slow_wall / fast_wall:.1f}x (wall), {slow_cpu / fast_cpu:.1f}x (CPU). Wall ms/test = "
+          f"wall x workers / tests; CPU ms/test counts every process of the judge (pool threads, fork "
+          f"servers, programs). The last row is the per-test overhead: the same cost for a program "
+          f"that does nothing.")
 
 
 if __name__ == "__main__":
