@@ -179,3 +179,13 @@ def test_without_namespaces_leftovers_are_still_killed_by_uid():
         assert [r.verdict for r in results] == ["passed", "runtime_error", "passed", "timeout", "passed"]
         assert pool.server_pids == servers
         assert _processes_of(set(pool.sandbox_uids)) == []
+
+
+def test_deep_and_unreadable_leftovers_do_not_break_the_server(pool):
+    needs(pool, "private_tmp")
+    litter = ("import os\nfor i in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+              "open('f', 'w').write('x')\nos.chdir('/tmp')\nos.makedirs('/tmp/x/y')\n"
+              "os.chmod('/tmp/x/y', 0)\nos.chmod('/tmp/x', 0)\nprint(6)")
+    look = "import os\nprint(6 if os.listdir('.') == [] and not os.path.exists('/tmp/x') else 0)"
+    results = pool.judge([SUM], [litter]) + pool.judge([SUM] * 4, [look] * 4)
+    assert [r.verdict for r in results] == ["passed"] * 5

@@ -38,7 +38,6 @@ import os
 import pickle
 import resource
 import select
-import shutil
 import signal
 import struct
 import sys
@@ -109,8 +108,8 @@ def run_request(req: dict, ctx: dict) -> dict:
     """
     start = time.monotonic()
     workdir = ctx["workdir"]  # one program at a time per server, so one fixed path
-    if os.path.lexists(workdir):
-        _remove(workdir)
+    if os.path.lexists(workdir):  # the last cleanup failed: move the remains out of the way
+        os.rename(workdir, f"{workdir}.stale-{time.monotonic_ns()}")
     os.mkdir(workdir, 0o700)
     if ctx["uid"] is not None:
         os.chown(workdir, ctx["uid"], ctx["uid"])
@@ -284,25 +283,38 @@ def _close(fd: int) -> None:
 
 
 def _remove(path: str) -> None:
-    """Remove a file or tree the program left behind, even one it made unreadable (when not root)."""
+    """Remove a file or tree the program left behind, however deep or unreadable it made it.
+
+    Iterative and with short paths only: the children of each subdirectory are renamed up into
+    the top directory until it holds nothing but files, so a million nested directories cost
+    neither recursion nor PATH_MAX. Never raises: a failure must not take the server down.
+    """
     try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, onerror=_open_up_and_retry)
-        else:
+        if not os.path.isdir(path) or os.path.islink(path):
             os.unlink(path)
-    except OSError:
-        pass
-
-
-def _open_up_and_retry(func, path, _exc_info) -> None:
-    parent = os.path.dirname(path)
-    try:
-        if parent not in isolation.SCRATCH:  # never loosen or tighten the scratch roots themselves
-            os.chmod(parent, 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-        func(path)
-    except OSError:
+            return
+        moved = 0
+        while True:
+            os.chmod(path, 0o700)  # the program may have taken our permissions away (not root)
+            with os.scandir(path) as it:
+                entries = list(it)
+            if not entries:
+                break
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    os.unlink(entry.path)
+                    continue
+                os.chmod(entry.path, 0o700)
+                with os.scandir(entry.path) as it:
+                    for child in it:
+                        target = os.path.join(path, f".up{moved}")
+                        while os.path.lexists(target):  # names the program chose stay intact
+                            moved += 1
+                            target = os.path.join(path, f".up{moved}")
+                        os.rename(child.path, target)
+                os.rmdir(entry.path)
+        os.rmdir(path)
+    except (OSError, RecursionError, MemoryError):
         pass
 
 
