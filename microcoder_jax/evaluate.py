@@ -24,10 +24,12 @@ from microcoder_jax.evaluator.problems import load_problems
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluate", description=__doc__.split("\n")[0])
-    p.add_argument("--problems", required=True, help="problems: JSONL, JSON or Parquet (LiveCodeBench, APPS/TACO or ours)")
-    p.add_argument("--solutions", required=True, help="JSONL rows with question_id and code or response")
-    p.add_argument("--out", required=True, help="JSONL results, one row per solution, in input order")
+    p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluate",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--problems", required=True,
+                   help="JSONL, JSON or Parquet rows: LiveCodeBench, APPS/TACO or our own schema")
+    p.add_argument("--solutions", required=True, help="JSONL rows: question_id and code or response")
+    p.add_argument("--out", required=True, help="JSONL results, one per solution, in input order")
     p.add_argument("--workers", type=int, default=None, help="fork servers (default: one per core)")
     p.add_argument("--timeout", type=float, default=6.0, help="CPU seconds per test (default 6)")
     p.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per program")

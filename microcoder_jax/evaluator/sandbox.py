@@ -218,7 +218,7 @@ def _check(namespace: dict) -> list:
 
 def _join_threads() -> None:
     """Wait for the program's non-daemon threads, as the interpreter does at exit."""
-    threading = sys.modules.get("threading")  # not preloaded: see the module docstring
+    threading = sys.modules.get("threading")  # the server does not preload it: see worker.py
     if threading is None:
         return
     main = threading.main_thread()
