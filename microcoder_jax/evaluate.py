@@ -79,7 +79,9 @@ def main(argv=None) -> int:
     results: dict[int, JudgeResult] = {
         i: judge_error(problem, err) for i, (problem, _, _, err) in enumerate(rows) if err is not None}
     start = time.monotonic()
-    with EvaluatorPool(args.workers, timeout=args.timeout, memory_mb=args.memory_mb) as pool, \
+    # Programs must not read the expected outputs from the problem file itself.
+    with EvaluatorPool(args.workers, timeout=args.timeout, memory_mb=args.memory_mb,
+                       hide=[args.problems]) as pool, \
             open(args.out, "w", encoding="utf-8") as out:
         handle = pool.submit([rows[i][0] for i in todo], [rows[i][1] for i in todo], mode=args.reward)
         written = _write_ready(out, rows, results, 0, args.reward)

@@ -1,5 +1,6 @@
 """Hostile programs: the judge keeps running, gives the right verdict, and the machine is unchanged."""
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -189,3 +190,28 @@ def test_deep_and_unreadable_leftovers_do_not_break_the_server(pool):
     look = "import os\nprint(6 if os.listdir('.') == [] and not os.path.exists('/tmp/x') else 0)"
     results = pool.judge([SUM], [litter]) + pool.judge([SUM] * 4, [look] * 4)
     assert [r.verdict for r in results] == ["passed"] * 5
+
+
+def test_hidden_paths_cannot_be_read():
+    """Problem files hold the expected outputs: a pool can hide them (the CLI hides its input)."""
+    shared = f"/var/tmp/mcj-test-{uuid.uuid4().hex}"  # outside /tmp, which programs never see
+    os.makedirs(f"{shared}/data")
+    try:
+        for path in (f"{shared}/problems.jsonl", f"{shared}/data/tests.json"):
+            with open(path, "w") as f:
+                f.write("SECRET")
+        os.chmod(shared, 0o755)
+        os.chmod(f"{shared}/data", 0o755)
+        read = (f"import os\nseen = ''\nfor p in ({shared + '/problems.jsonl'!r}, {shared + '/data/tests.json'!r}):\n"
+                "    try:\n        seen += open(p).read()\n    except OSError:\n        pass\n"
+                "print(6 if 'SECRET' not in seen else 0)")
+        with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256,
+                           hide=[f"{shared}/problems.jsonl", f"{shared}/data"]) as pool:
+            needs(pool, "mount_ns")
+            assert pool.isolation["hidden"] == 2
+            assert pool.judge([SUM], [read])[0].passed
+        with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256) as open_pool:  # the control
+            assert open_pool.judge([SUM], [read])[0].verdict == "wrong_answer"
+        assert open(f"{shared}/problems.jsonl").read() == "SECRET"  # untouched on the host
+    finally:
+        shutil.rmtree(shared)

@@ -21,15 +21,16 @@ _LINUX = sys.platform.startswith("linux")
 _LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
 
 
-def isolate(tmpfs_mb: int, namespaces: bool = True) -> dict:
+def isolate(tmpfs_mb: int, namespaces: bool = True, hide=()) -> dict:
     """Enter new mount, PID and network namespaces (as PID 1 of the new PID one) where permitted.
 
-    In the new mount namespace the root filesystem is remounted read-only and fresh size-limited
-    tmpfs mounts hide the host's /tmp and /dev/shm; /proc is remounted to show only our processes.
+    In the new mount namespace every filesystem is remounted read-only, fresh size-limited tmpfs
+    mounts replace /tmp and /dev/shm, the paths in `hide` (say, the problem files with their
+    expected outputs) are covered by empty ones, and /proc shows only our own processes.
     Not root: the same inside a new user namespace, when the kernel allows unprivileged ones.
     """
     report = {"pid_ns": False, "net_ns": False, "user_ns": False, "mount_ns": False,
-              "readonly_root": False, "private_tmp": False, "private_proc": False}
+              "readonly_root": False, "private_tmp": False, "private_proc": False, "hidden": 0}
     if not (_LINUX and namespaces):
         return report
     root = os.geteuid() == 0
@@ -57,6 +58,7 @@ def isolate(tmpfs_mb: int, namespaces: bool = True) -> dict:
             for d in SCRATCH if os.path.isdir(d))
         if report["private_tmp"]:  # work directories live there, so the rest may go read-only
             report["readonly_root"] = _remount_readonly()
+        report["hidden"] = sum(_cover(path) for path in hide)
     if flags & _CLONE_NEWPID:
         child = os.fork()  # the first child is PID 1 of the new namespace: the real server
         if child:
@@ -69,6 +71,16 @@ def isolate(tmpfs_mb: int, namespaces: bool = True) -> dict:
         if report["pid_ns"] and report["mount_ns"]:
             report["private_proc"] = _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     return report
+
+
+def _cover(path: str) -> bool:
+    """Hide a directory under an empty read-only tmpfs, or a file under /dev/null."""
+    path = os.path.realpath(path)
+    if os.path.isdir(path):
+        return _mount("tmpfs", path, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, "size=4k,mode=0555")
+    if os.path.exists(path):
+        return _mount("/dev/null", path, None, _MS_BIND)
+    return False
 
 
 def _remount_readonly() -> bool:

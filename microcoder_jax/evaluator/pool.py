@@ -7,6 +7,7 @@ may be in flight. The threads spend their time blocked on pipes; only comparison
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import queue
@@ -31,9 +32,10 @@ _FALLBACK_UID = 65534  # nobody, where large uids are not mapped (containers)
 class _Server:
     """One fork server process, restarted if it dies."""
 
-    def __init__(self, uid: int, options: dict, start: bool = True):
+    def __init__(self, uid: int, options: dict, tmp_parent: str | None, start: bool = True):
         self._uid = uid
-        self._options = options
+        self._options = options  # the worker's config (see worker.main), less uids and tmpdir
+        self._tmp_parent = tmp_parent
         self._proc = None
         self.isolation: dict = {}
         if start:
@@ -44,13 +46,11 @@ class _Server:
         self._handshake()
 
     def _spawn(self) -> None:
-        self._tmp = tempfile.mkdtemp(prefix="mcj-judge-", dir=self._options.get("tmpdir"))
-        args = [f"uids={self._uid},{_FALLBACK_UID}", f"tmpdir={self._tmp}",
-                f"max_processes={self._options['max_processes']}",
-                f"tmpfs_mb={self._options['tmpfs_mb']}", f"namespaces={int(self._options['namespaces'])}"]
+        self._tmp = tempfile.mkdtemp(prefix="mcj-judge-", dir=self._tmp_parent)
+        config = {"uids": [self._uid, _FALLBACK_UID], "tmpdir": self._tmp, **self._options}
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", worker.__file__, *args], stdin=subprocess.PIPE,
+            [sys.executable, "-I", worker.__file__, json.dumps(config)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, start_new_session=True, close_fds=True, env=env)
 
     def _handshake(self) -> None:
@@ -144,24 +144,28 @@ class EvaluatorPool:
     wall_factor: wall-clock backstop = timeout * wall_factor + 1 s; max_processes: processes and
     threads per program (where a sandbox uid is available); tmpfs_mb: size of each server's
     private /tmp and /dev/shm (Linux, where mount namespaces are allowed); tmpdir: where work
-    directories live otherwise; namespaces=False skips the Linux namespaces (debugging, or to see
-    the fallback that hosts refusing them get).
+    directories live otherwise; hide: files or directories programs must not read, such as the
+    problem files with expected outputs (covered in the servers' mount namespaces);
+    namespaces=False skips the Linux namespaces (debugging, or to see what hosts refusing them get).
     """
 
     def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
                  output_limit_mb: int = 64, wall_factor: float = 3.0, max_processes: int = 64,
-                 tmpfs_mb: int = 256, tmpdir: str | None = None, namespaces: bool = True):
+                 tmpfs_mb: int = 256, tmpdir: str | None = None, hide: Sequence[str] = (),
+                 namespaces: bool = True):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
         self._closed = False
         self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb, "namespaces": namespaces,
-                         "tmpdir": tmpdir or _default_tmpdir()}
+                         "hide": [os.path.abspath(p) for p in hide]}
+        self._tmpdir = tmpdir or _default_tmpdir()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # Distinct uids per server and per pool, so no two programs running at once share one
         # (process limits count per uid).
         base = _UID_BASE + (os.getpid() * 31 + next(_POOL_IDS)) % 500_000 * 4096
-        self._servers = [_Server(base + i, self._options, start=False) for i in range(self.workers)]
+        self._servers = [_Server(base + i, self._options, self._tmpdir, start=False)
+                         for i in range(self.workers)]
         try:
             for server in self._servers:  # start them all at once, then wait for each to be ready
                 server._spawn()
@@ -226,7 +230,7 @@ class EvaluatorPool:
     def _checker(self, slot: int) -> _Server:
         """Checkers run on their own fork servers: expected outputs never pass a program's server."""
         if self._checkers[slot] is None:
-            self._checkers[slot] = _Server(self._servers[slot]._uid, self._options)
+            self._checkers[slot] = _Server(self._servers[slot]._uid, self._options, self._tmpdir)
         return self._checkers[slot]
 
     def close(self) -> None:

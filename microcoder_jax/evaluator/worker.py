@@ -25,7 +25,7 @@ import functools  # noqa: F401
 import heapq  # noqa: F401
 import io  # noqa: F401
 import itertools  # noqa: F401
-import json  # noqa: F401
+import json
 import math  # noqa: F401
 import operator  # noqa: F401
 import re  # noqa: F401
@@ -330,24 +330,25 @@ def _max_fd() -> int:
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    opts = dict(a.split("=", 1) for a in argv)
+    """argv[0]: JSON config from the pool: uids (own first, then a fallback), tmpdir (this
+    server's own directory), max_processes, tmpfs_mb, namespaces (bool), hide (paths)."""
+    config = json.loads((sys.argv[1:] if argv is None else argv)[0])
     rfd, wfd = os.dup(0), os.dup(1)  # the pool's pipes, away from the child's 0/1
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    report = isolation.isolate(int(opts.get("tmpfs_mb", 256)), opts.get("namespaces", "1") == "1")
-    uids = [int(u) for u in opts.get("uids", "").split(",") if u]
+    report = isolation.isolate(config["tmpfs_mb"], config["namespaces"], config["hide"])
+    uids = config["uids"]
     private = report["private_tmp"]
     report.update(uid=isolation.probe_uid(uids), platform=sys.platform)
     ctx = {
-        "base": "/tmp" if private else opts["tmpdir"],  # the pool made that one for this server alone
+        "base": "/tmp" if private else config["tmpdir"],
         "scratch": isolation.SCRATCH if private else (),
         "uid": report["uid"],
-        "own_uid": uids[0] if uids else None,  # the pool gives each server its own uid first
+        "own_uid": uids[0] if uids else None,
         "subreaper": not report["pid_ns"] and isolation.become_subreaper(),
         "pid_ns": report["pid_ns"],
-        "nproc": isolation.process_limit(report, int(opts.get("max_processes", 64))),
+        "nproc": isolation.process_limit(report, config["max_processes"]),
         "max_fd": _max_fd(),
     }
     ctx["workdir"] = os.path.join(ctx["base"], "run")
