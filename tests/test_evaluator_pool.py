@@ -1,6 +1,7 @@
 """The judging pool end to end: real programs, every way of doing I/O, verdicts, reward modes."""
 import json
 import os
+import sys
 import threading
 
 import pytest
@@ -72,7 +73,7 @@ EXPECTED_VERDICT = {"sys_exit_before_print": "wrong_answer", "exit_code": "runti
 
 
 def test_verdicts(pool):
-    names = list(VERDICT_CASES)
+    names = [n for n in VERDICT_CASES if n != "memory_limit" or sys.platform.startswith("linux")]
     results = pool.judge([SUM] * len(names), [VERDICT_CASES[n][0] for n in names])
     for name, r in zip(names, results):
         _, reason, first_failure = VERDICT_CASES[name]
