@@ -218,3 +218,19 @@ def test_per_problem_timeout_overrides_the_pool_default(pool):
     loose = Problem("loose", [TestCase("", "6\n")])
     results = pool.judge([tight, loose], [burn, burn])
     assert [r.verdict for r in results] == ["timeout", "passed"]
+
+
+def test_livecodebench_rows_judge_end_to_end(pool):
+    import base64
+    import pickle
+    import zlib
+
+    private = [{"input": "[3, 1, 2]\n2", "output": "[1, 2]", "testtype": "functional"}]
+    row = {"question_id": "3001", "platform": "leetcode", "metadata": json.dumps({"func_name": "smallest"}),
+           "starter_code": "class Solution:\n    def smallest(self, nums: List[int], k: int) -> List[int]:\n",
+           "public_test_cases": json.dumps([{"input": "[5, 4]\n1", "output": "[4]", "testtype": "functional"}]),
+           "private_test_cases": base64.b64encode(zlib.compress(pickle.dumps(json.dumps(private)))).decode()}
+    problem = Problem.from_lcb_row(row)
+    code = "class Solution:\n    def smallest(self, nums: List[int], k: int) -> List[int]:\n        return sorted(nums)[:k]"
+    wrong = code.replace("[:k]", "[-k:]")
+    assert [r.verdict for r in pool.judge([problem] * 2, [code, wrong])] == ["passed", "wrong_answer"]
