@@ -1,6 +1,6 @@
 """Prefill throughput: our jitted Qwen3 forward vs transformers' PyTorch Qwen3, same weights and shapes.
 
-    python benchmarks/forward.py [--layers 2] [--vocab 16384] [--batch 4] [--seq 512] [--reps 2]
+    python benchmarks/forward.py [--layers 2] [--vocab 16384] [--batch 4] [--seq 512] [--reps 3]
 
 Qwen3-0.6B layer shapes (hidden 1024, 16 heads / 8 kv heads x 128, MLP 3072) cut to a few layers,
 fp32 in both frameworks, on whatever this machine has. Also measures the machine's jitted fp32
@@ -21,14 +21,17 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 
-def _best_time(fn, reps: int) -> float:
-    fn()  # warm-up / compile
-    times = []
+def _best_times(fns, reps: int) -> list[float]:
+    """Best wall time of each function; runs are interleaved so load from other processes hits all alike."""
+    for fn in fns:
+        fn()  # warm-up / compile
+    times = [[] for _ in fns]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [min(ts) for ts in times]
 
 
 def matmul_peak(n: int, reps: int) -> float:
@@ -36,7 +39,7 @@ def matmul_peak(n: int, reps: int) -> float:
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
     mm = jax.jit(jnp.matmul)
-    return 2 * n**3 / _best_time(lambda: mm(a, b).block_until_ready(), reps)
+    return 2 * n**3 / _best_times([lambda: mm(a, b).block_until_ready()], reps)[0]
 
 
 def forward_flops(config, batch: int, seq: int) -> float:
@@ -55,7 +58,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=16384, help="shrunk from 151936 to keep the run short")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=512)
-    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     args = p.parse_args()
 
@@ -78,8 +81,6 @@ def main() -> None:
     ids = np.random.RandomState(0).randint(0, args.vocab, (args.batch, args.seq))
     jax_ids = jnp.asarray(ids)
     fwd = jax.jit(lambda p, x: forward(p, config, x)[0])
-    ours = _best_time(lambda: fwd(params, jax_ids).block_until_ready(), args.reps)
-
     torch_ids = torch.tensor(ids)
     model.config._attn_implementation = "sdpa"
 
@@ -87,7 +88,7 @@ def main() -> None:
         with torch.inference_mode():
             model(torch_ids, logits_to_keep=0)
 
-    theirs = _best_time(run_torch, args.reps)
+    ours, theirs = _best_times([lambda: fwd(params, jax_ids).block_until_ready(), run_torch], args.reps)
     with torch.inference_mode():
         ref = model(torch_ids[:1, :64]).logits.numpy()
     got = np.asarray(fwd(params, jax_ids[:1, :64]))

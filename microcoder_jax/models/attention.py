@@ -13,15 +13,20 @@ IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
 
 
 def xla_attention(q, k, v, mask):
-    """Plain einsum attention with an fp32 softmax; GQA without materialising repeated K/V."""
+    """Plain einsum attention with an fp32 softmax; GQA without materialising repeated K/V.
+
+    Heads are moved in front of the sequence dims first, so both matmuls are plain batched
+    ``[T, D] x [D, S]`` products (XLA:CPU runs them ~2x faster than the strided einsum).
+    """
     b, t, h, d = q.shape
     kv = k.shape[2]
-    qg = q.reshape(b, t, kv, h // kv, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32) * (d ** -0.5)
+    qh = q.reshape(b, t, kv, h // kv, d).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, D]
+    kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, D]
+    scores = jnp.einsum("bkgtd,bksd->bkgts", qh, kh, preferred_element_type=jnp.float32) * (d ** -0.5)
     scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(b, t, h, d)
+    out = jnp.einsum("bkgts,bksd->bkgtd", probs, vh)
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
 
 
 def _flash_attention_tpu(q, k, v, token_mask):
