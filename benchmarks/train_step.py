@@ -1,0 +1,214 @@
+"""Train-step throughput: our jitted RL step vs the same loss and update in transformers + PyTorch.
+
+Both sides run the same random weights: a Qwen3-0.6B-shaped model (hidden 1024, 16 heads / 8 KV
+heads of 128, MLP 3072, tied embeddings) cut to `--layers` layers (default 2) with the vocabulary
+cut to `--vocab` (default 16384 instead of 151936) so the CPU run stays short. One step =
+token-mean clipped-surrogate loss at per-row temperatures over `--rows` x `--seq` tokens, gradients
+accumulated over micro-batches of `--micro` rows, global-norm clipping, one AdamW update; old
+log-probs are given (not recomputed) on both sides. Columns: tokens/s (all rows x seq positions
+per step, after compilation / warm-up), model FLOP/s (6 x matmul params x tokens + attention,
+recompute not counted) as a fraction of this machine's measured jitted f32 matmul peak, and
+peak resident memory of each side's own process (ru_maxrss; includes the runtime itself).
+JAX runs with remat "full" (the training default) and "none".
+
+    python benchmarks/train_step.py                      # CPU, fp32 on both sides
+    python benchmarks/train_step.py --dtype bfloat16 --layers 28 --vocab 151936 --skip-torch
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM = 1024, 3072, 16, 8, 128
+
+
+def model_flops_per_step(layers: int, vocab: int, rows: int, seq: int) -> float:
+    """Forward + backward model FLOPs: 6 per matmul parameter per token, plus causal attention."""
+    matmul_params = layers * (HIDDEN * HEAD_DIM * (2 * HEADS + 2 * KV_HEADS) + 3 * HIDDEN * INTER)
+    matmul_params += HIDDEN * vocab  # LM head
+    attention = layers * 2 * 2 * HEADS * HEAD_DIM * seq / 2  # QK^T and PV, half the keys (causal)
+    return 3 * rows * seq * (2 * matmul_params + attention)
+
+
+def make_batch(rows: int, seq: int, vocab: int, seed: int = 0) -> dict:
+    """Left-padded prompts of up to seq/4 tokens, right-padded responses, random everything else."""
+    rng = np.random.default_rng(seed)
+    prompt = seq // 4
+    tokens = rng.integers(3, vocab, (rows, seq)).astype(np.int32)
+    attn, resp = np.zeros((rows, seq), np.int32), np.zeros((rows, seq), np.int32)
+    lengths = rng.integers(seq // 2, seq - prompt + 1, rows).astype(np.int32)
+    for i in range(rows):
+        start = rng.integers(0, prompt // 2)
+        attn[i, start:prompt + lengths[i]] = 1
+        resp[i, prompt:prompt + lengths[i]] = 1
+    return {
+        "tokens": tokens, "attention_mask": attn, "response_mask": resp,
+        "rewards": rng.integers(0, 2, rows).astype(np.float32),
+        "passed": rng.random(rows) < 0.5, "no_code": np.zeros(rows, bool),
+        "truncated": lengths == seq - prompt, "response_lengths": lengths,
+        "temperature": np.full(rows, 1.2, np.float32),
+        "old_logprobs": rng.normal(-5.0, 0.1, (rows, seq)).astype(np.float32),
+    }
+
+
+def hf_model(layers: int, vocab: int):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=INTER,
+                         num_hidden_layers=layers, num_attention_heads=HEADS,
+                         num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, tie_word_embeddings=True,
+                         max_position_embeddings=40960, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).to(torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02)
+    return model
+
+
+def matmul_peak(n: int = 2048, reps: int = 10) -> float:
+    """Best f32 FLOP/s of one jitted n x n matmul on this machine."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = min(_timed(lambda: f(a).block_until_ready()) for _ in range(reps))
+    return 2 * n ** 3 / best
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def run_jax(args, path: str, remat: str) -> dict:
+    import jax
+
+    from microcoder_jax.models import Qwen3Config
+    from microcoder_jax.models.hf import load_hf_params
+    from microcoder_jax.rl.presets import make_rl_config
+    from microcoder_jax.rl.step import init_train_state, make_train_step
+
+    mc = Qwen3Config.from_hf(path, dtype=args.dtype, remat=remat)
+    cfg = make_rl_config("dapo", truncation="none", group_size=args.rows // 2, num_minibatches=1,
+                         micro_batch_size=args.micro, logprob_chunk=args.chunk,
+                         learning_rate=1e-5)
+    state = init_train_state(load_hf_params(path, mc), cfg)
+    batch = jax.device_put(make_batch(args.rows, args.seq, args.vocab))
+    step = make_train_step(mc, cfg)
+    t0 = time.perf_counter()
+    compiled = step.lower(state, batch).compile()
+    compile_s = time.perf_counter() - t0
+    temp_bytes = compiled.memory_analysis().temp_size_in_bytes
+    state, m = compiled(state, batch)
+    jax.block_until_ready(m)
+    times = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        state, m = compiled(state, batch)
+        jax.block_until_ready(m)
+        times.append(time.perf_counter() - t)
+    return {"name": f"jax (remat={remat})", "step_s": float(np.median(times)),
+            "compile_s": compile_s, "xla_temp_mb": temp_bytes / 2 ** 20,
+            "loss": float(m["loss"])}
+
+
+def run_torch(args, path: str) -> dict:
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.999), weight_decay=0.01)
+    b = {k: torch.from_numpy(v) for k, v in make_batch(args.rows, args.seq, args.vocab).items()}
+    position_ids = (b["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+
+    def step():
+        mask = b["response_mask"][:, 1:].float()
+        total = mask.sum()
+        for s in range(0, args.rows, args.micro):
+            sl = slice(s, s + args.micro)
+            logits = model(input_ids=b["tokens"][sl], attention_mask=b["attention_mask"][sl],
+                           position_ids=position_ids[sl]).logits[:, :-1].float()
+            logp = torch.log_softmax(logits / b["temperature"][sl, None, None], dim=-1)
+            logp = logp.gather(-1, b["tokens"][sl, 1:, None].long())[..., 0]
+            adv = (b["rewards"][sl] - 0.5)[:, None]
+            ratio = torch.exp(logp - b["old_logprobs"][sl, 1:])
+            loss = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.28) * adv)
+            ((loss * mask[sl]).sum() / total).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    times = [_timed(step) for _ in range(args.steps)]
+    return {"name": "transformers + torch", "step_s": float(np.median(times))}
+
+
+def child(args) -> None:
+    path = args.path
+    if args.framework == "torch":
+        out = run_torch(args, path)
+    else:
+        out = run_jax(args, path, args.framework.split(":")[1])
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(out))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=16384)
+    p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--micro", type=int, default=4)
+    p.add_argument("--chunk", type=int, default=256)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--framework", help=argparse.SUPPRESS)
+    p.add_argument("--path", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.framework:
+        return child(args)
+
+    with tempfile.TemporaryDirectory() as path:
+        hf_model(args.layers, args.vocab).save_pretrained(path)
+        frameworks = ["jax:full", "jax:none"] + ([] if args.skip_torch else ["torch"])
+        results = []
+        for fw in frameworks:  # one process each, so peak memory is that framework's own
+            cmd = [sys.executable, __file__, "--framework", fw, "--path", path] + sys.argv[1:]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+            if proc.returncode or not line:
+                sys.exit(f"{fw} failed:\n{proc.stderr[-3000:]}")
+            results.append(json.loads(line[0][7:]))
+    peak = matmul_peak()
+    flops = model_flops_per_step(args.layers, args.vocab, args.rows, args.seq)
+    tokens = args.rows * args.seq
+    print(f"\nQwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}, {args.rows} rows x "
+          f"{args.seq} tokens, micro-batch {args.micro}, {args.dtype}; "
+          f"jitted f32 matmul peak {peak / 1e9:.1f} GFLOP/s; model FLOPs/step {flops / 1e9:.1f} G")
+    print(f"{'':24s} {'step s':>8s} {'tokens/s':>9s} {'GFLOP/s':>8s} {'of peak':>8s} "
+          f"{'peak RSS MB':>11s} {'XLA temp MB':>11s} {'compile s':>9s}")
+    for r in results:
+        print(f"{r['name']:24s} {r['step_s']:8.2f} {tokens / r['step_s']:9.0f} "
+              f"{flops / r['step_s'] / 1e9:8.1f} {flops / r['step_s'] / peak:8.1%} "
+              f"{r['peak_rss_mb']:11.0f} {r.get('xla_temp_mb', float('nan')):11.0f} "
+              f"{r.get('compile_s', float('nan')):9.1f}")
+
+
+if __name__ == "__main__":
+    main()
