@@ -234,3 +234,15 @@ def test_livecodebench_rows_judge_end_to_end(pool):
     code = "class Solution:\n    def smallest(self, nums: List[int], k: int) -> List[int]:\n        return sorted(nums)[:k]"
     wrong = code.replace("[:k]", "[-k:]")
     assert [r.verdict for r in pool.judge([problem] * 2, [code, wrong])] == ["passed", "wrong_answer"]
+
+
+def test_wire_format_round_trips_without_pickle():
+    from microcoder_jax.evaluator import worker
+
+    r, w = os.pipe()
+    msg = {"code": "print('\udc80')", "input": b"\x00\xff" * 10, "empty": b"", "n": 3, "x": None,
+           "nested": {"a": [1, 2.5]}}
+    worker.send_msg(w, msg)
+    os.close(w)
+    assert worker.recv_msg(r) == msg and worker.recv_msg(r) is None
+    os.close(r)
