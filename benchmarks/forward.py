@@ -34,12 +34,12 @@ def _best_times(fns, reps: int) -> list[float]:
     return [min(ts) for ts in times]
 
 
-def matmul_peak(n: int, reps: int) -> float:
-    """FLOP/s of one large jitted fp32 matmul: the machine's practical peak for this workload."""
+def matmul_peak_fn(n: int):
+    """One large jitted fp32 matmul (the machine's practical peak for this workload) and its FLOPs."""
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
     mm = jax.jit(jnp.matmul)
-    return 2 * n**3 / _best_times([lambda: mm(a, b).block_until_ready()], reps)[0]
+    return (lambda: mm(a, b).block_until_ready()), 2 * n**3
 
 
 def forward_flops(config, batch: int, seq: int) -> float:
@@ -88,13 +88,15 @@ def main() -> None:
         with torch.inference_mode():
             model(torch_ids, logits_to_keep=0)
 
-    ours, theirs = _best_times([lambda: fwd(params, jax_ids).block_until_ready(), run_torch], args.reps)
+    peak_fn, peak_flops = matmul_peak_fn(4096)
+    ours, theirs, t_peak = _best_times([lambda: fwd(params, jax_ids).block_until_ready(), run_torch, peak_fn],
+                                       args.reps)
+    peak = peak_flops / t_peak
     with torch.inference_mode():
         ref = model(torch_ids[:1, :64]).logits.numpy()
     got = np.asarray(fwd(params, jax_ids[:1, :64]))
     rel = float(np.abs(got - ref).max() / np.abs(ref).max())
 
-    peak = matmul_peak(4096, args.reps)
     flops = forward_flops(config, args.batch, args.seq)
     tokens = args.batch * args.seq
     print(f"\nQwen3-0.6B shapes, {args.layers} layers, vocab {args.vocab} (real: 151936), batch {args.batch} x "
