@@ -7,11 +7,11 @@ index and ``config.json`` into a temp dir renamed into place at the end (no part
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from contextlib import ExitStack
 from typing import Callable
 
 import jax
@@ -110,6 +110,14 @@ def _weight_files(path: str) -> dict[str, str]:
         return {k: single for k in f.keys()}
 
 
+def _on_host():
+    """Keep safetensors' temporary jax arrays in host memory (not on accelerator 0) where a CPU backend exists."""
+    try:
+        return jax.default_device(jax.devices("cpu")[0])
+    except RuntimeError:  # JAX_PLATFORMS excludes cpu
+        return contextlib.nullcontext()
+
+
 def _open(file: str, framework: str):
     """``safe_open`` with an error that names the file (safetensors raises its own error types)."""
     try:
@@ -121,7 +129,7 @@ def _open(file: str, framework: str):
 class _Reader:
     """Open safetensors files lazily (memory-mapped) and hand out per-tensor slices on the CPU."""
 
-    def __init__(self, files: dict[str, str], stack: ExitStack):
+    def __init__(self, files: dict[str, str], stack: contextlib.ExitStack):
         self.files, self.stack, self.handles = files, stack, {}
 
     def slice(self, name: str):
@@ -159,8 +167,7 @@ def load_hf_params(path, config: Qwen3Config, mesh=None, param_dtype=None) -> di
         raise ValueError(f"checkpoint {path} has unexpected tensor(s): {unexpected[:8]}"
                          f"{' ...' if len(unexpected) > 8 else ''}")
 
-    cpu = jax.devices("cpu")[0]
-    with ExitStack() as stack, jax.default_device(cpu):
+    with contextlib.ExitStack() as stack, _on_host():
         reader = _Reader(files, stack)
 
         def load_leaf(key_leaf, shape, sharding):
@@ -287,7 +294,7 @@ def save_hf_params(params: dict, config: Qwen3Config, path, max_shard_bytes: int
 def _flush(shards, tmp, save_file):
     """Write the last shard to disk and drop its arrays (keeps peak host memory at one shard)."""
     i = len(shards) - 1
-    with jax.default_device(jax.devices("cpu")[0]):
+    with _on_host():
         tensors = {k: jnp.asarray(v) for k, v in shards[-1].items()}
         save_file(tensors, os.path.join(tmp, f"part-{i}.safetensors"), metadata={"format": "pt"})
     shards[-1] = {k: None for k in shards[-1]}
