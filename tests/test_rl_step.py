@@ -15,11 +15,20 @@ from microcoder_jax.rl.step import init_train_state, make_train_step, minibatch_
 G, PROMPTS, P, R = 4, 4, 6, 12  # 16 rows, 18 tokens
 N, S = G * PROMPTS, P + R
 MC = models.get_preset("tiny", dtype="float32")
+# Test-only jits skip LLVM's optimisation passes: half the compile time, same numerics.
+FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 @pytest.fixture(scope="module")
 def params():
-    return models.init_params(MC, jax.random.key(0))
+    """Random tiny-model params built in NumPy (no threefry compile): norms 1, matrices N(0, .02)."""
+    rng = np.random.default_rng(0)
+    shapes = models.param_shapes(MC)
+    is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)
+    paths_shapes, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=is_shape)
+    leaves = [np.ones(s, np.float32) if "norm" in jax.tree_util.keystr(path)
+              else (0.02 * rng.standard_normal(s)).astype(np.float32) for path, s in paths_shapes]
+    return jax.tree.map(jnp.asarray, jax.tree.unflatten(treedef, leaves))
 
 
 def make_batch(seed=0, vocab=MC.vocab_size):
@@ -43,7 +52,6 @@ def make_batch(seed=0, vocab=MC.vocab_size):
     }
 
 
-@jax.jit
 def _naive_logprobs(params, tokens, attention_mask, temperature):
     logits, _ = models.forward(params, MC, tokens, attention_mask=attention_mask)
     logp = jax.nn.log_softmax(logits / temperature[:, None, None], axis=-1)
@@ -56,6 +64,13 @@ def naive_logprobs(params, batch):
     return _naive_logprobs(params, batch["tokens"], batch["attention_mask"], batch["temperature"])
 
 
+_naive_jit = jax.jit(_naive_logprobs, compiler_options=FAST_COMPILE)
+
+
+def naive_logprobs_jit(params, batch):
+    return _naive_jit(params, batch["tokens"], batch["attention_mask"], batch["temperature"])
+
+
 def logprobs(params, batch):
     """The code under test, with one fixed signature so the module compiles it once."""
     return compute_logprobs(params, MC, batch["tokens"], batch["attention_mask"],
@@ -65,7 +80,7 @@ def logprobs(params, batch):
 def minibatch(params, batch, seed=1, noise=0.3):
     """Loss inputs with off-policy old log-probs (so both clip sides fire) and one filtered row."""
     rng = np.random.default_rng(seed)
-    logp = np.asarray(naive_logprobs(params, batch))
+    logp = np.asarray(naive_logprobs_jit(params, batch))
     mask = batch["response_mask"].astype(np.float32)
     mask[7] = 0.0  # a row removed from the loss (overlong filter)
     return {
@@ -79,7 +94,7 @@ def minibatch(params, batch, seed=1, noise=0.3):
 
 def test_compute_logprobs_matches_full_logits(params):
     batch = make_batch(3)
-    want = naive_logprobs(params, batch)
+    want = naive_logprobs_jit(params, batch)
     got = logprobs(params, batch)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
@@ -88,7 +103,8 @@ def test_compute_logprobs_matches_full_logits(params):
 def _grads_fn(cfg, micro, mesh):
     param_sh = None if mesh is None else sharding.param_shardings(MC, mesh)
     return jax.jit(functools.partial(minibatch_grads, model_config=MC, cfg=cfg,
-                                     micro_batch_size=micro, param_sh=param_sh))
+                                     micro_batch_size=micro, param_sh=param_sh),
+                   compiler_options=FAST_COMPILE)
 
 
 def _grads(params, mb, cfg, micro, mesh=None):
@@ -107,7 +123,7 @@ CFGS = {mode: make_rl_config("microcoder", group_size=G, logprob_chunk=8, aggreg
         for mode, kw in MODES.items()}
 
 
-@jax.jit
+@functools.partial(jax.jit, compiler_options=FAST_COMPILE)
 def whole_batch_reference(params, mb):
     """(loss, grads) per mode from the plainest code: full logits, one batch, `aggregate`; plus the
     plain policy gradient loss -sum(A logp) / tokens under "pg". One compile for all of them."""
