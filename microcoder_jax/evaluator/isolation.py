@@ -33,8 +33,9 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=()) -> dict:
               "readonly_root": False, "private_tmp": False, "private_proc": False, "hidden": 0}
     if not (_LINUX and namespaces):
         return report
-    root = os.geteuid() == 0
-    uid, gid = os.getuid(), os.getgid()
+    root, uid, gid = os.geteuid() == 0, os.getuid(), os.getgid()  # (read before unshare)
+    if not root and not _user_namespace_works():
+        return report  # e.g. AppArmor's restriction on Ubuntu >= 23.10: half a namespace is worse
     everything = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET
     for flags in (everything, _CLONE_NEWPID | _CLONE_NEWNET, _CLONE_NEWNET):
         flags |= 0 if root else _CLONE_NEWUSER
@@ -43,13 +44,9 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=()) -> dict:
     else:
         return report
     if not root:
-        try:
-            _write("/proc/self/setgroups", "deny")
-            _write("/proc/self/uid_map", f"0 {uid} 1")
-            _write("/proc/self/gid_map", f"0 {gid} 1")
-            report["user_ns"] = True
-        except OSError:
-            pass
+        report["user_ns"] = _map_ids(uid, gid)
+        if not report["user_ns"]:  # cannot happen after a good probe; never run half-mapped
+            raise OSError("user namespace without an id map")
     report["net_ns"] = True
     if flags & _CLONE_NEWNS and _mount(None, "/", None, _MS_REC | _MS_PRIVATE):
         report["mount_ns"] = True  # from here on, nothing we mount is seen outside
@@ -71,6 +68,29 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=()) -> dict:
         if report["pid_ns"] and report["mount_ns"]:
             report["private_proc"] = _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     return report
+
+
+def _map_ids(uid: int, gid: int) -> bool:
+    """Map ourselves to root of the new user namespace (our ids outside)."""
+    try:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+    except OSError:
+        return False
+    return True
+
+
+def _user_namespace_works() -> bool:
+    """Try, in a throw-away child, what an unprivileged server needs: a mapped user namespace in
+    which it may mount. Some kernels allow the unshare but deny the map or the mounts."""
+    uid, gid = os.getuid(), os.getgid()
+    pid = os.fork()
+    if pid == 0:
+        ok = (_LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) == 0 and _map_ids(uid, gid)
+              and _mount(None, "/", None, _MS_REC | _MS_PRIVATE))
+        os._exit(0 if ok else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 def _cover(path: str) -> bool:
