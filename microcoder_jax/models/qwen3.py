@@ -301,7 +301,7 @@ def _remat(fn, policy: str):
 
 
 def _layer(config: Qwen3Config, x, p, positions, attend):
-    """One decoder block. ``attend(q, k, v) -> [B, T, H, D]`` hides cache/no-cache attention."""
+    """One decoder block -> (x, aux). ``attend(q, k, v) -> (out [B, T, H, D], aux)`` hides the cache."""
     dtype = x.dtype
     w = lambda name: p[name].astype(dtype)  # noqa: E731
     h = rms_norm(x, p["attn_norm"], config.rms_norm_eps)
@@ -311,7 +311,7 @@ def _layer(config: Qwen3Config, x, p, positions, attend):
     q = constrain(q, ("batch", "length", "heads", "head_dim"))
     q = apply_rope(rms_norm(q, p["q_norm"], config.rms_norm_eps), positions, config)
     k = apply_rope(rms_norm(k, p["k_norm"], config.rms_norm_eps), positions, config)
-    out = attend(q, k, v)
+    out, aux = attend(q, k, v)
     x = x + jnp.einsum("bthk,hkd->btd", out, w("o_proj"))
     x = constrain(x, ("batch", "length", None))
     h = rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
@@ -319,7 +319,7 @@ def _layer(config: Qwen3Config, x, p, positions, attend):
     up = jnp.einsum("btd,df->btf", h, w("up_proj"))
     act = constrain(jax.nn.silu(gate) * up, ("batch", "length", "mlp"))
     x = x + jnp.einsum("btf,fd->btd", act, w("down_proj"))
-    return constrain(x, ("batch", "length", None))
+    return constrain(x, ("batch", "length", None)), aux
 
 
 def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
@@ -355,8 +355,8 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
 
         def body(x, xs):
             p, _ = xs
-            attend = lambda q, k, v: attn_lib.causal_attention(q, k, v, mask, config.attention)  # noqa: E731
-            return _layer(config, x, p, positions, attend), None
+            attend = lambda q, k, v: (attn_lib.causal_attention(q, k, v, mask, config.attention), None)  # noqa: E731
+            return _layer(config, x, p, positions, attend)[0], None
 
         x, _ = jax.lax.scan(_remat(body, config.remat), x, (params["layers"], layer_ids))
     else:
@@ -368,21 +368,20 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
         slots = cache_index + jnp.arange(t)
 
         def body(carry, xs):
-            x, ck, cv = carry
+            x, ck, cv = carry  # the whole cache rides in the carry: updated in place, never copied
             p, i = xs
-            new_kv = {}
 
             def attend(q, k, v):
                 zero = jnp.zeros((), jnp.int32)
                 start = (i, zero, cache_index, zero, zero)
-                new_kv["k"] = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype)[None], start)
-                new_kv["v"] = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype)[None], start)
-                layer_k = jax.lax.dynamic_index_in_dim(new_kv["k"], i, 0, keepdims=False).astype(q.dtype)
-                layer_v = jax.lax.dynamic_index_in_dim(new_kv["v"], i, 0, keepdims=False).astype(q.dtype)
-                return attn_lib.cached_attention(q, layer_k, layer_v, key_mask, slots)
+                ck2 = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype)[None], start)
+                cv2 = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype)[None], start)
+                layer_k = jax.lax.dynamic_index_in_dim(ck2, i, 0, keepdims=False).astype(q.dtype)
+                layer_v = jax.lax.dynamic_index_in_dim(cv2, i, 0, keepdims=False).astype(q.dtype)
+                return attn_lib.cached_attention(q, layer_k, layer_v, key_mask, slots), (ck2, cv2)
 
-            x = _layer(config, x, p, positions, attend)
-            return (x, new_kv["k"], new_kv["v"]), None
+            x, (ck, cv) = _layer(config, x, p, positions, attend)
+            return (x, ck, cv), None
 
         (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v), (params["layers"], layer_ids))
         cache = KVCache(ck, cv)
