@@ -137,7 +137,10 @@ class TemperatureScheduler:
         return decision
 
     def update(self, step: int, metrics: Mapping[str, float] | None = None) -> Decision:
-        """Reads this step's diversity metrics; returns the decision for the next rollout."""
+        """Call after step `step`'s rollout with its `diversity_metrics`; decides the next step's temperature.
+
+        The returned decision (also `self.temperature` afterwards) applies from step + 1 on.
+        """
         policy = self.cfg["policy"]
         if policy == "constant":
             return self._decide(step, "keep", self.temperature, "constant policy")
