@@ -172,10 +172,12 @@ def dumps(tmp_path_factory):
 # collect + process
 
 
-def test_problem_row_matches_to_json():
+def test_processed_problem_round_trips_through_json():
     p = process.to_problem({"format": "lcb", "source": "s", "row": lcb_rows()[0]})
     p.metadata["nested"] = {"a": [1, 2]}
-    assert stages.problem_row(p) == p.to_json()
+    p.solutions = ["print(1)\n"]
+    back = Problem.from_json(json.loads(json.dumps(p.to_json())))
+    assert back == p and back.solutions == ["print(1)\n"]
 
 
 def test_detect_format():
@@ -215,7 +217,7 @@ def test_parquet_apps_and_taco(dumps):
     apps, taco = [process.to_problem(r) for r in records]
     assert apps.question_id == "apps/7" and apps.difficulty == "medium"
     assert apps.question_content.startswith("Input\n")  # APPS heading made plain
-    assert apps.metadata["solutions"] == ["a, b = map(int, input().split())\nprint(a + b)\n"]
+    assert apps.solutions == ["a, b = map(int, input().split())\nprint(a + b)\n"]
     assert taco.func_name == "double" and taco.difficulty == "hard"
     assert [t.output for t in taco.tests] == ["2", "10"]
     assert taco.metadata["starter_synthesized"] and "def double(self, arg0)" in taco.starter_code
@@ -227,7 +229,7 @@ def test_hf_cache_arrow_codecontests(dumps):
     assert stats == {"rows": 2}  # dataset_info.json is not a row file
     full, empty = [process.to_problem(r) for r in records]
     assert len(full.tests) == 3 and full.platform == "codeforces" and full.difficulty == "hard"
-    assert full.metadata["solutions"] == ["print(sum(map(int, input().split())))"]  # Python 3 only
+    assert full.solutions == ["print(sum(map(int, input().split())))"]  # Python 3 only
     assert full.metadata["time_limit"] == 2.5 and full.metadata["tags"] == ["math"]
     assert empty.tests == []
 
@@ -256,7 +258,7 @@ def test_problem_folders(dumps):
     assert stats == {"rows": 1, "malformed": 1}  # "broken" lacks an answer; "notes" has no tests
     p = process.to_problem(records[0])
     assert p.question_id == "dir/twice" and [t.output for t in p.tests] == ["2\n", "8\n"]
-    assert p.metadata["solutions"] == ["print(2 * int(input()))\n"] and p.difficulty == "easy"
+    assert p.solutions == ["print(2 * int(input()))\n"] and p.difficulty == "easy"
 
 
 def test_clean_statement():
@@ -502,7 +504,7 @@ def test_verify_policies():
     cfg = load_cfg().verify
 
     def problems():
-        return [make("good", metadata={"solutions": ["bad", "OK"]}), make("bad", metadata={"solutions": ["bad"]}),
+        return [make("good", solutions=["bad", "OK"]), make("bad", solutions=["bad"]),
                 make("none")]
 
     kept, counts, failures = verify.verify_problems(problems(), cfg, FakePool())
@@ -521,10 +523,10 @@ def test_verdict_cache_rejudges_only_changed_pairs(tmp_path):
     def run(problem):
         return verify.verify_problems([problem], cfg, pool, cache_path=cache, limits=(6.0, 2048))
 
-    run(make("a", metadata={"solutions": ["OK"]}))
-    run(make("a", metadata={"solutions": ["OK"]}))
+    run(make("a", solutions=["OK"]))
+    run(make("a", solutions=["OK"]))
     assert pool.calls == 1
-    changed = make("a", metadata={"solutions": ["OK"]})
+    changed = make("a", solutions=["OK"])
     changed.tests[0].output = "different\n"
     kept, _, _ = run(changed)
     assert pool.calls == 2 and kept[0].metadata["verified"]

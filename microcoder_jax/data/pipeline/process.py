@@ -2,7 +2,7 @@
 
 Per row: convert by format (LiveCodeBench and APPS/TACO through the schema's own readers;
 CodeContests, DeepCoder and problem folders here), decode tests, keep Python reference solutions in
-`metadata["solutions"]`, clean the statement (markup, source-specific "read from stdin / write the
+`Problem.solutions`, clean the statement (markup, source-specific "read from stdin / write the
 code" boilerplate removed, so the prompt template alone states the I/O contract), normalise
 difficulty to easy/medium/hard and dates to ISO, and make every call-based problem carry starter
 code. Question ids get the source name as prefix so ids from different dumps never collide.
@@ -151,7 +151,7 @@ def to_problem(record: dict, max_solutions: int = 4) -> Problem:
     problem.source = source
     problem.metadata["format"] = fmt
     problem.metadata["origin"] = record.get("origin", "")
-    problem.metadata["solutions"] = [s for s in solutions if isinstance(s, str) and s.strip()][:max_solutions]
+    problem.solutions = [s for s in solutions if isinstance(s, str) and s.strip()][:max_solutions]
     return problem
 
 
@@ -165,8 +165,8 @@ def check_io_kind(problem: Problem) -> None:
 
 
 def solutions_of(problem: Problem) -> list[str]:
-    """The reference solutions stored with a problem (the schema keeps them in metadata)."""
-    return list(problem.metadata.get("solutions") or [])
+    """The reference solutions stored with a problem."""
+    return list(problem.solutions)
 
 
 def _starter(problem: Problem) -> str:
@@ -306,7 +306,7 @@ def _row_id(row: dict) -> str:
 
 def _read_ours(row: dict) -> tuple[Problem, list]:
     problem = Problem.from_json(row)
-    return problem, list(problem.metadata.pop("solutions", None) or [])
+    return problem, list(problem.solutions)
 
 
 def _read_dir(row: dict) -> tuple[Problem, list]:
