@@ -13,7 +13,8 @@ from microcoder_jax.models.hf import load_hf_params
 from microcoder_jax.sampling import sampler
 from microcoder_jax.sampling.sampler import default_stop_token_ids, generate, prompt_bucket, sample_tokens
 
-PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [3, 9, 27, 81, 120, 7, 11, 13, 17, 19, 23, 29]]
+# Left-padded to the 32-token bucket: prompts 0 and 1 are padded, prompt 2 fills it exactly.
+PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [(7 * j + 3) % 125 + 3 for j in range(32)]]
 G, MAX_NEW, PAD = 2, 12, 0
 STOPS = [2, 10, 20, 30, 50, 60, 70, 80]  # EOS (2) plus seven more so that some rows stop early
 
@@ -57,7 +58,7 @@ def test_greedy_matches_transformers(tiny):
     hf = tiny[0]
     out = _generate(tiny, temperature=0.0)
     _check_layout(out)
-    for i, prompt in enumerate(PROMPTS):  # prompts 0 and 1 are left-padded in our batch, HF sees none
+    for i, prompt in enumerate(PROMPTS):  # HF generates each prompt alone, unpadded
         ids = torch.tensor([prompt])
         ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False,
                           eos_token_id=STOPS, pad_token_id=PAD)[0, len(prompt):].tolist()
