@@ -60,8 +60,8 @@ def save_checkpoint(params: dict, config: Qwen3Config, path, hf_files_from=None)
         with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
             f.write(config.to_json())
         if hf_files_from is not None:
-            extras = [f for f in glob.glob(os.path.join(os.fspath(hf_files_from), "*"))
-                      if os.path.isfile(f) and not f.endswith(".safetensors") and os.path.basename(f) not in _SKIP_HF_FILES]
+            extras = [f for f in glob.glob(os.path.join(os.fspath(hf_files_from), "*")) if os.path.isfile(f)
+                      and not f.endswith(".safetensors") and os.path.basename(f) not in _SKIP_HF_FILES]
             if extras:
                 os.makedirs(os.path.join(tmp, HF_FILES_DIR))
                 for f in extras:

@@ -102,7 +102,8 @@ def logical_to_sharding(logical_axes_tree, mesh: Mesh, shapes=None, rules: dict[
     if shapes is None:
         return jax.tree.map(lambda ax: NamedSharding(mesh, logical_to_spec(ax, mesh, None, rules)),
                             logical_axes_tree, is_leaf=_is_axes)
-    shape_leaves = jax.tree.leaves(shapes, is_leaf=lambda s: isinstance(s, tuple) and all(isinstance(d, int) for d in s))
+    is_shape = lambda s: isinstance(s, tuple) and all(isinstance(d, int) for d in s)  # noqa: E731
+    shape_leaves = jax.tree.leaves(shapes, is_leaf=is_shape)
     axes_leaves, treedef = jax.tree.flatten(logical_axes_tree, is_leaf=_is_axes)
     if len(shape_leaves) != len(axes_leaves):
         raise ValueError(f"shapes has {len(shape_leaves)} leaves, logical axes {len(axes_leaves)}")

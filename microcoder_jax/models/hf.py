@@ -320,7 +320,8 @@ class Qwen3ForCausalLM:
         mask = jnp.ones_like(input_ids) if attention_mask is None else jnp.asarray(attention_mask, jnp.int32)
         if self.mesh is None:
             return self._forward(self.params, self.config, input_ids, mask)
-        rows = jax.sharding.NamedSharding(self.mesh, shd.logical_to_spec(("batch", "length"), self.mesh, input_ids.shape))
+        spec = shd.logical_to_spec(("batch", "length"), self.mesh, input_ids.shape)
+        rows = jax.sharding.NamedSharding(self.mesh, spec)
         input_ids, mask = jax.device_put((input_ids, mask), rows)
         with jax.set_mesh(self.mesh):
             return self._forward(self.params, self.config, input_ids, mask)

@@ -324,17 +324,16 @@ def _layer(config: Qwen3Config, x, p, positions, attend):
 
 def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
     """Float32 logits ``[..., vocab]`` from final-normed hidden states."""
-    dtype = hidden.dtype
     if config.tie_word_embeddings:
-        logits = jnp.einsum("...d,vd->...v", hidden, params["embed"].astype(dtype), preferred_element_type=jnp.float32)
-    else:
-        logits = jnp.einsum("...d,dv->...v", hidden, params["lm_head"].astype(dtype), preferred_element_type=jnp.float32)
-    return logits
+        return jnp.einsum("...d,vd->...v", hidden, params["embed"].astype(hidden.dtype),
+                          preferred_element_type=jnp.float32)
+    return jnp.einsum("...d,dv->...v", hidden, params["lm_head"].astype(hidden.dtype),
+                      preferred_element_type=jnp.float32)
 
 
 def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
-            positions: jax.Array | None = None, cache: KVCache | None = None, cache_index: jax.Array | int | None = None,
-            return_hidden: bool = False):
+            positions: jax.Array | None = None, cache: KVCache | None = None,
+            cache_index: jax.Array | int | None = None, return_hidden: bool = False):
     """Logits (float32 ``[B, T, vocab]``) or final hidden states, and the updated cache.
 
     Without a cache ``attention_mask [B, T]`` marks real tokens (left padding = 0) and positions
