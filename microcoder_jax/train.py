@@ -237,8 +237,11 @@ def _key(seed: int, *path: int):
     return key
 
 
-def train(config, workdir: str, *, log_fn=print):
-    """Run (or resume) training to `config.train.steps`; returns the final TrainState."""
+def train(config, workdir: str, *, log_fn=print, on_step=None):
+    """Run (or resume) training to `config.train.steps`; returns the final TrainState.
+
+    `on_step(step, record)`, if given, is called after each step with its metrics record.
+    """
     from tqdm import tqdm
 
     from microcoder_jax.evaluator.pool import EvaluatorPool
@@ -337,6 +340,7 @@ def train(config, workdir: str, *, log_fn=print):
             times["train"] = time.perf_counter() - t0
             loss = float(step_metrics["loss"])
             if not math.isfinite(loss):
+                ckpt.wait()  # let pending saves of good states finish before naming the newest
                 raise NonFiniteLossError(
                     f"non-finite loss ({loss}) at step {step + 1}; stopping. The newest checkpoint "
                     f"(step {ckpt.latest_step()}) holds the last good state; lower rl.learning_rate "
@@ -356,6 +360,8 @@ def train(config, workdir: str, *, log_fn=print):
                        f"{decision.reason}")
             bar.update(1)
             bar.set_postfix(progress_postfix(record))
+            if on_step is not None:
+                on_step(done, record)
             if c.train.eval_every and done % c.train.eval_every == 0 and run.eval_problems:
                 _evaluate(run, roller, state.params, done, writer, log_fn)
             if done == c.train.steps or (c.train.checkpoint_every and done % c.train.checkpoint_every == 0):

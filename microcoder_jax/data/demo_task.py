@@ -18,29 +18,30 @@ from microcoder_jax.data.prompts import bucket_length, encode_prompt, left_pad, 
 from microcoder_jax.data.tokenizer import CHATML_TEMPLATE, pad_token_id, train_bpe_tokenizer
 from microcoder_jax.evaluator.problems import Problem, TestCase
 
-# operation -> (statement phrasings, Python expression, reference function)
+# operation -> (statement phrasings, Python expression, reference function). The first phrasing
+# names the operation as the program writes it, the others in words.
 OPS = {
-    "sum": (("Read two integers a and b and print their sum.",
+    "sum": (("Read two integers a and b and print the value of (a + b).",
              "Print the sum of the two integers a and b given on one line.",
              "Input: two integers a b. Output: a plus b."),
             "a + b", lambda a, b: a + b),
-    "difference": (("Read two integers a and b and print their difference.",
+    "difference": (("Read two integers a and b and print the value of (a - b).",
                     "Print a minus b for the two integers a and b given on one line.",
                     "Input: two integers a b. Output: a minus b."),
                    "a - b", lambda a, b: a - b),
-    "product": (("Read two integers a and b and print their product.",
+    "product": (("Read two integers a and b and print the value of (a * b).",
                  "Print the product of the two integers a and b given on one line.",
                  "Input: two integers a b. Output: a times b."),
                 "a * b", lambda a, b: a * b),
-    "maximum": (("Read two integers a and b and print their maximum.",
+    "maximum": (("Read two integers a and b and print the value of (max(a, b)).",
                  "Print the maximum of the two integers a and b given on one line.",
                  "Input: two integers a b. Output: the larger of a and b."),
                 "max(a, b)", max),
-    "minimum": (("Read two integers a and b and print their minimum.",
+    "minimum": (("Read two integers a and b and print the value of (min(a, b)).",
                  "Print the minimum of the two integers a and b given on one line.",
                  "Input: two integers a b. Output: the smaller of a and b."),
                 "min(a, b)", min),
-    "remainder": (("Read two integers a and b and print their remainder.",
+    "remainder": (("Read two integers a and b and print the value of (a % b).",
                    "Print the remainder of a divided by b for the integers a and b on one line.",
                    "Input: two integers a b. Output: a mod b."),
                   "a % b", lambda a, b: a % b),

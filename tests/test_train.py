@@ -1,0 +1,122 @@
+"""End to end: the shortened demo learns with the real evaluator, without steady-state recompiles;
+eval and plot read its workdir; a NaN loss stops the run keeping the last good checkpoint."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from microcoder_jax import config as config_lib
+from microcoder_jax import eval as eval_lib
+from microcoder_jax import plot, train
+from microcoder_jax.checkpoint import Checkpointer
+from microcoder_jax.metrics import read_metrics
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def short_demo(**overrides):
+    """The demo, shortened: fewer RL steps (the full demo runs 50)."""
+    c = config_lib.demo_config()
+    c.train.steps = 30
+    c.train.progress = False
+    c.train.checkpoint_every = 0  # only the final checkpoint
+    for key, value in overrides.items():
+        config_lib.set_value(c, key, repr(value) if not isinstance(value, str) else value)
+    return c
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """One shortened demo run; counts XLA compilations per step."""
+    workdir = str(tmp_path_factory.mktemp("demo"))
+    compiles, per_step = [0], {}
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, *a, **k: compiles.__setitem__(0, compiles[0] + (event == COMPILE_EVENT)))
+    train.train(short_demo(), workdir, log_fn=lambda *a: None,
+                on_step=lambda step, record: per_step.__setitem__(step, compiles[0]))
+    return workdir, per_step
+
+
+def test_demo_learns(demo_run):
+    workdir, _ = demo_run
+    rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    assert [r["step"] for r in rows] == list(range(1, 31))
+    rewards = np.array([r["reward_mean"] for r in rows])
+    first, last = rewards[:10].mean(), rewards[-10:].mean()
+    assert first > 0.05, f"the warm start should pass sometimes (first 10 steps: {first:.3f})"
+    assert last >= 1.6 * first, f"reward did not climb: first 10 {first:.3f}, last 10 {last:.3f}"
+
+
+def test_required_metrics_are_logged(demo_run):
+    workdir, _ = demo_run
+    row = read_metrics(os.path.join(workdir, "metrics.jsonl"))[-1]
+    required = ["step", "reward_mean", "pass_rate", "response_length_mean", "truncation_rate",
+                "masked_fraction", "repetition_rate", "diversity", "temperature", "entropy",
+                "clip_fraction", "grad_norm", "learning_rate", "time_sample_s", "time_judge_s",
+                "time_train_s"]
+    missing = [k for k in required if not isinstance(row.get(k), (int, float))]
+    assert not missing, missing
+    assert row["temperature"] == 1.0 and 0 <= row["pass_rate"] <= 1
+
+
+def test_no_recompilation_in_steady_state(demo_run):
+    _, per_step = demo_run
+    # Step 1 compiles the sampler, log-probs and the train step; nothing compiles after step 2.
+    assert per_step[30] - per_step[2] == 0, {s: per_step[s] - per_step[2] for s in (3, 10, 30)}
+
+
+def test_final_checkpoint_holds_everything_to_resume(demo_run):
+    workdir, _ = demo_run
+    ck = Checkpointer(os.path.join(workdir, "checkpoints"))
+    assert ck.latest_step() == 30
+    meta = ck.read_meta()
+    assert meta["step"] == 30 and "next_index" in meta["data"] and meta["scheduler"]["temperature"] == 1.0
+    ck.close()
+
+
+def test_eval_cli_and_plot_on_the_run(demo_run, tmp_path, capsys):
+    workdir, _ = demo_run
+    out = str(tmp_path / "eval.json")
+    assert eval_lib.main(["--checkpoint", workdir, "--out", out, "--samples", "2",
+                          "--config.eval.temperature=1.0"]) == 0
+    report = json.load(open(out))
+    assert report["step"] == 30 and report["samples_per_problem"] == 2
+    assert set(report["overall"]) == {"problems", "pass@1", "pass@2"}
+    assert report["overall"]["problems"] == 40 and "demo" in report["by_platform"]
+    assert "overall" in capsys.readouterr().out
+    assert os.path.exists(plot.plot_run(workdir)[-1])
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    from microcoder_jax.rl import step as rl_step
+
+    real = rl_step.make_train_step
+
+    def poisoned(*args, **kwargs):
+        step_fn, calls = real(*args, **kwargs), [0]
+
+        def step(state, batch):
+            state, metrics = step_fn(state, batch)
+            calls[0] += 1
+            if calls[0] == 3:
+                metrics = {**metrics, "loss": np.float32(np.nan)}
+            return state, metrics
+        return step
+
+    monkeypatch.setattr(rl_step, "make_train_step", poisoned)
+    c = short_demo(**{"train.steps": 5, "train.warm_start_steps": 0, "train.checkpoint_every": 1,
+                      "train.async_checkpoint": False})
+    with pytest.raises(train.NonFiniteLossError, match="non-finite loss.*step 3.*checkpoint \\(step 2\\)"):
+        train.train(c, str(tmp_path), log_fn=lambda *a: None)
+    ck = Checkpointer(str(tmp_path / "checkpoints"))
+    assert ck.latest_step() == 2
+    ck.close()
+    assert [r["step"] for r in read_metrics(str(tmp_path / "metrics.jsonl"))] == [1, 2]
+
+
+def test_unknown_config_key_lists_valid_ones(capsys):
+    assert train.main(["--config.train.stepz=3"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'train.stepz'" in err and "train.steps" in err and "rl.rho" in err
