@@ -277,12 +277,16 @@ def rope_frequencies(config: Qwen3Config) -> tuple[np.ndarray, float]:
     return inv_freq.astype(np.float32), float(attention_factor)
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, config: Qwen3Config) -> jax.Array:
-    """Rotary embedding on ``x [B, T, N, D]`` at ``positions [B, T]`` (HF's rotate_half layout), fp32 math."""
+def rope_tables(positions: jax.Array, config: Qwen3Config) -> tuple[jax.Array, jax.Array]:
+    """fp32 ``cos, sin [B, T, 1, head_dim]`` for ``positions [B, T]``; computed once, shared by all layers."""
     inv_freq, scale = rope_frequencies(config)
     freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
     emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
-    cos, sin = jnp.cos(emb) * scale, jnp.sin(emb) * scale
+    return jnp.cos(emb) * scale, jnp.sin(emb) * scale
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotary embedding on ``x [B, T, N, D]`` (HF's rotate_half layout), fp32 math, returned in ``x.dtype``."""
     x32 = x.astype(jnp.float32)
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
@@ -300,7 +304,7 @@ def _remat(fn, policy: str):
     return jax.checkpoint(fn, policy=policies[policy], prevent_cse=False)
 
 
-def _layer(config: Qwen3Config, x, p, positions, attend):
+def _layer(config: Qwen3Config, x, p, rope, attend):
     """One decoder block -> (x, aux). ``attend(q, k, v) -> (out [B, T, H, D], aux)`` hides the cache."""
     dtype = x.dtype
     w = lambda name: p[name].astype(dtype)  # noqa: E731
@@ -309,8 +313,8 @@ def _layer(config: Qwen3Config, x, p, positions, attend):
     k = jnp.einsum("btd,dhk->bthk", h, w("k_proj"))
     v = jnp.einsum("btd,dhk->bthk", h, w("v_proj"))
     q = constrain(q, ("batch", "length", "heads", "head_dim"))
-    q = apply_rope(rms_norm(q, p["q_norm"], config.rms_norm_eps), positions, config)
-    k = apply_rope(rms_norm(k, p["k_norm"], config.rms_norm_eps), positions, config)
+    q = apply_rope(rms_norm(q, p["q_norm"], config.rms_norm_eps), *rope)
+    k = apply_rope(rms_norm(k, p["k_norm"], config.rms_norm_eps), *rope)
     out, aux = attend(q, k, v)
     x = x + jnp.einsum("bthk,hkd->btd", out, w("o_proj"))
     x = constrain(x, ("batch", "length", None))
@@ -345,22 +349,22 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
     b, t = input_ids.shape
     x = jnp.take(params["embed"], input_ids, axis=0).astype(dtype)
     x = constrain(x, ("batch", "length", None))
-    layer_ids = jnp.arange(config.num_layers)
 
     if cache is None:
         mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
         if positions is None:
             positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
+        rope = rope_tables(positions, config)
 
-        def body(x, xs):
-            p, _ = xs
+        def body(x, p):
             attend = lambda q, k, v: (attn_lib.causal_attention(q, k, v, mask, config.attention), None)  # noqa: E731
-            return _layer(config, x, p, positions, attend)[0], None
+            return _layer(config, x, p, rope, attend)[0], None
 
-        x, _ = jax.lax.scan(_remat(body, config.remat), x, (params["layers"], layer_ids))
+        x, _ = jax.lax.scan(_remat(body, config.remat), x, params["layers"])
     else:
         if positions is None:
             raise ValueError("forward with a cache needs explicit positions [B, T]")
+        rope = rope_tables(positions, config)
         max_len = cache.k.shape[2]
         key_mask = jnp.ones((b, max_len), bool) if attention_mask is None else attention_mask.astype(bool)
         cache_index = jnp.asarray(0 if cache_index is None else cache_index, jnp.int32)
@@ -379,9 +383,10 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
                 layer_v = jax.lax.dynamic_index_in_dim(cv2, i, 0, keepdims=False).astype(q.dtype)
                 return attn_lib.cached_attention(q, layer_k, layer_v, key_mask, slots), (ck2, cv2)
 
-            x, (ck, cv) = _layer(config, x, p, positions, attend)
+            x, (ck, cv) = _layer(config, x, p, rope, attend)
             return (x, ck, cv), None
 
+        layer_ids = jnp.arange(config.num_layers)
         (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v), (params["layers"], layer_ids))
         cache = KVCache(ck, cv)
 
