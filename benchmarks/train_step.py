@@ -9,7 +9,8 @@ log-probs are given (not recomputed) on both sides. Columns: tokens/s (all rows 
 per step, after compilation / warm-up), model FLOP/s (6 x matmul params x tokens + attention,
 recompute not counted) as a fraction of this machine's measured jitted f32 matmul peak, and
 peak resident memory of each side's own process (ru_maxrss; includes the runtime itself).
-JAX runs with remat "full" (the training default) and "none".
+JAX runs with remat "full" (the training default) and "none"; PyTorch with and without
+per-layer gradient checkpointing (the like-for-like pairs).
 
     python benchmarks/train_step.py                      # CPU, fp32 on both sides
     python benchmarks/train_step.py --dtype bfloat16 --layers 28 --vocab 151936 --skip-torch
@@ -125,12 +126,14 @@ def run_jax(args, path: str, remat: str) -> dict:
             "loss": float(m["loss"])}
 
 
-def run_torch(args, path: str) -> dict:
+def run_torch(args, path: str, checkpointing: bool) -> dict:
     import torch
     from transformers import Qwen3ForCausalLM
 
     model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.train()
+    if checkpointing:  # per-layer recompute, the counterpart of our remat="full"
+        model.gradient_checkpointing_enable()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.999), weight_decay=0.01)
     b = {k: torch.from_numpy(v) for k, v in make_batch(args.rows, args.seq, args.vocab).items()}
     position_ids = (b["attention_mask"].cumsum(-1) - 1).clamp(min=0)
@@ -154,13 +157,14 @@ def run_torch(args, path: str) -> dict:
 
     step()
     times = [_timed(step) for _ in range(args.steps)]
-    return {"name": "transformers + torch", "step_s": float(np.median(times))}
+    name = "torch (checkpointing)" if checkpointing else "transformers + torch"
+    return {"name": name, "step_s": float(np.median(times))}
 
 
 def child(args) -> None:
     path = args.path
-    if args.framework == "torch":
-        out = run_torch(args, path)
+    if args.framework.startswith("torch"):
+        out = run_torch(args, path, checkpointing=args.framework == "torch:ckpt")
     else:
         out = run_jax(args, path, args.framework.split(":")[1])
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -172,7 +176,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--vocab", type=int, default=16384)
     p.add_argument("--rows", type=int, default=8)
-    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--seq", type=int, default=256)
     p.add_argument("--micro", type=int, default=4)
     p.add_argument("--chunk", type=int, default=256)
     p.add_argument("--steps", type=int, default=3)
@@ -186,7 +190,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as path:
         hf_model(args.layers, args.vocab).save_pretrained(path)
-        frameworks = ["jax:full", "jax:none"] + ([] if args.skip_torch else ["torch"])
+        frameworks = ["jax:full", "jax:none"] + ([] if args.skip_torch else ["torch:ckpt", "torch"])
         results = []
         for fw in frameworks:  # one process each, so peak memory is that framework's own
             cmd = [sys.executable, __file__, "--framework", fw, "--path", path] + sys.argv[1:]

@@ -158,7 +158,7 @@ def _old_logprobs(params, batch, model_config, cfg: RLConfig, micro_batch_size: 
     split = lambda x: x.reshape(n // micro_batch_size, micro_batch_size, *x.shape[1:])
 
     def one(xs):
-        t, m, temp = xs
+        t, m, temp = (sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) for x in xs)
         return sequence_logprobs(params, model_config, t, m, temp, cfg.logprob_chunk)[0]
 
     out = jax.lax.map(one, (split(batch["tokens"]), split(batch["attention_mask"]),
