@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import forward, get_preset, init_cache, init_params
+from microcoder_jax.models import Qwen3Config, forward, get_preset, init_cache, init_params, load_hf_params
 
 CONFIG = get_preset("tiny", dtype="float32", tie_word_embeddings=False, num_kv_heads=2, num_heads=8, head_dim=8)
 
@@ -123,18 +123,26 @@ _WORKER = textwrap.dedent("""
     full = multihost_utils.process_allgather(logits, tiled=True)
     if jax.process_index() == 0:
         np.save(sys.argv[3], np.asarray(full))
+    from microcoder_jax.models.hf import save_hf_params
+    save_hf_params(params, config, sys.argv[4], max_shard_bytes=50_000)  # gathers across processes
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    gathered = {jax.tree_util.keystr(k): np.asarray(multihost_utils.process_allgather(v, tiled=True)) for k, v in flat}
+    if jax.process_index() == 0:
+        np.savez(sys.argv[4] + ".npz", **gathered)
 """)
 
 
 @pytest.mark.slow
 def test_two_process_distributed_run(tmp_path):
-    """Two localhost processes x 2 CPU devices form one 4-device mesh (the multi-host path)."""
+    """Two localhost processes x 2 CPU devices form one 4-device mesh (the multi-host path):
+    sharded init, forward, and an HF export that gathers every tensor across the processes."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    out = tmp_path / "logits.npy"
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, f"127.0.0.1:{port}", str(i), str(out)], env=env,
+    out, export = tmp_path / "logits.npy", tmp_path / "hf"
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, f"127.0.0.1:{port}", str(i), str(out), str(export)],
+                              env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
     logs = [p.communicate(timeout=240)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-4000:]
@@ -143,6 +151,10 @@ def test_two_process_distributed_run(tmp_path):
     ids = jnp.asarray(np.arange(4 * 8).reshape(4, 8) % config.vocab_size)
     ref, _ = jax.jit(forward, static_argnums=1)(params, config, ids)
     np.testing.assert_allclose(np.load(out), np.asarray(ref), rtol=2e-5, atol=2e-5)
+    exported = jax.tree_util.tree_flatten_with_path(load_hf_params(export, Qwen3Config.from_hf(export)))[0]
+    gathered = np.load(str(export) + ".npz")
+    for key, value in exported:  # the multi-host export is bitwise the params the processes held
+        np.testing.assert_array_equal(np.asarray(value), gathered[jax.tree_util.keystr(key)])
 
 
 def test_initialize_distributed_single_process_is_a_no_op():
