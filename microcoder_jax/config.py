@@ -201,41 +201,41 @@ def default_config() -> ml_collections.ConfigDict:
 def demo_config() -> ml_collections.ConfigDict:
     """The embedded default: a tiny Qwen3 learning the synthetic task on a CPU in minutes."""
     c = default_config()
-    c.data.task = "demo"
-    c.data.num_prompts = 8
-    c.data.max_prompt_tokens = 64
-    c.data.prompt_buckets = (64,)
+    c.data.task = "demo"  # synthetic "read a b, print a OP b" problems (data/demo_task.py)
+    c.data.num_prompts = 16  # 16 prompts x G=8 = 128 responses per step
+    c.data.max_prompt_tokens = 64  # demo prompts are ~40 tokens
+    c.data.prompt_buckets = (64,)  # one static prompt length
     c.data.instruction_stdin = "Answer with one ```python``` block."  # short: tiny context
-    c.model.preset = "tiny"
-    c.model.hidden_size = 64
+    c.model.preset = "tiny"  # random init; vocab = the demo BPE's size
+    c.model.hidden_size = 64  # 2 layers x 64 wide, GQA 4:2 heads of 16: ~80K params
     c.model.intermediate_size = 128
     c.model.num_layers = 2
     c.model.num_heads = 4
     c.model.num_kv_heads = 2
     c.model.head_dim = 16
-    c.model.dtype = "float32"
-    c.model.remat = "none"
+    c.model.dtype = "float32"  # CPU: no bf16 speed-up, and exact resume checks are simpler
+    c.model.remat = "none"  # tiny activations: nothing to rematerialise
     c.model.attention = "xla"
-    c.sampling.group_size = 8
-    c.sampling.max_new_tokens = 40
-    c.temperature.temperature = 1.0
-    c.rl.learning_rate = 5e-4
+    c.sampling.group_size = 8  # G
+    c.sampling.max_new_tokens = 40  # answers are ~26 tokens
+    c.temperature.temperature = 1.0  # constant
+    c.rl.learning_rate = 7e-4  # 1e-3 and above break the warm-started format on some steps
     c.rl.warmup_steps = 0
     c.rl.decay = "constant"
-    c.rl.num_minibatches = 2
+    c.rl.num_minibatches = 2  # two updates per rollout batch (the second one is off-policy)
     c.rl.micro_batch_size = 32
     c.rl.repeat_m = 8  # responses are short; keep the repetition test meaningful
-    c.evaluator.workers = 2
+    c.evaluator.workers = 2  # the 2-core target machine
     c.evaluator.timeout = 2.0
     c.evaluator.memory_mb = 512
-    c.train.steps = 50
+    c.train.steps = 100  # RL steps
     c.train.checkpoint_every = 10
-    c.train.eval_every = 0
-    c.train.warm_start_steps = 150
+    c.train.eval_every = 0  # `python -m microcoder_jax.eval --checkpoint WORKDIR` afterwards
+    c.train.warm_start_steps = 150  # supervised steps teaching the format (random operations)
     c.eval.max_new_tokens = 40
-    c.eval.temperature = 0.0
+    c.eval.temperature = 0.0  # greedy
     c.eval.top_p = 1.0
-    c.mesh.fsdp = 1
+    c.mesh.fsdp = 1  # one device
     return c
 
 
