@@ -7,8 +7,11 @@ token-mean clipped-surrogate loss at per-row temperatures over `--rows` x `--seq
 accumulated over micro-batches of `--micro` rows, global-norm clipping, one AdamW update; old
 log-probs are given (not recomputed) on both sides. Columns: tokens/s (all rows x seq positions
 per step, after compilation / warm-up), model FLOP/s (6 x matmul params x tokens + attention,
-recompute not counted) as a fraction of this machine's measured jitted f32 matmul peak, and
-peak resident memory of each side's own process (ru_maxrss; includes the runtime itself).
+recompute not counted) as a fraction of this machine's measured jitted f32 matmul peak (best
+of the measurements taken between rounds), and peak resident memory of each side's own process
+(ru_maxrss; includes the runtime itself). Each side lives in its own process and the steps are
+timed round-robin (one step of each side per round, median over rounds), so load from other
+processes on a shared machine hits every side alike.
 JAX runs with remat "full" (the training default) and "none"; PyTorch with and without
 per-layer gradient checkpointing (the like-for-like pairs).
 
@@ -94,7 +97,8 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def run_jax(args, path: str, remat: str) -> dict:
+def build_jax(args, path: str, remat: str):
+    """Compile our step; returns (info, run-one-step callable)."""
     import jax
 
     from microcoder_jax.models import Qwen3Config
@@ -106,27 +110,22 @@ def run_jax(args, path: str, remat: str) -> dict:
     cfg = make_rl_config("dapo", truncation="none", group_size=args.rows // 2, num_minibatches=1,
                          micro_batch_size=args.micro, logprob_chunk=args.chunk,
                          learning_rate=1e-5)
-    state = init_train_state(load_hf_params(path, mc), cfg)
+    state = [init_train_state(load_hf_params(path, mc), cfg)]
     batch = jax.device_put(make_batch(args.rows, args.seq, args.vocab))
-    step = make_train_step(mc, cfg)
     t0 = time.perf_counter()
-    compiled = step.lower(state, batch).compile()
-    compile_s = time.perf_counter() - t0
-    temp_bytes = compiled.memory_analysis().temp_size_in_bytes
-    state, m = compiled(state, batch)
-    jax.block_until_ready(m)
-    times = []
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        state, m = compiled(state, batch)
-        jax.block_until_ready(m)
-        times.append(time.perf_counter() - t)
-    return {"name": f"jax (remat={remat})", "step_s": float(np.median(times)),
-            "compile_s": compile_s, "xla_temp_mb": temp_bytes / 2 ** 20,
-            "loss": float(m["loss"])}
+    compiled = make_train_step(mc, cfg).lower(state[0], batch).compile()
+    info = {"name": f"jax (remat={remat})", "compile_s": time.perf_counter() - t0,
+            "xla_temp_mb": compiled.memory_analysis().temp_size_in_bytes / 2 ** 20}
+
+    def step():
+        state[0], metrics = compiled(state[0], batch)
+        jax.block_until_ready(metrics)
+
+    return info, step
 
 
-def run_torch(args, path: str, checkpointing: bool) -> dict:
+def build_torch(args, path: str, checkpointing: bool):
+    """The same loss and update in transformers + PyTorch; returns (info, run-one-step callable)."""
     import torch
     from transformers import Qwen3ForCausalLM
 
@@ -155,20 +154,32 @@ def run_torch(args, path: str, checkpointing: bool) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    step()
-    times = [_timed(step) for _ in range(args.steps)]
     name = "torch (checkpointing)" if checkpointing else "transformers + torch"
-    return {"name": name, "step_s": float(np.median(times))}
+    return {"name": name}, step
 
 
 def child(args) -> None:
-    path = args.path
+    """Build one side, warm it up, then time one step per "step" line read from stdin."""
     if args.framework.startswith("torch"):
-        out = run_torch(args, path, checkpointing=args.framework == "torch:ckpt")
+        info, step = build_torch(args, args.path, checkpointing=args.framework == "torch:ckpt")
     else:
-        out = run_jax(args, path, args.framework.split(":")[1])
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("RESULT " + json.dumps(out))
+        info, step = build_jax(args, args.path, args.framework.split(":")[1])
+    step()
+    print("READY", flush=True)
+    for line in sys.stdin:
+        if line.strip() != "step":
+            break
+        print(f"TIME {_timed(step)}", flush=True)
+    info["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(info), flush=True)
+
+
+def _read(proc, prefix: str) -> str:
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    proc.err.seek(0)
+    sys.exit(f"a benchmark child exited early:\n{proc.err.read()[-3000:]}")
 
 
 def main() -> None:
@@ -191,15 +202,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as path:
         hf_model(args.layers, args.vocab).save_pretrained(path)
         frameworks = ["jax:full", "jax:none"] + ([] if args.skip_torch else ["torch:ckpt", "torch"])
-        results = []
-        for fw in frameworks:  # one process each, so peak memory is that framework's own
+        procs = []
+        for fw in frameworks:  # one process each (own peak memory), built one after the other
             cmd = [sys.executable, __file__, "--framework", fw, "--path", path] + sys.argv[1:]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-            if proc.returncode or not line:
-                sys.exit(f"{fw} failed:\n{proc.stderr[-3000:]}")
-            results.append(json.loads(line[0][7:]))
-    peak = matmul_peak()
+            err = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty child never blocks
+            procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=err, text=True))
+            procs[-1].err = err
+            _read(procs[-1], "READY")
+        # Round-robin timing: load from other processes on the machine hits every side alike.
+        times = [[] for _ in procs]
+        peaks = []
+        for _ in range(args.steps):
+            peaks.append(matmul_peak(reps=3))
+            for proc, t in zip(procs, times):
+                proc.stdin.write("step\n")
+                proc.stdin.flush()
+                t.append(float(_read(proc, "TIME")))
+        results = []
+        for proc, t in zip(procs, times):
+            proc.stdin.write("done\n")
+            proc.stdin.flush()
+            results.append({**json.loads(_read(proc, "RESULT")), "step_s": float(np.median(t))})
+            proc.wait()
+    peak = max(peaks)
     flops = model_flops_per_step(args.layers, args.vocab, args.rows, args.seq)
     tokens = args.rows * args.seq
     print(f"\nQwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}, {args.rows} rows x "
