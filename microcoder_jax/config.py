@@ -228,7 +228,7 @@ def demo_config() -> ml_collections.ConfigDict:
     c.evaluator.workers = 2  # the 2-core target machine
     c.evaluator.timeout = 2.0
     c.evaluator.memory_mb = 512
-    c.train.steps = 50  # RL steps (reward plateaus near 0.37 after ~40; see the report)
+    c.train.steps = 50  # RL steps
     c.train.checkpoint_every = 10
     c.train.eval_every = 0  # `python -m microcoder_jax.eval --checkpoint WORKDIR` afterwards
     c.train.warm_start_steps = 150  # supervised steps teaching the format (random operations)
