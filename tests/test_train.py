@@ -14,6 +14,7 @@ from microcoder_jax.checkpoint import Checkpointer
 from microcoder_jax.metrics import read_metrics
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+pytestmark = pytest.mark.slow  # one shortened demo run (~1-2 min on 2 idle cores) shared by the module
 
 
 def short_demo(**overrides):

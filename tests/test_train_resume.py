@@ -8,6 +8,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
 from microcoder_jax.checkpoint import load_params
 from microcoder_jax.metrics import read_metrics
@@ -45,6 +46,7 @@ def _final_params(workdir):
     return jax.tree.map(np.asarray, params)
 
 
+@pytest.mark.slow
 def test_sigkill_resume_matches_uninterrupted_run_bitwise(tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
     reference = subprocess.Popen(_cmd(full), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
