@@ -45,6 +45,9 @@ command-line overrides (`--config.rl.rho=0.2`); an unknown key is an error that 
 | eval.max_problems | 0 | cap on evaluated problems (0 = all) |
 | eval.date_from / date_to | "" | contest-date window (ISO dates, inclusive) |
 | mesh.data / fsdp / tensor | 1 / -1 / 1 | device mesh (-1 = all remaining devices) |
+| distributed.initialize | auto | multi-host JAX: `auto` (join a cluster JAX can detect, e.g. a TPU pod slice, or the one the keys below name; skip on a single process / CPU without a coordinator), `always`, `never` |
+| distributed.coordinator_address | None | `host:port` of process 0 (None = autodetect) |
+| distributed.num_processes / process_id | None / None | process count and this process's index (None = autodetect) |
 | demo.* | | the synthetic task: operations, problems, warm start |
 """
 from __future__ import annotations
@@ -186,6 +189,15 @@ def default_config() -> ml_collections.ConfigDict:
     c.mesh.data = 1
     c.mesh.fsdp = -1  # -1 = all remaining devices
     c.mesh.tensor = 1
+
+    # Multi-host JAX (`jax.distributed.initialize`), done first thing by train.main / eval.main.
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.initialize = "auto"  # auto: initialize on a cluster JAX detects (TPU pod: no args
+    #   needed) or when the keys below are set; skip on one process / CPU without a coordinator.
+    #   always: initialize (errors if nothing is found) | never: single process
+    c.distributed.coordinator_address = None  # "host:port" of process 0; None = autodetect
+    c.distributed.num_processes = None  # None = autodetect; 1 = single process
+    c.distributed.process_id = None  # this process's index; None = autodetect
 
     c.demo = ml_collections.ConfigDict()
     c.demo.ops = ("sum", "difference", "product", "maximum", "minimum")  # the task's operations

@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     from microcoder_jax import config as config_lib
     from microcoder_jax.data.loader import read_problems
     from microcoder_jax.evaluator.pool import EvaluatorPool
-    from microcoder_jax.train import Roller, _key, setup
+    from microcoder_jax.train import Roller, _key, initialize_distributed, setup
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="config file (default: the demo)")
@@ -168,6 +168,7 @@ def main(argv=None) -> int:
         overrides.append(item[len("--config."):])
     try:
         config = config_lib.load_config(args.config, overrides)
+        initialize_distributed(config)  # before any other JAX call
     except config_lib.ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

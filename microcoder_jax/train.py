@@ -56,6 +56,28 @@ class Run:
 # --------------------------------------------------------------------------------------- set-up
 
 
+def initialize_distributed(config) -> None:
+    """Join a multi-host run per `config.distributed` (call before any other JAX call; see config.py).
+
+    `auto` initializes when coordinator / process keys are set, or lets JAX detect a cluster (TPU pod
+    slices, SLURM, Open MPI, ...; no arguments needed there); it does nothing on a single process,
+    on a CPU-only platform without a coordinator, or when JAX is already initialized.
+    """
+    d = config.distributed
+    mode = str(d.initialize).lower()
+    if mode not in ("auto", "always", "never"):
+        raise config_lib.ConfigError(f"distributed.initialize must be auto, always or never, got {d.initialize!r}")
+    if mode == "never" or jax.distributed.is_initialized():
+        return
+    explicit = (d.coordinator_address, d.num_processes, d.process_id) != (None, None, None)
+    if explicit:
+        sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id)
+    elif mode == "always":
+        jax.distributed.initialize()  # autodetect; errors if there is nothing to join
+    elif str(jax.config.jax_platforms or "").strip().lower() != "cpu":
+        sharding.initialize_distributed()  # autodetect; a no-op when nothing is found
+
+
 def make_mesh(config):
     """The device mesh, or None when the run uses a single device (no sharding machinery)."""
     sizes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
@@ -490,6 +512,7 @@ def main(argv=None) -> int:
     path, overrides, workdir = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         config = config_lib.load_config(path, overrides)
+        initialize_distributed(config)  # before any other JAX call
     except config_lib.ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
