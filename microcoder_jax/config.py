@@ -15,7 +15,7 @@ command-line overrides (`--config.rl.rho=0.2`); an unknown key is an error that 
 | model.attention | auto | attention kernel: auto, xla, cudnn, splash |
 | tokenizer.path | "" | tokenizer directory; empty = `model.path` (the demo builds its own) |
 | data.task | problems | `problems` (files below) or `demo` (the bundled synthetic task) |
-| data.train_files | () | problem files (JSONL/Parquet: LiveCodeBench, APPS/TACO or our rows) |
+| data.train_files | () | problem files (JSONL/Parquet: LiveCodeBench, APPS/TACO or our rows): paths or glob patterns ("data/train-*.jsonl"): a tuple, or a comma-separated string on the command line |
 | data.num_prompts | 64 | prompts per rollout batch (global, over all hosts) |
 | data.max_prompt_tokens | 1024 | longer prompts are skipped (counted) instead of truncated |
 | data.prompt_buckets | (256, 512, 1024) | static prompt lengths; a prompt is left-padded to the smallest that fits |
@@ -39,7 +39,7 @@ command-line overrides (`--config.rl.rho=0.2`); an unknown key is an error that 
 | train.async_checkpoint | True | write checkpoints in the background |
 | train.eval_every | 50 | evaluate every N steps (0 = never) |
 | train.warm_start_steps | 0 | supervised warm-start steps before RL (the demo uses it) |
-| eval.files | () | evaluation problem files |
+| eval.files | () | evaluation problem files (paths or glob patterns, like data.train_files) |
 | eval.max_new_tokens | 8192 | response cap in evaluation |
 | eval.samples / temperature / top_p | 1 / 0.6 / 0.95 | samples per problem (pass@k needs k <= samples) and sampling |
 | eval.max_problems | 0 | cap on evaluated problems (0 = all) |
@@ -98,7 +98,8 @@ def default_config() -> ml_collections.ConfigDict:
 
     c.data = ml_collections.ConfigDict()
     c.data.task = "problems"  # problems | demo
-    c.data.train_files = ()  # problem files: JSONL / JSON / Parquet, any supported row format
+    c.data.train_files = ()  # problem files (JSONL / JSON / Parquet, any supported row format):
+    #   paths or glob patterns ("data/train-*.jsonl"); on the command line also "a.jsonl,b-*.jsonl"
     c.data.num_prompts = 64  # prompts per rollout batch, global over hosts (paper: 64)
     c.data.max_prompt_tokens = 1024  # longer prompts are skipped and counted, never truncated
     c.data.prompt_buckets = (256, 512, 1024)  # static padded prompt lengths (no recompiles)
@@ -175,7 +176,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.train.progress = True  # tqdm progress bar
 
     c.eval = ml_collections.ConfigDict()
-    c.eval.files = ()  # evaluation problem files (LiveCodeBench format or ours)
+    c.eval.files = ()  # evaluation problem files (LiveCodeBench format or ours); globs as above
     c.eval.max_new_tokens = 8192  # evaluation response cap (paper: 8K)
     c.eval.samples = 1  # samples per problem; pass@k for every k <= samples
     c.eval.temperature = 0.6  # Qwen3's recommended evaluation sampling
@@ -300,6 +301,8 @@ def parse_value(text: str, old: Any) -> Any:
     except (ValueError, SyntaxError):
         if old is None:
             return text  # a bare word for a None-default key (e.g. --config.rl.decay=cosine)
+        if isinstance(old, (tuple, list)):  # bare comma-separated words: --config.data.train_files=a*.jsonl,b
+            return tuple(part.strip() for part in text.split(",") if part.strip())
         raise ValueError(f"cannot parse {text!r} as {type(old).__name__}") from None
     if isinstance(old, float) and isinstance(value, int):
         return float(value)

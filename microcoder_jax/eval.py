@@ -180,7 +180,7 @@ def main(argv=None) -> int:
         if _is_hf_dir(args.checkpoint) and not config.model.path:
             config.model.path = args.checkpoint
         if config.data.task == "problems" and not config.data.train_files:
-            config.data.train_files = args.problems or ""  # setup needs a prompt source
+            config.data.train_files = tuple((args.problems or "").split(","))  # setup needs a prompt source
     if os.path.isdir(os.path.join(args.checkpoint, "checkpoints")):
         workdir = args.checkpoint  # a training workdir
     elif _is_hf_dir(args.checkpoint):

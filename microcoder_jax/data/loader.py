@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Sequence
 
 import grain
@@ -46,10 +47,36 @@ class _CountSkipped(logging.Handler):
             self.count += record.args[0]
 
 
-def read_problems(paths: Sequence[str]) -> tuple[list, int]:
-    """Problems of every file (any supported row format) and the number of malformed rows skipped."""
+def expand_paths(paths: str | Sequence[str]) -> list[str]:
+    """Problem files from a tuple of paths / glob patterns or a comma-separated string of them.
+
+    A pattern expands to its matches, sorted; one that matches nothing is an error naming it.
+    """
+    import glob
+
     if isinstance(paths, str):
-        paths = [p for p in paths.split(",") if p]
+        paths = paths.split(",")
+    out = []
+    for item in paths:
+        item = str(item).strip()
+        if not item:
+            continue
+        if glob.has_magic(item):
+            matches = sorted(glob.glob(os.path.expanduser(item)))
+            if not matches:
+                raise FileNotFoundError(f"no problem files match the pattern {item!r}")
+            out += matches
+        else:
+            out.append(os.path.expanduser(item))
+    return out
+
+
+def read_problems(paths: str | Sequence[str]) -> tuple[list, int]:
+    """Problems of every file (any supported row format) and the number of malformed rows skipped.
+
+    `paths`: files or glob patterns, as a tuple or a comma-separated string (see `expand_paths`).
+    """
+    paths = expand_paths(paths)
     counter = _CountSkipped()
     logger = logging.getLogger(problems_lib.__name__)
     logger.addHandler(counter)
