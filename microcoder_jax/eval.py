@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     from microcoder_jax import config as config_lib
     from microcoder_jax.data.loader import read_problems
     from microcoder_jax.evaluator.pool import EvaluatorPool
-    from microcoder_jax.train import Roller, _key, initialize_distributed, setup
+    from microcoder_jax.train import Roller, _key, initialize_distributed, problem_files, setup
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="config file (default: the demo)")
@@ -193,7 +193,8 @@ def main(argv=None) -> int:
         parser.error("no problems: pass --problems FILE")
     params, step = _load_params(run, args.checkpoint, args.step)
     pool = EvaluatorPool(workers=config.evaluator.workers or None, timeout=config.evaluator.timeout,
-                         memory_mb=config.evaluator.memory_mb)
+                         memory_mb=config.evaluator.memory_mb,
+                         hide=problem_files(config, args.problems or ()))  # programs can't read answers
     try:
         report = evaluate_problems(run, Roller(run, pool), params, problems, rng=_key(config.seed, 4),
                                    samples=args.samples, max_new_tokens=args.max_new_tokens)

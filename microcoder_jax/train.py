@@ -119,6 +119,15 @@ def _demo_data(config, workdir):
     return problems, tokenizer
 
 
+def problem_files(config, *extra) -> list[str]:
+    """Absolute paths of the problem files (training, evaluation, `extra`): the judge hides them."""
+    paths = []
+    for files in (config.data.train_files, config.eval.files, *extra):
+        if files:
+            paths += [os.path.abspath(p) for p in loader.expand_paths(files)]
+    return sorted(set(paths))
+
+
 def setup(config, workdir: str) -> Run:
     """Tokenizer, problems and prompts, model shape, RL config and mesh."""
     os.makedirs(workdir, exist_ok=True)
@@ -303,7 +312,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     writer = MetricsWriter(workdir, resume_step=start if resume is not None else None,
                            tensorboard=primary) if primary else None
     pool = EvaluatorPool(workers=c.evaluator.workers or None, timeout=c.evaluator.timeout,
-                         memory_mb=c.evaluator.memory_mb)
+                         memory_mb=c.evaluator.memory_mb, hide=problem_files(c))
     roller = Roller(run, pool)
     train_step = rl_step.make_train_step(run.model_config, rl, run.mesh)
     G = c.sampling.group_size

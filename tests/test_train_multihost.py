@@ -48,3 +48,17 @@ def test_problem_files_accept_globs_and_comma_strings(tmp_path):
     config = config_lib.load_config(None, [f"data.train_files={tmp_path}/train-*.jsonl,{tmp_path}/other.jsonl"])
     assert config.data.train_files == (f"{tmp_path}/train-*.jsonl", f"{tmp_path}/other.jsonl")
     assert len(loader.read_problems(config.data.train_files)[0]) == len(problems) + 1
+
+
+def test_judge_hides_the_problem_files(tmp_path, monkeypatch):
+    from microcoder_jax.data import demo_task
+
+    problems = demo_task.make_problems(("sum",), 2, 1, 0, 1)
+    a = _write(tmp_path / "train-0.jsonl", problems)
+    b = _write(tmp_path / "eval.jsonl", problems)
+    monkeypatch.chdir(tmp_path)
+    config = config_lib.load_config(None, ["data.train_files=train-*.jsonl", "eval.files=eval.jsonl"])
+    assert train.problem_files(config) == sorted([a, b])
+    assert train.problem_files(config, f"{tmp_path}/x.jsonl") == sorted([a, b, f"{tmp_path}/x.jsonl"])
+    assert train.problem_files(config_lib.demo_config()) == []
+
