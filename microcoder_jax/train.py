@@ -5,6 +5,9 @@ temperature, submit them to the evaluator pool and, while it judges, compute the
 the device; then rewards, the jitted GRPO step (every mini-batch update), the scheduler update,
 metrics, and checkpoints / evaluation on their schedules. A run restarts from the newest complete
 checkpoint in its workdir and continues exactly (params, optimizer, data position, scheduler, keys).
+Multi-host (`config.distributed`): every process takes the same global prompt batch and samples it on
+the global mesh; each judges its own contiguous share of the rows and the verdicts are all-gathered;
+the step gets global arrays; process 0 writes metrics; Orbax checkpoints from all processes.
 Without --config it runs the demo (a tiny model learning a synthetic task on a CPU in minutes).
 """
 from __future__ import annotations
@@ -110,7 +113,12 @@ def _demo_data(config, workdir):
     problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, config.seed,
                                        d.phrasings)
     path = os.path.join(workdir, "tokenizer")
-    if os.path.exists(os.path.join(path, "tokenizer.json")):
+    exists = os.path.exists(os.path.join(path, "tokenizer.json"))
+    if jax.process_count() > 1:  # every host looks before process 0 writes (shared or local disks)
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("microcoder_jax demo tokenizer")
+    if exists:
         tokenizer = load_tokenizer(path)
     else:
         tokenizer = demo_task.build_tokenizer(problems, d.ops, config.data, d.vocab_size)
@@ -216,6 +224,71 @@ def rollout_batch(sample, rewards, passed, no_code, temperature: float) -> dict:
     }
 
 
+def host_rows(n: int) -> slice:
+    """This process's contiguous share of `n` rows: every host judges only its own rows."""
+    per = -(-n // jax.process_count())
+    lo = min(jax.process_index() * per, n)
+    return slice(lo, min(lo + per, n))
+
+
+def allgather_rows(arrays, n: int) -> list[np.ndarray]:
+    """The global [n, ...] arrays on every host from each host's `host_rows(n)` share."""
+    if jax.process_count() == 1:
+        return [np.asarray(a) for a in arrays]
+    from jax.experimental import multihost_utils
+
+    per = -(-n // jax.process_count())
+    padded = [np.concatenate([np.asarray(a), np.zeros((per - len(a),) + np.shape(a)[1:], np.asarray(a).dtype)])
+              for a in arrays]
+    dtypes = [a.dtype for a in padded]
+    gathered = multihost_utils.process_allgather(
+        [a.astype(np.int32) if a.dtype == bool else a for a in padded], tiled=True)
+    return [np.asarray(g)[:n].astype(d) for g, d in zip(gathered, dtypes)]
+
+
+def allgather_counts(counts: dict[str, int]) -> dict[str, int]:
+    """Verdict counts summed over hosts."""
+    if jax.process_count() == 1:
+        return counts
+    from jax.experimental import multihost_utils
+
+    from microcoder_jax.evaluator.judge import VERDICTS
+
+    names = list(VERDICTS) + sorted(set(counts) - set(VERDICTS))
+    local = np.array([counts.get(k, 0) for k in names], np.int32)
+    total = np.asarray(multihost_utils.process_allgather(local)).reshape(-1, len(names)).sum(0)
+    return {k: int(v) for k, v in zip(names, total) if v}
+
+
+def to_device(batch: dict, mesh) -> dict:
+    """Host arrays as global arrays with rows over the mesh's data axes (identical on every host).
+
+    Under several processes a jit spanning all of them needs global arrays, not host numpy; a
+    row count the data axes do not divide is replicated. Arrays already on devices pass through.
+    """
+    if mesh is None:
+        return batch
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+
+    def put(x):
+        if isinstance(x, jax.Array):
+            return x
+        x = np.asarray(x)
+        rows = x.ndim and x.shape[0] % shards == 0
+        return jax.device_put(x, sharding.batch_sharding(mesh, x.ndim) if rows else sharding.replicated(mesh))
+
+    return {k: put(v) for k, v in batch.items()}
+
+
+def to_host(x) -> np.ndarray:
+    """A (possibly multi-host) array as numpy on every host."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
 class Roller:
     """Samples and judges one generation batch; holds the compiled sampler and the judge pool."""
 
@@ -235,11 +308,14 @@ class Roller:
             max_new_tokens=max_new_tokens, stop_token_ids=self.run.stop_ids, pad_id=self.run.pad_id,
             rng=rng, mesh=self.run.mesh, prompt_buckets=tuple(self.run.config.data.prompt_buckets))
 
-    def submit(self, problems, sample):
-        """Extract programs and start judging them (non-blocking)."""
+    def submit(self, problems, sample, rows: slice | None = None):
+        """Extract programs and start judging them (non-blocking); `rows`: only those (this host's)."""
         from microcoder_jax.evaluator.extract import extract_code
 
-        texts = decode_responses(self.run.tokenizer, sample.tokens, sample.lengths)
+        tokens, lengths = sample.tokens, sample.lengths
+        if rows is not None:
+            problems, tokens, lengths = problems[rows], tokens[rows], lengths[rows]
+        texts = decode_responses(self.run.tokenizer, tokens, lengths)
         codes = [extract_code(t) for t in texts]
         return self.pool.submit(problems, codes, mode=self.run.config.evaluator.reward), codes, texts
 
@@ -339,23 +415,29 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                                          top_k=c.sampling.top_k, rng=_key(c.seed, 1, step, generation))
                 times["sample"] += time.perf_counter() - t0
                 t0 = time.perf_counter()
-                handle, codes, _ = roller.submit([p for p in problems for _ in range(G)], sample)
+                n = len(sample.lengths)
+                rows = host_rows(n)  # each host judges its share; the verdicts are all-gathered
+                handle, codes, _ = roller.submit([p for p in problems for _ in range(G)], sample, rows)
                 # Overlap: the old log-probs run on the device while the pool judges.
-                gen = rollout_batch(sample, np.zeros(len(codes)), np.zeros(len(codes), bool),
-                                    np.zeros(len(codes), bool), temperature)
+                gen = rollout_batch(sample, np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), temperature)
                 gen["sample_entropy"] = np.asarray(sample.entropy, np.float32)
+                lp_in = to_device({k: gen[k] for k in ("tokens", "attention_mask", "temperature")}, run.mesh)
                 logprobs = functools.partial(
-                    compute_logprobs, model_config=run.model_config, tokens=gen["tokens"],
-                    attention_mask=gen["attention_mask"], temperature=gen["temperature"],
-                    chunk=rl.logprob_chunk, micro_batch=micro if len(codes) % micro == 0 else None)
-                gen["old_logprobs"] = logprobs(state.params)
+                    compute_logprobs, model_config=run.model_config, tokens=lp_in["tokens"],
+                    attention_mask=lp_in["attention_mask"], temperature=lp_in["temperature"],
+                    chunk=rl.logprob_chunk, micro_batch=micro if n % micro == 0 else None)
+                # dynamic sampling regroups rows on the host: it needs them there
+                keep = to_host if rl.dynamic_sampling else (lambda x: x)
+                gen["old_logprobs"] = keep(logprobs(state.params))
                 if ref_params is not None:
-                    gen["ref_logprobs"] = logprobs(ref_params)
+                    gen["ref_logprobs"] = keep(logprobs(ref_params))
                 t1 = time.perf_counter()
                 results = handle.result()
                 times["judge_wait"] += time.perf_counter() - t1
                 times["judge"] += time.perf_counter() - t0
                 rewards, passed, no_code, verdicts = judge_arrays(results, codes, c.evaluator.reward)
+                rewards, passed, no_code = allgather_rows((rewards, passed, no_code), n)
+                verdicts = allgather_counts(verdicts)
                 for k, v in verdicts.items():
                     all_verdicts[k] = all_verdicts.get(k, 0) + v
                 gen.update(rewards=rewards, passed=passed, no_code=no_code)
@@ -366,7 +448,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                 else:
                     batch = gen
             t0 = time.perf_counter()
-            state, step_metrics = train_step(state, batch)
+            state, step_metrics = train_step(state, to_device(batch, run.mesh))
             step_metrics = jax.device_get(step_metrics)
             times["train"] = time.perf_counter() - t0
             loss = float(step_metrics["loss"])
@@ -470,10 +552,11 @@ def _evaluate(run, roller, params, step, writer, log_fn):
     from microcoder_jax import eval as eval_lib
 
     report = eval_lib.evaluate_problems(run, roller, params, run.eval_problems, rng=_key(run.config.seed, 3, step))
-    path = os.path.join(run.workdir, "eval", f"step_{step}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
+    if jax.process_index() == 0:
+        path = os.path.join(run.workdir, "eval", f"step_{step}.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)
     log_fn(eval_lib.format_table(report))
     if writer is not None:
         writer.write(step, {f"eval_{k}": v for k, v in report["overall"].items()

@@ -2,8 +2,8 @@
 
 Problems are read and their prompts tokenized once at start-up (malformed rows and prompts over the
 length cap are skipped and counted). The stream is a grain `MapDataset` over problem indices:
-shuffled with a seed and reshuffled every epoch, batched to the global rollout batch, and each host
-takes its own slice of every batch. Its iterator state is one integer, saved in checkpoints.
+shuffled with a seed and reshuffled every epoch, batched to the global rollout batch; the training
+loop takes the whole batch on every host (`prompt_dataset` can also cut one host's slice). Its iterator state is one integer, saved in checkpoints.
 """
 from __future__ import annotations
 
@@ -119,11 +119,12 @@ def prompt_dataset(num_items: int, global_batch: int, seed: int, *, process_inde
 
 
 def prompt_iterator(num_items: int, global_batch: int, seed: int, state: dict | None = None):
-    """A checkpointable iterator over `prompt_dataset` for this process (`get_state`/`set_state`)."""
-    import jax
+    """A checkpointable iterator over `prompt_dataset`'s global batches (`get_state`/`set_state`).
 
-    ds = prompt_dataset(num_items, global_batch, seed, process_index=jax.process_index(),
-                        process_count=jax.process_count())
+    Every host gets the same whole batch (seeded, so identical everywhere): the sampler runs it on
+    the global mesh and each host then judges its own share of the rows (see `train.host_rows`).
+    """
+    ds = prompt_dataset(num_items, global_batch, seed)
     it = iter(ds.to_iter_dataset())
     if state:
         it.set_state(state)
