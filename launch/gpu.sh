@@ -14,5 +14,5 @@ WORKDIR=${WORKDIR:-runs/$(basename "$CONFIG" .py)}
 export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_latency_hiding_scheduler=true"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
 args=(--config "$CONFIG" --workdir "$WORKDIR" --config.model.path="$MODEL_DIR")
-[ -n "${DATA:-}" ] && args+=("--config.data.train_files=('$DATA',)")
+[ -n "${DATA:-}" ] && args+=("--config.data.train_files=$DATA")
 exec python -m microcoder_jax.train "${args[@]}" "$@"

@@ -4,13 +4,15 @@
 #   TPU_NAME=mc ZONE=us-central2-b ACCELERATOR=v4-8 launch/tpu_vm.sh create
 #   TPU_NAME=mc ZONE=us-central2-b launch/tpu_vm.sh setup            # code + deps on every host
 #   TPU_NAME=mc ZONE=us-central2-b MODEL=Qwen/Qwen3-1.7B launch/tpu_vm.sh weights
+#   TPU_NAME=mc ZONE=us-central2-b launch/tpu_vm.sh data shards/train-*.jsonl  # copy to every host
 #   TPU_NAME=mc ZONE=us-central2-b CONFIG=configs/qwen3_1p7b_microcoder.py \
-#       WORKDIR=gs://my-bucket/runs/1p7b-mc DATA=gs://my-bucket/data/train-*.jsonl launch/tpu_vm.sh train
+#       WORKDIR=/mnt/shared/runs/1p7b-mc launch/tpu_vm.sh train
 #   TPU_NAME=mc ZONE=us-central2-b launch/tpu_vm.sh logs | delete
 #
 # Every command runs on all hosts (--worker=all): JAX needs the same program on each host of a
-# slice, and jax.distributed.initialize() finds the other hosts by itself on Cloud TPU. WORKDIR
-# should be a gs:// path (or another filesystem every host sees) so checkpoints are shared.
+# slice, and jax.distributed.initialize() finds the other hosts by itself on Cloud TPU. On a
+# multi-host slice WORKDIR must be a directory every host sees (Filestore/NFS or a gcsfuse mount of
+# a bucket) so that checkpoints are shared; training data is copied to each host by `data`.
 set -euo pipefail
 
 : "${TPU_NAME:?set TPU_NAME}"
@@ -23,7 +25,7 @@ MODEL=${MODEL:-Qwen/Qwen3-1.7B}
 MODEL_DIR=${MODEL_DIR:-\$HOME/models/$(basename "$MODEL")}
 CONFIG=${CONFIG:-configs/qwen3_1p7b_microcoder.py}
 WORKDIR=${WORKDIR:-\$HOME/runs/$(basename "$CONFIG" .py)}
-DATA=${DATA:-}
+DATA=${DATA:-\$HOME/data/*.jsonl}
 EXTRA=${EXTRA:-}
 
 on_all() {  # run a shell command on every host of the slice
@@ -42,18 +44,23 @@ case "${1:-}" in
     on_all "mkdir -p $REMOTE_DIR && tar -C $REMOTE_DIR -xzf /tmp/microcoder_jax.tgz && \
       cd $REMOTE_DIR && python3 -m pip install -q -U pip && python3 -m pip install -q -e '.[tpu]' && \
       python3 -c 'import jax; print(jax.process_index(), jax.local_device_count(), jax.device_count())'" ;;
+  data)
+    shift
+    [ "$#" -gt 0 ] || { echo "usage: launch/tpu_vm.sh data FILE..." >&2; exit 2; }
+    on_all "mkdir -p \$HOME/data"
+    gcloud compute tpus tpu-vm scp "$@" "$TPU_NAME":data/ --zone="$ZONE" $PROJECT_FLAG --worker=all ;;
   weights)
     on_all "python3 -m pip install -q -U huggingface_hub && \
       python3 -c \"from huggingface_hub import snapshot_download as d; d('$MODEL', local_dir='$MODEL_DIR')\"" ;;
   train)
-    data_flag=${DATA:+--config.data.train_files=\"('$DATA',)\"}
     on_all "cd $REMOTE_DIR && nohup python3 -m microcoder_jax.train --config $CONFIG \
-      --workdir $WORKDIR --config.model.path=$MODEL_DIR $data_flag $EXTRA > train.log 2>&1 &" ;;
+      --workdir $WORKDIR --config.model.path=$MODEL_DIR --config.data.train_files=\"$DATA\" \
+      $EXTRA > train.log 2>&1 &" ;;
   logs)
     gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" $PROJECT_FLAG --worker=0 \
       --command="tail -n 50 -f $REMOTE_DIR/train.log" ;;
   delete)
     gcloud compute tpus tpu-vm delete "$TPU_NAME" --zone="$ZONE" $PROJECT_FLAG --quiet ;;
   *)
-    sed -n '2,14p' "$0"; exit 2 ;;
+    sed -n '2,15p' "$0"; exit 2 ;;
 esac
