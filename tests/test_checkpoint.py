@@ -1,8 +1,6 @@
 """Checkpoints: exact round trip, keep-N, half-written saves never picked, params-only loading."""
-import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

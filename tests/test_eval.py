@@ -2,7 +2,6 @@
 import itertools
 import math
 
-import numpy as np
 import pytest
 
 from microcoder_jax import eval as ev

@@ -1,5 +1,4 @@
 """metrics.jsonl / TensorBoard writing, resume truncation, and the plots."""
-import json
 import math
 import os
 

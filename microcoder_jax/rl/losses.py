@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import jax
 import jax.numpy as jnp
 
 MAX_LOG_RATIO = 20.0  # keeps exp() finite for wildly off-policy tokens
