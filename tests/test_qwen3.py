@@ -85,7 +85,8 @@ def test_kv_cache_decoding_matches_full_forward(tiny):
 
     step = jax.jit(forward, static_argnums=1, donate_argnames="cache")
     cache = init_cache(config, 3, max_len)
-    assert cache.k.shape == (config.num_layers, 3, max_len, config.num_kv_heads, config.head_dim)
+    assert len(cache.k) == config.num_layers
+    assert cache.k[0].shape == (3, config.num_kv_heads, max_len, config.head_dim)
     logits, cache = step(params, config, jnp.asarray(ids[:, :prompt_len]), attention_mask=jnp.asarray(slot_mask),
                          positions=jnp.asarray(positions[:, :prompt_len]), cache=cache, cache_index=0)
     got = [logits]

@@ -13,17 +13,20 @@ program. Everything else is data: temperature, top-p and top-k are per-row array
 pad id are arrays, so changing them never recompiles.
 
 Sampling semantics, per row: temperature 0 is greedy (argmax of the logits). Otherwise the token is
-drawn with `jax.random.categorical` from logits / T after top-k (top_k = 0: off) and then top-p
-(top_p = 1: off) masking; tokens tied with the last kept one are kept too. Both thresholds come
-from a 32-pass radix select over the vocabulary, not a sort (sorting 150k logits per row and
-step costs more than the rest of sampling on CPU and TPU alike). The returned
-log-probability and entropy are those of the untruncated softmax(logits / T), the quantity the
+drawn by inverse CDF (one uniform per row, resolution 2^-23 of the row's mass) from
+softmax(logits / T) after top-k (top_k = 0: off) and then top-p (top_p = 1: off) masking; tokens
+tied with the last kept one are kept too. Both thresholds come from a 32-pass radix select over
+the vocabulary, not a sort (sorting 150k logits per row and step costs more than the rest of
+sampling on CPU and TPU alike). The returned log-probability and entropy are those of the untruncated softmax(logits / T), the quantity the
 trainer recomputes; greedy rows report them at T = 1. Randomness comes only from the `rng` key
 (step i uses fold_in(rng, i)), and with JAX's partitionable threefry the draws do not depend on
 how rows are sharded.
 
-Known costs: each decode step attends over all P + max_new cache slots (masked), and rows that
-have finished keep computing until the last row finishes or the cap is reached.
+Decode-loop costs, measured on CPU: the loop casts the weights to the compute dtype, transposes
+them to (out, in) and splits the layers once (`models.decoding_params`), not per step; each
+layer's KV cache is its own head-first buffer written in place (see `models.KVCache`). Still
+paid: each step attends over all P + max_new cache slots (masked), and rows that have finished
+keep computing until the last row finishes or the cap is reached.
 """
 from __future__ import annotations
 
@@ -39,9 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import KVCache, Qwen3Config, forward, init_cache, lm_head
+from microcoder_jax.models import KVCache, Qwen3Config, decoding_params, forward, init_cache, lm_head
 
-CACHE_AXES = ("layers", "batch", "length", "kv_heads", "head_dim")
+CACHE_AXES = ("batch", "kv_heads", "length", "head_dim")  # each layer's cache array
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
 
@@ -165,6 +168,29 @@ def _truncate(scaled: jax.Array, top_p: jax.Array, top_k: jax.Array) -> jax.Arra
     return jnp.where(keep, scaled, -jnp.inf)
 
 
+def _inverse_cdf_draw(probs: jax.Array, key: jax.Array, block: int = 256) -> jax.Array:
+    """One index per row of ``probs [N, V]`` (non-negative, any positive total) by inverse CDF.
+
+    One uniform per row instead of ``jax.random.categorical``'s Gumbel noise over the whole
+    vocabulary (two logs per logit: ~15x the cost of the rest of sampling on CPU). Two levels,
+    block sums then one block's prefix sums, keep it a few passes over the row. Never returns a
+    zero-probability index: the chosen slot's prefix sum strictly exceeds the one before it, and
+    float round-off at the very end is clipped back to the last positive entry.
+    """
+    rows, vocab = probs.shape
+    pad = -vocab % block
+    blocks = jnp.pad(probs, ((0, 0), (0, pad))).reshape(rows, -1, block)
+    block_cdf = jnp.cumsum(jnp.sum(blocks, axis=-1), axis=-1)  # [N, V / block]
+    # u in (0, total]: 1 - U(0, 1] so u = 0 (which would pick a leading zero) cannot occur.
+    u = (1.0 - jax.random.uniform(key, (rows,), jnp.float32)) * block_cdf[:, -1]
+    which = jnp.minimum(jnp.sum(block_cdf < u[:, None], axis=-1), block_cdf.shape[-1] - 1)
+    before = jnp.where(which > 0, jnp.take_along_axis(block_cdf, jnp.maximum(which - 1, 0)[:, None], -1)[:, 0], 0.0)
+    inner = jnp.take_along_axis(blocks, which[:, None, None], axis=1)[:, 0]  # [N, block]
+    offset = jnp.sum(jnp.cumsum(inner, axis=-1) < (u - before)[:, None], axis=-1)
+    last_positive = block - 1 - jnp.argmax((inner > 0)[:, ::-1], axis=-1)
+    return which * block + jnp.minimum(offset, last_positive)
+
+
 def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_p: jax.Array,
                   top_k: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One token per row from float logits [N, V]; returns (token, logprob, entropy), each [N].
@@ -177,8 +203,9 @@ def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top
     logp = jax.nn.log_softmax(scaled, axis=-1)
     entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
     needs_truncation = jnp.any(~greedy & ((top_p < 1.0) | (top_k > 0)))
-    masked = jax.lax.cond(needs_truncation, _truncate, lambda s, p, k: s, scaled, top_p, top_k)
-    sampled = jax.random.categorical(key, masked, axis=-1)
+    probs = jax.lax.cond(needs_truncation, lambda: jax.nn.softmax(_truncate(scaled, top_p, top_k), axis=-1),
+                         lambda: jnp.exp(logp))
+    sampled = _inverse_cdf_draw(probs, key)
     token = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
     logprob = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
     return token, logprob, entropy
@@ -193,9 +220,9 @@ def _prefill(params, prompt_ids, prompt_mask, *, config: Qwen3Config, num_sample
                             cache=init_cache(config, batch, width), cache_index=0, return_hidden=True)
     logits = lm_head(params, config, hidden[:, -1])
 
-    def grow(x):  # [L, B, P, K, D] -> [L, B * G, P + max_new, K, D]
-        x = jnp.pad(x, ((0, 0), (0, 0), (0, max_new_tokens), (0, 0), (0, 0)))
-        return shd.constrain(jnp.repeat(x, num_samples, axis=1), CACHE_AXES)
+    def grow(layers):  # per layer [B, K, P, D] -> [B * G, K, P + max_new, D]
+        pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, max_new_tokens), (0, 0)))  # noqa: E731
+        return tuple(shd.constrain(jnp.repeat(pad(x), num_samples, axis=0), CACHE_AXES) for x in layers)
 
     return KVCache(grow(cache.k), grow(cache.v)), jnp.repeat(logits, num_samples, axis=0)
 
@@ -209,7 +236,8 @@ def _decode(params, cache, logits, prompt_mask, temperature, top_p, top_k, stop_
     that one buffer in place and the caller drops it, never holding two caches.
     """
     rows, width = prompt_mask.shape
-    max_new = cache.k.shape[2] - width
+    max_new = cache.k[0].shape[2] - width
+    params = decoding_params(params, config)  # cast and split once, not every step
     prompt_lens = jnp.sum(prompt_mask, axis=-1)
 
     def record(state, logits):
