@@ -2,7 +2,8 @@
 
 The model returns final hidden states; the vocab projection, log-softmax and target gather run
 over sequence chunks of `chunk` positions inside a rematerialised scan, so at most
-[rows, chunk, vocab] fp32 logits exist at once, in the forward and in the backward pass.
+[rows, chunk, vocab] fp32 logits exist at once, in the forward and in the backward pass. (A
+sequence that fits in one chunk is not rematerialised: that would only add a vocab projection.)
 Outputs are aligned with `tokens`: out[:, t] = log p(tokens[:, t] | tokens[:, :t]); out[:, 0] = 0.
 """
 from __future__ import annotations
@@ -43,7 +44,9 @@ def sequence_logprobs(params, model_config, tokens, attention_mask, temperature,
     hidden = hidden.reshape(b, n_chunks, chunk, -1).swapaxes(0, 1)
     targets = targets.reshape(b, n_chunks, chunk).swapaxes(0, 1)
     inv_temp = 1.0 / temperature.astype(jnp.float32)
-    stats = jax.checkpoint(functools.partial(_chunk_stats, model_config=model_config))
+    stats = functools.partial(_chunk_stats, model_config=model_config)
+    if n_chunks > 1:  # one chunk holds the same logits either way: recomputing them would only cost time
+        stats = jax.checkpoint(stats)
 
     def body(_, xs):
         return None, stats(params, hidden=xs[0], targets=xs[1], inv_temp=inv_temp)
