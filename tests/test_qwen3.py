@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from microcoder_jax.models import PRESETS, Qwen3Config, forward, init_cache, init_params, lm_head, param_logical_axes
+from microcoder_jax.models import (PRESETS, Qwen3Config, decoding_params, forward, init_cache, init_params, lm_head,
+                                   param_logical_axes)
 from microcoder_jax.models import attention as attn_lib
 from microcoder_jax.models.hf import load_hf_params
 from tiny_checkpoint import make_tiny_hf_model
@@ -96,6 +97,29 @@ def test_kv_cache_decoding_matches_full_forward(tiny):
         got.append(logits)
     got = np.concatenate([np.asarray(g) for g in got], axis=1)
     assert _max_rel_err(got, np.asarray(full), mask) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_decoding_params_give_the_same_logits(dtype):
+    """Cast, (out, in)-transposed, per-layer params (the decode loop's) = the stored params, untied head too."""
+    config = Qwen3Config(vocab_size=96, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4,
+                         num_kv_heads=2, head_dim=16, tie_word_embeddings=False, dtype=dtype)
+    params = init_params(config, jax.random.key(3))
+    prepared = decoding_params(params, config)
+    assert isinstance(prepared["layers"], tuple) and len(prepared["layers"]) == 2
+    assert prepared["layers"][0]["gate_proj"].shape == (48, 32) and prepared["lm_head"].shape == (96, 32)
+    assert prepared["layers"][0]["q_proj"].dtype == jnp.dtype(dtype)
+    assert prepared["layers"][0]["q_norm"].dtype == jnp.float32  # norms keep the param dtype
+    ids, _ = _inputs(batch=2, length=5, pad=(0, 0), vocab=96)
+    kw = dict(attention_mask=jnp.ones((2, 8), jnp.int32), positions=jnp.tile(jnp.arange(5), (2, 1)), cache_index=0)
+    want, want_cache = jit_forward(params, config, jnp.asarray(ids), cache=init_cache(config, 2, 8), **kw)
+    got, got_cache = jit_forward(prepared, config, jnp.asarray(ids), cache=init_cache(config, 2, 8), **kw)
+    tol = 1e-5 if dtype == "float32" else 2e-2  # same math; only the matmul operand layout differs
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(got_cache.k[1], np.float32), np.asarray(want_cache.k[1], np.float32),
+                               rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="decoding_params are for cached decoding"):
+        jit_forward(prepared, config, jnp.asarray(ids))
 
 
 def test_cache_ignores_invalid_slots(tiny):

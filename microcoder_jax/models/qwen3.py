@@ -311,16 +311,17 @@ def _remat(fn, policy: str):
     return jax.checkpoint(fn, policy=policies[policy], prevent_cse=False)
 
 
-# Each matrix's einsum in the stored (in, out) layout and in decoding_params' (out, in) layout.
+# Each matrix's einsum in the stored (in, out) layout and in decoding_params' (out, in) layout. The
+# token dims are flattened to one ``n`` first: a weight gradient then contracts one dim, not
+# (batch, length), which spared XLA:CPU a transposed copy per matmul (MLP fwd+bwd ~20% faster).
 PROJECTIONS = {
-    "q_proj": ("btd,dhk->bthk", "btd,hkd->bthk"),
-    "k_proj": ("btd,dhk->bthk", "btd,hkd->bthk"),
-    "v_proj": ("btd,dhk->bthk", "btd,hkd->bthk"),
-    "o_proj": ("bthk,hkd->btd", "bthk,dhk->btd"),
-    "gate_proj": ("btd,df->btf", "btd,fd->btf"),
-    "up_proj": ("btd,df->btf", "btd,fd->btf"),
-    "down_proj": ("btf,fd->btd", "btf,df->btd"),
-    "lm_head": ("...d,dv->...v", "...d,vd->...v"),
+    "q_proj": ("nd,dhk->nhk", "nd,hkd->nhk"),
+    "k_proj": ("nd,dhk->nhk", "nd,hkd->nhk"),
+    "v_proj": ("nd,dhk->nhk", "nd,hkd->nhk"),
+    "o_proj": ("nhk,hkd->nd", "nhk,dhk->nd"),
+    "gate_proj": ("nd,df->nf", "nd,fd->nf"),
+    "up_proj": ("nd,df->nf", "nd,fd->nf"),
+    "down_proj": ("nf,fd->nd", "nf,df->nd"),
 }
 # (in, out) -> (out, in): the input dims move to the end.
 _OUT_IN = {"q_proj": (1, 2, 0), "k_proj": (1, 2, 0), "v_proj": (1, 2, 0), "o_proj": (2, 0, 1),
@@ -332,30 +333,37 @@ def _layer(config: Qwen3Config, x, p, rope, attend, out_in: bool = False):
 
     ``out_in``: the matrices are in decoding_params' (out, in) layout.
     """
+    b, t, d = x.shape
     dtype = x.dtype
     proj = lambda name, a: jnp.einsum(PROJECTIONS[name][out_in], a, p[name].astype(dtype))  # noqa: E731
-    h = rms_norm(x, p["attn_norm"], config.rms_norm_eps)
-    q, k, v = proj("q_proj", h), proj("k_proj", h), proj("v_proj", h)
+    heads = lambda a: a.reshape(b, t, *a.shape[1:])  # noqa: E731  [B*T, N, K] -> [B, T, N, K]
+    h = rms_norm(x, p["attn_norm"], config.rms_norm_eps).reshape(b * t, d)
+    q, k, v = heads(proj("q_proj", h)), heads(proj("k_proj", h)), heads(proj("v_proj", h))
     q = constrain(q, ("batch", "length", "heads", "head_dim"))
     q = apply_rope(rms_norm(q, p["q_norm"], config.rms_norm_eps), *rope)
     k = apply_rope(rms_norm(k, p["k_norm"], config.rms_norm_eps), *rope)
     out, aux = attend(q, k, v)
-    x = x + proj("o_proj", out)
+    x = x + proj("o_proj", out.reshape(b * t, *out.shape[2:])).reshape(b, t, d)
     x = constrain(x, ("batch", "length", None))
-    h = rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
-    act = constrain(jax.nn.silu(proj("gate_proj", h)) * proj("up_proj", h), ("batch", "length", "mlp"))
-    x = x + proj("down_proj", act)
+    h = rms_norm(x, p["mlp_norm"], config.rms_norm_eps).reshape(b * t, d)
+    act = jax.nn.silu(proj("gate_proj", h)) * proj("up_proj", h)
+    act = constrain(act.reshape(b, t, -1), ("batch", "length", "mlp")).reshape(b * t, -1)
+    x = x + proj("down_proj", act).reshape(b, t, d)
     return constrain(x, ("batch", "length", None)), aux
 
 
 def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
-    """Float32 logits ``[..., vocab]`` from final-normed hidden states (stored or decoding params)."""
-    if config.tie_word_embeddings:
-        return jnp.einsum("...d,vd->...v", hidden, params["embed"].astype(hidden.dtype),
-                          preferred_element_type=jnp.float32)
-    out_in = isinstance(params["layers"], tuple)
-    return jnp.einsum(PROJECTIONS["lm_head"][out_in], hidden, params["lm_head"].astype(hidden.dtype),
-                      preferred_element_type=jnp.float32)
+    """Float32 logits ``[..., vocab]`` from final-normed hidden states (stored or decoding params).
+
+    Tokens are flattened to one dim first, as in ``PROJECTIONS`` (the embedding gradient then
+    contracts one dim: no transposed copy of the [tokens, vocab] logit gradient on CPU).
+    """
+    tied, out_in = config.tie_word_embeddings, isinstance(params["layers"], tuple)
+    weight = params["embed"] if tied else params["lm_head"]
+    spec = "nd,vd->nv" if tied or out_in else "nd,dv->nv"
+    logits = jnp.einsum(spec, hidden.reshape(-1, hidden.shape[-1]), weight.astype(hidden.dtype),
+                        preferred_element_type=jnp.float32)
+    return logits.reshape(*hidden.shape[:-1], -1)
 
 
 def decoding_params(params: dict, config: Qwen3Config) -> dict:
@@ -368,7 +376,7 @@ def decoding_params(params: dict, config: Qwen3Config) -> dict:
     compute-dtype copy of the weights; the results are the same.
     """
     def convert(name, value, stacked):
-        if name not in PROJECTIONS and name != "embed":
+        if name not in _OUT_IN and name != "embed":
             return value  # norms stay in the param dtype, as forward reads them
         value = value.astype(config.dtype)
         if name in _OUT_IN:
