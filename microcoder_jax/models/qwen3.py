@@ -328,6 +328,11 @@ _OUT_IN = {"q_proj": (1, 2, 0), "k_proj": (1, 2, 0), "v_proj": (1, 2, 0), "o_pro
            "gate_proj": (1, 0), "up_proj": (1, 0), "down_proj": (1, 0), "lm_head": (1, 0)}
 
 
+def _is_decoding(params: dict) -> bool:
+    """True for ``decoding_params`` output (layers split into a tuple, matrices (out, in))."""
+    return isinstance(params["layers"], tuple)
+
+
 def _layer(config: Qwen3Config, x, p, rope, attend, out_in: bool = False):
     """One decoder block -> (x, aux). ``attend(q, k, v) -> (out [B, T, H, D], aux)`` hides the cache.
 
@@ -358,7 +363,7 @@ def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
     Tokens are flattened to one dim first, as in ``PROJECTIONS`` (the embedding gradient then
     contracts one dim: no transposed copy of the [tokens, vocab] logit gradient on CPU).
     """
-    tied, out_in = config.tie_word_embeddings, isinstance(params["layers"], tuple)
+    tied, out_in = config.tie_word_embeddings, _is_decoding(params)
     weight = params["embed"] if tied else params["lm_head"]
     spec = "nd,vd->nv" if tied or out_in else "nd,dv->nv"
     logits = jnp.einsum(spec, hidden.reshape(-1, hidden.shape[-1]), weight.astype(hidden.dtype),
@@ -415,7 +420,7 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
             attend = lambda q, k, v: (attn_lib.causal_attention(q, k, v, mask, config.attention), None)  # noqa: E731
             return _layer(config, x, p, rope, attend)[0], None
 
-        if isinstance(params["layers"], tuple):
+        if _is_decoding(params):
             raise ValueError("decoding_params are for cached decoding; pass the stacked params without a cache")
         x, _ = jax.lax.scan(_remat(body, config.remat), x, params["layers"])
     else:
@@ -427,9 +432,9 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
         cache_index = jnp.asarray(0 if cache_index is None else cache_index, jnp.int32)
         start, slots = (0, 0, cache_index, 0), cache_index + jnp.arange(t)
         head_first = lambda new, buf: new.astype(buf.dtype).transpose(0, 2, 1, 3)  # noqa: E731
-        new_k, new_v, layers = [], [], params["layers"]
+        new_k, new_v, layers, out_in = [], [], params["layers"], _is_decoding(params)
         for i in range(config.num_layers):  # unrolled: see KVCache
-            p = layers[i] if isinstance(layers, tuple) else {k: w[i] for k, w in layers.items()}
+            p = layers[i] if out_in else {k: w[i] for k, w in layers.items()}
             ck, cv = cache.k[i], cache.v[i]
 
             def attend(q, k, v, ck=ck, cv=cv):  # write the new keys in place, then read the cache
@@ -437,7 +442,7 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
                 cv = jax.lax.dynamic_update_slice(cv, head_first(v, cv), start)
                 return attn_lib.cached_attention(q, ck, cv, key_mask, slots), (ck, cv)
 
-            x, (ck, cv) = _layer(config, x, p, rope, attend, out_in=isinstance(layers, tuple))
+            x, (ck, cv) = _layer(config, x, p, rope, attend, out_in=out_in)
             new_k.append(ck)
             new_v.append(cv)
         cache = KVCache(tuple(new_k), tuple(new_v))
