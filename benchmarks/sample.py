@@ -74,8 +74,7 @@ def bench_jax(path, prompts, args) -> dict:
     prefill = []
     for _ in range(args.repeats):  # the same (already compiled) prefill program generate ran
         start = time.perf_counter()
-        jax.block_until_ready(sampler._prefill(params, ids, mask, config=config, num_samples=args.samples,
-                                               max_new_tokens=args.new_tokens))
+        jax.block_until_ready(sampler._prefill(params, ids, mask, config=config, num_samples=args.samples))
         prefill.append(time.perf_counter() - start)
     return dict(name=f"jax generate ({args.dtype})", seconds=min(times), tokens=tokens[0], compile=compile_time,
                 prefill=min(prefill))

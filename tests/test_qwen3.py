@@ -108,6 +108,7 @@ def test_decoding_params_give_the_same_logits(dtype):
     prepared = decoding_params(params, config)
     assert isinstance(prepared["layers"], tuple) and len(prepared["layers"]) == 2
     assert prepared["layers"][0]["gate_proj"].shape == (48, 32) and prepared["lm_head"].shape == (96, 32)
+    assert prepared["layers"][0]["q_proj"].shape == (4 * 16, 32) and prepared["layers"][1]["o_proj"].shape == (32, 64)
     assert prepared["layers"][0]["q_proj"].dtype == jnp.dtype(dtype)
     assert prepared["layers"][0]["q_norm"].dtype == jnp.float32  # norms keep the param dtype
     ids, _ = _inputs(batch=2, length=5, pad=(0, 0), vocab=96)

@@ -4,6 +4,7 @@ from microcoder_jax.models.presets import PRESETS, get_preset
 from microcoder_jax.models.qwen3 import (
     KVCache,
     Qwen3Config,
+    SharedPrefix,
     decoding_params,
     forward,
     init_cache,
@@ -14,6 +15,6 @@ from microcoder_jax.models.qwen3 import (
 )
 
 __all__ = [
-    "KVCache", "PRESETS", "Qwen3Config", "Qwen3ForCausalLM", "decoding_params", "forward", "get_preset", "init_cache", "init_params",
+    "KVCache", "PRESETS", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix", "decoding_params", "forward", "get_preset", "init_cache", "init_params",
     "lm_head", "load_hf_params", "param_logical_axes", "param_shapes", "save_hf_params",
 ]

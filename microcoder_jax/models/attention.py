@@ -86,22 +86,44 @@ def causal_attention(q, k, v, token_mask, implementation: str = "auto"):
     return jnp.where(token_mask[:, :, None, None].astype(bool), out, 0).astype(q.dtype)
 
 
-def cached_attention(q, k_cache, v_cache, key_mask, query_slots):
+def cached_attention(q, k_cache, v_cache, key_mask, query_slots, prefix=None):
     """Queries ``q [B, T, H, D]`` at cache ``query_slots [T]`` over one layer's cache ``[B, K, S, D]``.
 
     The cache already holds the queries' own keys; ``key_mask [B, S]`` marks valid slots and a
-    query sees valid slots up to its own. One query per row (decode) is a matrix-vector product
-    per head: a broadcast multiply-reduce reads the cache once, ~5x faster than a batched matmul
-    of one row on CPU.
+    query sees valid slots up to its own. ``prefix = (k, v, mask)``, keys ``[Bp, K, P, D]`` and
+    mask ``[Bp, P]``, is a prompt block every query also sees, shared by ``B // Bp`` consecutive
+    rows (the G samples of a prompt): it is read once per prompt, not once per row.
+
+    One query per row (decode) is a matrix-vector product per head: a broadcast multiply-reduce
+    reads the cache once, ~5x faster than a batched matmul of one row on CPU.
     """
     b, t, h, d = q.shape
     kv, s = k_cache.shape[1], k_cache.shape[2]
     mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_mask[:, None, :].astype(bool)  # [B, T, S]
     if t > 1:
+        if prefix is not None:  # multi-token chunks are rare here: repeat the prefix per row
+            pk, pv, pmask = (jnp.repeat(x, b // x.shape[0], axis=0) for x in prefix)
+            k_cache, v_cache = jnp.concatenate([pk, k_cache], 2), jnp.concatenate([pv, v_cache], 2)
+            mask = jnp.concatenate([jnp.broadcast_to(pmask[:, None].astype(bool), (b, t, pk.shape[2])), mask], -1)
         return head_first_attention(q, k_cache, v_cache, mask)
+    low = jnp.finfo(jnp.float32).min
     qh = q.reshape(b, kv, h // kv, 1, d).astype(jnp.float32)  # [B, K, G, 1, D] against [B, K, 1, S, D]
+    # (scale the scores, not q: a scaled q made XLA:CPU's fused multiply-reduce ~4x slower)
     scores = jnp.sum(qh * k_cache[:, :, None].astype(jnp.float32), axis=-1) * (d ** -0.5)  # [B, K, G, S]
-    scores = jnp.where(mask[:, :1, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.sum(probs[..., None] * v_cache[:, :, None].astype(jnp.float32), axis=-2)  # [B, K, G, D]
-    return out.reshape(b, 1, h, d).astype(q.dtype)
+    scores = jnp.where(mask[:, :1, None], scores, low)
+    if prefix is None:
+        probs = jax.nn.softmax(scores, axis=-1)
+        out = jnp.sum(probs[..., None] * v_cache[:, :, None].astype(jnp.float32), axis=-2)  # [B, K, G, D]
+        return out.reshape(b, 1, h, d).astype(q.dtype)
+    pk, pv, pmask = prefix
+    bp, p = pk.shape[0], pk.shape[2]
+    qp = qh.reshape(bp, b // bp, kv, h // kv, d)  # the rows of one prompt together: [Bp, R, K, G, D]
+    pre = jnp.einsum("brkgd,bkpd->brkgp", qp, pk.astype(jnp.float32)) * (d ** -0.5)
+    pre = jnp.where(pmask[:, None, None, None, :].astype(bool), pre, low).reshape(b, kv, h // kv, p)
+    top = jnp.maximum(jnp.max(scores, -1), jnp.max(pre, -1))[..., None]  # one softmax over both blocks
+    e_own, e_pre = jnp.exp(scores - top), jnp.exp(pre - top)
+    total = jnp.sum(e_own, -1) + jnp.sum(e_pre, -1)
+    out = jnp.sum(e_own[..., None] * v_cache[:, :, None].astype(jnp.float32), axis=-2)  # [B, K, G, D]
+    out = out + jnp.einsum("brkgp,bkpd->brkgd", e_pre.reshape(bp, b // bp, kv, h // kv, p),
+                           pv.astype(jnp.float32)).reshape(b, kv, h // kv, d)
+    return (out / total[..., None]).reshape(b, 1, h, d).astype(q.dtype)

@@ -174,6 +174,18 @@ class KVCache(NamedTuple):
     v: tuple
 
 
+class SharedPrefix(NamedTuple):
+    """A prompt block that groups of consecutive rows all attend to, stored once per prompt.
+
+    ``cache`` holds ``[prompts, K, P, D]`` per layer, ``mask [prompts, P]`` marks real tokens; row
+    ``r`` of a batch of ``B`` rows reads prompt ``r // (B // prompts)``. The sampler keeps its
+    prefill here so the G samples of a prompt share one copy (memory and attention reads / G).
+    """
+
+    cache: KVCache
+    mask: jax.Array
+
+
 # ----------------------------------------------------------------------------------------- params
 
 def param_shapes(config: Qwen3Config) -> dict:
@@ -311,21 +323,21 @@ def _remat(fn, policy: str):
     return jax.checkpoint(fn, policy=policies[policy], prevent_cse=False)
 
 
-# Each matrix's einsum in the stored (in, out) layout and in decoding_params' (out, in) layout. The
-# token dims are flattened to one ``n`` first: a weight gradient then contracts one dim, not
-# (batch, length), which spared XLA:CPU a transposed copy per matmul (MLP fwd+bwd ~20% faster).
+# Each matrix's einsum in the stored (in, out) layout. The token dims are flattened to one ``n``
+# first: a weight gradient then contracts one dim, not (batch, length), which spared XLA:CPU a
+# transposed copy per matmul (MLP fwd+bwd ~20% faster).
 PROJECTIONS = {
-    "q_proj": ("nd,dhk->nhk", "nd,hkd->nhk"),
-    "k_proj": ("nd,dhk->nhk", "nd,hkd->nhk"),
-    "v_proj": ("nd,dhk->nhk", "nd,hkd->nhk"),
-    "o_proj": ("nhk,hkd->nd", "nhk,dhk->nd"),
-    "gate_proj": ("nd,df->nf", "nd,fd->nf"),
-    "up_proj": ("nd,df->nf", "nd,fd->nf"),
-    "down_proj": ("nf,fd->nd", "nf,df->nd"),
+    "q_proj": "nd,dhk->nhk",
+    "k_proj": "nd,dhk->nhk",
+    "v_proj": "nd,dhk->nhk",
+    "o_proj": "nhk,hkd->nd",
+    "gate_proj": "nd,df->nf",
+    "up_proj": "nd,df->nf",
+    "down_proj": "nf,fd->nd",
 }
-# (in, out) -> (out, in): the input dims move to the end.
-_OUT_IN = {"q_proj": (1, 2, 0), "k_proj": (1, 2, 0), "v_proj": (1, 2, 0), "o_proj": (2, 0, 1),
-           "gate_proj": (1, 0), "up_proj": (1, 0), "down_proj": (1, 0), "lm_head": (1, 0)}
+# How many leading dims of each stored matrix are its input; decoding_params moves them last.
+_INPUT_DIMS = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1, "up_proj": 1, "down_proj": 1,
+               "lm_head": 1}
 
 
 def _is_decoding(params: dict) -> bool:
@@ -340,8 +352,13 @@ def _layer(config: Qwen3Config, x, p, rope, attend, out_in: bool = False):
     """
     b, t, d = x.shape
     dtype = x.dtype
-    proj = lambda name, a: jnp.einsum(PROJECTIONS[name][out_in], a, p[name].astype(dtype))  # noqa: E731
-    heads = lambda a: a.reshape(b, t, *a.shape[1:])  # noqa: E731  [B*T, N, K] -> [B, T, N, K]
+
+    def proj(name, a):
+        if out_in:  # a 2-D (out, in) matrix: one plain matmul, head dims flattened
+            return jnp.einsum("ni,oi->no", a.reshape(a.shape[0], -1), p[name].astype(dtype))
+        return jnp.einsum(PROJECTIONS[name], a, p[name].astype(dtype))
+
+    heads = lambda a: a.reshape(b, t, -1, config.head_dim)  # noqa: E731  [B*T, ...] -> [B, T, N, K]
     h = rms_norm(x, p["attn_norm"], config.rms_norm_eps).reshape(b * t, d)
     q, k, v = heads(proj("q_proj", h)), heads(proj("k_proj", h)), heads(proj("v_proj", h))
     q = constrain(q, ("batch", "length", "heads", "head_dim"))
@@ -372,21 +389,24 @@ def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
 
 
 def decoding_params(params: dict, config: Qwen3Config) -> dict:
-    """Params for a decode loop: matrices cast to the compute dtype and stored (out, in), layers as a tuple.
+    """Params for a decode loop: matrices cast to the compute dtype, 2-D (out, in); layers as a tuple.
 
     Call it once before a loop of cached ``forward`` steps (inside the same jit): otherwise every
     step re-casts the weights and slices each layer out of the stacked arrays, full copies of the
-    model per step. The (out, in) layout makes the one-token matmuls ~15% faster on CPU (and is
-    neutral for the large matmuls of training, which keep the stored layout). Costs one
-    compute-dtype copy of the weights; the results are the same.
+    model per step. The (out, in) layout makes the one-token matmuls ~15% faster on CPU, and 2-D
+    matrices keep XLA from copying the 3-D attention weights back to a canonical layout inside the
+    loop (~10 ms of a 90 ms CPU step). Costs one compute-dtype copy of the weights; same results.
     """
     def convert(name, value, stacked):
-        if name not in _OUT_IN and name != "embed":
+        if name not in _INPUT_DIMS and name != "embed":
             return value  # norms stay in the param dtype, as forward reads them
         value = value.astype(config.dtype)
-        if name in _OUT_IN:
-            perm = _OUT_IN[name]
-            value = jnp.transpose(value, (0, *(d + 1 for d in perm)) if stacked else perm)
+        if name in _INPUT_DIMS:
+            lead, n_in = int(stacked), _INPUT_DIMS[name]
+            dims = value.shape[lead:]
+            perm = (*range(lead), *(lead + i for i in range(n_in, len(dims))), *(lead + i for i in range(n_in)))
+            value = jnp.transpose(value, perm).reshape(*value.shape[:lead], math.prod(dims[n_in:]),
+                                                       math.prod(dims[:n_in]))
         return value
 
     layers = {name: convert(name, value, True) for name, value in params["layers"].items()}
@@ -396,14 +416,16 @@ def decoding_params(params: dict, config: Qwen3Config) -> dict:
 
 def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
             positions: jax.Array | None = None, cache: KVCache | None = None,
-            cache_index: jax.Array | int | None = None, return_hidden: bool = False):
+            cache_index: jax.Array | int | None = None, prefix: SharedPrefix | None = None,
+            return_hidden: bool = False):
     """Logits (float32 ``[B, T, vocab]``) or final hidden states, and the updated cache.
 
     Without a cache ``attention_mask [B, T]`` marks real tokens (left padding = 0) and positions
     default to ``cumsum(mask) - 1``. With a cache the ``T`` inputs are written at slots
     ``[cache_index, cache_index + T)``, ``attention_mask [B, max_len]`` marks valid cache slots and
     ``positions [B, T]`` are required; a query at slot ``s`` sees valid keys at slots ``<= s``;
-    there ``params`` may also be ``decoding_params(params, config)``.
+    there ``params`` may also be ``decoding_params(params, config)``, and every query also sees the
+    valid slots of ``prefix`` (a ``SharedPrefix``: ``cache`` slots then come after the prompt).
     """
     dtype = jnp.dtype(config.dtype)
     b, t = input_ids.shape
@@ -426,6 +448,8 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
     else:
         if positions is None:
             raise ValueError("forward with a cache needs explicit positions [B, T]")
+        if prefix is not None and b % prefix.mask.shape[0]:
+            raise ValueError(f"batch of {b} rows is not a multiple of the {prefix.mask.shape[0]} shared prompts")
         rope = rope_tables(positions, config)
         max_len = cache.k[0].shape[2]
         key_mask = jnp.ones((b, max_len), bool) if attention_mask is None else attention_mask.astype(bool)
@@ -436,11 +460,12 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
         for i in range(config.num_layers):  # unrolled: see KVCache
             p = layers[i] if out_in else {k: w[i] for k, w in layers.items()}
             ck, cv = cache.k[i], cache.v[i]
+            shared = None if prefix is None else (prefix.cache.k[i], prefix.cache.v[i], prefix.mask)
 
-            def attend(q, k, v, ck=ck, cv=cv):  # write the new keys in place, then read the cache
+            def attend(q, k, v, ck=ck, cv=cv, shared=shared):  # write the new keys in place, then read
                 ck = jax.lax.dynamic_update_slice(ck, head_first(k, ck), start)
                 cv = jax.lax.dynamic_update_slice(cv, head_first(v, cv), start)
-                return attn_lib.cached_attention(q, ck, cv, key_mask, slots), (ck, cv)
+                return attn_lib.cached_attention(q, ck, cv, key_mask, slots, shared), (ck, cv)
 
             x, (ck, cv) = _layer(config, x, p, rope, attend, out_in=out_in)
             new_k.append(ck)

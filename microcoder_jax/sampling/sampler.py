@@ -1,10 +1,11 @@
 """Batched sampling from Qwen3 on a KV cache, with per-row temperature, top-p and top-k.
 
 Two jitted programs per shape:
-- `_prefill` runs each prompt once into a prompt-sized cache, then pads that cache to
-  P + max_new slots and repeats every row G times (the G samples of a prompt share its prefill);
-- `_decode` takes that cache as a donated buffer and runs a `lax.while_loop` that writes one token
-  per step into it in place, stopping as soon as every row has hit a stop token or the cap.
+- `_prefill` runs each prompt once into a prompt-sized KV cache, one copy per prompt;
+- `_decode` runs a `lax.while_loop` that writes one token per step, in place, into a cache of
+  max_new slots per row, stopping as soon as every row has hit a stop token or the cap. Every row
+  attends to its prompt's cache as a `SharedPrefix`: the G samples of a prompt share one copy,
+  which is stored and read once per prompt, not once per row.
 
 What is static (part of the compiled shape): the model config, the number of prompts, G, the prompt
 bucket width P and `max_new_tokens`. Prompts are left-padded to a bucket (powers of two from 32 to
@@ -22,11 +23,11 @@ trainer recomputes; greedy rows report them at T = 1. Randomness comes only from
 (step i uses fold_in(rng, i)), and with JAX's partitionable threefry the draws do not depend on
 how rows are sharded.
 
-Decode-loop costs, measured on CPU: the loop casts the weights to the compute dtype, transposes
-them to (out, in) and splits the layers once (`models.decoding_params`), not per step; each
-layer's KV cache is its own head-first buffer written in place (see `models.KVCache`). Still
-paid: each step attends over all P + max_new cache slots (masked), and rows that have finished
-keep computing until the last row finishes or the cap is reached.
+Decode-loop costs, measured on CPU: the loop casts the weights to the compute dtype, makes them
+2-D (out, in) and splits the layers once (`models.decoding_params`), not per step; each layer's
+KV cache is its own head-first buffer written in place (see `models.KVCache`). Still paid: each
+step attends over all max_new generated slots (masked beyond the current one), and rows that have
+finished keep computing until the last row finishes or the cap is reached.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import KVCache, Qwen3Config, decoding_params, forward, init_cache, lm_head
+from microcoder_jax.models import (KVCache, Qwen3Config, SharedPrefix, decoding_params, forward, init_cache,
+                                   lm_head)
 
 CACHE_AXES = ("batch", "kv_heads", "length", "head_dim")  # each layer's cache array
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -211,34 +213,31 @@ def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top
     return token, logprob, entropy
 
 
-@functools.partial(jax.jit, static_argnames=("config", "num_samples", "max_new_tokens"))
-def _prefill(params, prompt_ids, prompt_mask, *, config: Qwen3Config, num_samples: int, max_new_tokens: int):
-    """Prompts [B, P] -> (cache with P + max_new slots and B * G rows, next-token logits [B * G, V])."""
+@functools.partial(jax.jit, static_argnames=("config", "num_samples"))
+def _prefill(params, prompt_ids, prompt_mask, *, config: Qwen3Config, num_samples: int):
+    """Prompts [B, P] -> (their KV cache, one copy per prompt; next-token logits [B * G, V])."""
     batch, width = prompt_ids.shape
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
     hidden, cache = forward(params, config, prompt_ids, attention_mask=prompt_mask, positions=positions,
                             cache=init_cache(config, batch, width), cache_index=0, return_hidden=True)
     logits = lm_head(params, config, hidden[:, -1])
-
-    def grow(layers):  # per layer [B, K, P, D] -> [B * G, K, P + max_new, D]
-        pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, max_new_tokens), (0, 0)))  # noqa: E731
-        return tuple(shd.constrain(jnp.repeat(pad(x), num_samples, axis=0), CACHE_AXES) for x in layers)
-
-    return KVCache(grow(cache.k), grow(cache.v)), jnp.repeat(logits, num_samples, axis=0)
+    return cache, jnp.repeat(logits, num_samples, axis=0)
 
 
-@functools.partial(jax.jit, static_argnames=("config",), donate_argnames=("cache",))
-def _decode(params, cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
-            config: Qwen3Config):
-    """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy, cache).
+@functools.partial(jax.jit, static_argnames=("config", "max_new_tokens"))
+def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
+            config: Qwen3Config, max_new_tokens: int):
+    """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy).
 
-    The cache is donated and returned, so its output aliases the input buffer: the loop updates
-    that one buffer in place and the caller drops it, never holding two caches.
+    The prompts' cache is read as a `SharedPrefix` by all G rows of each prompt; the generated
+    tokens' keys go to a [B * G, K, max_new, D] cache made here and updated in place by the loop.
     """
-    rows, width = prompt_mask.shape
-    max_new = cache.k[0].shape[2] - width
+    rows, max_new = logits.shape[0], max_new_tokens
     params = decoding_params(params, config)  # cast and split once, not every step
-    prompt_lens = jnp.sum(prompt_mask, axis=-1)
+    prefix = SharedPrefix(prompt_cache, prompt_mask)
+    prompt_lens = jnp.repeat(jnp.sum(prompt_mask, axis=-1), rows // prompt_mask.shape[0])
+    cache = init_cache(config, rows, max_new)
+    cache = KVCache(*(tuple(shd.constrain(x, CACHE_AXES) for x in part) for part in cache))
 
     def record(state, logits):
         i = state["i"]
@@ -256,13 +255,11 @@ def _decode(params, cache, logits, prompt_mask, temperature, top_p, top_k, stop_
             done=state["done"] | (live & jnp.isin(token, stop_ids)),
         )
 
-    def step(state):  # feed the last token at slot P + i - 1, then sample token i
-        slot = width + state["i"] - 1
-        key_mask = jax.lax.dynamic_update_slice(state["key_mask"], jnp.ones((rows, 1), jnp.int32), (0, slot))
+    def step(state):  # feed the last token at generated slot i - 1, then sample token i
         positions = (prompt_lens + state["i"] - 1)[:, None]
-        logits, cache = forward(params, config, state["last"][:, None], attention_mask=key_mask,
-                                positions=positions, cache=state["cache"], cache_index=slot)
-        return record(dict(state, cache=cache, key_mask=key_mask), logits[:, 0])
+        logits, cache = forward(params, config, state["last"][:, None], positions=positions, cache=state["cache"],
+                                cache_index=state["i"] - 1, prefix=prefix)
+        return record(dict(state, cache=cache), logits[:, 0])
 
     def running(state):
         return (state["i"] < max_new) & ~jnp.all(state["done"])
@@ -271,7 +268,6 @@ def _decode(params, cache, logits, prompt_mask, temperature, top_p, top_k, stop_
         i=jnp.int32(0),
         last=jnp.zeros((rows,), jnp.int32),
         cache=cache,
-        key_mask=jnp.pad(prompt_mask, ((0, 0), (0, max_new))),
         tokens=jnp.full((rows, max_new), pad_id, jnp.int32),
         logprobs=jnp.zeros((rows, max_new), jnp.float32),
         entropy=jnp.zeros((rows,), jnp.float32),
@@ -280,7 +276,7 @@ def _decode(params, cache, logits, prompt_mask, temperature, top_p, top_k, stop_
     )
     state = jax.lax.while_loop(running, step, record(state, logits))
     entropy = state["entropy"] / jnp.maximum(state["lengths"], 1)
-    return state["tokens"], state["logprobs"], state["lengths"], state["done"], entropy, state["cache"]
+    return state["tokens"], state["logprobs"], state["lengths"], state["done"], entropy
 
 
 def _to_host(x) -> np.ndarray:
@@ -320,8 +316,7 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
     rep = lambda a: np.concatenate([a, np.repeat(a[:1], padded - num_prompts, axis=0)])  # noqa: E731
     row_pad = lambda a: np.concatenate([a, np.repeat(a[:1], extra)])  # noqa: E731
     args = dict(prompt_ids=rep(prompt_ids), prompt_mask=rep(prompt_mask))
-    row_args = dict(prompt_mask=np.repeat(args["prompt_mask"], num_samples, axis=0), temperature=row_pad(temperature),
-                    top_p=row_pad(top_p), top_k=row_pad(top_k))
+    row_args = dict(temperature=row_pad(temperature), top_p=row_pad(top_p), top_k=row_pad(top_k))
     stop_ids = np.asarray(list(stop_token_ids), np.int32)
     if mesh is not None:
         params = jax.device_put(params, shd.param_shardings(config, mesh))
@@ -331,10 +326,10 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
 
     with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
         cache, logits = _prefill(params, args["prompt_ids"], args["prompt_mask"], config=config,
-                                 num_samples=num_samples, max_new_tokens=max_new_tokens)
-        *results, _ = _decode(
-            params, cache, logits, row_args["prompt_mask"], row_args["temperature"], row_args["top_p"],
-            row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config)
+                                 num_samples=num_samples)
+        results = _decode(
+            params, cache, logits, args["prompt_mask"], row_args["temperature"], row_args["top_p"],
+            row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config, max_new_tokens=max_new_tokens)
     tokens, logprobs, lengths, stopped, entropy = (_to_host(x)[:rows] for x in results)
     return SamplerOutput(
         tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped, entropy=entropy,
