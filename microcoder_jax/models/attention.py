@@ -124,6 +124,6 @@ def cached_attention(q, k_cache, v_cache, key_mask, query_slots, prefix=None):
     e_own, e_pre = jnp.exp(scores - top), jnp.exp(pre - top)
     total = jnp.sum(e_own, -1) + jnp.sum(e_pre, -1)
     out = jnp.sum(e_own[..., None] * v_cache[:, :, None].astype(jnp.float32), axis=-2)  # [B, K, G, D]
-    out = out + jnp.einsum("brkgp,bkpd->brkgd", e_pre.reshape(bp, b // bp, kv, h // kv, p),
-                           pv.astype(jnp.float32)).reshape(b, kv, h // kv, d)
+    e_pre = e_pre.reshape(bp, b // bp, kv, h // kv, p, 1)  # a multiply-reduce here: ~4x the einsum on CPU
+    out = out + jnp.sum(e_pre * pv[:, None, :, None].astype(jnp.float32), axis=-2).reshape(b, kv, h // kv, d)
     return (out / total[..., None]).reshape(b, 1, h, d).astype(q.dtype)
