@@ -1,7 +1,8 @@
 """Sampler correctness on a tiny random Qwen3 (fp32): parity with transformers, statistics, shapes.
 
-Every generate() call here uses the same shapes (3 prompts x G=2, bucket 32, 12 new tokens, 8 stop
-ids), so the module compiles prefill and decode once, plus once more for the sharded test.
+Every generate() call here uses the same shapes (3 prompts x G=2, bucket 32, 12 new tokens in two
+decode phases, 8 stop ids), so the module compiles prefill and decode once, plus once more for the
+sharded test.
 """
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,8 @@ import pytest
 from microcoder_jax.models import Qwen3Config, forward
 from microcoder_jax.models.hf import load_hf_params
 from microcoder_jax.sampling import sampler
-from microcoder_jax.sampling.sampler import default_stop_token_ids, generate, prompt_bucket, sample_tokens
+from microcoder_jax.sampling.sampler import (default_stop_token_ids, generate, phase_ends, prompt_bucket,
+                                             sample_tokens)
 
 # Left-padded to the 32-token bucket: prompts 0 and 1 are padded, prompt 2 fills it exactly.
 PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [(7 * j + 3) % 125 + 3 for j in range(32)]]
@@ -160,6 +162,15 @@ def test_buckets_and_argument_checks(tiny):
         _generate(tiny, temperature=[1.0, 1.0])
     with pytest.raises(ValueError, match="top_p"):
         _generate(tiny, top_p=0.0)
+    with pytest.raises(ValueError, match="decode_phases"):
+        _generate(tiny, decode_phases=0)
+
+
+def test_decode_phases_grow_the_cache_to_max_new():
+    """Every test here decodes MAX_NEW = 12 in two phases (caches of 8 then 12 slots)."""
+    assert phase_ends(MAX_NEW, 4) == (8, 12)
+    assert phase_ends(256, 4) == (64, 128, 192, 256) and phase_ends(256, 1) == (256,)
+    assert phase_ends(100, 3) == (40, 72, 100) and phase_ends(5, 8) == (5,)
 
 
 def test_default_stop_token_ids(tiny):

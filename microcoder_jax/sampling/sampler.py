@@ -224,20 +224,30 @@ def _prefill(params, prompt_ids, prompt_mask, *, config: Qwen3Config, num_sample
     return cache, jnp.repeat(logits, num_samples, axis=0)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "max_new_tokens"))
+def phase_ends(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int, ...]:
+    """Cache sizes of the decode phases: ``phases`` near-equal steps up to max_new, rounded up to ``multiple``."""
+    ends = sorted({min(max_new_tokens, -(-max_new_tokens * (j + 1) // phases // multiple) * multiple)
+                   for j in range(max(phases, 1))})
+    return tuple(ends)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "phases"))
 def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
-            config: Qwen3Config, max_new_tokens: int):
+            config: Qwen3Config, max_new_tokens: int, phases: int = 4):
     """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy).
 
     The prompts' cache is read as a `SharedPrefix` by all G rows of each prompt; the generated
-    tokens' keys go to a [B * G, K, max_new, D] cache made here and updated in place by the loop.
+    tokens' keys go to a [B * G, K, slots, D] cache made here and updated in place by the loop.
+    The loop runs in `phases` stages whose caches grow to `phase_ends` slots, so a step reads
+    about the filled part of the cache, not all max_new slots (4 stages: 5/8 of the reads); each
+    stage is a separately compiled loop body.
     """
     rows, max_new = logits.shape[0], max_new_tokens
     params = decoding_params(params, config)  # cast and split once, not every step
     prefix = SharedPrefix(prompt_cache, prompt_mask)
     prompt_lens = jnp.repeat(jnp.sum(prompt_mask, axis=-1), rows // prompt_mask.shape[0])
-    cache = init_cache(config, rows, max_new)
-    cache = KVCache(*(tuple(shd.constrain(x, CACHE_AXES) for x in part) for part in cache))
+    ends = phase_ends(max_new, phases)
+    cache = init_cache(config, rows, ends[0])
 
     def record(state, logits):
         i = state["i"]
@@ -261,8 +271,9 @@ def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k
                                 cache_index=state["i"] - 1, prefix=prefix)
         return record(dict(state, cache=cache), logits[:, 0])
 
-    def running(state):
-        return (state["i"] < max_new) & ~jnp.all(state["done"])
+    def grow(cache, slots):  # more empty slots at the end of every layer's cache
+        pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, slots - x.shape[2]), (0, 0)))  # noqa: E731
+        return KVCache(*(tuple(shd.constrain(pad(x), CACHE_AXES) for x in part) for part in cache))
 
     state = dict(
         i=jnp.int32(0),
@@ -274,7 +285,10 @@ def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k
         lengths=jnp.zeros((rows,), jnp.int32),
         done=jnp.zeros((rows,), bool),
     )
-    state = jax.lax.while_loop(running, step, record(state, logits))
+    state = record(state, logits)
+    for end in ends:  # step i writes slot i - 1: a cache of `end` slots serves steps i <= end
+        running = lambda state, end=end: (state["i"] < min(end + 1, max_new)) & ~jnp.all(state["done"])  # noqa: E731
+        state = jax.lax.while_loop(running, step, dict(state, cache=grow(state["cache"], end)))
     entropy = state["entropy"] / jnp.maximum(state["lengths"], 1)
     return state["tokens"], state["logprobs"], state["lengths"], state["done"], entropy
 
@@ -291,17 +305,18 @@ def _to_host(x) -> np.ndarray:
 
 def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
              temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
-             pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None) -> SamplerOutput:
+             pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None,
+             decode_phases: int = 4) -> SamplerOutput:
     """Sample `num_samples` responses for every prompt; see the module doc and `SamplerOutput`.
 
     temperature / top_p / top_k: a scalar or one value per row [num_prompts * num_samples].
-    max_new_tokens is static (a new value compiles new programs). With a `mesh`, rows are split over
+    max_new_tokens and decode_phases (see `_decode`) are static (a new value compiles new programs). With a `mesh`, rows are split over
     its data axes (the prompt count is padded to a multiple of them with copies, then cut off) and
     heads over its tensor axis; params are placed with `sharding.param_shardings` if not already.
     """
     num_prompts, rows = len(prompts), len(prompts) * num_samples
-    if num_prompts == 0 or num_samples < 1 or max_new_tokens < 1:
-        raise ValueError("need at least one prompt, num_samples >= 1 and max_new_tokens >= 1")
+    if num_prompts == 0 or num_samples < 1 or max_new_tokens < 1 or decode_phases < 1:
+        raise ValueError("need at least one prompt, num_samples >= 1, max_new_tokens >= 1 and decode_phases >= 1")
     temperature = _per_row(temperature, rows, np.float32, "temperature")
     top_p = _per_row(top_p, rows, np.float32, "top_p")
     top_k = _per_row(top_k, rows, np.int32, "top_k")
@@ -329,7 +344,8 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
                                  num_samples=num_samples)
         results = _decode(
             params, cache, logits, args["prompt_mask"], row_args["temperature"], row_args["top_p"],
-            row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config, max_new_tokens=max_new_tokens)
+            row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config, max_new_tokens=max_new_tokens,
+            phases=decode_phases)
     tokens, logprobs, lengths, stopped, entropy = (_to_host(x)[:rows] for x in results)
     return SamplerOutput(
         tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped, entropy=entropy,
