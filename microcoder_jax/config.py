@@ -24,6 +24,7 @@ command-line overrides (`--config.rl.rho=0.2`); an unknown key is an error that 
 | sampling.group_size | 8 | G: responses per prompt |
 | sampling.max_new_tokens | 4096 | response cap in training (static shape) |
 | sampling.top_p / top_k | 1.0 / 0 | nucleus / top-k filter (1.0 / 0 = off) |
+| sampling.decode_phases | 4 | decode loop stages with growing KV caches (1 = one loop over all slots) |
 | temperature.policy | constant | constant, staged (`schedule`) or diversity (`stages`, `signal`, band, window) |
 | temperature.temperature | 1.2 | start temperature; the scheduler moves it only in stages |
 | rl.preset | microcoder | algorithm preset: microcoder, grpo, dapo (`rl.presets`) |
@@ -112,6 +113,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.sampling.max_new_tokens = 4096  # training response cap (paper: 4K); static shape
     c.sampling.top_p = 1.0  # 1.0 = off
     c.sampling.top_k = 0  # 0 = off
+    c.sampling.decode_phases = 4  # decode stages whose caches grow to max_new: steps read ~the filled slots
 
     # The temperature scheduler (sampling.temperature.TemperatureScheduler) receives this block.
     c.temperature = ml_collections.ConfigDict()

@@ -306,7 +306,8 @@ class Roller:
             temperature=np.full((n,), temperature, np.float32),
             top_p=np.full((n,), top_p, np.float32), top_k=np.full((n,), top_k, np.int32),
             max_new_tokens=max_new_tokens, stop_token_ids=self.run.stop_ids, pad_id=self.run.pad_id,
-            rng=rng, mesh=self.run.mesh, prompt_buckets=tuple(self.run.config.data.prompt_buckets))
+            rng=rng, mesh=self.run.mesh, prompt_buckets=tuple(self.run.config.data.prompt_buckets),
+            decode_phases=self.run.config.sampling.decode_phases)
 
     def submit(self, problems, sample, rows: slice | None = None):
         """Extract programs and start judging them (non-blocking); `rows`: only those (this host's)."""
