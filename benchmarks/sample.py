@@ -8,7 +8,9 @@ every row generates all 256. Columns: generated tokens per second of a whole cal
 decode, after compilation); decode-only tokens per second (the call minus a prefill-only run:
 for us `_prefill` on the same inputs, for transformers a 1-token generate); the prefill seconds;
 JAX's compile time (trace + lower + XLA compile, from jax.monitoring). transformers prefills all
-prompts x samples rows; we prefill each prompt once and share its cache over its G samples.
+prompts x samples rows; we prefill each prompt once and share its cache over its G samples. The
+timed calls alternate between the sides (`--repeats` rounds, best of each side), so load from
+other processes on a shared machine hits both alike.
 
     python benchmarks/sample.py                       # CPU, fp32 on both sides
     python benchmarks/sample.py --dtype bfloat16 --vocab 151936 --layers 28 --skip-torch  # accelerator
@@ -49,7 +51,8 @@ def _prompts(num: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return [rng.integers(3, vocab, size=int(n)).tolist() for n in rng.integers(40, 120, size=num)]
 
 
-def bench_jax(path, prompts, args) -> dict:
+def bench_jax(path, prompts, args):
+    """Compile and warm up; return (row without timings, a timed full call -> (seconds, tokens))."""
     from microcoder_jax.models import Qwen3Config
     from microcoder_jax.models.hf import load_hf_params
     from microcoder_jax.sampling import sampler
@@ -60,27 +63,28 @@ def bench_jax(path, prompts, args) -> dict:
     compile_s = []
     jax.monitoring.register_event_duration_secs_listener(
         lambda event, secs, **_: compile_s.append(secs) if event in COMPILE_EVENTS else None)
+    seeds = iter(range(1 << 30))
 
-    def run(seed):
+    def run():
         start = time.perf_counter()
         out = generate(params, config, prompts, num_samples=args.samples, temperature=1.0,
-                       max_new_tokens=args.new_tokens, stop_token_ids=[], pad_id=0, rng=jax.random.key(seed))
+                       max_new_tokens=args.new_tokens, stop_token_ids=[], pad_id=0,
+                       rng=jax.random.key(next(seeds)))
         return time.perf_counter() - start, int(out.lengths.sum())
 
-    run(0)
+    run()
     compile_time = sum(compile_s)
-    times, tokens = zip(*(run(i + 1) for i in range(args.repeats)))
     ids, mask = sampler.left_pad(prompts, sampler.prompt_bucket(max(map(len, prompts))), 0)
     prefill = []
     for _ in range(args.repeats):  # the same (already compiled) prefill program generate ran
         start = time.perf_counter()
         jax.block_until_ready(sampler._prefill(params, ids, mask, config=config, num_samples=args.samples))
         prefill.append(time.perf_counter() - start)
-    return dict(name=f"jax generate ({args.dtype})", seconds=min(times), tokens=tokens[0], compile=compile_time,
-                prefill=min(prefill))
+    return dict(name=f"jax generate ({args.dtype})", compile=compile_time, prefill=min(prefill)), run
 
 
-def bench_torch(model, prompts, args) -> dict:
+def bench_torch(model, prompts, args):
+    """Warm up; return (row without timings, a timed full call -> (seconds, tokens))."""
     import torch
 
     width = max(map(len, prompts))
@@ -88,16 +92,16 @@ def bench_torch(model, prompts, args) -> dict:
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     kw = dict(attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
               num_return_sequences=args.samples, use_cache=True, pad_token_id=0, eos_token_id=None)
-    with torch.inference_mode():
-        def run(new_tokens):
+
+    def run(new_tokens=args.new_tokens):
+        with torch.inference_mode():
             start = time.perf_counter()
             out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
-            return time.perf_counter() - start, (out.shape[1] - width) * out.shape[0]
+        return time.perf_counter() - start, (out.shape[1] - width) * out.shape[0]
 
-        prefill = min(run(1)[0] for _ in range(args.repeats))  # also the warm-up
-        times, tokens = zip(*(run(args.new_tokens) for _ in range(args.repeats)))
+    prefill = min(run(1)[0] for _ in range(args.repeats))  # also the warm-up
     return dict(name=f"torch {torch.__version__} generate (float32, {torch.get_num_threads()} threads)",
-                seconds=min(times), tokens=tokens[0], compile=None, prefill=prefill)
+                compile=None, prefill=prefill), run
 
 
 def main(argv=None):
@@ -117,12 +121,17 @@ def main(argv=None):
     torch.set_num_threads(os.cpu_count() or 1)
     model = _hf_model(args.layers, args.vocab)
     prompts = _prompts(args.prompts, args.vocab)
-    rows = []
+    sides = []
     with tempfile.TemporaryDirectory() as path:
         model.save_pretrained(path)
-        rows.append(bench_jax(path, prompts, args))
+        sides.append(bench_jax(path, prompts, args))
     if not args.skip_torch:
-        rows.append(bench_torch(model, prompts, args))
+        sides.append(bench_torch(model, prompts, args))
+    times = [[] for _ in sides]
+    for _ in range(args.repeats):  # round-robin, so load that comes and goes hits every side alike
+        for side, (_, run) in zip(times, sides):
+            side.append(run())
+    rows = [dict(row, seconds=min(t for t, _ in timed), tokens=timed[0][1]) for (row, _), timed in zip(sides, times)]
 
     print(f"\nQwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}; {args.prompts} prompts x {args.samples} "
           f"samples x {args.new_tokens} new tokens; jax {jax.__version__} on {jax.devices()[0].platform}, "
