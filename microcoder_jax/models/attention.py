@@ -111,19 +111,20 @@ def cached_attention(q, k_cache, v_cache, key_mask, query_slots, prefix=None):
     # (scale the scores, not q: a scaled q made XLA:CPU's fused multiply-reduce ~4x slower)
     scores = jnp.sum(qh * k_cache[:, :, None].astype(jnp.float32), axis=-1) * (d ** -0.5)  # [B, K, G, S]
     scores = jnp.where(mask[:, :1, None], scores, low)
-    if prefix is None:
-        probs = jax.nn.softmax(scores, axis=-1)
-        out = jnp.sum(probs[..., None] * v_cache[:, :, None].astype(jnp.float32), axis=-2)  # [B, K, G, D]
-        return out.reshape(b, 1, h, d).astype(q.dtype)
-    pk, pv, pmask = prefix
-    bp, p = pk.shape[0], pk.shape[2]
-    qp = qh.reshape(bp, b // bp, kv, h // kv, d)  # the rows of one prompt together: [Bp, R, K, G, D]
-    pre = jnp.einsum("brkgd,bkpd->brkgp", qp, pk.astype(jnp.float32)) * (d ** -0.5)
-    pre = jnp.where(pmask[:, None, None, None, :].astype(bool), pre, low).reshape(b, kv, h // kv, p)
-    top = jnp.maximum(jnp.max(scores, -1), jnp.max(pre, -1))[..., None]  # one softmax over both blocks
-    e_own, e_pre = jnp.exp(scores - top), jnp.exp(pre - top)
-    total = jnp.sum(e_own, -1) + jnp.sum(e_pre, -1)
+    top = jnp.max(scores, -1)
+    if prefix is not None:  # the shared prompt block, read once for all the rows of its prompt
+        pk, pv, pmask = prefix
+        bp, p = pk.shape[0], pk.shape[2]
+        qp = qh.reshape(bp, b // bp, kv, h // kv, d)  # [Bp, R, K, G, D]
+        pre = jnp.einsum("brkgd,bkpd->brkgp", qp, pk.astype(jnp.float32)) * (d ** -0.5)
+        pre = jnp.where(pmask[:, None, None, None, :].astype(bool), pre, low).reshape(b, kv, h // kv, p)
+        top = jnp.maximum(top, jnp.max(pre, -1))  # one softmax over both blocks
+    e_own = jnp.exp(scores - top[..., None])
+    total = jnp.sum(e_own, -1)
     out = jnp.sum(e_own[..., None] * v_cache[:, :, None].astype(jnp.float32), axis=-2)  # [B, K, G, D]
-    e_pre = e_pre.reshape(bp, b // bp, kv, h // kv, p, 1)  # a multiply-reduce here: ~4x the einsum on CPU
-    out = out + jnp.sum(e_pre * pv[:, None, :, None].astype(jnp.float32), axis=-2).reshape(b, kv, h // kv, d)
+    if prefix is not None:
+        e_pre = jnp.exp(pre - top[..., None])
+        total = total + jnp.sum(e_pre, -1)
+        e_pre = e_pre.reshape(bp, b // bp, kv, h // kv, p, 1)  # a multiply-reduce here: ~4x the einsum on CPU
+        out = out + jnp.sum(e_pre * pv[:, None, :, None].astype(jnp.float32), axis=-2).reshape(b, kv, h // kv, d)
     return (out / total[..., None]).reshape(b, 1, h, d).astype(q.dtype)

@@ -25,9 +25,9 @@ how rows are sharded.
 
 Decode-loop costs, measured on CPU: the loop casts the weights to the compute dtype, makes them
 2-D (out, in) and splits the layers once (`models.decoding_params`), not per step; each layer's
-KV cache is its own head-first buffer written in place (see `models.KVCache`). Still paid: each
-step attends over all max_new generated slots (masked beyond the current one), and rows that have
-finished keep computing until the last row finishes or the cap is reached.
+KV cache is its own head-first buffer written in place (see `models.KVCache`); the decode phases
+keep a step's attention to about the filled slots. Still paid: rows that have finished keep
+computing until the last row finishes or the cap is reached.
 """
 from __future__ import annotations
 
@@ -226,14 +226,13 @@ def _prefill(params, prompt_ids, prompt_mask, *, config: Qwen3Config, num_sample
 
 def phase_ends(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int, ...]:
     """Cache sizes of the decode phases: ``phases`` near-equal steps up to max_new, rounded up to ``multiple``."""
-    ends = sorted({min(max_new_tokens, -(-max_new_tokens * (j + 1) // phases // multiple) * multiple)
-                   for j in range(max(phases, 1))})
-    return tuple(ends)
+    return tuple(sorted({min(max_new_tokens, -(-max_new_tokens * (j + 1) // phases // multiple) * multiple)
+                         for j in range(phases)}))
 
 
 @functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "phases"))
 def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
-            config: Qwen3Config, max_new_tokens: int, phases: int = 4):
+            config: Qwen3Config, max_new_tokens: int, phases: int):
     """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy).
 
     The prompts' cache is read as a `SharedPrefix` by all G rows of each prompt; the generated
