@@ -13,12 +13,12 @@ from microcoder_jax.rl.presets import make_rl_config
 G = 4
 
 
-def ref_group_adv(r, g, std, eps):
+def ref_group_adv(r, g, std, eps, ddof=1):
     r = r.reshape(-1, g).astype(np.float64)
     c = r - r.mean(1, keepdims=True)
     if std == "none":
         return c.ravel()
-    s = r.std(1, ddof=1, keepdims=True) if std == "group" else r.std(ddof=1)
+    s = r.std(1, ddof=ddof, keepdims=True) if std == "group" else r.std(ddof=ddof)
     return (c / (s + eps)).ravel()
 
 
@@ -66,6 +66,16 @@ def test_group_advantages(std):
     got = np.asarray(A.group_advantages(jnp.asarray(r), G, std=std, eps=1e-6))
     np.testing.assert_allclose(got, ref_group_adv(r, G, std, 1e-6), rtol=1e-5, atol=1e-5)
     assert np.all(got[:2 * G] == 0)
+
+
+@pytest.mark.parametrize("std", ["group", "batch"])
+def test_group_advantages_ddof_switch(std):
+    r = np.array([1, 0, 0, 0, 1, 1, 0, 0], np.float32)
+    got = {d: np.asarray(A.group_advantages(jnp.asarray(r), G, std=std, eps=0.0, ddof=d)) for d in (0, 1)}
+    for d in (0, 1):
+        np.testing.assert_allclose(got[d], ref_group_adv(r, G, std, 0.0, ddof=d), rtol=1e-5)
+    n = G if std == "group" else len(r)  # sample std = population std * sqrt(n / (n - 1))
+    np.testing.assert_allclose(got[0], got[1] * np.sqrt(n / (n - 1)), rtol=1e-5)
 
 
 def test_group_advantages_binary_rewards():
@@ -116,7 +126,7 @@ def ref_compute(cfg, batch, responses, u):
         for i in range(n):
             if lengths[i] > cap - cfg.soft_overlong_cache:
                 r[i] += -min((lengths[i] - (cap - cfg.soft_overlong_cache)) / cfg.soft_overlong_cache, 1)
-    adv = ref_group_adv(r, cfg.group_size, cfg.adv_std, cfg.adv_eps)
+    adv = ref_group_adv(r, cfg.group_size, cfg.adv_std, cfg.adv_eps, cfg.adv_std_ddof)
     weight = np.ones(n)
     for i in range(n):
         ok = batch["passed"][i] or (cfg.non_incorrect == "not_judged_wrong" and batch["no_code"][i])
@@ -141,6 +151,7 @@ CASES = [
     dict(truncation="soft_overlong", soft_overlong_cache=6),
     dict(truncation="conditional", adv_std="batch", rho=1.0),
     dict(truncation="conditional", adv_std="none", rho=1.0),
+    dict(truncation="conditional", adv_std="group", adv_std_ddof=0, rho=0.5),
 ]
 
 
@@ -204,3 +215,46 @@ def test_dynamic_sampling_cap_fills_with_dropped_groups_and_warns(caplog):
     assert "max_refills=1" in caplog.text
     assert out["rewards"].shape == (3 * G,) and stats["ds_filled_groups"] == 2
     np.testing.assert_array_equal(informative_groups(out["rewards"], G), [True, False, False])
+
+
+def _bucket_rollouts(rewards, prompt, max_new=3, seed=0):
+    """Judged rows in the step's layout with a prompt bucket of `prompt` columns."""
+    rng = np.random.default_rng(seed)
+    r = np.asarray(rewards, np.float32)
+    n, s = len(r), prompt + max_new
+    plen = rng.integers(1, prompt + 1, n)
+    cols = np.arange(s)[None, :]
+    prompt_part = (cols >= prompt - plen[:, None]) & (cols < prompt)
+    resp = np.broadcast_to((cols >= prompt).astype(np.int32), (n, s))
+    attn = (prompt_part | (resp > 0)).astype(np.int32)
+    tokens = (rng.integers(1, 50, (n, s)) * attn).astype(np.int32)
+    return {"rewards": r, "tokens": tokens, "attention_mask": attn, "response_mask": resp,
+            "old_logprobs": (-rng.random((n, s)) * attn).astype(np.float32),
+            "response_lengths": np.full(n, max_new, np.int32), "temperature": np.ones(n, np.float32)}
+
+
+def test_dynamic_sampling_refill_from_another_prompt_bucket_is_left_padded():
+    """A refill with a wider (then a narrower) prompt bucket: [rows, S] arrays are left-padded to
+    the widest bucket, so each response stays in the last max_new columns; 1-D arrays untouched."""
+    kw = dict(group_size=G, num_prompts=3, max_refills=3)
+    first = _bucket_rollouts([1, 1, 1, 1, 0, 1, 0, 0], prompt=4, seed=1)
+    wide = _bucket_rollouts([0, 1, 1, 1, 0, 0, 0, 0], prompt=8, seed=2)
+    narrow = _bucket_rollouts([1, 0, 0, 0], prompt=2, seed=3)
+    buf, out, _ = add_rollouts(GroupBuffer(), first, **kw)
+    buf, out, _ = add_rollouts(buf, wide, **kw)
+    assert out is None
+    buf, out, _ = add_rollouts(buf, narrow, **kw)
+    want_rows = [(first, slice(4, 8)), (wide, slice(0, 4)), (narrow, slice(0, 4))]
+    assert out["tokens"].shape == (3 * G, 8 + 3)
+    for k in ("tokens", "attention_mask", "response_mask", "old_logprobs"):
+        for j, (src, rows) in enumerate(want_rows):
+            got, width = out[k][j * G:(j + 1) * G], src[k].shape[1]
+            np.testing.assert_array_equal(got[:, -width:], src[k][rows], err_msg=k)
+            assert not got[:, :-width].any(), k  # the new columns: padding, masked out
+    np.testing.assert_array_equal(out["response_mask"][:, -3:], 1)
+    np.testing.assert_array_equal(out["rewards"], np.concatenate([first["rewards"][4:],
+                                                                  wide["rewards"][:4], narrow["rewards"]]))
+    # positions (cumsum of the mask) are unchanged by left padding: the model sees the same rows
+    for j, (src, rows) in enumerate(want_rows):
+        pos = np.cumsum(out["attention_mask"][j * G:(j + 1) * G], 1)[:, -3:]
+        np.testing.assert_array_equal(pos, np.cumsum(src["attention_mask"][rows], 1)[:, -3:])

@@ -49,3 +49,38 @@ def test_schedule_counts_rollout_steps(decay):
             "cosine": lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress(s)))}[decay]
     for s in (4, 6, 8, 12, 20):
         np.testing.assert_allclose(lr(s), want(min(s, 12)), rtol=1e-5)
+
+
+def test_names_are_checked_against_the_registry():
+    for field, kind, name in (("truncation", "truncation rule", "conditional"),
+                              ("adv_std", "advantage scaler", "group"),
+                              ("aggregation", "loss aggregation", "token_mean")):
+        with pytest.raises(ValueError) as e:
+            RLConfig(**{field: "bogus"})
+        msg = str(e.value)
+        assert f"RLConfig.{field}" in msg and f"unknown {kind} 'bogus'" in msg and name in msg
+    with pytest.raises(ValueError, match="adv_std_ddof"):
+        RLConfig(adv_std_ddof=2)
+    with pytest.raises(ValueError, match="loss_constant"):
+        RLConfig(aggregation="constant", loss_constant=0.0)
+
+
+def test_a_registered_function_is_a_valid_name_and_is_used():
+    import jax.numpy as jnp
+
+    from microcoder_jax.rl import registry
+    from microcoder_jax.rl.losses import loss_weights
+
+    @registry.register_aggregation("test_row_sum")
+    def row_sum(mask, constant=None):
+        return mask.astype(jnp.float32) / mask.shape[0]
+
+    try:
+        assert RLConfig(aggregation="test_row_sum").aggregation == "test_row_sum"
+        mask = jnp.array([[0, 1, 1], [0, 1, 0]])
+        np.testing.assert_allclose(np.asarray(loss_weights(mask, "test_row_sum")),
+                                   [[0, 0.5, 0.5], [0, 0.5, 0]])
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register_aggregation("token_mean")(row_sum)
+    finally:
+        del registry.LOSS_AGGREGATIONS["test_row_sum"]

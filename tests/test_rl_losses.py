@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from microcoder_jax.rl import losses as L
+from microcoder_jax.rl import advantages as A, losses as L
 
 
 def ref_surrogate(logp, old, adv, el, eh, dual):
@@ -52,39 +52,47 @@ def test_k3_kl():
     assert float(L.k3_kl(jnp.asarray(logp), jnp.asarray(logp)).max()) == 0.0
 
 
-def ref_aggregate(x, mask, mode, constant):
+def ref_aggregate(x, mask, mode, constant, budget):
     if mode == "token_mean":
         return (x * mask).sum() / mask.sum()
     if mode == "seq_mean_token_mean":
         per_row = [(x[i] * mask[i]).sum() / mask[i].sum() for i in range(len(x)) if mask[i].sum()]
         return np.mean(per_row)
-    return (x * mask).sum() / (len(x) * (x.shape[1] if constant is None else constant))
+    return (x * mask).sum() / (len(x) * (budget if constant is None else constant))
+
+
+def layout_mask(rng, rows=5, prompt=4, max_new=7):
+    """A response mask in the batch layout: responses start at column `prompt`, right-padded."""
+    lengths = rng.integers(1, max_new + 1, rows)
+    lengths[2] = 0  # an empty response: excluded from the seq-mean, counted by the constant mode
+    cols = np.arange(prompt + max_new)[None, :]
+    return ((cols >= prompt) & (cols < prompt + lengths[:, None])).astype(np.float32)
 
 
 @pytest.mark.parametrize("mode,constant", [("token_mean", None), ("seq_mean_token_mean", None),
                                            ("constant", None), ("constant", 100.0)])
-def test_aggregate(mode, constant):
+def test_loss_weights_match_formulas(mode, constant):
     rng = np.random.default_rng(2)
-    x = rng.normal(size=(5, 11))
-    mask = (rng.random((5, 11)) < 0.6).astype(np.float32)
-    mask[2] = 0  # an empty response: excluded from the seq-mean, counted by the constant mode
-    got = float(L.aggregate(jnp.asarray(x), jnp.asarray(mask), mode, constant))
-    np.testing.assert_allclose(got, ref_aggregate(x, mask, mode, constant), rtol=1e-5)
+    mask = layout_mask(rng)
+    x = rng.normal(size=mask.shape)
+    got = float(jnp.sum(jnp.asarray(x) * L.loss_weights(jnp.asarray(mask), mode, constant)))
+    np.testing.assert_allclose(got, ref_aggregate(x, mask, mode, constant, budget=7), rtol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean", "constant"])
-def test_split_aggregation_sums_to_whole(mode):
-    """Micro-batch sums over the global normaliser add up to the whole-batch aggregate."""
-    rng = np.random.default_rng(3)
-    x = jnp.asarray(rng.normal(size=(8, 7)))
-    mask = jnp.asarray((rng.random((8, 7)) < 0.5).astype(np.float32))
-    norm = L.loss_normaliser(mask, mode)
-    parts = sum(jnp.sum(x[i:i + 2] * L.token_weights(mask[i:i + 2], mode)) / norm
-                for i in range(0, 8, 2))
-    np.testing.assert_allclose(float(parts), float(L.aggregate(x, mask, mode)), rtol=1e-5)
+def test_constant_mode_normalises_by_generation_budget_not_prompt_bucket():
+    """Dr.GRPO's constant is max_new_tokens: a wider prompt bucket must not change the loss."""
+    rng = np.random.default_rng(4)
+    mask = layout_mask(rng, prompt=4)
+    x = rng.normal(size=mask.shape)
+    wide = lambda a: np.pad(a, ((0, 0), (9, 0)))  # the same rows in a 13-column prompt bucket
+    loss = lambda x, m: float(jnp.sum(jnp.asarray(x) * L.loss_weights(jnp.asarray(m), "constant")))
+    np.testing.assert_allclose(loss(wide(x), wide(mask)), loss(x, mask), rtol=1e-6)
+    np.testing.assert_allclose(loss(x, mask), (x * mask).sum() / (5 * 7), rtol=1e-5)
+    assert int(A.generation_budget(jnp.asarray(wide(mask)))) == 7
+    assert int(A.generation_budget(jnp.zeros((3, 6)))) == 6  # no response at all: the width
 
 
 def test_all_empty_mask_gives_zero_not_nan():
     x, mask = jnp.ones((3, 4)), jnp.zeros((3, 4))
     for mode in ("token_mean", "seq_mean_token_mean", "constant"):
-        assert float(L.aggregate(x, mask, mode)) == 0.0
+        assert float(jnp.sum(x * L.loss_weights(mask, mode))) == 0.0

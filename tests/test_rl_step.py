@@ -99,6 +99,13 @@ def test_compute_logprobs_matches_full_logits(params):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
+def test_compute_logprobs_rejects_zero_temperature(params):
+    batch = make_batch(3)
+    for temperature in (np.zeros(N, np.float32), jnp.asarray(batch["temperature"]).at[2].set(0.0)):
+        with pytest.raises(ValueError, match=r"temperature > 0 .*greedy.*T > 0"):
+            compute_logprobs(params, MC, batch["tokens"], batch["attention_mask"], temperature)
+
+
 @functools.cache
 def _grads_fn(cfg, micro, mesh):
     param_sh = None if mesh is None else sharding.param_shardings(MC, mesh)
@@ -125,7 +132,7 @@ CFGS = {mode: make_rl_config("microcoder", group_size=G, logprob_chunk=8, aggreg
 
 @functools.partial(jax.jit, compiler_options=FAST_COMPILE)
 def whole_batch_reference(params, mb):
-    """(loss, grads) per mode from the plainest code: full logits, one batch, `aggregate`; plus the
+    """(loss, grads) per mode from the plainest code: full logits, one batch, `loss_weights`; plus the
     plain policy gradient loss -sum(A logp) / tokens under "pg". One compile for all of them."""
     def loss(p, cfg):
         logp = naive_logprobs(p, mb)
@@ -136,7 +143,7 @@ def whole_batch_reference(params, mb):
                                         cfg.dual_clip)[0]
         if cfg.kl_beta:
             per_token += cfg.kl_beta * L.k3_kl(logp, mb["ref_logprobs"])
-        return L.aggregate(per_token, mb["loss_mask"], cfg.aggregation, cfg.loss_constant)
+        return jnp.sum(per_token * L.loss_weights(mb["loss_mask"], cfg.aggregation, cfg.loss_constant))
 
     out = {mode: jax.value_and_grad(loss)(params, cfg) for mode, cfg in CFGS.items()}
     out["pg"] = jax.value_and_grad(loss)(params, None)

@@ -188,47 +188,51 @@ class SharedPrefix(NamedTuple):
 
 # ----------------------------------------------------------------------------------------- params
 
-def param_shapes(config: Qwen3Config) -> dict:
-    """Shape of every parameter; the single source of truth for the params tree's structure."""
+class ParamSpec(NamedTuple):
+    """One parameter's shape and the logical name of each of its dims (see sharding.py)."""
+
+    shape: tuple
+    axes: tuple
+
+
+def param_specs(config: Qwen3Config) -> dict:
+    """Shape and logical axes of every parameter: the one table the params tree is built from."""
     c = config
+    spec = lambda *dims: ParamSpec(tuple(n for n, _ in dims), tuple(a for _, a in dims))  # noqa: E731
+    layer, embed, head_dim = (c.num_layers, "layers"), (c.hidden_size, "embed"), (c.head_dim, "head_dim")
+    heads, kv_heads, mlp = (c.num_heads, "heads"), (c.num_kv_heads, "kv_heads"), (c.intermediate_size, "mlp")
     layers = {
-        "attn_norm": (c.num_layers, c.hidden_size),
-        "q_proj": (c.num_layers, c.hidden_size, c.num_heads, c.head_dim),
-        "k_proj": (c.num_layers, c.hidden_size, c.num_kv_heads, c.head_dim),
-        "v_proj": (c.num_layers, c.hidden_size, c.num_kv_heads, c.head_dim),
-        "q_norm": (c.num_layers, c.head_dim),
-        "k_norm": (c.num_layers, c.head_dim),
-        "o_proj": (c.num_layers, c.num_heads, c.head_dim, c.hidden_size),
-        "mlp_norm": (c.num_layers, c.hidden_size),
-        "gate_proj": (c.num_layers, c.hidden_size, c.intermediate_size),
-        "up_proj": (c.num_layers, c.hidden_size, c.intermediate_size),
-        "down_proj": (c.num_layers, c.intermediate_size, c.hidden_size),
+        "attn_norm": spec(layer, embed),
+        "q_proj": spec(layer, embed, heads, head_dim),
+        "k_proj": spec(layer, embed, kv_heads, head_dim),
+        "v_proj": spec(layer, embed, kv_heads, head_dim),
+        "q_norm": spec(layer, head_dim),
+        "k_norm": spec(layer, head_dim),
+        "o_proj": spec(layer, heads, head_dim, embed),
+        "mlp_norm": spec(layer, embed),
+        "gate_proj": spec(layer, embed, mlp),
+        "up_proj": spec(layer, embed, mlp),
+        "down_proj": spec(layer, mlp, embed),
     }
-    shapes = {"embed": (c.vocab_size, c.hidden_size), "layers": layers, "final_norm": (c.hidden_size,)}
+    vocab = (c.vocab_size, "vocab")
+    specs = {"embed": spec(vocab, embed), "layers": layers, "final_norm": spec(embed)}
     if not c.tie_word_embeddings:
-        shapes["lm_head"] = (c.hidden_size, c.vocab_size)
-    return shapes
+        specs["lm_head"] = spec(embed, vocab)
+    return specs
+
+
+def _is_spec(x) -> bool:
+    return isinstance(x, ParamSpec)
+
+
+def param_shapes(config: Qwen3Config) -> dict:
+    """Shape of every parameter (same structure as ``init_params``), from ``param_specs``."""
+    return jax.tree.map(lambda s: s.shape, param_specs(config), is_leaf=_is_spec)
 
 
 def param_logical_axes(config: Qwen3Config) -> dict:
-    """Logical axis names of every parameter (same structure as ``init_params``)."""
-    layers = {
-        "attn_norm": ("layers", "embed"),
-        "q_proj": ("layers", "embed", "heads", "head_dim"),
-        "k_proj": ("layers", "embed", "kv_heads", "head_dim"),
-        "v_proj": ("layers", "embed", "kv_heads", "head_dim"),
-        "q_norm": ("layers", "head_dim"),
-        "k_norm": ("layers", "head_dim"),
-        "o_proj": ("layers", "heads", "head_dim", "embed"),
-        "mlp_norm": ("layers", "embed"),
-        "gate_proj": ("layers", "embed", "mlp"),
-        "up_proj": ("layers", "embed", "mlp"),
-        "down_proj": ("layers", "mlp", "embed"),
-    }
-    axes = {"embed": ("vocab", "embed"), "layers": layers, "final_norm": ("embed",)}
-    if not config.tie_word_embeddings:
-        axes["lm_head"] = ("embed", "vocab")
-    return axes
+    """Logical axis names of every parameter (same structure as ``init_params``), from ``param_specs``."""
+    return jax.tree.map(lambda s: s.axes, param_specs(config), is_leaf=_is_spec)
 
 
 def _is_shape(x) -> bool:

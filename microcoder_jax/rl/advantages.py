@@ -1,39 +1,67 @@
 """Advantages and truncation handling: group normalisation, repetition test, masks, overlong shaping.
 
 All functions are jittable and vectorised over the batch; rows are prompt-major
-(row = prompt * group_size + g).
+(row = prompt * group_size + g). The advantage scalers ("group", "batch", "none") and the
+truncation rules ("conditional", "none", "mask_all", "overlong_filter", "soft_overlong") are
+registered by name in rl.registry.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from microcoder_jax.rl.config import RLConfig
+from microcoder_jax.rl.registry import lookup, register_advantage_scaler, register_truncation
+
+if TYPE_CHECKING:
+    from microcoder_jax.rl.config import RLConfig
+
+
+@register_advantage_scaler("group")
+def scale_by_group_std(centred, rewards, *, ddof: int, eps: float):
+    """GRPO: divide by each group's reward std."""
+    return centred / (rewards.std(axis=1, ddof=ddof, keepdims=True) + eps)
+
+
+@register_advantage_scaler("batch")
+def scale_by_batch_std(centred, rewards, *, ddof: int, eps: float):
+    """Divide by one std over all rewards of the batch (still centred per group)."""
+    return centred / (rewards.std(ddof=ddof) + eps)
+
+
+@register_advantage_scaler("none")
+def no_scaling(centred, rewards, *, ddof: int, eps: float):
+    """Dr.GRPO: centred rewards, no division."""
+    return centred
 
 
 def group_advantages(rewards: jax.Array, group_size: int, *, std: str = "group",
-                     eps: float = 1e-6) -> jax.Array:
-    """(r - group mean) / (std + eps) per row.
+                     eps: float = 1e-6, ddof: int = 1) -> jax.Array:
+    """(r - group mean) scaled by the advantage scaler `std` (see the registry), per row.
 
-    `std`: "group" (per-group std, GRPO), "batch" (one std over all rewards, centred per group),
-    "none" (no scaling, Dr.GRPO). Standard deviations are unbiased (ddof=1), as in verl and TRL.
+    `ddof=1` is the sample (unbiased) std, as in verl and TRL; `ddof=0` the population std.
     """
     r = rewards.astype(jnp.float32).reshape(-1, group_size)
     centred = r - r.mean(axis=1, keepdims=True)
-    if std == "none":
-        return centred.reshape(-1)
-    if std == "group":
-        scale = r.std(axis=1, ddof=1, keepdims=True)
-    elif std == "batch":
-        scale = r.std(ddof=1)
-    else:
-        raise ValueError(f"unknown adv_std {std!r}")
-    return (centred / (scale + eps)).reshape(-1)
+    return lookup("advantage scaler", std)(centred, r, ddof=ddof, eps=eps).reshape(-1)
 
 
 def response_start(response_mask: jax.Array) -> jax.Array:
     """Column of each row's first response token (0 for rows without one). [N, S] -> [N] int32."""
     return jnp.argmax(response_mask > 0, axis=1).astype(jnp.int32)
+
+
+def generation_budget(response_mask: jax.Array) -> jax.Array:
+    """Response columns of the batch, S - P (max_new_tokens): S minus the first response column.
+
+    Per the batch layout every response starts at column P (the prompt bucket); rows without a
+    response are skipped. A batch with no response token at all gives S.
+    """
+    width = response_mask.shape[-1]
+    has = jnp.any(response_mask > 0, axis=-1)
+    first = jnp.min(jnp.where(has, response_start(response_mask), width))
+    return jnp.where(jnp.any(has), width - first, width).astype(jnp.int32)
 
 
 def repeat_flags(tokens: jax.Array, lengths: jax.Array, m: int,
@@ -73,40 +101,76 @@ def conditional_mask(truncated, non_incorrect_, repeating, uniforms, rho) -> jax
     return truncated & non_incorrect_ & ~repeating & (uniforms < rho)
 
 
-def compute_advantages(config: RLConfig, batch: dict, uniforms: jax.Array):
+class TruncationInputs(NamedTuple):
+    """Per-row facts a truncation rule reads ([N] arrays; `budget` is the scalar S - P)."""
+
+    rewards: jax.Array
+    truncated: jax.Array
+    non_incorrect: jax.Array
+    repeating: jax.Array
+    uniforms: jax.Array
+    lengths: jax.Array
+    budget: jax.Array
+
+
+@register_truncation("conditional")
+def conditional_truncation(cfg: "RLConfig", rows: TruncationInputs):
+    """MicroCoder-GRPO: zero the advantage of rows drawn by the conditional mask M_i."""
+    masked = conditional_mask(rows.truncated, rows.non_incorrect, rows.repeating, rows.uniforms,
+                              cfg.rho)
+    return rows.rewards, masked, jnp.zeros_like(masked)
+
+
+@register_truncation("none")
+def keep_truncated(cfg: "RLConfig", rows: TruncationInputs):
+    """Truncated rows train like any other."""
+    zeros = jnp.zeros_like(rows.truncated)
+    return rows.rewards, zeros, zeros
+
+
+@register_truncation("mask_all")
+def mask_all_truncated(cfg: "RLConfig", rows: TruncationInputs):
+    """Every truncated row gets advantage 0 (kept in the token count)."""
+    return rows.rewards, rows.truncated, jnp.zeros_like(rows.truncated)
+
+
+@register_truncation("overlong_filter")
+def filter_truncated(cfg: "RLConfig", rows: TruncationInputs):
+    """DAPO's overlong filter: truncated rows leave the loss (and its token count)."""
+    return rows.rewards, jnp.zeros_like(rows.truncated), rows.truncated
+
+
+@register_truncation("soft_overlong")
+def soft_overlong_shaping(cfg: "RLConfig", rows: TruncationInputs):
+    """DAPO's soft overlong punishment added to the rewards before normalisation."""
+    zeros = jnp.zeros_like(rows.truncated)
+    penalty = soft_overlong_penalty(rows.lengths, rows.budget, cfg.soft_overlong_cache)
+    return rows.rewards + penalty, zeros, zeros
+
+
+def compute_advantages(config: "RLConfig", batch: dict, uniforms: jax.Array):
     """The fused advantage computation of the train step.
 
     Returns (advantages [N] f32, row_weight [N] f32, stats dict of scalars). `row_weight` is 0
     for rows removed from the loss (overlong filter) and 1 otherwise. Masked rows keep their place
     in the group statistics: the mask multiplies the already normalised advantage.
     """
-    rewards = batch["rewards"].astype(jnp.float32)
     truncated = batch["truncated"].astype(bool)
-    passed = batch["passed"].astype(bool)
-    no_code = batch["no_code"].astype(bool)
     lengths = batch["response_lengths"].astype(jnp.int32)
     start = response_start(batch["response_mask"])
-    n, width = batch["tokens"].shape
-
-    if config.truncation == "soft_overlong":
-        rewards = rewards + soft_overlong_penalty(lengths, width - start, config.soft_overlong_cache)
-    adv = group_advantages(rewards, config.group_size, std=config.adv_std, eps=config.adv_eps)
-
     repeating = repeat_flags(batch["tokens"], lengths, config.repeat_m, start)
-    ok = non_incorrect(passed, no_code, config.non_incorrect)
-    zeros = jnp.zeros((n,), bool)
-    if config.truncation == "conditional":
-        masked = conditional_mask(truncated, ok, repeating, uniforms, config.rho)
-    elif config.truncation == "mask_all":
-        masked = truncated
-    else:
-        masked = zeros
-    removed = truncated if config.truncation == "overlong_filter" else zeros
+    ok = non_incorrect(batch["passed"].astype(bool), batch["no_code"].astype(bool),
+                       config.non_incorrect)
+    rows = TruncationInputs(batch["rewards"].astype(jnp.float32), truncated, ok, repeating, uniforms,
+                            lengths, generation_budget(batch["response_mask"]))
+    rewards, masked, removed = lookup("truncation rule", config.truncation)(config, rows)
+    adv = group_advantages(rewards, config.group_size, std=config.adv_std, eps=config.adv_eps,
+                           ddof=config.adv_std_ddof)
     adv = jnp.where(masked, 0.0, adv)
     row_weight = jnp.where(removed, 0.0, 1.0)
 
     grouped = rewards.reshape(-1, config.group_size)
-    frac = lambda x: jnp.mean(x.astype(jnp.float32))
+    frac = lambda x: jnp.mean(x.astype(jnp.float32))  # noqa: E731
     stats = {
         "reward_mean": rewards.mean(),
         "adv_mean": adv.mean(),

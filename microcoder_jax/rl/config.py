@@ -4,10 +4,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-ADV_STD = ("group", "batch", "none")
-TRUNCATION = ("conditional", "none", "mask_all", "overlong_filter", "soft_overlong")
+# Imported for their registrations: the built-in truncation rules, scalers and aggregations.
+from microcoder_jax.rl import advantages as _advantages, losses as _losses  # noqa: F401
+from microcoder_jax.rl.registry import lookup
+
 NON_INCORRECT = ("passed", "not_judged_wrong")
-AGGREGATION = ("token_mean", "seq_mean_token_mean", "constant")
 DECAY = ("cosine", "constant", "linear")
 
 
@@ -29,10 +30,11 @@ class RLConfig:
     # Advantages: (r - group mean) / (std + eps); std per group, over the batch, or none (Dr.GRPO).
     group_size: int = 8
     prompts_per_batch: int = 64
-    adv_std: str = "group"
+    adv_std: str = "group"  # an advantage scaler of rl.registry
     adv_eps: float = 1e-6
+    adv_std_ddof: int = 1  # 1: sample std of the G rewards (verl, TRL); 0: population std
     # Truncated responses.
-    truncation: str = "conditional"
+    truncation: str = "conditional"  # a truncation rule of rl.registry
     non_incorrect: str = "not_judged_wrong"
     repeat_m: int = 128
     rho: float = 0.1
@@ -42,8 +44,8 @@ class RLConfig:
     eps_high: float = 0.28
     dual_clip: Optional[float] = None
     kl_beta: float = 0.0
-    aggregation: str = "token_mean"
-    loss_constant: Optional[float] = None  # Dr.GRPO normaliser; None = the batch's token width S
+    aggregation: str = "token_mean"  # a loss aggregation of rl.registry
+    loss_constant: Optional[float] = None  # "constant" mode: rows x this; None = max_new_tokens
     # DAPO dynamic sampling (host side, see rl.dynamic_sampling).
     dynamic_sampling: bool = False
     max_refills: int = 10
@@ -65,11 +67,21 @@ class RLConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self):
-        for name, allowed in (("adv_std", ADV_STD), ("truncation", TRUNCATION),
-                              ("non_incorrect", NON_INCORRECT), ("aggregation", AGGREGATION),
-                              ("decay", DECAY)):
+        for name, kind in (("adv_std", "advantage scaler"), ("truncation", "truncation rule"),
+                           ("aggregation", "loss aggregation")):
+            try:
+                lookup(kind, getattr(self, name))
+            except ValueError as e:
+                raise ValueError(f"RLConfig.{name}: {e}") from None
+        for name, allowed in (("non_incorrect", NON_INCORRECT), ("decay", DECAY)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"RLConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+        if self.adv_std_ddof not in (0, 1):
+            raise ValueError(f"RLConfig.adv_std_ddof={self.adv_std_ddof!r}; expected 0 (population "
+                             "std) or 1 (sample std)")
+        if self.loss_constant is not None and not self.loss_constant > 0:
+            raise ValueError(f"RLConfig.loss_constant={self.loss_constant!r} must be > 0 (or None "
+                             "for the generation budget max_new_tokens)")
         if self.group_size < 2:
             raise ValueError("group_size must be >= 2: group advantages need several samples")
         if not 0.0 <= self.rho <= 1.0:

@@ -2,7 +2,9 @@
 
 The train loop calls `add_rollouts` after judging each generation batch; it returns a full
 rollout batch once `num_prompts` informative groups are collected. Batches are dicts of numpy
-arrays with prompt-major rows (row = prompt * group_size + g); every array is cut by rows.
+arrays with prompt-major rows (row = prompt * group_size + g); every array is cut by rows, and
+every array of two or more dims is [rows, S] in the train step's layout (padded on the left when
+generation batches of different prompt buckets meet).
 When `max_refills` extra generation batches did not suffice, the batch is topped up with
 uninformative groups (zero advantage, so no gradient) and a warning says so: the step's shapes
 stay static and training goes on rather than stalling on a too-easy or too-hard prompt set.
@@ -29,8 +31,29 @@ def _take_groups(batch: dict, groups: np.ndarray, group_size: int) -> dict:
     return {k: np.asarray(v)[rows] for k, v in batch.items()}
 
 
+def _left_pad(x: np.ndarray, width: int) -> np.ndarray:
+    """A [rows, S, ...] array widened to `width` columns by zeros on the left."""
+    pad = [(0, 0), (width - x.shape[1], 0)] + [(0, 0)] * (x.ndim - 2)
+    return np.pad(x, pad)
+
+
 def _concat(a: Optional[dict], b: dict) -> dict:
-    return b if a is None else {k: np.concatenate([a[k], b[k]]) for k in a}
+    """Rows of `a` then `b`; [rows, S] arrays of a narrower prompt bucket are left-padded.
+
+    A refill can land in another prompt bucket P. The batch layout is [left-padded prompt |
+    response]: zeros on the left widen the prompt block and keep every response at column P, with
+    attention_mask and response_mask 0 (and tokens / log-probs 0) in the new columns.
+    """
+    if a is None:
+        return b
+    out = {}
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        if x.ndim >= 2 and x.shape[1] != y.shape[1]:
+            width = max(x.shape[1], y.shape[1])
+            x, y = _left_pad(x, width), _left_pad(y, width)
+        out[k] = np.concatenate([x, y])
+    return out
 
 
 def _num_groups(batch: Optional[dict], group_size: int) -> int:

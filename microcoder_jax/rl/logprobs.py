@@ -12,8 +12,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from microcoder_jax import models
+from microcoder_jax import models, sharding
 
 
 def _chunk_stats(params, model_config, hidden, targets, inv_temp):
@@ -56,20 +57,55 @@ def sequence_logprobs(params, model_config, tokens, attention_mask, temperature,
     return unchunk(logp), unchunk(ent)
 
 
-@functools.partial(jax.jit, static_argnames=("model_config", "chunk", "micro_batch"))
+def micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature,
+                           chunk: int = 512, micro_batch: int | None = None):
+    """`sequence_logprobs`' log-probs, `micro_batch` rows at a time (lax.map) to bound memory.
+
+    Traceable inside a larger jit (the train step computes old log-probs with it); each micro-batch
+    keeps its rows split over the mesh's batch axes.
+    """
+    def one(t, m, temp):
+        t, m, temp = (sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) for x in (t, m, temp))
+        return sequence_logprobs(params, model_config, t, m, temp, chunk)[0]
+
+    n = tokens.shape[0]
+    if micro_batch is None or micro_batch >= n:
+        return one(tokens, attention_mask, temperature)
+    if n % micro_batch:
+        raise ValueError(f"{n} rows are not divisible by micro_batch={micro_batch}")
+    split = lambda x: x.reshape(n // micro_batch, micro_batch, *x.shape[1:])  # noqa: E731
+    out = jax.lax.map(lambda xs: one(*xs), (split(tokens), split(attention_mask), split(temperature)))
+    return out.reshape(n, -1)
+
+
+_jit_logprobs = jax.jit(micro_batched_logprobs, static_argnames=("model_config", "chunk", "micro_batch"))
+
+
+def check_temperature(temperature) -> None:
+    """Raise if a known temperature is <= 0: softmax(logits / T) has no log-probs at T = 0.
+
+    Traced values and arrays spread over other hosts are not read (that would need a transfer).
+    """
+    if isinstance(temperature, jax.core.Tracer):
+        return
+    if isinstance(temperature, jax.Array) and not temperature.is_fully_addressable:
+        return
+    t = np.asarray(temperature, np.float32)
+    if t.size and not np.all(t > 0):
+        raise ValueError(
+            f"log-probs need a temperature > 0 in every row, got min {float(t.min()):g}: T = 0 is "
+            "greedy decoding, whose token distribution is one-hot, so there is no policy ratio to "
+            "train on. Train on rollouts sampled at T > 0 (e.g. sampling temperature 1.0); keep "
+            "greedy (T = 0) decoding for evaluation.")
+
+
 def compute_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
                      micro_batch: int | None = None):
     """log p(tokens[:, t] | tokens[:, :t]) at each row's temperature, [N, S] f32 (column 0 = 0).
 
-    Rows run `micro_batch` at a time (sequentially, lax.map) to bound activation memory; used for
-    old log-probs at the rollout temperature and for reference log-probs when the KL term is on.
+    Jitted; rows run `micro_batch` at a time to bound activation memory. Used for old log-probs at
+    the rollout temperature and for reference log-probs when the KL term is on. Raises on T <= 0.
     """
-    fn = lambda t, m, temp: sequence_logprobs(params, model_config, t, m, temp, chunk)[0]
-    n = tokens.shape[0]
-    if micro_batch is None or micro_batch >= n:
-        return fn(tokens, attention_mask, temperature)
-    if n % micro_batch:
-        raise ValueError(f"{n} rows are not divisible by micro_batch={micro_batch}")
-    split = lambda x: x.reshape(n // micro_batch, micro_batch, *x.shape[1:])
-    out = jax.lax.map(lambda xs: fn(*xs), (split(tokens), split(attention_mask), split(temperature)))
-    return out.reshape(n, -1)
+    check_temperature(temperature)
+    return _jit_logprobs(params, model_config, tokens, attention_mask, temperature, chunk=chunk,
+                         micro_batch=micro_batch)

@@ -1,14 +1,18 @@
 """Policy-loss pieces: clipped surrogate, k3 KL and loss aggregation (plain jittable functions).
 
-Aggregation is split in two so gradient accumulation is exact: `token_weights` is local to each
-row, `loss_normaliser` is computed once over the whole optimizer step (all micro-batches, all
-devices) and every micro-batch divides its weighted token sum by it.
+An aggregation (registered by name in rl.registry) turns one optimizer update's loss mask
+[rows, S] into per-token weights whose weighted sum is the loss. The train step computes them
+once over the whole mini-batch (all micro-batches, all devices) before splitting it, so gradient
+accumulation is exact in every mode.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 import jax.numpy as jnp
+
+from microcoder_jax.rl.advantages import generation_budget
+from microcoder_jax.rl.registry import lookup, register_aggregation
 
 MAX_LOG_RATIO = 20.0  # keeps exp() finite for wildly off-policy tokens
 
@@ -39,36 +43,34 @@ def k3_kl(logp, ref_logp):
     return jnp.exp(d) - d - 1.0
 
 
-def token_weights(mask, mode: str):
-    """Per-token weights of the aggregation: the mask, or mask / row token count (seq-mean)."""
+@register_aggregation("token_mean")
+def token_mean(mask, constant: Optional[float] = None):
+    """DAPO: every loss token of the update weighs the same (1 / number of loss tokens)."""
     mask = mask.astype(jnp.float32)
-    if mode == "seq_mean_token_mean":
-        return mask / jnp.maximum(mask.sum(axis=-1, keepdims=True), 1.0)
-    if mode in ("token_mean", "constant"):
-        return mask
-    raise ValueError(f"unknown aggregation {mode!r}")
+    return mask / jnp.maximum(mask.sum(), 1.0)
 
 
-def loss_normaliser(mask, mode: str, constant: Optional[float] = None):
-    """Denominator over the whole optimizer step's mask [rows, S].
+@register_aggregation("seq_mean_token_mean")
+def seq_mean_token_mean(mask, constant: Optional[float] = None):
+    """GRPO: mean over rows that have a loss token of each row's token mean."""
+    mask = mask.astype(jnp.float32)
+    per_row = mask.sum(axis=-1, keepdims=True)
+    rows = jnp.maximum((per_row > 0).sum().astype(jnp.float32), 1.0)
+    return mask / jnp.maximum(per_row, 1.0) / rows
 
-    token_mean: number of loss tokens. seq_mean_token_mean: number of rows with a loss token.
-    constant (Dr.GRPO): rows * constant (constant defaults to the token width S).
+
+@register_aggregation("constant")
+def constant_normaliser(mask, constant: Optional[float] = None):
+    """Dr.GRPO: token sum / (rows x constant); the constant defaults to the generation budget.
+
+    The budget is S - P (max_new_tokens), not the full width S: S includes the prompt bucket,
+    which changes from batch to batch and would rescale the loss with the prompt lengths.
     """
     mask = mask.astype(jnp.float32)
-    if mode == "token_mean":
-        count = mask.sum()
-    elif mode == "seq_mean_token_mean":
-        count = (mask.sum(axis=-1) > 0).sum().astype(jnp.float32)
-    elif mode == "constant":
-        rows, width = mask.shape[0], mask.shape[-1]
-        return jnp.float32(rows * (width if constant is None else constant))
-    else:
-        raise ValueError(f"unknown aggregation {mode!r}")
-    return jnp.maximum(count, 1.0)
+    per_row = generation_budget(mask) if constant is None else constant
+    return mask / (mask.shape[0] * jnp.asarray(per_row, jnp.float32))
 
 
-def aggregate(per_token, mask, mode: str, constant: Optional[float] = None):
-    """Aggregate a per-token loss over one whole batch (no accumulation)."""
-    w = token_weights(mask, mode)
-    return jnp.sum(per_token * w) / loss_normaliser(mask, mode, constant)
+def loss_weights(mask, mode: str, constant: Optional[float] = None):
+    """Per-token weights [rows, S] of aggregation `mode` (see rl.registry) over one update's mask."""
+    return lookup("loss aggregation", mode)(mask, constant)

@@ -3,9 +3,9 @@
 Inside one jit: advantages and truncation masks (rl.advantages), old log-probs at the rollout
 temperature when the batch has none (computed once with the incoming params, i.e. the policy that
 sampled the batch, before the first update), then a lax.scan over mini-batches, each an AdamW
-update of gradients accumulated over micro-batches with an inner lax.scan. The loss normaliser of
-each update is computed over its whole mini-batch (all micro-batches, all devices) first, so
-accumulation is exact in every aggregation mode.
+update of gradients accumulated over micro-batches with an inner lax.scan. The aggregation's
+per-token loss weights of each update are computed over its whole mini-batch (all micro-batches,
+all devices) first, so accumulation is exact in every aggregation mode.
 
 The state is donated. Everything that changes between calls (rewards, flags, temperatures,
 masks, rho's uniforms drawn from `state.rng`) is data, so the step compiles once per batch shape.
@@ -23,8 +23,8 @@ import optax
 from microcoder_jax import models, sharding
 from microcoder_jax.rl.advantages import compute_advantages
 from microcoder_jax.rl.config import RLConfig
-from microcoder_jax.rl.logprobs import sequence_logprobs
-from microcoder_jax.rl.losses import clipped_surrogate, k3_kl, loss_normaliser, token_weights
+from microcoder_jax.rl.logprobs import micro_batched_logprobs, sequence_logprobs
+from microcoder_jax.rl.losses import clipped_surrogate, k3_kl, loss_weights
 
 
 class TrainState(NamedTuple):
@@ -92,8 +92,8 @@ def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=Non
     return TrainState(params, opt_state, jax.device_put(step, sh.step), jax.device_put(rng, sh.rng))
 
 
-def _micro_loss(params, mb, normaliser, model_config, cfg: RLConfig):
-    """Loss contribution of one micro-batch (already divided by the global normaliser) + sums."""
+def _micro_loss(params, mb, model_config, cfg: RLConfig):
+    """Loss contribution of one micro-batch (its share of the mini-batch's weighted sum) + sums."""
     logp, entropy = sequence_logprobs(params, model_config, mb["tokens"], mb["attention_mask"],
                                       mb["temperature"], cfg.logprob_chunk)
     mask = mb["loss_mask"]
@@ -105,7 +105,7 @@ def _micro_loss(params, mb, normaliser, model_config, cfg: RLConfig):
         kl_ref = k3_kl(logp, mb["ref_logprobs"])
         per_token = per_token + cfg.kl_beta * kl_ref
         sums["kl_ref"] = jnp.sum(kl_ref * mask)
-    loss = jnp.sum(per_token * token_weights(mask, cfg.aggregation)) / normaliser
+    loss = jnp.sum(per_token * mb["loss_weights"])
     sg = jax.lax.stop_gradient
     sums.update(
         tokens=mask.sum(),
@@ -129,16 +129,17 @@ def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_
     if rows % micro_batch_size:
         raise ValueError(f"mini-batch of {rows} rows is not divisible by micro_batch_size="
                          f"{micro_batch_size}")
-    normaliser = loss_normaliser(minibatch["loss_mask"], cfg.aggregation, cfg.loss_constant)
+    weights = loss_weights(minibatch["loss_mask"], cfg.aggregation, cfg.loss_constant)
     micro = jax.tree.map(
-        lambda x: x.reshape(rows // micro_batch_size, micro_batch_size, *x.shape[1:]), minibatch)
+        lambda x: x.reshape(rows // micro_batch_size, micro_batch_size, *x.shape[1:]),
+        {**minibatch, "loss_weights": weights})
     grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
     zeros = jax.tree.map(jnp.zeros_like, params)
 
     def body(carry, mb):
         grads, loss, sums, rmax = carry
         mb = jax.tree.map(lambda x: sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)), mb)
-        (l, (s, m)), g = grad_fn(params, mb, normaliser, model_config, cfg)
+        (l, (s, m)), g = grad_fn(params, mb, model_config, cfg)
         grads = jax.tree.map(jnp.add, grads, g)
         if param_sh is not None:
             grads = jax.lax.with_sharding_constraint(grads, param_sh)
@@ -150,20 +151,6 @@ def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_
     init = (zeros, jnp.float32(0), {k: jnp.float32(0) for k in keys}, jnp.float32(0))
     (grads, loss, sums, rmax), _ = jax.lax.scan(body, init, micro)
     return grads, loss, sums, rmax
-
-
-def _old_logprobs(params, batch, model_config, cfg: RLConfig, micro_batch_size: int):
-    """Log-probs of the batch under the incoming params, micro-batch by micro-batch."""
-    n = batch["tokens"].shape[0]
-    split = lambda x: x.reshape(n // micro_batch_size, micro_batch_size, *x.shape[1:])
-
-    def one(xs):
-        t, m, temp = (sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) for x in xs)
-        return sequence_logprobs(params, model_config, t, m, temp, cfg.logprob_chunk)[0]
-
-    out = jax.lax.map(one, (split(batch["tokens"]), split(batch["attention_mask"]),
-                            split(batch["temperature"])))
-    return jax.lax.stop_gradient(out.reshape(n, -1))
 
 
 def _check_shapes(n: int, cfg: RLConfig) -> int:
@@ -191,8 +178,10 @@ def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
     advantages, row_weight, adv_stats = compute_advantages(cfg, batch, uniforms)
 
     old = batch.get("old_logprobs")
-    if old is None:
-        old = _old_logprobs(state.params, batch, model_config, cfg, micro)
+    if old is None:  # the incoming params are the policy that sampled the batch
+        old = jax.lax.stop_gradient(micro_batched_logprobs(
+            state.params, model_config, batch["tokens"], batch["attention_mask"],
+            batch["temperature"], cfg.logprob_chunk, micro))
     data = {
         "tokens": batch["tokens"],
         "attention_mask": batch["attention_mask"],
