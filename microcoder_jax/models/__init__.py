@@ -1,8 +1,13 @@
-"""Qwen3 as pure functions over a params pytree, presets, and Hugging Face conversion."""
+"""Qwen3 as pure functions over a params pytree, presets, and Hugging Face conversion.
+
+The Flax NNX module over the same params is ``microcoder_jax.models.flax_qwen3.Qwen3`` (imported
+on demand, so the functional path does not load flax).
+"""
 from microcoder_jax.models.hf import Qwen3ForCausalLM, load_hf_params, save_hf_params
 from microcoder_jax.models.presets import PRESETS, get_preset
 from microcoder_jax.models.qwen3 import (
     KVCache,
+    ParamSpec,
     Qwen3Config,
     SharedPrefix,
     decoding_params,
@@ -12,9 +17,11 @@ from microcoder_jax.models.qwen3 import (
     lm_head,
     param_logical_axes,
     param_shapes,
+    param_specs,
 )
 
 __all__ = [
-    "KVCache", "PRESETS", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix", "decoding_params", "forward", "get_preset", "init_cache", "init_params",
-    "lm_head", "load_hf_params", "param_logical_axes", "param_shapes", "save_hf_params",
+    "KVCache", "PRESETS", "ParamSpec", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix", "decoding_params", "forward",
+    "get_preset", "init_cache", "init_params", "lm_head", "load_hf_params", "param_logical_axes", "param_shapes",
+    "param_specs", "save_hf_params",
 ]

@@ -1,0 +1,85 @@
+"""Qwen3 as a Flax NNX module: the same params and the same pure functions as models.qwen3.
+
+For Flax and Tunix code: ``Qwen3(config, params)`` wraps the arrays of a params dict (from
+``init_params``, ``load_hf_params`` or a training checkpoint) as ``nnx.Param`` variables without
+copying them, each carrying its logical axes (``param_specs``) as ``out_sharding`` metadata;
+calling it runs ``qwen3.forward``. ``to_params`` gives the dict back, again without copies, so
+the module, ``nnx.Optimizer`` and our optax state, Orbax checkpoints and converters all share one
+params tree. Training here stays on the functional core (rl.step): see ARCHITECTURE.md.
+
+    model = Qwen3(config, load_hf_params(path, config))
+    logits, _ = model(input_ids, attention_mask=mask)
+    with jax.set_mesh(mesh):
+        nnx.update(model, jax.device_put(model.to_params(), mesh_shardings(model, mesh)))
+"""
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from microcoder_jax import sharding
+from microcoder_jax.models import qwen3
+from microcoder_jax.models.qwen3 import ParamSpec, Qwen3Config
+
+
+def _param(value, spec: ParamSpec, name: str) -> nnx.Param:
+    if tuple(value.shape) != spec.shape:
+        raise ValueError(f"param {name} has shape {tuple(value.shape)}, the config needs {spec.shape}")
+    return nnx.Param(value, out_sharding=spec.axes, eager_sharding=False)  # no device_put: no copy
+
+
+class Qwen3(nnx.Module):
+    """Dense Qwen3 over ``embed``, ``layers`` (stacked), ``final_norm`` [and ``lm_head``] Params."""
+
+    def __init__(self, config: Qwen3Config, params: dict | None = None, *, rngs: nnx.Rngs | None = None):
+        """Wrap `params` (not copied), or draw fresh ones with ``init_params`` from `rngs`."""
+        if params is None:
+            if rngs is None:
+                raise ValueError("Qwen3 needs params (e.g. load_hf_params(path, config)) or "
+                                 "rngs=nnx.Rngs(seed) to initialise them")
+            params = qwen3.init_params(config, rngs.params())
+        specs = qwen3.param_specs(config)
+        if set(params) != set(specs) or set(params["layers"]) != set(specs["layers"]):
+            raise ValueError(f"params have keys {sorted(params)} / layers {sorted(params['layers'])}; "
+                             f"the config needs {sorted(specs)} / layers {sorted(specs['layers'])} "
+                             "(tie_word_embeddings decides whether lm_head exists)")
+        self.config = config
+        for name, spec in specs.items():
+            if name != "layers":
+                setattr(self, name, _param(params[name], spec, name))
+        self.layers = nnx.Dict({name: _param(params["layers"][name], spec, f"layers.{name}")
+                                for name, spec in specs["layers"].items()})
+
+    def to_params(self) -> dict:
+        """The params dict of ``models.qwen3`` holding this module's arrays (no copies)."""
+        return nnx.to_pure_dict(nnx.state(self, nnx.Param))
+
+    def __call__(self, input_ids: jax.Array, **forward_kwargs):
+        """``qwen3.forward(params, config, input_ids, **forward_kwargs)``: (logits or hidden, cache)."""
+        return qwen3.forward(self.to_params(), self.config, input_ids, **forward_kwargs)
+
+
+def logical_axes(model: Qwen3) -> dict:
+    """Each Param's logical axes, read from its ``out_sharding`` metadata (params-dict structure)."""
+    state = nnx.state(model, nnx.Param)
+    return nnx.to_pure_dict(jax.tree.map(lambda p: p.get_metadata("out_sharding"), state,
+                                         is_leaf=lambda x: isinstance(x, nnx.Variable)))
+
+
+def mesh_shardings(model: Qwen3, mesh: jax.sharding.Mesh) -> dict:
+    """``NamedSharding`` per param on `mesh` by sharding.py's rules: what the train step uses."""
+    params = model.to_params()
+    return sharding.logical_to_sharding(logical_axes(model), mesh, params)
+
+
+def load_optax_state(optimizer: nnx.Optimizer, opt_state) -> None:
+    """Put an optax state over our params dict (e.g. a checkpoint's ``TrainState.opt_state``) into
+    an ``nnx.Optimizer`` built with the same transformation and ``wrt=nnx.Param``."""
+    nnx.update(optimizer.opt_state, nnx.state(opt_state))
+
+
+def optax_state(optimizer: nnx.Optimizer, params: dict):
+    """The ``nnx.Optimizer``'s state as the optax state over our params dict (arrays not copied)."""
+    target = jax.tree.structure(jax.eval_shape(optimizer.tx.init, params))
+    return jax.tree.unflatten(target, jax.tree.leaves(nnx.as_pure(optimizer.opt_state)))
+
