@@ -7,15 +7,14 @@ registered by name in rl.registry.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from microcoder_jax.rl.registry import lookup, register_advantage_scaler, register_truncation
 
-if TYPE_CHECKING:
-    from microcoder_jax.rl.config import RLConfig
+RLConfig = Any  # rl.config.RLConfig, which imports this module to register the built-ins
 
 
 @register_advantage_scaler("group")
@@ -114,7 +113,7 @@ class TruncationInputs(NamedTuple):
 
 
 @register_truncation("conditional")
-def conditional_truncation(cfg: "RLConfig", rows: TruncationInputs):
+def conditional_truncation(cfg: RLConfig, rows: TruncationInputs):
     """MicroCoder-GRPO: zero the advantage of rows drawn by the conditional mask M_i."""
     masked = conditional_mask(rows.truncated, rows.non_incorrect, rows.repeating, rows.uniforms,
                               cfg.rho)
@@ -122,33 +121,33 @@ def conditional_truncation(cfg: "RLConfig", rows: TruncationInputs):
 
 
 @register_truncation("none")
-def keep_truncated(cfg: "RLConfig", rows: TruncationInputs):
+def keep_truncated(cfg: RLConfig, rows: TruncationInputs):
     """Truncated rows train like any other."""
     zeros = jnp.zeros_like(rows.truncated)
     return rows.rewards, zeros, zeros
 
 
 @register_truncation("mask_all")
-def mask_all_truncated(cfg: "RLConfig", rows: TruncationInputs):
+def mask_all_truncated(cfg: RLConfig, rows: TruncationInputs):
     """Every truncated row gets advantage 0 (kept in the token count)."""
     return rows.rewards, rows.truncated, jnp.zeros_like(rows.truncated)
 
 
 @register_truncation("overlong_filter")
-def filter_truncated(cfg: "RLConfig", rows: TruncationInputs):
+def filter_truncated(cfg: RLConfig, rows: TruncationInputs):
     """DAPO's overlong filter: truncated rows leave the loss (and its token count)."""
     return rows.rewards, jnp.zeros_like(rows.truncated), rows.truncated
 
 
 @register_truncation("soft_overlong")
-def soft_overlong_shaping(cfg: "RLConfig", rows: TruncationInputs):
+def soft_overlong_shaping(cfg: RLConfig, rows: TruncationInputs):
     """DAPO's soft overlong punishment added to the rewards before normalisation."""
     zeros = jnp.zeros_like(rows.truncated)
     penalty = soft_overlong_penalty(rows.lengths, rows.budget, cfg.soft_overlong_cache)
     return rows.rewards + penalty, zeros, zeros
 
 
-def compute_advantages(config: "RLConfig", batch: dict, uniforms: jax.Array):
+def compute_advantages(config: RLConfig, batch: dict, uniforms: jax.Array):
     """The fused advantage computation of the train step.
 
     Returns (advantages [N] f32, row_weight [N] f32, stats dict of scalars). `row_weight` is 0
