@@ -21,17 +21,18 @@ from microcoder_jax import models
 from microcoder_jax.models.flax_qwen3 import Qwen3
 
 
+def _seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def times(fns, reps: int) -> list[tuple[float, float]]:
-    """(best, median) wall time of each function, runs interleaved so machine load hits all alike."""
+    """(best, median) seconds of each function; rounds interleave them so load hits all alike."""
     for fn in fns:
         fn()  # compile
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-    return [(min(ts), float(np.median(ts))) for ts in times]
+    rounds = [[_seconds(fn) for fn in fns] for _ in range(reps)]
+    return [(min(col), float(np.median(col))) for col in zip(*rounds)]
 
 
 def main() -> None:
