@@ -212,7 +212,8 @@ def test_hidden_paths_cannot_be_read():
             needs(pool, "mount_ns")
             assert pool.isolation["hidden"] == 2
             assert pool.judge([SUM], [read])[0].passed
-        with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256) as open_pool:  # the control
+        # The control: without namespaces, the same program does read the files.
+        with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256, namespaces=False) as open_pool:
             assert open_pool.judge([SUM], [read])[0].verdict == "wrong_answer"
         assert open(f"{shared}/problems.jsonl").read() == "SECRET"  # untouched on the host
     finally:

@@ -18,7 +18,7 @@ import tempfile
 import threading
 from typing import Iterator, Sequence
 
-from microcoder_jax.evaluator import worker
+from microcoder_jax.evaluator import channel, worker
 from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
 from microcoder_jax.evaluator.problems import Problem
 
@@ -49,12 +49,20 @@ class _Server:
         self._tmp = tempfile.mkdtemp(prefix="mcj-judge-", dir=self._tmp_parent)
         config = {"uids": [self._uid, _FALLBACK_UID], "tmpdir": self._tmp, **self._options}
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", worker.__file__, json.dumps(config)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, start_new_session=True, close_fds=True, env=env)
+        self._sock, theirs = worker.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", worker.__file__], stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True, env=env)
+        finally:
+            theirs.close()
+        worker.send_msg(self._sock, config)  # on the socket: argv would show it in /proc
 
     def _handshake(self) -> None:
-        hello = worker.recv_msg(self._proc.stdout.fileno())
+        try:
+            hello = worker.recv_msg(self._sock)
+        except (OSError, EOFError):
+            hello = None
         if not hello or "hello" not in hello:
             raise RuntimeError("the judge's fork server did not start")
         self.isolation = hello["hello"]
@@ -64,11 +72,7 @@ class _Server:
         for _ in range(2):
             if self._proc is None:
                 self._start()
-            try:
-                worker.send_msg(self._proc.stdin.fileno(), request)
-                reply = worker.recv_msg(self._proc.stdout.fileno())
-            except (OSError, EOFError):
-                reply = None
+            reply = channel.run_program(self._sock, request)
             if reply is not None:
                 return reply
             log.warning("judge fork server died (exit %s); restarting it", self._proc.poll())
@@ -78,17 +82,19 @@ class _Server:
     def close(self) -> None:
         if self._proc is None:
             return
-        for stream in (self._proc.stdin, self._proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        self._sock.close()
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
         self._proc = None
+        for group in self.isolation.get("cgroup_dirs", ()):  # a server that was killed leaves its own
+            for path in (os.path.join(group, "t"), group):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
@@ -152,13 +158,13 @@ class EvaluatorPool:
     def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
                  output_limit_mb: int = 64, wall_factor: float = 3.0, max_processes: int = 64,
                  tmpfs_mb: int = 256, tmpdir: str | None = None, hide: Sequence[str] = (),
-                 namespaces: bool = True):
+                 namespaces: bool = True, cgroups: bool = True):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
         self._closed = False
         self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb, "namespaces": namespaces,
-                         "hide": [os.path.abspath(p) for p in hide]}
+                         "cgroups": cgroups, "hide": [os.path.abspath(p) for p in hide]}
         self._tmpdir = tmpdir or _default_tmpdir()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # Distinct uids per server and per pool, so no two programs running at once share one
