@@ -126,8 +126,9 @@ def _keyctl(op: int, arg: int, arg2: int = 0) -> int:
 def clear_user_keyrings() -> None:
     """Empty and discard this uid's user and user-session keyrings (what a program linked there
     would otherwise outlive the test); the kernel makes fresh ones when next asked."""
-    for spec in (-4, -5):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING
-        key = _keyctl(KEYCTL_GET_KEYRING_ID, spec, 0)
+    # Both ids first: looking either up (re)creates the pair. KEY_SPEC_USER(_SESSION)_KEYRING.
+    keys = [_keyctl(KEYCTL_GET_KEYRING_ID, spec, 0) for spec in (-4, -5)]
+    for key in keys:
         if key > 0:
             _keyctl(KEYCTL_CLEAR, key)
             _keyctl(KEYCTL_INVALIDATE, key)

@@ -58,9 +58,10 @@ def _sibling(name: str):
 
 
 if __package__:  # imported by the pool, for the wire format
-    from microcoder_jax.evaluator import cgroups, isolation, sandbox
+    from microcoder_jax.evaluator import cgroups, cleanup, isolation, sandbox
 else:  # run by the pool as a script
     isolation, sandbox, cgroups = _sibling("isolation"), _sibling("sandbox"), _sibling("cgroups")
+    cleanup = _sibling("cleanup")
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,14 +148,14 @@ def run_request(req: dict, fds: list, ctx: dict, sock: socket.socket) -> dict:
         return reply
     finally:
         if pid > 0 and not watched:
-            _kill_all(pid, ctx)
+            cleanup.kill_all(pid, ctx)
         if groups is not None and pid > 0 and not watched:
             cgroups.finish_test(groups)
         for fd in [*fds, *procs]:
             _close(fd)
-        _remove(workdir)
+        cleanup.remove(workdir)
         for scratch in ctx["scratch"]:  # private tmpfs mounts: whatever the program left there
-            _clean(scratch, ctx["skeleton"])
+            cleanup.clean(scratch, ctx["skeleton"])
         if ctx["keyring"]:
             _clear_keyrings(ctx)
 
@@ -195,9 +196,9 @@ def _watch(pid, req, ctx, start, sock) -> tuple:
         if pidfd is not None:
             os.close(pidfd)
     if waited is None:
-        _signal_group(pid)
+        cleanup.signal_group(pid)
         waited = os.waitpid(pid, 0)[1]
-    _kill_all(pid, ctx)  # nothing may keep writing once the child is gone
+    cleanup.kill_all(pid, ctx)  # nothing may keep writing once the child is gone
     return killed, waited, time.monotonic() - start
 
 
@@ -213,33 +214,6 @@ def _cpu_so_far(pid: int, ctx: dict) -> float:
         return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
-
-
-def _clean(scratch: str, skeleton) -> None:
-    """Empty a private scratch directory, keeping only the read-only mount points that live in it
-    (a venv under /tmp) and the directories leading to them: everything else goes."""
-    keep = {os.path.dirname(p) for p in skeleton}
-    for path in list(keep):
-        while path not in ("/", scratch) and path.startswith(scratch + "/"):
-            path = os.path.dirname(path)
-            keep.add(path)
-    mounts = set(skeleton)
-    stack = [scratch]
-    while stack:
-        here = stack.pop()
-        try:
-            names = os.listdir(here)
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(here, name)
-            if path in mounts:
-                continue
-            if path in keep and not os.path.islink(path):
-                os.chmod(path, 0o755)
-                stack.append(path)
-            else:
-                _remove(path)
 
 
 def _clear_keyrings(ctx: dict) -> None:
@@ -259,99 +233,10 @@ def _clear_keyrings(ctx: dict) -> None:
         os.waitpid(helper, 0)
 
 
-def _signal_group(pid: int) -> None:
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _kill_all(pid: int, ctx: dict) -> None:
-    """Kill and reap everything the program started (all of the PID namespace when we own one)."""
-    if ctx["pid_ns"] and os.getpid() == 1:  # never kill(-1) outside our own namespace
-        while True:
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                return
-    _signal_group(pid)
-    own_uid = ctx["uid"] is not None and ctx["uid"] == ctx["own_uid"]
-    if own_uid:  # setsid daemons left the group (never for a shared fallback uid such as nobody)
-        _kill_uid(ctx["uid"])
-    while True:  # as a subreaper, orphans are ours to reap; with our own uid all of them are dying
-        try:
-            if os.waitpid(-1, 0 if own_uid and ctx["subreaper"] else os.WNOHANG)[0] == 0:
-                return
-        except ChildProcessError:
-            return
-
-
-def _kill_uid(uid: int) -> None:
-    """Kill every process of this server's sandbox uid, from a helper that has become that uid."""
-    helper = os.fork()
-    if helper == 0:
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            if os.getuid() == uid and os.geteuid() == uid:  # never kill(-1) with any other identity
-                # Everything this uid may signal, but not ourselves. A fork racing the first sweep
-                # either shows up for the second or fails on its parent's pending SIGKILL. (The
-                # call succeeds whenever any other process exists, so its result says nothing.)
-                for _ in range(2):
-                    os.kill(-1, signal.SIGKILL)
-        except BaseException:  # noqa: BLE001 - ProcessLookupError: nothing (left) to kill
-            pass
-        finally:
-            os._exit(0)
-    os.waitpid(helper, 0)
-
-
 def _close(fd: int) -> None:
     try:
         os.close(fd)
     except OSError:
-        pass
-
-
-def _remove(path: str) -> None:
-    """Remove a file or tree the program left behind, however deep or unreadable it made it.
-
-    Iterative and with short paths only: the children of each subdirectory are renamed up into
-    the top directory until it holds nothing but files, so a million nested directories cost
-    neither recursion nor PATH_MAX. Never raises: a failure must not take the server down.
-    """
-    try:
-        if not os.path.isdir(path) or os.path.islink(path):
-            os.unlink(path)
-            return
-        moved = 0
-        while True:
-            os.chmod(path, 0o700)  # the program may have taken our permissions away (not root)
-            with os.scandir(path) as it:
-                entries = list(it)
-            if not entries:
-                break
-            for entry in entries:
-                if not entry.is_dir(follow_symlinks=False):
-                    os.unlink(entry.path)
-                    continue
-                os.chmod(entry.path, 0o700)
-                with os.scandir(entry.path) as it:
-                    for child in it:
-                        target = os.path.join(path, f".up{moved}")
-                        while os.path.lexists(target):  # names the program chose stay intact
-                            moved += 1
-                            target = os.path.join(path, f".up{moved}")
-                        os.rename(child.path, target)
-                os.rmdir(entry.path)
-        os.rmdir(path)
-    except (OSError, RecursionError, MemoryError):
         pass
 
 
@@ -379,8 +264,13 @@ def main() -> None:
     groups = cgroups.open_groups(name) if config["cgroups"] else None  # before leaving the host's /sys
     if groups is not None and groups["version"] is None:
         groups = None
-    report = isolation.isolate(config["tmpfs_mb"], config["namespaces"], config["hide"],
-                               new_root=config["tmpdir"])
+    try:
+        report = isolation.isolate(config["tmpfs_mb"], config["namespaces"], config["hide"],
+                                   new_root=config["tmpdir"])
+    except BaseException:
+        if groups is not None:  # never leave a group behind on the host
+            cgroups.close_groups(groups)
+        raise
     uids = config["uids"]
     private = report["private_tmp"]
     report.update(uid=isolation.probe_uid(uids), platform=sys.platform,
