@@ -154,11 +154,13 @@ def cpu_seconds(groups: dict):
     return None
 
 
-def finish_test(groups: dict) -> dict:
-    """Kill what is left of the test, read its CPU time and OOM kills, remove its group."""
+def finish_test(groups: dict, reaped: bool = False) -> dict:
+    """Kill what is left of the test (nothing when the caller has `reaped` every process of it),
+    read its CPU time and OOM kills, remove its group."""
     oom = False
-    for h in groups["hierarchies"]:
-        _kill(h)
+    if not reaped:
+        for h in groups["hierarchies"]:
+            _kill(h)
     cpu = cpu_seconds(groups)
     for h in groups["hierarchies"]:
         if "memory" in h["controllers"]:
@@ -175,15 +177,15 @@ def finish_test(groups: dict) -> dict:
 
 
 def kill_and_remove(h: dict) -> None:
-    """Kill every process in the test group and remove it (retried while the kernel lets go)."""
+    """Remove the test group, killing what is still in it first (retried while the kernel lets go)."""
     for _ in range(200):
-        _kill(h)
         try:
             os.rmdir(_TEST, dir_fd=h["fd"])
             return
         except FileNotFoundError:
             return
         except OSError:
+            _kill(h)
             time.sleep(0.001)
 
 

@@ -29,7 +29,7 @@ def kill_all(pid: int, ctx: dict) -> None:
     signal_group(pid)
     own_uid = ctx["uid"] is not None and ctx["uid"] == ctx["own_uid"]
     if own_uid:  # setsid daemons left the group (never for a shared fallback uid such as nobody)
-        kill_uid(ctx["uid"])
+        kill_uid(ctx["uid"], ctx["clear_keyrings"])
     while True:  # as a subreaper, orphans are ours to reap; with our own uid all of them are dying
         try:
             if os.waitpid(-1, 0 if own_uid and ctx["subreaper"] else os.WNOHANG)[0] == 0:
@@ -38,8 +38,9 @@ def kill_all(pid: int, ctx: dict) -> None:
             return
 
 
-def kill_uid(uid: int) -> None:
-    """Kill every process of this server's sandbox uid, from a helper that has become that uid."""
+def kill_uid(uid: int, then=None) -> None:
+    """Kill every process of this server's sandbox uid, from a helper that has become that uid
+    (which then calls `then`, if given, as that uid)."""
     helper = os.fork()
     if helper == 0:
         try:
@@ -51,8 +52,13 @@ def kill_uid(uid: int) -> None:
                 # either shows up for the second or fails on its parent's pending SIGKILL. (The
                 # call succeeds whenever any other process exists, so its result says nothing.)
                 for _ in range(2):
-                    os.kill(-1, signal.SIGKILL)
-        except BaseException:  # noqa: BLE001 - ProcessLookupError: nothing (left) to kill
+                    try:
+                        os.kill(-1, signal.SIGKILL)
+                    except ProcessLookupError:  # nothing (left) to kill
+                        pass
+                if then is not None:
+                    then()
+        except BaseException:  # noqa: BLE001
             pass
         finally:
             os._exit(0)

@@ -51,6 +51,15 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=(), new_root: str | Non
         if not report["user_ns"]:  # cannot happen after a good probe; never run half-mapped
             raise OSError("user namespace without an id map")
     report["net_ns"] = True
+    if flags & _CLONE_NEWPID:
+        child = os.fork()  # the first child is PID 1 of the new namespace: the real server
+        if child:
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGKILL))
+            _, status = os.waitpid(child, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        report["pid_ns"] = os.getpid() == 1
     if flags & _CLONE_NEWNS and _mount(None, "/", None, _MS_REC | _MS_PRIVATE):
         report["mount_ns"] = True  # from here on, nothing we mount is seen outside
         hide = [os.path.realpath(p) for p in hide]
@@ -62,20 +71,15 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=(), new_root: str | Non
                 for d in SCRATCH if os.path.isdir(d))
             if report["private_tmp"]:  # work directories live there, so the rest may go read-only
                 report["readonly_root"] = _remount_readonly()
+            if report["pid_ns"]:
+                report["private_proc"] = _mount_proc("/proc")
         report["hidden"] = sum(not os.path.lexists(p) or _cover(p) for p in hide)
-    if flags & _CLONE_NEWPID:
-        child = os.fork()  # the first child is PID 1 of the new namespace: the real server
-        if child:
-            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-            signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGKILL))
-            _, status = os.waitpid(child, 0)
-            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        report["pid_ns"] = os.getpid() == 1
-        if report["pid_ns"] and report["mount_ns"]:
-            report["private_proc"] = _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     report["ipc_ns"] = _ipc_namespace_works()  # each program gets its own (sandbox.py)
     return report
+
+
+def _mount_proc(target: str) -> bool:
+    return _mount("proc", target, "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
 
 
 def _ipc_namespace_works() -> bool:
@@ -110,6 +114,8 @@ def _build_root(new_root: str, tmpfs_mb: int, report: dict) -> bool:
             report["skeleton"].append(path)
         for name in ("null", "zero", "full", "random", "urandom"):
             _place("/dev/" + name, new_root)
+        # Our own /proc, mounted while the host's is still in view (which a user namespace requires).
+        report["private_proc"] = report["pid_ns"] and _mount_proc(new_root + "/proc")
         for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                              ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
             os.symlink(target, f"{new_root}/dev/{name}")

@@ -142,7 +142,7 @@ def run_request(req: dict, fds: list, ctx: dict, sock: socket.socket) -> dict:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process we reaped
         reply["cpu"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         if groups is not None:
-            measured = cgroups.finish_test(groups)
+            measured = cgroups.finish_test(groups, reaped=ctx["pid_ns"])
             reply["oom"] = measured["oom"]
             reply["cpu"] = reply["cpu"] if measured["cpu"] is None else measured["cpu"]
         return reply
@@ -203,34 +203,39 @@ def _watch(pid, req, ctx, start, sock) -> tuple:
 
 
 def _cpu_so_far(pid: int, ctx: dict) -> float:
-    """CPU seconds of the test so far: its cgroup's, else the child's own and its reaped children's."""
+    """CPU seconds of the test so far: its cgroup's; else, in our PID namespace, every live
+    process's own and its reaped children's; else the child's alone."""
     if ctx["groups"] is not None:
         used = cgroups.cpu_seconds(ctx["groups"])
         if used is not None:
             return used
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
+    pids = [pid]
+    if ctx["pid_ns"]:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and p != "1"]
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _clear_keyrings(ctx: dict) -> None:
-    """Discard the keyrings a program of our sandbox uid (or, without one, of our own) filled."""
+    """Discard the keyrings a program of our sandbox uid (or, without one, of our own) filled.
+    Without a PID namespace the helper that kills the uid's processes has done it already."""
     if ctx["uid"] is None:
         sandbox.clear_user_keyrings()
-    elif ctx["uid"] == ctx["own_uid"]:
-        helper = os.fork()
-        if helper == 0:
-            try:
-                os.setgroups([])
-                os.setgid(ctx["uid"])
-                os.setuid(ctx["uid"])
-                sandbox.clear_user_keyrings()
-            finally:
-                os._exit(0)
-        os.waitpid(helper, 0)
+    elif ctx["uid"] == ctx["own_uid"] and ctx["pid_ns"]:
+        # Every process of the uid is dead (it lives only in our namespace), so for a moment we
+        # may be it ourselves, without a fork: the kernel finds user keyrings by the real uid.
+        os.setresuid(ctx["uid"], ctx["uid"], 0)
+        try:
+            sandbox.clear_user_keyrings()
+        finally:
+            os.setresuid(0, 0, 0)
 
 
 def _close(fd: int) -> None:
@@ -288,6 +293,7 @@ def main() -> None:
         "pid_ns": report["pid_ns"],
         "ipc_ns": report["ipc_ns"],
         "keyring": report["keyring"],
+        "clear_keyrings": sandbox.clear_user_keyrings if report["keyring"] else None,
         "groups": groups,
         "cgroup_memory": groups is not None and "memory" in groups["controllers"],
         "max_processes": config["max_processes"],
