@@ -229,8 +229,10 @@ def test_memory_limit_is_resident_memory_not_address_space(pool):
     needs(pool, "cgroup")
     if "memory" not in pool.isolation["cgroup_controllers"]:
         pytest.skip("no memory controller")
-    threads = ("import threading, time\nts = [threading.Thread(target=time.sleep, args=(0.2,)) for _ in range(40)]\n"
-               "for t in ts:\n    t.start()\nfor t in ts:\n    t.join()\nprint(6)")  # 40 x 8 MiB stacks
+    threads = ("import _thread, time\nlock, done = _thread.allocate_lock(), []\n"  # 40 x 8 MiB stacks
+               "def work():\n    time.sleep(0.2)\n    with lock:\n        done.append(1)\n"
+               "for _ in range(40):\n    _thread.start_new_thread(work, ())\n"
+               "while len(done) < 40:\n    time.sleep(0.01)\nprint(6)")
     hog = "x = bytearray(400 << 20)\nprint(6)"  # really touched: over 256 MiB resident
     results = pool.judge([SIX, SIX], [threads, hog])
     assert [r.verdict for r in results] == ["passed", "memory_limit"], results

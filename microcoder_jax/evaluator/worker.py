@@ -282,7 +282,9 @@ def main() -> None:
                   cgroup=groups["version"] if groups else None,
                   cgroup_controllers=groups["controllers"] if groups else [],
                   cgroup_dirs=groups["dirs"] if groups else [],
-                  keyring=sandbox.KEYCTL_SYSCALL is not None and sys.platform.startswith("linux"))
+                  # our own fresh session keyring: the probe (Docker's default seccomp refuses keyctl)
+                  keyring=sys.platform.startswith("linux") and sandbox.KEYCTL_SYSCALL is not None
+                  and sandbox._keyctl(sandbox.KEYCTL_JOIN_SESSION_KEYRING, 0) > 0)
     ctx = {
         "base": "/tmp" if private else config["tmpdir"],
         "scratch": isolation.SCRATCH if private else (),
@@ -302,8 +304,6 @@ def main() -> None:
     }
     ctx["workdir"] = os.path.join(ctx["base"], "run")
     sandbox.scrub_environment(ctx["workdir"])
-    if ctx["keyring"]:
-        sandbox._keyctl(sandbox.KEYCTL_JOIN_SESSION_KEYRING, 0)  # not the session of whoever started us
     if not private:
         os.chmod(ctx["base"], 0o711)  # a sandbox uid may enter its own directory, not list others
     try:  # glibc's M_ARENA_MAX: threads share one malloc arena, so RLIMIT_AS is not eaten by arenas
