@@ -158,6 +158,20 @@ def test_no_judge_file_path_or_result_is_visible(tmp_path):
     assert [r["verdict"] for r in rows] == ["passed", "passed"], [r["reason"] for r in rows]
 
 
+def test_the_fork_server_cannot_be_traced_or_read(pool):
+    needs(pool, "pid_ns")
+    # PID 1 is the fork server: same uid as the program when the judge is not root.
+    hostile = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\ngot = []\n"
+        "if libc.ptrace(16, 1, None, None) == 0:\n    got.append('ptrace')\n"  # PTRACE_ATTACH
+        "for name in ('mem', 'environ', 'maps'):\n"
+        "    try:\n        open(f'/proc/1/{name}', 'rb').read(1)\n        got.append(name)\n"
+        "    except OSError:\n        pass\n"
+        "print(6 if not got else got)"
+    )
+    assert pool.judge([SIX], [hostile])[0].passed
+
+
 def test_host_unix_sockets_cannot_be_reached(pool, tmp_path):
     needs(pool, "minimal_root", "net_ns")
     path = f"/var/tmp/mcj-{uuid.uuid4().hex[:12]}.sock"

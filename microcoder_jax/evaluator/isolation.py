@@ -135,11 +135,12 @@ def _interpreter_paths() -> list:
     the judge's own source: the fork server's script directory, and a source checkout on sys.path
     (an editable install: the whole project, data and results included; site-packages stays)."""
     own = os.path.dirname(os.path.abspath(__file__))
-    checkout = os.path.dirname(os.path.dirname(own))
+    package = os.path.basename(os.path.dirname(own))  # microcoder_jax
     paths = ["/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc/ld.so.cache",
              "/etc/localtime", sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
     paths += [p for p in sys.path if p and os.path.abspath(p) != own and not (
-        os.path.abspath(p) == checkout and os.path.basename(checkout) not in ("site-packages", "dist-packages"))]
+        os.path.isdir(os.path.join(p, package))
+        and os.path.basename(os.path.abspath(p)) not in ("site-packages", "dist-packages"))]
     kept = []
     for path in sorted({os.path.abspath(p) for p in paths if os.path.lexists(p)}, key=len):
         if path != "/" and not any(_under(path, k) for k in kept):

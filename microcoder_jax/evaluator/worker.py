@@ -306,6 +306,8 @@ def main() -> None:
     sandbox.scrub_environment(ctx["workdir"])
     if not private:
         os.chmod(ctx["base"], 0o711)  # a sandbox uid may enter its own directory, not list others
+    if sys.platform.startswith("linux"):  # no ptrace or /proc/1/mem for a program of our own uid
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
     try:  # glibc's M_ARENA_MAX: threads share one malloc arena, so RLIMIT_AS is not eaten by arenas
         ctypes.CDLL(None).mallopt(-8, 1)
     except (AttributeError, OSError):
