@@ -215,6 +215,8 @@ def test_no_scratch_survives_a_test(pool):
     )
     results = pool.judge([SIX, SIX], [litter, look])
     assert [r.verdict for r in results] == ["passed", "passed"], results
+    for top in ("/", "/tmp", "/var/tmp", "/dev/shm", os.path.expanduser("~")):  # nor on the host
+        assert not os.path.exists(os.path.join(top, f".mcj-{tag}"))
 
 
 def test_cpu_of_children_nobody_waits_for_counts(pool):
@@ -226,6 +228,14 @@ def test_cpu_of_children_nobody_waits_for_counts(pool):
     (result,) = pool.judge([SIX], [hostile])
     assert result.verdict == "timeout" and "CPU" in result.reason, result
     assert result.cpu_time > 1.0
+    uids = set(pool.sandbox_uids)
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # and none of them is left running
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
+        except (OSError, StopIteration):
+            continue
+        assert uid not in uids
 
 
 def test_a_program_just_under_the_cpu_limit_passes(pool):
