@@ -146,13 +146,15 @@ class EvaluatorPool:
     """Judges (problem, program) pairs on `workers` warm fork servers (default: one per core).
 
     timeout: CPU seconds per test (a problem may override it with `metadata["timeout"]`);
-    memory_mb: address-space limit per program; output_limit_mb: stdout cap per test;
-    wall_factor: wall-clock backstop = timeout * wall_factor + 1 s; max_processes: processes and
-    threads per program (where a sandbox uid is available); tmpfs_mb: size of each server's
-    private /tmp and /dev/shm (Linux, where mount namespaces are allowed); tmpdir: where work
-    directories live otherwise; hide: files or directories programs must not read, such as the
-    problem files with expected outputs (covered in the servers' mount namespaces);
-    namespaces=False skips the Linux namespaces (debugging, or to see what hosts refusing them get).
+    memory_mb: memory limit per program (resident memory in its cgroup, else address space);
+    output_limit_mb: stdout cap per test; wall_factor: wall-clock backstop = timeout *
+    wall_factor + 1 s; max_processes: processes and threads per program (its cgroup, or where a
+    sandbox uid or user namespace makes RLIMIT_NPROC count only its own); tmpfs_mb: size of each
+    server's private /tmp and /dev/shm (Linux, where mount namespaces are allowed); tmpdir: where
+    the servers' roots, or work directories without them, are made; hide: files or directories
+    programs must not read even where there is no minimal root, such as the problem files with
+    expected outputs (covered in the servers' mount namespaces); namespaces=False and
+    cgroups=False skip those (debugging, or to see what hosts refusing them get).
     """
 
     def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
@@ -190,7 +192,9 @@ class EvaluatorPool:
     @property
     def isolation(self) -> dict:
         """What the OS granted (see the package docstring): namespaces (pid_ns, net_ns, mount_ns,
-        user_ns), readonly_root, private_tmp, private_proc, and the sandbox uid (None: none)."""
+        ipc_ns, user_ns), minimal_root, readonly_root, private_tmp, private_proc, hidden, the
+        sandbox uid (None: none), cgroup (1, 2 or None) with cgroup_controllers and cgroup_dirs,
+        and keyring (fresh session keyrings per program)."""
         return dict(self._servers[0].isolation)
 
     @property

@@ -39,7 +39,6 @@ import gc
 import os
 import resource
 import select
-import signal
 import socket
 import sys
 import time
