@@ -46,9 +46,11 @@ def needs(pool, *keys):
 
 def test_isolation_report(pool):
     iso = pool.isolation
-    assert {"pid_ns", "net_ns", "mount_ns", "readonly_root", "private_tmp", "private_proc", "uid"} <= set(iso)
+    assert {"pid_ns", "net_ns", "mount_ns", "ipc_ns", "minimal_root", "readonly_root", "private_tmp",
+            "private_proc", "uid", "cgroup", "cgroup_controllers", "keyring"} <= set(iso)
     if LINUX and os.geteuid() == 0:  # what this project's Linux CI grants: everything
         assert iso["uid"] is not None and iso["pid_ns"] and iso["net_ns"] and iso["mount_ns"]
+        assert iso["ipc_ns"] and iso["minimal_root"] and iso["private_proc"] and iso["keyring"]
 
 
 def test_killing_the_parent_or_everyone_kills_only_the_program(pool):
