@@ -258,8 +258,13 @@ def test_memory_limit_is_resident_memory_not_address_space(pool):
                "for _ in range(40):\n    _thread.start_new_thread(work, ())\n"
                "while len(done) < 40:\n    time.sleep(0.01)\nprint(6)")
     hog = "x = bytearray(400 << 20)\nprint(6)"  # really touched: over 256 MiB resident
-    results = pool.judge([SIX, SIX], [threads, hog])
-    assert [r.verdict for r in results] == ["passed", "memory_limit"], results
+    # SysV segments, each attached, filled and detached: 512 MiB that no address space ever holds.
+    shm = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+           "for _ in range(4):\n    seg = libc.shmget(0, 128 << 20, 0o1000 | 0o600)\n"
+           "    addr = libc.shmat(seg, None, 0)\n    ctypes.memset(addr, 1, 128 << 20)\n"
+           "    libc.shmdt(ctypes.c_void_p(addr))\nprint(6)")
+    results = pool.judge([SIX] * 3, [threads, hog, shm])
+    assert [r.verdict for r in results] == ["passed", "memory_limit", "memory_limit"], results
 
 
 def test_test_groups_and_server_groups_are_removed():
