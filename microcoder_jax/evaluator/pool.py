@@ -238,9 +238,11 @@ class EvaluatorPool:
             handle._set(index, result)
 
     def _checker(self, slot: int) -> _Server:
-        """Checkers run on their own fork servers: expected outputs never pass a program's server."""
+        """Checkers run on their own fork servers, with their own uids: what a checker sees (the
+        expected output) never passes a program's server or a process a program could signal."""
         if self._checkers[slot] is None:
-            self._checkers[slot] = _Server(self._servers[slot]._uid, self._options, self._tmpdir)
+            uid = self._servers[slot]._uid + self.workers
+            self._checkers[slot] = _Server(uid, self._options, self._tmpdir)
         return self._checkers[slot]
 
     def close(self) -> None:
