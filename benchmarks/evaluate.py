@@ -4,7 +4,9 @@
 
 The batch is small correct and wrong programs (stdin and call-based) over 5 tests each; both
 designs stop a program at its first failing test and must agree on every verdict. Prints a table:
-programs/s, tests/s and cost per test per worker (wall time x workers / tests run).
+programs/s, tests/s and cost per test per worker (wall time x workers / tests run), what the
+pool's sandbox was granted (`pool.isolation`), and the targets: per-test overhead <= 5 ms CPU,
+throughput >= 10x one fresh python per test.
 """
 from __future__ import annotations
 
@@ -172,6 +174,10 @@ def main(argv=None) -> None:
     print(f"speed-up {slow_wall / fast_wall:.1f}x (wall), {slow_cpu / fast_cpu:.1f}x (CPU). CPU counts every "
           f"process of the judge (pool threads, fork servers, programs); wall ms/test = wall x workers / "
           f"tests. The last row, a program that does nothing, is the per-test overhead.")
+    overhead = idle_cpu / idle_ran * 1e3
+    print(f"targets: per-test overhead {overhead:.2f} ms CPU (<= 5: {'met' if overhead <= 5 else 'MISSED'}); "
+          f"throughput {slow_wall / fast_wall:.1f}x one fresh python per test "
+          f"(>= 10: {'met' if slow_wall / fast_wall >= 10 else 'MISSED'})")
 
 if __name__ == "__main__":
     main()

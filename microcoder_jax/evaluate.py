@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sys
 import time
 
@@ -32,7 +33,8 @@ def _parse_args(argv):
     p.add_argument("--out", required=True, help="JSONL results, one per solution, in input order")
     p.add_argument("--workers", type=int, default=None, help="fork servers (default: one per core)")
     p.add_argument("--timeout", type=float, default=6.0, help="CPU seconds per test (default 6)")
-    p.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per program")
+    p.add_argument("--memory-mb", type=int, default=1024, help="memory limit per program: resident memory where the "
+                   "judge has cgroups, else address space (default 1024)")
     p.add_argument("--reward", choices=("all", "fraction"), default="all",
                    help="all: stop at the first failing test; fraction: run every test")
     p.add_argument("--skip-malformed", action="store_true", help="skip malformed problem rows")
@@ -67,8 +69,22 @@ def _read_solutions(path: str, problems: dict) -> list[tuple]:
     return rows
 
 
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def main(argv=None) -> int:
     args = _parse_args(argv)
+    for name in ("solutions", "problems"):  # checked before anything is opened for writing
+        if _same_file(args.out, getattr(args, name)):
+            print(f"error: --out {args.out} is the --{name} file: it would be overwritten; "
+                  "write the results somewhere else", file=sys.stderr)
+            return 2
     try:
         problems = {p.question_id: p for p in load_problems(args.problems, skip_malformed=args.skip_malformed)}
         rows = _read_solutions(args.solutions, problems)
@@ -79,10 +95,11 @@ def main(argv=None) -> int:
     results: dict[int, JudgeResult] = {
         i: judge_error(problem, err) for i, (problem, _, _, err) in enumerate(rows) if err is not None}
     start = time.monotonic()
-    # Programs must not read the expected outputs from the problem file itself.
-    with EvaluatorPool(args.workers, timeout=args.timeout, memory_mb=args.memory_mb,
-                       hide=[args.problems]) as pool, \
-            open(args.out, "w", encoding="utf-8") as out:
+    # Programs must not read the expected outputs from the problem file, nor the results (which
+    # quote expected tokens): the results file exists first, so that the servers can hide it.
+    with open(args.out, "w", encoding="utf-8") as out, \
+            EvaluatorPool(args.workers, timeout=args.timeout, memory_mb=args.memory_mb,
+                          hide=[args.problems, args.solutions, args.out]) as pool:
         handle = pool.submit([rows[i][0] for i in todo], [rows[i][1] for i in todo], mode=args.reward)
         written = _write_ready(out, rows, results, 0, args.reward)
         progress = _progress(len(rows))

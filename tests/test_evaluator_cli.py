@@ -48,3 +48,31 @@ def test_cli_reports_unreadable_input(tmp_path, capsys):
     _write_jsonl(bad, [{"question_id": "x", "tests": "not a list"}])
     assert evaluate.main(["--problems", str(bad), "--solutions", str(bad), "--out", str(out)]) == 2
     assert "row 0" in capsys.readouterr().err
+
+
+def test_cli_refuses_to_write_over_its_inputs(tmp_path, capsys):
+    problems, solutions = tmp_path / "p.jsonl", tmp_path / "s.jsonl"
+    _write_jsonl(problems, [LCB_ROW])
+    _write_jsonl(solutions, [{"question_id": "lcb1", "code": "print(4)"}])
+    before = problems.read_text(), solutions.read_text()
+    for out, name in ((solutions, "--solutions"), (problems, "--problems"),
+                      (tmp_path / "." / "s.jsonl", "--solutions")):
+        code = evaluate.main(["--problems", str(problems), "--solutions", str(solutions), "--out", str(out)])
+        assert code == 2 and f"is the {name} file" in capsys.readouterr().err
+    assert (problems.read_text(), solutions.read_text()) == before
+
+
+def test_cli_warns_about_an_empty_problem_file_and_problems_without_tests(tmp_path, caplog):
+    empty, problems, solutions, out = (tmp_path / n for n in ("e.jsonl", "p.jsonl", "s.jsonl", "r.jsonl"))
+    empty.write_text("")
+    _write_jsonl(problems, [Problem("hollow", []).to_json(), LCB_ROW])
+    _write_jsonl(solutions, [{"question_id": "hollow", "code": "print(1)"}])
+    with caplog.at_level("WARNING"):
+        assert evaluate.main(["--problems", str(empty), "--solutions", str(solutions), "--out", str(out)]) == 0
+        assert evaluate.main(["--problems", str(problems), "--solutions", str(solutions), "--out", str(out),
+                              "--workers", "1"]) == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(str(empty) in m and "holds no problems" in m for m in messages)
+    assert any(str(problems) in m and "1 problems have no tests" in m and "hollow" in m for m in messages)
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["verdict"] == "judge_error" and "no tests" in row["reason"]

@@ -16,6 +16,7 @@ from microcoder_jax.evaluator.extract import extract_code
     ("-0.000000", "0.0000001"),
     ("YES", "YES"),
     ("", "  \n"),
+    ("1 2\n", "\t1\t\t2\r\n\r\n"),
 ])
 def test_stdout_accepts(expected, actual):
     assert compare_stdout(expected, actual) == (True, "")
@@ -29,6 +30,9 @@ def test_stdout_accepts(expected, actual):
     ("YES", "yes"),
     ("1 2 3", "1 2"), ("1 2", "1 2 3"), ("abc", "ab c"),
     ("1.0", "inf"),
+    # Tokens are separated by space, tab, CR and LF only (testlib): other whitespace is text.
+    ("1 2", "1\x0c2"), ("1 2", "1\x0b2"), ("1 2", "1\xa02"), ("1 2", "1\u20032"), ("1 2", "1\x1c2"),
+    ("1 2", "1 2\x0c"),
 ])
 def test_stdout_rejects(expected, actual):
     ok, reason = compare_stdout(expected, actual)

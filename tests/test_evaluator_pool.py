@@ -239,10 +239,17 @@ def test_livecodebench_rows_judge_end_to_end(pool):
 def test_wire_format_round_trips_without_pickle():
     from microcoder_jax.evaluator import worker
 
+    mine, theirs = worker.socketpair()
     r, w = os.pipe()
-    msg = {"code": "print('\udc80')", "input": b"\x00\xff" * 10, "empty": b"", "n": 3, "x": None,
-           "nested": {"a": [1, 2.5]}}
-    worker.send_msg(w, msg)
-    os.close(w)
-    assert worker.recv_msg(r) == msg and worker.recv_msg(r) is None
+    msg = {"code": "print('\u00e9')", "n": 3, "x": None, "nested": {"a": [1, 2.5]}}
+    worker.send_msg(mine, msg, [r])
     os.close(r)
+    got, fds = worker.recv_msg(theirs, with_fds=True)
+    assert got == msg and len(fds) == 1
+    os.write(w, b"through")
+    assert os.read(fds[0], 7) == b"through"  # the descriptor itself came across
+    mine.close()
+    assert worker.recv_msg(theirs) is None
+    for fd in (w, fds[0]):
+        os.close(fd)
+    theirs.close()

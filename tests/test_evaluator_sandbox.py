@@ -46,9 +46,11 @@ def needs(pool, *keys):
 
 def test_isolation_report(pool):
     iso = pool.isolation
-    assert {"pid_ns", "net_ns", "mount_ns", "readonly_root", "private_tmp", "private_proc", "uid"} <= set(iso)
+    assert {"pid_ns", "net_ns", "mount_ns", "ipc_ns", "minimal_root", "readonly_root", "private_tmp",
+            "private_proc", "uid", "cgroup", "cgroup_controllers", "keyring"} <= set(iso)
     if LINUX and os.geteuid() == 0:  # what this project's Linux CI grants: everything
         assert iso["uid"] is not None and iso["pid_ns"] and iso["net_ns"] and iso["mount_ns"]
+        assert iso["ipc_ns"] and iso["minimal_root"] and iso["private_proc"] and iso["keyring"]
 
 
 def test_killing_the_parent_or_everyone_kills_only_the_program(pool):
@@ -212,7 +214,8 @@ def test_hidden_paths_cannot_be_read():
             needs(pool, "mount_ns")
             assert pool.isolation["hidden"] == 2
             assert pool.judge([SUM], [read])[0].passed
-        with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256) as open_pool:  # the control
+        # The control: without namespaces, the same program does read the files.
+        with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256, namespaces=False) as open_pool:
             assert open_pool.judge([SUM], [read])[0].verdict == "wrong_answer"
         assert open(f"{shared}/problems.jsonl").read() == "SECRET"  # untouched on the host
     finally:

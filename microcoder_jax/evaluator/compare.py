@@ -1,6 +1,8 @@
 """Compare a program's output with the expected output, as a contest judge does.
 
-Stdin problems: whitespace-insensitive token comparison. A token equal as text matches. Otherwise
+Stdin problems: token comparison, tokens separated by space, tab, CR and LF only (as testlib
+does; form feed, vertical tab and Unicode spaces such as U+00A0 are part of a token, so a program
+printing them where the expected output has a space is wrong). A token equal as text matches. Otherwise
 it matches only if the expected token is a real number (has a '.' or an exponent) and the actual
 token is a strictly written number within the tolerance (absolute or relative). Integers must match
 exactly as text, so `1_0`, `1e1`, `+10`, `0x10`, `10.0` never equal `10`.
@@ -17,6 +19,7 @@ import re
 
 _INT = re.compile(r"-?[0-9]+")
 _REAL = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_TOKEN = re.compile(r"[^ \t\r\n]+")
 _SHOW = 40  # characters of a token shown in a reason
 
 
@@ -44,7 +47,7 @@ def compare_stdout(expected: str, actual: str, *, tolerance: float = 1e-6,
     """(matches, short reason when it does not) for a stdin problem's output."""
     if expected == actual:
         return True, ""
-    want, got = expected.split(), actual.split()
+    want, got = _TOKEN.findall(expected), _TOKEN.findall(actual)
     for i, (e, a) in enumerate(zip(want, got)):
         if not tokens_equal(e, a, tolerance, case_sensitive):
             return False, f"token {i + 1}: expected {_clip(e)}, got {_clip(a)}"

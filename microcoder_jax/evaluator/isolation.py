@@ -1,9 +1,9 @@
 """Isolation the fork server sets up once, at start-up, before it forks any program.
 
-Linux: new mount, PID and network namespaces (inside a new user namespace when not root), with
-the filesystem read-only, private tmpfs scratch space and a private /proc; a sandbox uid for the
-children when root; a process limit where it counts only their processes. Elsewhere: nothing
-here applies, and the children get only resource limits (see sandbox.py).
+Linux: new mount, PID and network namespaces (inside a new user namespace when not root), a
+minimal read-only root (pivot_root) with private tmpfs scratch space and a private /proc; a
+sandbox uid for the children when root; a process limit where it counts only their processes.
+Elsewhere: nothing here applies, and the children get only resource limits (see sandbox.py).
 """
 import ctypes
 import os
@@ -14,23 +14,26 @@ import sys
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+_CLONE_NEWIPC, _MNT_DETACH = 0x08000000, 2
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 SCRATCH = ("/tmp", "/dev/shm")  # world-writable scratch space; private and emptied per run when we can
-EXPOSED = "/tmp/.python"  # read-only views of import paths a sandbox uid could not read
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _LINUX = sys.platform.startswith("linux")
 _LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
 
 
-def isolate(tmpfs_mb: int, namespaces: bool = True, hide=()) -> dict:
-    """Enter new mount, PID and network namespaces (as PID 1 of the new PID one) where permitted.
+def isolate(tmpfs_mb: int, namespaces: bool = True, hide=(), new_root: str | None = None) -> dict:
+    """Enter new mount, PID, network and IPC namespaces (as PID 1 of the new PID one) where permitted.
 
-    In the new mount namespace every filesystem is remounted read-only, fresh size-limited tmpfs
-    mounts replace /tmp and /dev/shm, the paths in `hide` (say, the problem files with their
-    expected outputs) are covered by empty ones, and /proc shows only our own processes.
+    In the new mount namespace the server moves into a minimal read-only root built in
+    `new_root` (see `_build_root`), with fresh size-limited tmpfs /tmp and /dev/shm and a /proc
+    that shows only our own processes; paths in `hide` that are still visible there are covered.
+    Where pivot_root is refused, every filesystem is remounted read-only instead.
     Not root: the same inside a new user namespace, when the kernel allows unprivileged ones.
     """
-    report = {"pid_ns": False, "net_ns": False, "user_ns": False, "mount_ns": False,
-              "readonly_root": False, "private_tmp": False, "private_proc": False, "hidden": 0}
+    report = {"pid_ns": False, "net_ns": False, "user_ns": False, "mount_ns": False, "ipc_ns": False,
+              "minimal_root": False, "readonly_root": False, "private_tmp": False,
+              "private_proc": False, "hidden": 0, "skeleton": []}
     if not (_LINUX and namespaces):
         return report
     root, uid, gid = os.geteuid() == 0, os.getuid(), os.getgid()  # (read before unshare)
@@ -48,14 +51,6 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=()) -> dict:
         if not report["user_ns"]:  # cannot happen after a good probe; never run half-mapped
             raise OSError("user namespace without an id map")
     report["net_ns"] = True
-    if flags & _CLONE_NEWNS and _mount(None, "/", None, _MS_REC | _MS_PRIVATE):
-        report["mount_ns"] = True  # from here on, nothing we mount is seen outside
-        report["private_tmp"] = all(
-            _mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
-            for d in SCRATCH if os.path.isdir(d))
-        if report["private_tmp"]:  # work directories live there, so the rest may go read-only
-            report["readonly_root"] = _remount_readonly()
-        report["hidden"] = sum(_cover(path) for path in hide)
     if flags & _CLONE_NEWPID:
         child = os.fork()  # the first child is PID 1 of the new namespace: the real server
         if child:
@@ -65,9 +60,123 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=()) -> dict:
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         report["pid_ns"] = os.getpid() == 1
-        if report["pid_ns"] and report["mount_ns"]:
-            report["private_proc"] = _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    if flags & _CLONE_NEWNS and _mount(None, "/", None, _MS_REC | _MS_PRIVATE):
+        report["mount_ns"] = True  # from here on, nothing we mount is seen outside
+        hide = [os.path.realpath(p) for p in hide]
+        if new_root is not None and _build_root(new_root, tmpfs_mb, report):
+            report["minimal_root"] = report["readonly_root"] = report["private_tmp"] = True
+        else:
+            report["private_tmp"] = all(
+                _mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
+                for d in SCRATCH if os.path.isdir(d))
+            if report["private_tmp"]:  # work directories live there, so the rest may go read-only
+                report["readonly_root"] = _remount_readonly()
+            if report["pid_ns"]:
+                report["private_proc"] = _mount_proc("/proc")
+        report["hidden"] = sum(not os.path.lexists(p) or _cover(p) for p in hide)
+    report["ipc_ns"] = _ipc_namespace_works()  # each program gets its own (sandbox.py)
     return report
+
+
+def _mount_proc(target: str) -> bool:
+    return _mount("proc", target, "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
+def _ipc_namespace_works() -> bool:
+    """Whether a child may unshare an IPC namespace (tried in a throw-away child)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if _LIBC.unshare(_CLONE_NEWIPC) == 0 else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def _build_root(new_root: str, tmpfs_mb: int, report: dict) -> bool:
+    """pivot_root into a tmpfs holding only what the interpreter needs, bound read-only: the
+    system's /usr and library directories, the dynamic loader's cache, and the judge's Python
+    (its prefixes and import paths, wherever they live: a venv under /tmp included). Nothing else
+    of the host is reachable from there: no judge file or result, no socket, no other path."""
+    if not _mount("tmpfs", new_root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755"):
+        return False
+    binds, in_scratch = [], []
+    for path in _interpreter_paths():
+        (in_scratch if any(_under(path, d) for d in SCRATCH) else binds).append(path)
+    try:
+        for path in binds:
+            _place(path, new_root)
+        for d in ("proc", "dev", "tmp", "dev/shm"):
+            os.makedirs(new_root + "/" + d, mode=0o755, exist_ok=True)
+        for d in SCRATCH:
+            if not _mount("tmpfs", new_root + d, "tmpfs", _MS_NOSUID | _MS_NODEV,
+                          f"size={tmpfs_mb}m,mode=1777"):
+                raise OSError(f"tmpfs on {d}")
+        for path in in_scratch:  # mount points inside the private /tmp: cleanup leaves them be
+            _place(path, new_root)
+            report["skeleton"].append(path)
+        for name in ("null", "zero", "full", "random", "urandom"):
+            _place("/dev/" + name, new_root)
+        # Our own /proc, mounted while the host's is still in view (which a user namespace requires).
+        report["private_proc"] = report["pid_ns"] and _mount_proc(new_root + "/proc")
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, f"{new_root}/dev/{name}")
+        os.chdir(new_root)
+        if not _pivot_root():
+            raise OSError("pivot_root")
+        os.chdir("/")
+    except OSError:
+        os.chdir("/")
+        _LIBC.umount2(new_root.encode(), _MNT_DETACH)
+        return False
+    return _mount(None, "/", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+
+def _interpreter_paths() -> list:
+    """Host paths a program's interpreter reads: system libraries and the judge's Python, less
+    the judge's own source: the fork server's script directory, and a source checkout on sys.path
+    (an editable install: the whole project, data and results included; site-packages stays)."""
+    own = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.basename(os.path.dirname(own))  # microcoder_jax
+    paths = ["/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc/ld.so.cache",
+             "/etc/localtime", sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    paths += [p for p in sys.path if p and os.path.abspath(p) != own and not (
+        os.path.isdir(os.path.join(p, package))
+        and os.path.basename(os.path.abspath(p)) not in ("site-packages", "dist-packages"))]
+    kept = []
+    for path in sorted({os.path.abspath(p) for p in paths if os.path.lexists(p)}, key=len):
+        if path != "/" and not any(_under(path, k) for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _place(path: str, new_root: str) -> None:
+    """Bind `path` read-only at the same place under `new_root` (a top-level symlink such as
+    /lib -> usr/lib stays a symlink)."""
+    target = new_root + path
+    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+    if os.path.islink(path) and os.path.dirname(path) == "/":
+        os.symlink(os.readlink(path), target)
+        return
+    if os.path.isdir(path):
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    elif not os.path.exists(target):
+        open(target, "w").close()
+    if not (_mount(path, target, None, _MS_BIND | _MS_REC) and _mount(
+            None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags(target))):
+        raise OSError(f"bind {path}")
+
+
+def _pivot_root() -> bool:
+    """pivot_root(".", ".") then detach the old root: no path of the host is left beneath us."""
+    number = _PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        return False
+    if _LIBC.syscall(ctypes.c_long(number), b".", b".") != 0:
+        return False
+    return _LIBC.umount2(b".", _MNT_DETACH) == 0
 
 
 def _map_ids(uid: int, gid: int) -> bool:
@@ -137,54 +246,6 @@ def _mount_flags(path: str) -> int:
     pairs = [(os.ST_NOSUID, _MS_NOSUID), (os.ST_NODEV, _MS_NODEV), (os.ST_NOEXEC, _MS_NOEXEC),
              (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)]
     return sum(ms for st_flag, ms in pairs if st & st_flag)
-
-
-def expose_import_paths() -> None:
-    """Make sys.path readable by a sandbox uid.
-
-    A Python installed behind a private directory (under /root, say) cannot be read once the
-    child drops its uid; such entries are bind-mounted read-only under /tmp/.python in our own
-    mount namespace, and sys.path and every loaded package's __path__ point there from now on.
-    """
-    moved = {}
-    for i, path in enumerate(sys.path):
-        if not path or not os.path.exists(path) or _others_can_read(path):
-            continue
-        target = f"{EXPOSED}/{i}"
-        os.makedirs(EXPOSED, mode=0o755, exist_ok=True)
-        if os.path.isdir(path):
-            os.makedirs(target, exist_ok=True)
-        else:
-            open(target, "w").close()
-        if _mount(path, target, None, _MS_BIND) and _mount(
-                None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags(target)):
-            moved[path] = target
-
-    def relocate(entry):
-        for old, new in moved.items():
-            if entry == old or entry.startswith(old + os.sep):
-                return new + entry[len(old):]
-        return entry
-
-    if moved:
-        sys.path[:] = [relocate(p) for p in sys.path]
-        for module in list(sys.modules.values()):
-            if isinstance(getattr(module, "__path__", None), list):
-                module.__path__[:] = [relocate(p) for p in module.__path__]
-        sys.path_importer_cache.clear()
-
-
-def _others_can_read(path: str) -> bool:
-    path = os.path.realpath(path)
-    mode = os.stat(path).st_mode
-    if not mode & 0o004 or (os.path.isdir(path) and not mode & 0o001):
-        return False
-    parent = os.path.dirname(path)
-    while parent != path:
-        if not os.stat(parent).st_mode & 0o001:
-            return False
-        path, parent = parent, os.path.dirname(parent)
-    return True
 
 
 def _write(path: str, text: str) -> None:

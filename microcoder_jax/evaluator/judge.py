@@ -135,11 +135,13 @@ def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[s
         return "runtime_error", f"output limit exceeded ({limits.output_limit_mb} MiB)"
     if code == EXIT_COMPILE and status.get("status") == "compile_error":
         return "compile_error", str(status.get("error", ""))
-    if sig == signal.SIGXCPU or reply["cpu"] > timeout:  # the kernel's limit, or measured time
+    # The server's own CPU measurement (every process of the test, from its cgroup where there is
+    # one); RLIMIT_CPU's SIGXCPU is a backstop set above the limit.
+    if reply["killed"] == "cpu" or reply["cpu"] > timeout or sig == signal.SIGXCPU:
         return "timeout", f"CPU time limit {timeout:g} s exceeded"
     if reply["killed"] == "wall":
         return "timeout", f"wall-clock limit {limits.wall_timeout(timeout):.1f} s"
-    if code == EXIT_MEMORY or status.get("status") == "memory_limit":
+    if reply.get("oom") or code == EXIT_MEMORY or status.get("status") == "memory_limit":
         return "memory_limit", f"memory limit {limits.memory_mb} MiB"
     if code == EXIT_SETUP:
         return "runtime_error", "the sandbox could not start the program"

@@ -18,7 +18,7 @@ import tempfile
 import threading
 from typing import Iterator, Sequence
 
-from microcoder_jax.evaluator import worker
+from microcoder_jax.evaluator import channel, worker
 from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
 from microcoder_jax.evaluator.problems import Problem
 
@@ -49,12 +49,20 @@ class _Server:
         self._tmp = tempfile.mkdtemp(prefix="mcj-judge-", dir=self._tmp_parent)
         config = {"uids": [self._uid, _FALLBACK_UID], "tmpdir": self._tmp, **self._options}
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", worker.__file__, json.dumps(config)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, start_new_session=True, close_fds=True, env=env)
+        self._sock, theirs = worker.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", worker.__file__], stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True, env=env)
+        finally:
+            theirs.close()
+        worker.send_msg(self._sock, config)  # on the socket: argv would show it in /proc
 
     def _handshake(self) -> None:
-        hello = worker.recv_msg(self._proc.stdout.fileno())
+        try:
+            hello = worker.recv_msg(self._sock)
+        except (OSError, EOFError):
+            hello = None
         if not hello or "hello" not in hello:
             raise RuntimeError("the judge's fork server did not start")
         self.isolation = hello["hello"]
@@ -64,11 +72,7 @@ class _Server:
         for _ in range(2):
             if self._proc is None:
                 self._start()
-            try:
-                worker.send_msg(self._proc.stdin.fileno(), request)
-                reply = worker.recv_msg(self._proc.stdout.fileno())
-            except (OSError, EOFError):
-                reply = None
+            reply = channel.run_program(self._sock, request)
             if reply is not None:
                 return reply
             log.warning("judge fork server died (exit %s); restarting it", self._proc.poll())
@@ -78,17 +82,19 @@ class _Server:
     def close(self) -> None:
         if self._proc is None:
             return
-        for stream in (self._proc.stdin, self._proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        self._sock.close()
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
         self._proc = None
+        for group in self.isolation.get("cgroup_dirs", ()):  # a server that was killed leaves its own
+            for path in (os.path.join(group, "t"), group):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
@@ -140,25 +146,27 @@ class EvaluatorPool:
     """Judges (problem, program) pairs on `workers` warm fork servers (default: one per core).
 
     timeout: CPU seconds per test (a problem may override it with `metadata["timeout"]`);
-    memory_mb: address-space limit per program; output_limit_mb: stdout cap per test;
-    wall_factor: wall-clock backstop = timeout * wall_factor + 1 s; max_processes: processes and
-    threads per program (where a sandbox uid is available); tmpfs_mb: size of each server's
-    private /tmp and /dev/shm (Linux, where mount namespaces are allowed); tmpdir: where work
-    directories live otherwise; hide: files or directories programs must not read, such as the
-    problem files with expected outputs (covered in the servers' mount namespaces);
-    namespaces=False skips the Linux namespaces (debugging, or to see what hosts refusing them get).
+    memory_mb: memory limit per program (resident memory in its cgroup, else address space);
+    output_limit_mb: stdout cap per test; wall_factor: wall-clock backstop = timeout *
+    wall_factor + 1 s; max_processes: processes and threads per program (its cgroup, or where a
+    sandbox uid or user namespace makes RLIMIT_NPROC count only its own); tmpfs_mb: size of each
+    server's private /tmp and /dev/shm (Linux, where mount namespaces are allowed); tmpdir: where
+    the servers' roots, or work directories without them, are made; hide: files or directories
+    programs must not read even where there is no minimal root, such as the problem files with
+    expected outputs (covered in the servers' mount namespaces); namespaces=False and
+    cgroups=False skip those (debugging, or to see what hosts refusing them get).
     """
 
     def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
                  output_limit_mb: int = 64, wall_factor: float = 3.0, max_processes: int = 64,
                  tmpfs_mb: int = 256, tmpdir: str | None = None, hide: Sequence[str] = (),
-                 namespaces: bool = True):
+                 namespaces: bool = True, cgroups: bool = True):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
         self._closed = False
         self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb, "namespaces": namespaces,
-                         "hide": [os.path.abspath(p) for p in hide]}
+                         "cgroups": cgroups, "hide": [os.path.abspath(p) for p in hide]}
         self._tmpdir = tmpdir or _default_tmpdir()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # Distinct uids per server and per pool, so no two programs running at once share one
@@ -184,7 +192,9 @@ class EvaluatorPool:
     @property
     def isolation(self) -> dict:
         """What the OS granted (see the package docstring): namespaces (pid_ns, net_ns, mount_ns,
-        user_ns), readonly_root, private_tmp, private_proc, and the sandbox uid (None: none)."""
+        ipc_ns, user_ns), minimal_root, readonly_root, private_tmp, private_proc, hidden, the
+        sandbox uid (None: none), cgroup (1, 2 or None) with cgroup_controllers and cgroup_dirs,
+        and keyring (fresh session keyrings per program)."""
         return dict(self._servers[0].isolation)
 
     @property
@@ -228,9 +238,11 @@ class EvaluatorPool:
             handle._set(index, result)
 
     def _checker(self, slot: int) -> _Server:
-        """Checkers run on their own fork servers: expected outputs never pass a program's server."""
+        """Checkers run on their own fork servers, with their own uids: what a checker sees (the
+        expected output) never passes a program's server or a process a program could signal."""
         if self._checkers[slot] is None:
-            self._checkers[slot] = _Server(self._servers[slot]._uid, self._options, self._tmpdir)
+            uid = self._servers[slot]._uid + self.workers
+            self._checkers[slot] = _Server(uid, self._options, self._tmpdir)
         return self._checkers[slot]
 
     def close(self) -> None:

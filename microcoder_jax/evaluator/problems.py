@@ -210,7 +210,19 @@ def load_problems(path: str | os.PathLike, *, skip_malformed: bool = False) -> l
             first_error = first_error or message
     if skipped:
         log.warning("skipped %d malformed problem rows of %s (first: %s)", skipped, path, first_error)
+    if not problems:
+        log.warning("%s: the problem file holds no problems", path)
+    empty = without_tests(problems)
+    if empty:  # (a str first: data.loader counts records whose first argument is an int as skipped rows)
+        log.warning("%s: %d problems have no tests (judged judge_error; training should skip them): %s",
+                    path, len(empty), ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else ""))
     return problems
+
+
+def without_tests(problems) -> list[str]:
+    """The question_ids of the problems that have no tests: nothing can judge them, so they can
+    give no reward (the judge answers judge_error; a trainer should leave them out and count them)."""
+    return [p.question_id for p in problems if not p.tests]
 
 
 def save_problems(problems: list[Problem], path: str | os.PathLike) -> None:

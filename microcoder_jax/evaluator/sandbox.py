@@ -9,6 +9,7 @@ import array
 import atexit
 import collections
 import ctypes
+import fcntl
 import json
 import math
 import numbers
@@ -53,8 +54,14 @@ def scrub_environment(workdir: str) -> None:
 
 
 _PR_SET_NO_NEW_PRIVS = 38
+_CLONE_NEWIPC = 0x08000000
+KEYCTL_GET_KEYRING_ID, KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR, KEYCTL_INVALIDATE = 0, 1, 7, 21
+# keyctl(2) has no libc wrapper: its syscall number per architecture.
+KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 280, "s390x": 280,
+                  "i686": 288, "armv7l": 311}.get(os.uname().machine) if os.name == "posix" else None
 _LINUX = sys.platform.startswith("linux")
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if _LINUX else None  # resolved once, not per fork
+_LIBC = ctypes.CDLL(None, use_errno=True) if _LINUX else None  # resolved once, not per fork
+MAX_CODE = 16 << 20
 
 
 def build_prelude() -> None:
@@ -62,38 +69,95 @@ def build_prelude() -> None:
     PRELUDE.pop("__builtins__", None)
 
 
-def enter(req: dict, ctx: dict, workdir: str, in_r: int, out_w: int, st_w: int) -> None:
-    """Runs in the forked child; never returns."""
+def enter(req: dict, ctx: dict, workdir: str, fds: list, join_cgroup) -> None:
+    """Runs in the forked child; never returns. fds: the program's stdin and stdout, the status
+    pipe and the code pipe, all handed over by the judge (the server never reads them)."""
     try:
+        in_r, out_w, st_w, code_r = (fcntl.fcntl(fd, fcntl.F_DUPFD, 16) for fd in fds)  # above 0-5
+        join_cgroup()  # first: every CPU second and byte of the test is counted from here on
         os.setsid()  # own session and process group, killed whole
         null = os.open(os.devnull, os.O_RDWR)
         call = req["mode"] == "call"
-        os.dup2(null if call else in_r, 0)
-        os.dup2(null if call else out_w, 1)  # a call-based program's prints are not judged
-        os.dup2(null, 2)
-        os.dup2(st_w, 3)
-        os.closerange(4, ctx["max_fd"])  # the server's pipes to the pool included
+        for fd, target in ((code_r, 5), (in_r, 0), (out_w, 1), (null, 2), (st_w, 3), (null, 4)):
+            os.dup2(fd, target)
+        os.closerange(6, ctx["max_fd"])  # the server's socket to the judge and cgroup files included
         _apply_limits(req, ctx)
         os.chdir(workdir)
+        if ctx["ipc_ns"]:
+            _unshare(_CLONE_NEWIPC)  # System V and POSIX IPC objects die with the test
         if ctx["uid"] is not None:
-            os.setgroups([])
-            os.setgid(ctx["uid"])
-            os.setuid(ctx["uid"])
+            _drop_to(ctx["uid"])
+        elif _LINUX:
+            _drop_capabilities()  # root of the server's user namespace, but without its powers
+        if ctx["keyring"]:
+            _keyctl(KEYCTL_JOIN_SESSION_KEYRING, 0)  # a fresh, empty session keyring
         if _LINUX:
-            _PRCTL(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries to climb back
+            _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries to climb back
+        req["code"] = _read_all(5, MAX_CODE).decode("utf-8", errors="surrogateescape")
+        os.close(5)
+        if call:  # the arguments come on stdin; the program's own stdin/stdout are not judged
+            req["input"] = _read_all(0, MAX_CODE).decode("utf-8", errors="replace")
+            os.dup2(4, 0)
+            os.dup2(4, 1)
+        os.close(4)
     except BaseException:  # noqa: BLE001
         os._exit(EXIT_SETUP)
     os._exit(_run_program(req))
 
 
+def _read_all(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size <= limit and (chunk := os.read(fd, 1 << 16)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _unshare(flags: int) -> None:
+    if _LIBC.unshare(flags) != 0:
+        raise OSError(ctypes.get_errno(), "unshare")
+
+
+def _keyctl(op: int, arg: int, arg2: int = 0) -> int:
+    return _LIBC.syscall(ctypes.c_long(KEYCTL_SYSCALL), ctypes.c_long(op), ctypes.c_long(arg),
+                         ctypes.c_long(arg2), ctypes.c_long(0), ctypes.c_long(0))
+
+
+def clear_user_keyrings() -> None:
+    """Empty and discard this uid's user and user-session keyrings (what a program linked there
+    would otherwise outlive the test); the kernel makes fresh ones when next asked."""
+    # Both ids first: looking either up (re)creates the pair. KEY_SPEC_USER(_SESSION)_KEYRING.
+    keys = [_keyctl(KEYCTL_GET_KEYRING_ID, spec, 0) for spec in (-4, -5)]
+    for key in keys:
+        if key > 0:
+            _keyctl(KEYCTL_CLEAR, key)
+            _keyctl(KEYCTL_INVALIDATE, key)
+
+
+def _drop_to(uid: int) -> None:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def _drop_capabilities() -> None:
+    """capset(2) to nothing: a program that is uid 0 of a user namespace may not mount, unmount
+    or remount anything there (the server's read-only root and private /tmp stay as they are)."""
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    if _LIBC.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def _apply_limits(req: dict, ctx: dict) -> None:
     memory = int(req["memory_mb"]) << 20
-    cpu = max(1, math.ceil(req["timeout"]))  # SIGXCPU at the soft limit, SIGKILL one second later
+    # A backstop above the limit: the verdict comes from the server's own CPU measurement.
+    cpu = math.ceil(req["timeout"]) + 1
     limits = [(resource.RLIMIT_CPU, cpu, cpu + 1),
               (resource.RLIMIT_FSIZE, req["output_limit"], req["output_limit"]),
               (resource.RLIMIT_NOFILE, 256, 256),
               (resource.RLIMIT_CORE, 0, 0)]
-    if _LINUX:  # macOS does not enforce RLIMIT_AS, and refuses some values
+    if _LINUX and not ctx["cgroup_memory"]:  # macOS does not enforce RLIMIT_AS, and refuses some values
         limits.append((resource.RLIMIT_AS, memory, memory))
     if ctx["nproc"] is not None:
         limits.append((resource.RLIMIT_NPROC, ctx["nproc"], ctx["nproc"]))
