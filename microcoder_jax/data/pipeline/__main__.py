@@ -3,8 +3,8 @@
 
 STAGE: collect, process, filter, verify, export, or all. Reads the dumps named by the
 `sources.<name>.path` keys (files, globs or folders; by default the bundled sample problems) and
-writes each stage's output to `<workdir>/<stage>/`, the training shards to
-`<workdir>/export/train-*.jsonl` with a report. `all` runs every stage in order, skipping the ones
+writes each stage's output to `<workdir>/<stage>/` (`workdir` defaults to `data_pipeline/`,
+git-ignored), the training shards to `<workdir>/export/train-*.jsonl` with a report. `all` runs every stage in order, skipping the ones
 already done with the same config and inputs; a single stage needs the one before it done.
 """
 from __future__ import annotations

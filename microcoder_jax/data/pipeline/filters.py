@@ -8,7 +8,6 @@ is the expensive one (`difficulty_band`). A problem is counted under the first r
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import logging

@@ -10,7 +10,6 @@ code. Question ids get the source name as prefix so ids from different dumps nev
 from __future__ import annotations
 
 import ast
-import datetime
 import hashlib
 import html
 import json

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from typing import NamedTuple, Sequence
 
 from microcoder_jax.data.jsonl import read_jsonl
