@@ -72,7 +72,15 @@ def _explain(argv, define_flags, error: Exception) -> str:
                 near = difflib.get_close_matches(key, keys, n=1)
                 hint = f" (did you mean {near[0]}?)" if near else ""
                 return f"unknown config key {key!r}{hint}; valid keys: {', '.join(keys)}"
-    text = str(error).strip().strip("'\"").replace("\\n", " ").replace("\n", " ")
+    path = next((a.partition("=")[2].partition(":")[0] for a in argv if a.startswith("--config=")), "")
+    if path and not os.path.exists(path):
+        return f"--config={path}: no such config file"
+    lines = [ln.strip() for ln in str(error).replace("\\n", "\n").splitlines() if ln.strip()]
+    if any(ln.startswith("Traceback") for ln in lines):  # get_config raised: its own message
+        lines = [lines[-1].partition(": ")[2] or lines[-1]]
+    text = " ".join(lines)
+    if text[:1] in "'\"" and text[-1:] == text[:1]:
+        text = text[1:-1]
     return text or type(error).__name__
 
 
@@ -104,6 +112,7 @@ def parse(argv: Sequence[str] | None, *, prog: str, doc: str, default_file: str 
         config = fv.config
         if config is None:
             raise ConfigError("no config: pass --config=FILE")
+        config.keys()  # a file that failed to load raises here
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 — absl / ml_collections raise many types for one bad value

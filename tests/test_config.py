@@ -65,6 +65,13 @@ def test_overrides_parse_by_type():
     assert c.data.train_files == ("a.jsonl", "b-*.jsonl")
 
 
+def test_missing_config_file_and_unknown_flag_are_one_line_errors(tmp_path):
+    with pytest.raises(config_lib.ConfigError, match=r"^--config=.*nope.py: no such config file$"):
+        load(f"--config={tmp_path}/nope.py")
+    with pytest.raises(config_lib.ConfigError, match="bogus"):
+        load("--bogus=1")
+
+
 def test_unknown_key_lists_valid_keys():
     with pytest.raises(config_lib.ConfigError) as e:
         load("--config.rl.rhoo=0.2")
