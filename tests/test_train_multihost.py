@@ -79,10 +79,11 @@ import jax
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 import numpy as np
 from jax.experimental import multihost_utils
-from microcoder_jax import config as config_lib, train
+from microcoder_jax import cli, sharding, train
 workdir, out, *overrides = sys.argv[1:]
 config = cli.load_config(None, overrides)
-train.initialize_distributed(config)  # what train.main does first
+d = config.distributed  # what train.main does first
+sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)
 assert jax.device_count() == 4, jax.devices()
 state = train.train(config, workdir, log_fn=lambda *a: None)
 leaves = [np.asarray(multihost_utils.process_allgather(x, tiled=True)) for x in jax.tree.leaves(state.params)]
