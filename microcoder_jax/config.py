@@ -1,64 +1,22 @@
-"""The configuration of a training or evaluation run: every default in one place.
+"""The configuration of a run: every knob, its default and its meaning in one table (`KEYS`).
 
-`default_config()` returns an `ml_collections.ConfigDict`; the files in `configs/` start from it and
-change what their setting needs. `load_config(path, overrides)` reads a config file and applies
-command-line overrides (`--config.rl.rho=0.2`); an unknown key is an error that lists the valid ones.
-
-| key | default | meaning |
-|---|---|---|
-| seed | 0 | seeds model init, data order, sampling and the rho uniforms |
-| model.path | "" | Hugging Face checkpoint directory (config.json + safetensors); empty = random init from `model.preset` |
-| model.preset | "tiny" | `models.presets.PRESETS` name used when `model.path` is empty |
-| model.vocab_size ... model.head_dim | None | shape overrides on the preset (None = keep); vocab None = tokenizer's size for random inits |
-| model.dtype / model.param_dtype | bfloat16 / float32 | compute dtype / master-weight dtype |
-| model.remat | full | rematerialisation policy of the layer scan (none, full, dots, dots_saveable) |
-| model.attention | auto | attention kernel: auto, xla, cudnn, splash |
-| tokenizer.path | "" | tokenizer directory; empty = `model.path` (the demo builds its own) |
-| data.task | problems | `problems` (files below) or `demo` (the bundled synthetic task) |
-| data.train_files | () | problem files (JSONL/Parquet: LiveCodeBench, APPS/TACO or our rows): paths or glob patterns ("data/train-*.jsonl"): a tuple, or a comma-separated string on the command line |
-| data.num_prompts | 64 | prompts per rollout batch (global, over all hosts) |
-| data.max_prompt_tokens | 1024 | longer prompts are skipped (counted) instead of truncated |
-| data.prompt_buckets | (256, 512, 1024) | static prompt lengths; a prompt is left-padded to the smallest that fits |
-| data.enable_thinking | False | Qwen3 chat template thinking switch |
-| data.instruction_stdin / data.instruction_call | see below | instruction appended to the statement |
-| sampling.group_size | 8 | G: responses per prompt |
-| sampling.max_new_tokens | 4096 | response cap in training (static shape) |
-| sampling.top_p / top_k | 1.0 / 0 | nucleus / top-k filter (1.0 / 0 = off) |
-| sampling.decode_phases | 4 | decode loop stages with growing KV caches (1 = one loop over all slots) |
-| temperature.policy | constant | constant, staged (`schedule`) or diversity (`stages`, `signal`, band, window) |
-| temperature.temperature | 1.2 | start temperature; the scheduler moves it only in stages |
-| rl.preset | microcoder | algorithm preset: microcoder, grpo, dapo (`rl.presets`) |
-| rl.learning_rate / warmup_steps / decay | 1e-6 / 10 / constant | AdamW schedule, in rollout steps |
-| rl.num_minibatches / micro_batch_size | 4 / 8 | updates per rollout batch / rows per forward-backward |
-| rl.* (other) | None | any `RLConfig` field (rho, eps_low, truncation, ...); None = the preset's value |
-| evaluator.workers | 0 | judge processes (0 = number of CPU cores) |
-| evaluator.timeout | 6.0 | CPU seconds per test |
-| evaluator.memory_mb | 1024 | address-space limit per program |
-| evaluator.reward | all | `all` (1 iff every test passes) or `fraction` |
-| train.steps | 300 | RL steps (rollout batches) |
-| train.checkpoint_every / keep_checkpoints | 10 / 3 | checkpoint interval and how many to keep |
-| train.async_checkpoint | True | write checkpoints in the background |
-| train.eval_every | 50 | evaluate every N steps (0 = never) |
-| train.warm_start_steps | 0 | supervised warm-start steps before RL (the demo uses it) |
-| eval.files | () | evaluation problem files (paths or glob patterns, like data.train_files) |
-| eval.max_new_tokens | 8192 | response cap in evaluation |
-| eval.samples / temperature / top_p | 1 / 0.6 / 0.95 | samples per problem (pass@k needs k <= samples) and sampling |
-| eval.max_problems | 0 | cap on evaluated problems (0 = all) |
-| eval.date_from / date_to | "" | contest-date window (ISO dates, inclusive) |
-| mesh.data / fsdp / tensor | 1 / -1 / 1 | device mesh (-1 = all remaining devices) |
-| distributed.initialize | auto | multi-host JAX: `auto` (join a cluster JAX can detect, e.g. a TPU pod slice, or the one the keys below name; skip on a single process / CPU without a coordinator), `always`, `never` |
-| distributed.coordinator_address | None | `host:port` of process 0 (None = autodetect) |
-| distributed.num_processes / process_id | None / None | process count and this process's index (None = autodetect) |
-| demo.* | | the synthetic task: operations, problems, warm start |
+`default_config()` builds an `ml_collections.ConfigDict` from the table; `demo_config()` is the
+bundled demo; `configs/*.py` files return one from `get_config(arg)`. The `rl` block is made from
+`RLConfig`'s fields (its defaults, its types): a key a preset sets is None there (= the preset's
+value). The temperature scheduler reads its defaults from the `temperature` block.
+`config_check.validate(config)` checks every value (type, range, choices, existing paths) and
+raises `ConfigError` naming the key and what is valid; `describe(config)` is what `--help` prints.
+Command lines are parsed by `microcoder_jax.cli` (ml_collections `config_flags`).
 """
 from __future__ import annotations
 
-import ast
-import importlib.util
-import os
-from typing import Any, Sequence
+import dataclasses
+import typing
 
 import ml_collections
+from ml_collections import config_dict
+
+from microcoder_jax.rl.config import RLConfig
 
 INSTRUCTION_STDIN = (
     "Write a Python 3 program that solves the problem. It reads from standard input and writes to "
@@ -68,153 +26,168 @@ INSTRUCTION_CALL = (
     "Complete the starter code below in Python 3. Answer with exactly one fenced code block: "
     "```python ... ``` containing the full solution."
 )
+_INT, _STR = int, str  # a type as the default: None, of that type (a typed placeholder)
+
+# (key, default, meaning). A type as the default means None of that type.
+KEYS: tuple[tuple[str, object, str], ...] = (
+    ("seed", 0, "seeds model init, data order, sampling keys and the truncation-mask uniforms"),
+    ("model.path", "", "HF checkpoint dir (config.json + *.safetensors); '' = random init from model.preset"),
+    ("model.preset", "tiny", "shape when model.path is '': qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-4b-instruct-2507, qwen3-8b, qwen3-14b, qwen3-32b, tiny"),
+    ("model.vocab_size", _INT, "shape override (None = preset/checkpoint; a random init takes the tokenizer's)"),
+    ("model.hidden_size", _INT, "shape override (None = preset / checkpoint value)"),
+    ("model.intermediate_size", _INT, "shape override (None = preset / checkpoint value)"),
+    ("model.num_layers", _INT, "shape override (None = preset / checkpoint value)"),
+    ("model.num_heads", _INT, "shape override (None = preset / checkpoint value)"),
+    ("model.num_kv_heads", _INT, "shape override (None = preset / checkpoint value)"),
+    ("model.head_dim", _INT, "shape override (None = preset / checkpoint value)"),
+    ("model.dtype", "bfloat16", "compute dtype: bfloat16, float32, float16 (softmax and norms always float32)"),
+    ("model.param_dtype", "float32", "master weights and optimizer state dtype"),
+    ("model.remat", "full", "layer rematerialisation: none, full, dots, dots_saveable"),
+    ("model.attention", "auto", "attention: auto (TPU: Pallas flash, GPU: cuDNN for bf16, else XLA), xla, cudnn, splash"),
+    ("tokenizer.path", "", "tokenizer dir; '' = model.path (the demo builds and saves its own)"),
+    ("data.task", "problems", "problems (data.train_files) or demo (the bundled synthetic task)"),
+    ("data.train_files", (), "problem files (JSONL/JSON/Parquet: LiveCodeBench, APPS/TACO or ours): "
+                             "paths or globs; 'a.jsonl,b-*.jsonl' on the command line"),
+    ("data.num_prompts", 64, "prompts per rollout batch, global over hosts (paper: 64)"),
+    ("data.max_prompt_tokens", 1024, "longer prompts are skipped and counted, never truncated"),
+    ("data.prompt_buckets", (256, 512, 1024), "static padded prompt lengths, the smallest that fits (a new length never compiles a new program)"),
+    ("data.enable_thinking", False, "Qwen3 chat template thinking switch"),
+    ("data.instruction_stdin", INSTRUCTION_STDIN, "appended to stdin problems' statements"),
+    ("data.instruction_call", INSTRUCTION_CALL, "appended to call-based ones (then the starter code)"),
+    ("sampling.group_size", 8, "G: responses per prompt"),
+    ("sampling.max_new_tokens", 4096, "training response cap (paper: 4K); static shape"),
+    ("sampling.top_p", 1.0, "nucleus filter (1.0 = off)"),
+    ("sampling.top_k", 0, "top-k filter (0 = off)"),
+    ("sampling.decode_phases", 4, "decode stages whose KV caches grow to max_new_tokens, so a step reads about the filled slots (1 = one loop; each stage compiles its own body)"),
+    ("temperature.policy", "constant", "constant, staged (schedule) or diversity (stages, signal, band)"),
+    ("temperature.temperature", 1.2, "start temperature (paper: 1.2 is stable for Qwen3)"),
+    ("temperature.schedule", (), "staged: ((step, temperature), ...), e.g. ((0, 0.6), (140, 1.8))"),
+    ("temperature.stages", (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8), "diversity: the allowed ladder, ascending"),
+    ("temperature.signal", "group_distinct_4", "diversity: the metric that drives it (any key of sampling.diversity.diversity_metrics)"),
+    ("temperature.target_low", 0.55, "diversity: up a stage below this on a falling trend"),
+    ("temperature.target_high", 0.75, "diversity: down a stage on swings above this"),
+    ("temperature.window", 10, "diversity: steps a trend / swing is measured over"),
+    ("temperature.min_interval", 20, "diversity: fewest steps between two changes"),
+    ("temperature.min_slope", 0.0, "diversity: 'up' needs a slope below -min_slope"),
+    ("temperature.swing_std", 0.08, "diversity: 'down' needs the window's std above this"),
+    ("temperature.probe", True, "diversity: probe the ladder on the first batch's prompts and start at the lowest stage in the band"),
+    ("rl.preset", "microcoder", "algorithm preset: microcoder, grpo, dapo (rl.presets.PRESETS)"),
+    ("evaluator.workers", 0, "judge processes (0 = number of CPU cores)"),
+    ("evaluator.timeout", 6.0, "CPU seconds per test (wall-clock backstop 3x)"),
+    ("evaluator.memory_mb", 1024, "address-space limit per program, MiB"),
+    ("evaluator.reward", "all", "all (1 iff every test passes) or fraction (tests passed / total)"),
+    ("train.steps", 300, "RL steps (one rollout batch each)"),
+    ("train.checkpoint_every", 10, "steps between checkpoints (0 = only at the end)"),
+    ("train.keep_checkpoints", 3, "newest N checkpoints kept"),
+    ("train.async_checkpoint", True, "write checkpoints in the background"),
+    ("train.eval_every", 50, "steps between evaluations (0 = never)"),
+    ("train.warm_start_steps", 0, "supervised next-token steps before RL (demo task only)"),
+    ("train.progress", True, "tqdm progress bar"),
+    ("eval.files", (), "evaluation problem files (paths or globs, like data.train_files)"),
+    ("eval.max_new_tokens", 8192, "evaluation response cap (paper: 8K)"),
+    ("eval.samples", 1, "samples per problem; pass@k for every k <= samples"),
+    ("eval.temperature", 0.6, "evaluation sampling temperature (Qwen3's recommendation)"),
+    ("eval.top_p", 0.95, "evaluation nucleus filter"),
+    ("eval.batch_problems", 16, "problems per sampler call (one compiled shape)"),
+    ("eval.max_problems", 0, "cap on evaluated problems (0 = all)"),
+    ("eval.date_from", "", "contest-date window start, ISO date, inclusive ('' = open)"),
+    ("eval.date_to", "", "contest-date window end, ISO date, inclusive ('' = open)"),
+    ("mesh.data", 1, "pure data-parallel axis (-1 = all remaining devices)"),
+    ("mesh.fsdp", -1, "FSDP axis: params, grads, optimizer state sharded (-1 = the rest)"),
+    ("mesh.tensor", 1, "tensor-parallel axis over heads / MLP / vocab"),
+    ("distributed.initialize", "auto", "multi-host JAX: auto (a cluster JAX detects, or the keys below), "
+                                       "always, never"),
+    ("distributed.coordinator_address", _STR, "host:port of process 0 (None = autodetect)"),
+    ("distributed.num_processes", _INT, "process count (None = autodetect; 1 = single process)"),
+    ("distributed.process_id", _INT, "this process's index (None = autodetect)"),
+    ("demo.ops", ("sum", "difference", "product", "maximum", "minimum"), "the synthetic task's operations"),
+    ("demo.problems_per_op", 8, "synthetic problems per operation"),
+    ("demo.phrasings", 1, "statement variants per operation"),
+    ("demo.tests_per_problem", 3, "stdin tests per problem"),
+    ("demo.vocab_size", 384, "BPE vocabulary trained on the task text"),
+    ("demo.warm_start_lr", 3e-3, "warm-start learning rate"),
+    ("demo.warm_start_batch", 32, "warm-start rows per step"),
+)
+
+# RLConfig fields the run fills in from other blocks, and what each remaining field means.
+RL_FROM_RUN = {"group_size": "sampling.group_size", "prompts_per_batch": "data.num_prompts",
+               "total_steps": "train.steps"}
+RL_MEANINGS = {
+    "learning_rate": "AdamW peak learning rate", "warmup_steps": "linear warmup, in rollout steps",
+    "decay": "constant, linear or cosine (to end_lr_ratio at train.steps)",
+    "end_lr_ratio": "final / peak learning rate of the decay", "weight_decay": "AdamW weight decay",
+    "b1": "Adam beta1", "b2": "Adam beta2", "adam_eps": "Adam epsilon", "grad_clip": "global-norm clip",
+    "num_minibatches": "optimizer updates per rollout batch (off-policy degree)",
+    "micro_batch_size": "rows per forward/backward (gradient accumulation); lower it if memory runs out",
+    "logprob_chunk": "sequence positions per chunk of the vocab projection",
+    "adv_std": "advantage std: group, batch or none (Dr.GRPO)", "adv_eps": "added to the std",
+    "truncation": "conditional, none, mask_all, overlong_filter or soft_overlong",
+    "non_incorrect": "conditional: passed or not_judged_wrong",
+    "repeat_m": "conditional: repetition window m, tokens",
+    "rho": "conditional: probability of masking a qualifying truncated response",
+    "soft_overlong_cache": "soft_overlong: L_cache tokens of linear penalty",
+    "eps_low": "clip range below 1", "eps_high": "clip range above 1 (clip-higher)",
+    "dual_clip": "dual-clip constant c > 1 for negative advantages (None = off)",
+    "kl_beta": "k3 KL weight; > 0 keeps a frozen reference model",
+    "aggregation": "token_mean, seq_mean_token_mean or constant",
+    "loss_constant": "constant aggregation: the normaliser",
+    "dynamic_sampling": "DAPO: drop groups with all-equal rewards and refill",
+    "max_refills": "DAPO: extra generation batches per step before topping up",
+}
 
 
 class ConfigError(ValueError):
-    """A bad config file or override (the message says what is valid)."""
+    """A bad config file, key or value (the message names the key and what is valid)."""
+
+
+def _rl_keys() -> list[tuple[str, object, str]]:
+    """The `rl` block from RLConfig: its defaults, except a None placeholder where a preset sets it."""
+    from microcoder_jax.rl.presets import PRESETS
+
+    preset_set = {k for overrides in PRESETS.values() for k in overrides}
+    hints = typing.get_type_hints(RLConfig)
+    out = []
+    for f in dataclasses.fields(RLConfig):
+        if f.name in RL_FROM_RUN or f.name == "preset":
+            continue
+        kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
+        meaning = RL_MEANINGS.get(f.name, f"RLConfig.{f.name}")
+        if f.name in preset_set:
+            out.append((f"rl.{f.name}", kind, f"{meaning} (None = the preset's)"))
+        elif f.default is None:
+            out.append((f"rl.{f.name}", kind, meaning))
+        else:
+            out.append((f"rl.{f.name}", f.default, meaning))
+    return out
+
+
+def all_keys() -> list[tuple[str, object, str]]:
+    """Every (key, default, meaning), in the order `--help` shows them."""
+    keys = list(KEYS)
+    at = next(i for i, (k, _, _) in enumerate(keys) if k == "rl.preset") + 1
+    return keys[:at] + _rl_keys() + keys[at:]
 
 
 def default_config() -> ml_collections.ConfigDict:
     """Every knob of the project with its default (the paper's setting where it states one)."""
     c = ml_collections.ConfigDict()
-    c.seed = 0  # seeds model init, data order, sampling keys and the truncation-mask uniforms
-
-    c.model = ml_collections.ConfigDict()
-    c.model.path = ""  # HF checkpoint dir (config.json + *.safetensors); "" = random init
-    c.model.preset = "tiny"  # models.presets.PRESETS name for a random init when path is ""
-    c.model.vocab_size = None  # shape overrides (None = preset / checkpoint value) ...
-    c.model.hidden_size = None  # ... vocab None on a random init = the tokenizer's vocab size
-    c.model.intermediate_size = None
-    c.model.num_layers = None
-    c.model.num_heads = None
-    c.model.num_kv_heads = None
-    c.model.head_dim = None
-    c.model.dtype = "bfloat16"  # activation / matmul dtype
-    c.model.param_dtype = "float32"  # master weights (and optimizer state) dtype
-    c.model.remat = "full"  # layer rematerialisation: none | full | dots | dots_saveable
-    c.model.attention = "auto"  # auto | xla | cudnn | splash
-
-    c.tokenizer = ml_collections.ConfigDict()
-    c.tokenizer.path = ""  # "" = model.path (the demo builds and saves its own)
-
-    c.data = ml_collections.ConfigDict()
-    c.data.task = "problems"  # problems | demo
-    c.data.train_files = ()  # problem files (JSONL / JSON / Parquet, any supported row format):
-    #   paths or glob patterns ("data/train-*.jsonl"); on the command line also "a.jsonl,b-*.jsonl"
-    c.data.num_prompts = 64  # prompts per rollout batch, global over hosts (paper: 64)
-    c.data.max_prompt_tokens = 1024  # longer prompts are skipped and counted, never truncated
-    c.data.prompt_buckets = (256, 512, 1024)  # static padded prompt lengths (no recompiles)
-    c.data.enable_thinking = False  # Qwen3 chat template: thinking block on or off
-    c.data.instruction_stdin = INSTRUCTION_STDIN  # appended to stdin problems' statements
-    c.data.instruction_call = INSTRUCTION_CALL  # appended to call-based ones (then starter code)
-
-    c.sampling = ml_collections.ConfigDict()
-    c.sampling.group_size = 8  # G responses per prompt
-    c.sampling.max_new_tokens = 4096  # training response cap (paper: 4K); static shape
-    c.sampling.top_p = 1.0  # 1.0 = off
-    c.sampling.top_k = 0  # 0 = off
-    c.sampling.decode_phases = 4  # decode stages whose caches grow to max_new: steps read ~the filled slots
-
-    # The temperature scheduler (sampling.temperature.TemperatureScheduler) receives this block.
-    c.temperature = ml_collections.ConfigDict()
-    c.temperature.policy = "constant"  # constant | staged | diversity
-    c.temperature.temperature = 1.2  # start temperature (paper: 1.2 is stable for Qwen3)
-    c.temperature.schedule = ()  # staged: ((step, temperature), ...), e.g. ((0, 0.6), (140, 1.8))
-    c.temperature.stages = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # diversity: the allowed ladder
-    c.temperature.signal = "group_distinct_4"  # diversity: the diversity metric that drives it
-    c.temperature.target_low = 0.55  # diversity: target band of the signal ...
-    c.temperature.target_high = 0.75  # ... up below it on a falling trend, down on swings above
-    c.temperature.window = 10  # diversity: steps a trend / swing is measured over
-    c.temperature.min_interval = 20  # diversity: fewest steps between two changes
-    c.temperature.min_slope = 0.0  # diversity: "up" needs a slope below -min_slope
-    c.temperature.swing_std = 0.08  # diversity: "down" needs the window's std above this
-    c.temperature.probe = True  # diversity: probe the stages on the first batch's prompts
-
-    c.rl = ml_collections.ConfigDict()
-    c.rl.preset = "microcoder"  # microcoder | grpo | dapo (rl.presets.PRESETS)
-    # Every other key is an RLConfig field; None keeps the preset's (or RLConfig's) value.
-    # group_size, prompts_per_batch and total_steps come from sampling / data / train.
-    c.rl.learning_rate = 1e-6  # AdamW peak learning rate
-    c.rl.warmup_steps = 10  # linear warmup, in rollout steps
-    c.rl.decay = "constant"  # constant | linear | cosine (to end_lr_ratio at train.steps)
-    c.rl.end_lr_ratio = None  # final / peak learning rate of the decay
-    c.rl.weight_decay = None  # AdamW weight decay (RLConfig: 0.01)
-    c.rl.b1 = None  # Adam betas / eps (0.9, 0.999, 1e-8)
-    c.rl.b2 = None
-    c.rl.adam_eps = None
-    c.rl.grad_clip = None  # global-norm clip (1.0)
-    c.rl.num_minibatches = 4  # optimizer updates per rollout batch (off-policy degree)
-    c.rl.micro_batch_size = 8  # rows per forward/backward pass (gradient accumulation)
-    c.rl.logprob_chunk = None  # sequence positions per chunk of the vocab projection (512)
-    c.rl.adv_std = None  # group | batch | none (Dr.GRPO)
-    c.rl.adv_eps = None  # added to the std
-    c.rl.truncation = None  # conditional | none | mask_all | overlong_filter | soft_overlong
-    c.rl.non_incorrect = None  # conditional: passed | not_judged_wrong
-    c.rl.repeat_m = None  # conditional: repetition window m in tokens (128)
-    c.rl.rho = None  # conditional: probability of masking a qualifying truncated response (0.1)
-    c.rl.soft_overlong_cache = None  # soft_overlong: L_cache tokens of linear penalty (1024)
-    c.rl.eps_low = None  # clip range below 1 (0.2)
-    c.rl.eps_high = None  # clip range above 1 (0.28 clip-higher; grpo 0.2)
-    c.rl.dual_clip = None  # dual-clip constant c > 1 for negative advantages (None = off)
-    c.rl.kl_beta = None  # k3 KL weight; > 0 keeps a frozen reference model (grpo: 0.001)
-    c.rl.aggregation = None  # token_mean | seq_mean_token_mean | constant
-    c.rl.loss_constant = None  # constant aggregation: the normaliser (None = token width S)
-    c.rl.dynamic_sampling = None  # DAPO: drop groups with all-equal rewards and refill
-    c.rl.max_refills = None  # DAPO: extra generation batches per step before topping up
-
-    c.evaluator = ml_collections.ConfigDict()
-    c.evaluator.workers = 0  # judge processes; 0 = os.cpu_count()
-    c.evaluator.timeout = 6.0  # CPU seconds per test
-    c.evaluator.memory_mb = 1024  # address-space limit per program
-    c.evaluator.reward = "all"  # all (1 iff every test passes) | fraction (tests passed / total)
-
-    c.train = ml_collections.ConfigDict()
-    c.train.steps = 300  # RL steps (one rollout batch each)
-    c.train.checkpoint_every = 10  # steps between checkpoints (0 = only at the end)
-    c.train.keep_checkpoints = 3  # newest N checkpoints kept
-    c.train.async_checkpoint = True  # write checkpoints in the background
-    c.train.eval_every = 50  # steps between evaluations (0 = never)
-    c.train.warm_start_steps = 0  # supervised next-token steps before RL (demo task only)
-    c.train.progress = True  # tqdm progress bar
-
-    c.eval = ml_collections.ConfigDict()
-    c.eval.files = ()  # evaluation problem files (LiveCodeBench format or ours); globs as above
-    c.eval.max_new_tokens = 8192  # evaluation response cap (paper: 8K)
-    c.eval.samples = 1  # samples per problem; pass@k for every k <= samples
-    c.eval.temperature = 0.6  # Qwen3's recommended evaluation sampling
-    c.eval.top_p = 0.95
-    c.eval.batch_problems = 16  # problems per sampler call
-    c.eval.max_problems = 0  # 0 = all
-    c.eval.date_from = ""  # contest-date window, ISO dates, inclusive ("" = open)
-    c.eval.date_to = ""
-
-    c.mesh = ml_collections.ConfigDict()
-    c.mesh.data = 1
-    c.mesh.fsdp = -1  # -1 = all remaining devices
-    c.mesh.tensor = 1
-
-    # Multi-host JAX (`jax.distributed.initialize`), done first thing by train.main / eval.main.
-    c.distributed = ml_collections.ConfigDict()
-    c.distributed.initialize = "auto"  # auto: initialize on a cluster JAX detects (TPU pod: no args
-    #   needed) or when the keys below are set; skip on one process / CPU without a coordinator.
-    #   always: initialize (errors if nothing is found) | never: single process
-    c.distributed.coordinator_address = None  # "host:port" of process 0; None = autodetect
-    c.distributed.num_processes = None  # None = autodetect; 1 = single process
-    c.distributed.process_id = None  # this process's index; None = autodetect
-
-    c.demo = ml_collections.ConfigDict()
-    c.demo.ops = ("sum", "difference", "product", "maximum", "minimum")  # the task's operations
-    c.demo.problems_per_op = 8  # synthetic problems per operation (different tests each)
-    c.demo.phrasings = 1  # statement variants per operation (1: one template, only the op word differs)
-    c.demo.tests_per_problem = 3  # stdin tests per problem
-    c.demo.vocab_size = 384  # BPE vocabulary trained on the task text
-    c.demo.warm_start_lr = 3e-3
-    c.demo.warm_start_batch = 32
+    for key, default, _ in all_keys():
+        node = c
+        *groups, name = key.split(".")
+        for g in groups:
+            if g not in node:
+                node[g] = ml_collections.ConfigDict()
+            node = node[g]
+        node[name] = config_dict.placeholder(default) if isinstance(default, type) else default
     return c
 
 
+def meanings() -> dict[str, str]:
+    return {k: m for k, _, m in all_keys()}
+
+
 def demo_config() -> ml_collections.ConfigDict:
-    """The embedded default: a tiny Qwen3 learning the synthetic task on a CPU in minutes."""
+    """The bundled default: a tiny Qwen3 learning the synthetic task on a CPU in minutes."""
     c = default_config()
     c.data.task = "demo"  # synthetic "read a b, print a OP b" problems (data/demo_task.py)
     c.data.num_prompts = 16  # 16 prompts x G=8 = 128 responses per step
@@ -254,109 +227,12 @@ def demo_config() -> ml_collections.ConfigDict:
     return c
 
 
-def paper_config() -> ml_collections.ConfigDict:
-    """The paper's training setting (MICROCODER.md): 64 prompts x G=8 per rollout batch, 4K
-    response tokens in training, temperature 1.2, evaluation at 8K; MicroCoder-GRPO. The
-    `configs/qwen3_*` files start here and change the model size's memory knob or the rl block."""
-    c = default_config()
-    # Model: the released checkpoint (config.json + safetensors + tokenizer) in model.path.
-    c.model.path = ""  # set on the command line: --config.model.path=DIR
-    c.model.dtype = "bfloat16"  # compute dtype; params and Adam moments stay float32
-    c.model.remat = "full"  # rematerialise each layer: 4K-token responses fit in memory
-    # Data: problem files in LiveCodeBench / APPS / our schema (e.g. the dataset pipeline's shards).
-    c.data.train_files = ()  # --config.data.train_files="train-*.jsonl" (globs, commas)
-    c.data.num_prompts = 64  # paper: 64 prompts per rollout batch (beat 32 and 128)
-    c.data.prompt_buckets = (256, 512, 1024, 2048)
-    c.data.max_prompt_tokens = 2048
-    c.data.enable_thinking = False  # thinking off: answers fit the 4K training budget
-    # Sampling: G responses per prompt, trained at 4K response tokens.
-    c.sampling.group_size = 8
-    c.sampling.max_new_tokens = 4096
-    # Temperature: constant 1.2, the paper's stable setting for Qwen3.
-    c.temperature.policy = "constant"
-    c.temperature.temperature = 1.2
-    # Algorithm: the only block that differs between the _microcoder, _grpo and _dapo files.
-    c.rl.preset = "microcoder"  # the _grpo and _dapo files change this block only
-    c.rl.learning_rate = 1e-6
-    c.rl.warmup_steps = 10
-    c.rl.decay = "constant"
-    c.rl.num_minibatches = 4  # 4 optimizer updates per rollout batch (16 prompts x 8 each)
-    c.rl.micro_batch_size = 8  # rows per forward/backward; lower it if memory runs out
-    # Judge and schedule.
-    c.evaluator.workers = 0  # all cores
-    c.evaluator.timeout = 6.0
-    c.train.steps = 300
-    c.train.checkpoint_every = 10
-    c.train.keep_checkpoints = 3
-    c.train.eval_every = 50
-    # Evaluation: LiveCodeBench at 8K response tokens.
-    c.eval.max_new_tokens = 8192
-    c.eval.samples = 1
-    c.eval.temperature = 0.6
-    c.eval.top_p = 0.95
-    c.mesh.fsdp = -1  # FSDP over every device
-    return c
+def get_config(arg=None) -> ml_collections.ConfigDict:
+    """This file as a config file: the demo, what every CLI runs without --config."""
+    return demo_config()
 
 
-def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-    """Read `get_config()` from a config file (None = the demo) and apply `key=value` overrides."""
-    if path:
-        spec = importlib.util.spec_from_file_location("_microcoder_config", path)
-        if spec is None or spec.loader is None:
-            raise FileNotFoundError(f"cannot read config file {path!r}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        config = module.get_config()
-    else:
-        config = demo_config()
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"config override {item!r} must look like key=value")
-        set_value(config, key, value)
-    return config
-
-
-def set_value(config: ml_collections.ConfigDict, key: str, text: str) -> None:
-    """Set `config.<key>` from its command-line text; unknown keys list every valid key."""
-    node, parts = config, key.split(".")
-    for depth, part in enumerate(parts):
-        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-            valid = "\n  ".join(flat_keys(config))
-            raise ConfigError(f"unknown config key {key!r}. Valid keys:\n  {valid}")
-        if depth < len(parts) - 1:
-            node = node[part]
-    old = node[parts[-1]]
-    if isinstance(old, ml_collections.ConfigDict):
-        raise ConfigError(f"config key {key!r} is a group; set one of its keys")
-    with node.unlocked():
-        node[parts[-1]] = parse_value(text, old)
-
-
-def parse_value(text: str, old: Any) -> Any:
-    """Parse command-line text as the type of the value it replaces (literals for None)."""
-    if isinstance(old, bool):
-        lowered = text.strip().lower()
-        if lowered not in ("true", "false", "1", "0"):
-            raise ValueError(f"expected a boolean, got {text!r}")
-        return lowered in ("true", "1")
-    if isinstance(old, str):
-        return text
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        if old is None:
-            return text  # a bare word for a None-default key (e.g. --config.rl.decay=cosine)
-        if isinstance(old, (tuple, list)):  # bare comma-separated words: --config.data.train_files=a*.jsonl,b
-            return tuple(part.strip() for part in text.split(",") if part.strip())
-        raise ValueError(f"cannot parse {text!r} as {type(old).__name__}") from None
-    if isinstance(old, float) and isinstance(value, int):
-        return float(value)
-    if isinstance(old, (tuple, list)):
-        value = tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    if old is not None and not isinstance(value, type(old)):
-        raise ValueError(f"expected {type(old).__name__}, got {text!r}")
-    return value
+DEFAULT_FILE = __file__  # the CLIs' config file when none is given (its get_config: the demo)
 
 
 def flat_keys(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
@@ -370,15 +246,21 @@ def flat_keys(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
     return sorted(keys)
 
 
+def get(config: ml_collections.ConfigDict, key: str):
+    node = config
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
 def rl_overrides(config: ml_collections.ConfigDict) -> dict:
     """The `rl` block as make_rl_config overrides (set keys except the preset), plus the batch shape."""
     out = {k: v for k, v in config.rl.items() if k != "preset" and v is not None}
-    out.update(group_size=config.sampling.group_size, prompts_per_batch=config.data.num_prompts,
-               total_steps=config.train.steps)
+    out.update({field: get(config, key) for field, key in RL_FROM_RUN.items()})
     return out
 
 
-def make_rl_config(config: ml_collections.ConfigDict):
+def make_rl_config(config: ml_collections.ConfigDict) -> RLConfig:
     """The run's RLConfig: the preset with the config's overrides."""
     from microcoder_jax.rl.presets import make_rl_config as make
 
@@ -396,6 +278,27 @@ def to_dict(config: ml_collections.ConfigDict) -> dict:
     return plain(config)
 
 
+def describe(config: ml_collections.ConfigDict) -> str:
+    """One line per key: `key = value  meaning` (what `--help` lists); None rl keys show the preset's."""
+    try:
+        resolved = dataclasses.asdict(make_rl_config(config))
+    except (ValueError, TypeError):
+        resolved = {}
+    notes = meanings()
+    lines = []
+    for key in flat_keys(config):
+        value = get(config, key)
+        shown = repr(value)
+        if value is None and key.startswith("rl.") and resolved.get(key[3:]) is not None:
+            shown = f"None (-> {resolved[key[3:]]!r})"
+        if len(shown) > 40:
+            shown = shown[:37] + "..."
+        lines.append(f"  --config.{key}={shown}  {notes.get(key, '')}".rstrip())
+    return "\n".join(lines)
+
+
 def config_dir() -> str:
     """The repository's `configs/` directory (for tests and docs; not installed with the package)."""
+    import os
+
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")

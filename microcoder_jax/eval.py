@@ -1,21 +1,22 @@
-"""`python -m microcoder_jax.eval --config ... --checkpoint ... --problems FILE [--max-new-tokens N] [--samples K]`
+"""`python -m microcoder_jax.eval --checkpoint=DIR [--step=N] [--out=FILE] [--config=FILE] [--config.eval.KEY=VALUE ...]`
 
 pass@1, and pass@k for every k up to the samples per problem (the unbiased estimator of Chen et
 al. 2021), overall and by difficulty and platform, printed as a table and written as JSON.
 `--checkpoint` is a training workdir (its newest checkpoint; `--step` picks another) or a Hugging
-Face checkpoint directory. The training loop calls `evaluate_problems` on its eval schedule.
+Face checkpoint directory. The problems are `eval.files` (the demo's own problems for the demo);
+samples, response cap, sampling and the date window are the `eval.*` config keys.
+The training loop calls `evaluate_at_step` on its eval schedule.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import os
 import sys
-import types
 from collections import defaultdict
 
 import numpy as np
+
+from microcoder_jax.data.dates import in_window
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -25,26 +26,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
-
-
-def in_date_window(problem, date_from: str = "", date_to: str = "") -> bool:
-    """Whether the problem's contest date lies in [date_from, date_to] (ISO dates; '' = open)."""
-    if not (date_from or date_to):
-        return True
-    day = _parse_date(problem.contest_date)
-    if day is None:
-        return False
-    return (not date_from or day >= _parse_date(date_from)) and (not date_to or day <= _parse_date(date_to))
-
-
-def _parse_date(text: str):
-    text = (text or "").strip()
-    if not text:
-        return None
-    try:
-        return datetime.date.fromisoformat(text[:10])
-    except ValueError:
-        return None
 
 
 def summarize(problems, passes: list[list[bool]], ks=None) -> dict:
@@ -87,39 +68,54 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def evaluate_problems(run, roller, params, problems, *, rng, samples=None, max_new_tokens=None) -> dict:
-    """Sample `eval.samples` answers per problem, judge them, and summarize pass@k."""
+def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
+    """Sample `eval.samples` answers per problem in the date window, judge them, summarize pass@k."""
     import jax
 
     from microcoder_jax.data.loader import make_prompt_set
-    from microcoder_jax.train import judge_arrays
+    from microcoder_jax.rollout import generate, submit, verdict_arrays
 
     e = run.config.eval
-    samples = samples or e.samples
-    max_new_tokens = max_new_tokens or e.max_new_tokens
-    problems = [p for p in problems if in_date_window(p, e.date_from, e.date_to)]
+    problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)]
     if e.max_problems:
         problems = problems[:e.max_problems]
     prompt_set = make_prompt_set(problems, run.tokenizer, run.config.data)
     kept, prompts = prompt_set.problems, prompt_set.prompts
     passes: list[list[bool]] = []
-    size = e.batch_problems
+    size, k = e.batch_problems, e.samples
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start:start + size], prompts[start:start + size]
         pad = size - len(chunk)  # a full batch every call: one compiled shape
-        sample = roller.generate(params, chunk_prompts + [chunk_prompts[-1]] * pad,
-                                 num_samples=samples, temperature=e.temperature,
-                                 max_new_tokens=max_new_tokens, top_p=e.top_p, top_k=0,
-                                 rng=jax.random.fold_in(rng, start))
-        rows = len(chunk) * samples  # the padding prompts' rows are dropped
-        kept_rows = types.SimpleNamespace(tokens=sample.tokens[:rows], lengths=sample.lengths[:rows])
-        handle, codes, _ = roller.submit([p for p in chunk for _ in range(samples)], kept_rows)
-        _, passed, _, _ = judge_arrays(handle.result(), codes, "all")
-        passes += [list(map(bool, passed[i * samples:(i + 1) * samples])) for i in range(len(chunk))]
+        sample = generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k,
+                          temperature=e.temperature, max_new_tokens=e.max_new_tokens, top_p=e.top_p,
+                          top_k=0, rng=jax.random.fold_in(rng, start))
+        rows = len(chunk) * k  # the padding prompts' rows are dropped
+        handle, codes = submit(run, pool, [p for p in chunk for _ in range(k)], sample.tokens[:rows],
+                               sample.lengths[:rows], "all")
+        _, passed, _, _ = verdict_arrays(handle.result(), codes, "all")
+        passes += [list(map(bool, passed[i * k:(i + 1) * k])) for i in range(len(chunk))]
     report = summarize(kept, passes)
     report["skipped_too_long"] = prompt_set.skipped_too_long
     report["date_window"] = [e.date_from, e.date_to]
-    report["max_new_tokens"] = max_new_tokens
+    report["max_new_tokens"] = e.max_new_tokens
+    return report
+
+
+def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) -> dict:
+    """The training loop's eval: the report in WORKDIR/eval/step_N.json, its numbers in the metrics."""
+    import jax
+
+    report = evaluate_problems(run, pool, params, run.eval_problems, rng=rng)
+    if jax.process_index() == 0:
+        path = os.path.join(run.workdir, "eval", f"step_{step}.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)
+    log_fn(format_table(report))
+    if writer is not None:
+        writer.write(step, {f"eval_{k}": v for k, v in report["overall"].items()
+                            if isinstance(v, (int, float))})
+        writer.write_text(step, "eval", format_table(report))
     return report
 
 
@@ -131,7 +127,7 @@ def _is_hf_dir(path: str) -> bool:
 def _load_params(run, checkpoint: str, step: int | None):
     """Params from a training workdir / its checkpoints dir, or from a HF checkpoint directory."""
     from microcoder_jax.checkpoint import load_params
-    from microcoder_jax.train import abstract_train_state
+    from microcoder_jax.run_setup import abstract_train_state
 
     if _is_hf_dir(checkpoint):
         from microcoder_jax.models import hf
@@ -139,74 +135,72 @@ def _load_params(run, checkpoint: str, step: int | None):
         return hf.load_hf_params(checkpoint, run.model_config, mesh=run.mesh), "hf"
     directory = os.path.join(checkpoint, "checkpoints") if os.path.isdir(
         os.path.join(checkpoint, "checkpoints")) else checkpoint
-    params, step = load_params(directory, abstract_train_state(run).params, step)
-    return params, step
+    return load_params(directory, abstract_train_state(run).params, step)
 
 
-def main(argv=None) -> int:
+def _define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("checkpoint", None, "training workdir (or its checkpoints/ dir) or a HF checkpoint dir",
+                        flag_values=fv)
+    flags.DEFINE_integer("step", None, "checkpoint step (default: the newest)", flag_values=fv)
+    flags.DEFINE_string("out", None, "JSON report path (default: WORKDIR/eval.json)", flag_values=fv)
+
+
+def _prepare(args):
+    """The validated config and the workdir for `--checkpoint`; raises ConfigError."""
     from microcoder_jax import config as config_lib
-    from microcoder_jax.data.loader import read_problems
-    from microcoder_jax.evaluator.pool import EvaluatorPool
-    from microcoder_jax.train import Roller, _key, initialize_distributed, problem_files, setup
+    from microcoder_jax.config_check import validate
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=None, help="config file (default: the demo)")
-    parser.add_argument("--checkpoint", required=True,
-                        help="training workdir (or its checkpoints/ dir) or a HF checkpoint directory")
-    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest)")
-    parser.add_argument("--problems", default=None, help="problem file(s), comma-separated")
-    parser.add_argument("--max-new-tokens", type=int, default=None)
-    parser.add_argument("--samples", type=int, default=None, help="samples per problem (pass@k, k <= samples)")
-    parser.add_argument("--date-from", default=None, help="first contest date (ISO), inclusive")
-    parser.add_argument("--date-to", default=None, help="last contest date (ISO), inclusive")
-    parser.add_argument("--out", default=None, help="JSON report path (default: CHECKPOINT/eval.json)")
-    args, rest = parser.parse_known_args(argv)
-    overrides = []
-    for item in rest:
-        if not item.startswith("--config."):
-            parser.error(f"unknown argument {item!r}")
-        overrides.append(item[len("--config."):])
-    try:
-        config = config_lib.load_config(args.config, overrides)
-        initialize_distributed(config)  # before any other JAX call
-    except config_lib.ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if not args.checkpoint or not os.path.exists(args.checkpoint):
+        raise config_lib.ConfigError(f"--checkpoint={args.checkpoint!r}: pass an existing training "
+                                     "workdir or Hugging Face checkpoint directory")
+    config = args.config
     with config.unlocked():
-        if args.date_from is not None:
-            config.eval.date_from = args.date_from
-        if args.date_to is not None:
-            config.eval.date_to = args.date_to
         if _is_hf_dir(args.checkpoint) and not config.model.path:
             config.model.path = args.checkpoint
         if config.data.task == "problems" and not config.data.train_files:
-            config.data.train_files = tuple((args.problems or "").split(","))  # setup needs a prompt source
+            config.data.train_files = tuple(config.eval.files)  # setup needs a prompt source
+    if config.data.task == "problems" and not config.eval.files:
+        raise config_lib.ConfigError("eval.files is empty: pass --config.eval.files=FILE[,FILE...]")
+    validate(config)
     if os.path.isdir(os.path.join(args.checkpoint, "checkpoints")):
-        workdir = args.checkpoint  # a training workdir
-    elif _is_hf_dir(args.checkpoint):
-        workdir = os.getcwd()
-    else:
-        workdir = os.path.dirname(os.path.abspath(args.checkpoint))  # its checkpoints/ dir
-    run = setup(config, workdir)
-    problems = read_problems(args.problems)[0] if args.problems else run.eval_problems
-    if not problems:
-        parser.error("no problems: pass --problems FILE")
-    params, step = _load_params(run, args.checkpoint, args.step)
-    pool = EvaluatorPool(workers=config.evaluator.workers or None, timeout=config.evaluator.timeout,
-                         memory_mb=config.evaluator.memory_mb,
-                         hide=problem_files(config, args.problems or ()))  # programs can't read answers
-    try:
-        report = evaluate_problems(run, Roller(run, pool), params, problems, rng=_key(config.seed, 4),
-                                   samples=args.samples, max_new_tokens=args.max_new_tokens)
-    finally:
-        pool.close()
-    report["checkpoint"], report["step"] = os.path.abspath(args.checkpoint), step
-    print(format_table(report))
-    out = args.out or os.path.join(workdir, "eval.json")
-    with open(out, "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"wrote {out}")
-    return 0
+        return config, args.checkpoint  # a training workdir
+    if _is_hf_dir(args.checkpoint):
+        return config, os.getcwd()
+    return config, os.path.dirname(os.path.abspath(args.checkpoint))  # its checkpoints/ dir
+
+
+def main(argv=None) -> int:
+    from microcoder_jax import cli, sharding
+    from microcoder_jax import config as config_lib
+
+    def body() -> int:
+        from microcoder_jax.evaluator.pool import EvaluatorPool
+        from microcoder_jax.run_setup import key, problem_files, setup
+
+        args = cli.parse(argv, prog="python -m microcoder_jax.eval", doc=__doc__,
+                         default_file=config_lib.DEFAULT_FILE, define_flags=_define_flags)
+        config, workdir = _prepare(args)
+        d = config.distributed
+        sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)
+        run = setup(config, workdir)
+        params, step = _load_params(run, args.checkpoint, args.step)
+        pool = EvaluatorPool(workers=config.evaluator.workers or None, timeout=config.evaluator.timeout,
+                             memory_mb=config.evaluator.memory_mb, hide=problem_files(config))
+        try:  # the judge hides every problem file: programs cannot read the answers
+            report = evaluate_problems(run, pool, params, run.eval_problems, rng=key(config.seed, 4))
+        finally:
+            pool.close()
+        report["checkpoint"], report["step"] = os.path.abspath(args.checkpoint), step
+        print(format_table(report))
+        out = args.out or os.path.join(workdir, "eval.json")
+        with open(out, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"wrote {out}")
+        return 0
+
+    return cli.main_guard(body)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from typing import Iterable
 
 import numpy as np
@@ -17,18 +18,51 @@ PROGRESS_KEYS = (("reward_mean", "reward"), ("pass_rate", "pass"), ("response_le
                  ("temperature", "T"), ("entropy", "ent"), ("grad_norm", "gnorm"))
 
 
+# Step metrics stored under another name in the row: the step's reward_mean is after the
+# truncation rule's shaping (soft overlong), the row's reward_mean is the judge's reward.
+RENAMED_STEP_METRICS = {"reward_mean": "reward_shaped_mean", "entropy": "policy_entropy"}
+
+
 def read_metrics(path: str) -> list[dict]:
     """All rows of a metrics.jsonl file (a torn last line from a killed run is ignored)."""
-    rows = []
-    if not os.path.exists(path):
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
+    from microcoder_jax.data.jsonl import read_jsonl
+
+    return [row for _, row in read_jsonl(path, missing_ok=True) if isinstance(row, dict)]
+
+
+def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperature: float,
+                next_temperature: float, times: dict, verdicts: dict, ds_stats: dict,
+                generations: int, t_step: float) -> dict:
+    """The metrics.jsonl row of one step, from the step's metrics and the Rollout it trained on."""
+    m = step_metrics
+    record = {
+        "reward_mean": float(np.mean(rollout.rewards)),
+        "pass_rate": float(np.mean(rollout.passed)),
+        "response_length_mean": float(np.mean(rollout.response_lengths)),
+        "truncation_rate": float(np.mean(rollout.truncated)),
+        "masked_fraction": float(m.get("frac_masked", 0.0)) + float(m.get("frac_removed", 0.0)),
+        "repetition_rate": float(m.get("frac_repeating", 0.0)),
+        "diversity": div.get(signal, float("nan")),
+        "temperature": temperature,
+        "next_temperature": next_temperature,
+        "entropy": div["entropy"],
+        "clip_fraction": m.get("clip_frac"),
+        "no_code_rate": float(np.mean(rollout.no_code)),
+        "time_sample_s": times["sample"],
+        "time_judge_s": times["judge"],
+        "time_judge_wait_s": times["judge_wait"],
+        "time_train_s": times["train"],
+        "time_step_s": time.perf_counter() - t_step,
+        "generations": generations,
+    }
+    for k, v in m.items():
+        record.setdefault(RENAMED_STEP_METRICS.get(k, k), v)
+    record.update({f"div/{k}": v for k, v in div.items()})
+    total = max(sum(verdicts.values()), 1)
+    record.update({f"verdict/{k}": v / total for k, v in verdicts.items()})
+    record.update(ds_stats)
+    record["rows"] = len(rollout.rewards)
+    return record
 
 
 def _plain(value):

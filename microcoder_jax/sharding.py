@@ -1,4 +1,9 @@
-"""The device mesh, its axis names, and the logical-axis rules: the only module that knows the mesh.
+"""Devices: the mesh, multi-host start-up, the logical-axis rules, host/device transfers.
+
+The only module that knows devices and processes: `make_mesh` / `mesh_from_sizes` build the one
+mesh, `initialize_distributed` joins a multi-host run, `host_rows` / `allgather_rows` /
+`allgather_counts` / `to_host` / `put_batch` move a batch between this host and the global arrays.
+It takes logical axes as input (the model's `param_logical_axes(config)`): it never imports the model.
 
 Mesh axes are ``("data", "fsdp", "tensor")``:
 
@@ -112,14 +117,6 @@ def logical_to_sharding(logical_axes_tree, mesh: Mesh, shapes=None, rules: dict[
     return jax.tree.unflatten(treedef, out)
 
 
-def param_shardings(config, mesh: Mesh):
-    """``NamedSharding`` for every parameter of a Qwen3 ``config`` (no allocation)."""
-    from microcoder_jax.models import qwen3
-
-    shapes = jax.eval_shape(lambda: qwen3.init_params(config, jax.random.key(0)))
-    return logical_to_sharding(qwen3.param_logical_axes(config), mesh, shapes)
-
-
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     """Rows over ``data`` + ``fsdp``, every other dim replicated."""
     return NamedSharding(mesh, PartitionSpec(("data", "fsdp"), *([None] * (ndim - 1))))
@@ -138,20 +135,110 @@ def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, spec)
 
 
-def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
-                           process_id: int | None = None, local_device_ids: Sequence[int] | None = None) -> None:
-    """Join a multi-process JAX run; a no-op for a single process.
+def mesh_from_sizes(data: int, fsdp: int, tensor: int) -> Mesh | None:
+    """The run's mesh over the first data * fsdp * tensor devices (-1 = the rest), or None for one
+    device (then no sharding machinery runs at all)."""
+    sizes = [data, fsdp, tensor]
+    n = len(jax.devices())
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        sizes[sizes.index(-1)] = max(n // known, 1)
+    total = math.prod(sizes)
+    if total == 1:
+        return None
+    return make_mesh(*sizes, devices=jax.devices()[:total])
 
-    With no arguments on a TPU pod or a SLURM/MPI cluster JAX auto-detects the topology; on CPU/GPU
-    hosts pass all three explicitly (``num_processes=1`` or ``None`` everywhere means single process).
+
+def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                           process_id: int | None = None, local_device_ids: Sequence[int] | None = None,
+                           *, mode: str = "auto") -> None:
+    """Join a multi-process JAX run (call before any other JAX call); a no-op for a single process.
+
+    `mode`: `never` does nothing; `always` initializes (explicit arguments, or JAX's autodetection,
+    which errors if there is nothing to join); `auto` initializes with the arguments when any is
+    set, else lets JAX detect a cluster (TPU pod slices, SLURM, Open MPI) except on a CPU-only
+    platform, and does nothing when nothing is found. Already initialized: nothing to do.
     """
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"distributed.initialize must be auto, always or never, got {mode!r}")
+    if mode == "never" or jax.distributed.is_initialized():
+        return
     if num_processes is not None and num_processes <= 1:
         return
-    if coordinator_address is None and num_processes is None and process_id is None:
+    if (coordinator_address, num_processes, process_id) != (None, None, None):
+        jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                                   process_id=process_id, local_device_ids=local_device_ids)
+    elif mode == "always":
+        jax.distributed.initialize()
+    elif str(jax.config.jax_platforms or "").strip().lower() != "cpu":
         try:
             jax.distributed.initialize()  # auto-detect (TPU pods, SLURM, Open MPI)
         except (ValueError, RuntimeError):
             return  # nothing to detect: a single-process run
-        return
-    jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                               process_id=process_id, local_device_ids=local_device_ids)
+
+
+# ------------------------------------------------------------------ host <-> devices, multi-host
+
+
+def host_rows(n: int) -> slice:
+    """This process's contiguous share of `n` rows (each host judges only its own rows)."""
+    per = -(-n // jax.process_count())
+    lo = min(jax.process_index() * per, n)
+    return slice(lo, min(lo + per, n))
+
+
+def allgather_rows(arrays: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
+    """The global [n, ...] arrays on every host from each host's `host_rows(n)` share."""
+    if jax.process_count() == 1:
+        return [np.asarray(a) for a in arrays]
+    from jax.experimental import multihost_utils
+
+    per = -(-n // jax.process_count())
+    padded = [np.concatenate([np.asarray(a), np.zeros((per - len(a),) + np.shape(a)[1:], np.asarray(a).dtype)])
+              for a in arrays]
+    dtypes = [a.dtype for a in padded]
+    gathered = multihost_utils.process_allgather(
+        [a.astype(np.int32) if a.dtype == bool else a for a in padded], tiled=True)
+    return [np.asarray(g)[:n].astype(d) for g, d in zip(gathered, dtypes)]
+
+
+def allgather_counts(counts: dict[str, int], names: Sequence[str] = ()) -> dict[str, int]:
+    """Counts summed over hosts; `names` fixes the order of the keys every host knows in advance
+    (a key only some hosts saw must be among them, or every host must have seen it)."""
+    if jax.process_count() == 1:
+        return counts
+    from jax.experimental import multihost_utils
+
+    names = list(names) + sorted(set(counts) - set(names))
+    local = np.array([counts.get(k, 0) for k in names], np.int32)
+    total = np.asarray(multihost_utils.process_allgather(local)).reshape(-1, len(names)).sum(0)
+    return {k: int(v) for k, v in zip(names, total) if v}
+
+
+def to_host(x) -> np.ndarray:
+    """A (possibly multi-host, possibly on-device) array as numpy on every host."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+
+def put_batch(batch, mesh: Mesh | None):
+    """Host arrays as global arrays with rows over the mesh's data axes (identical on every host).
+
+    Any pytree of arrays. Under several processes a jit spanning all of them needs global arrays,
+    not host numpy; a row count the data axes do not divide is replicated. Device arrays pass through.
+    """
+    if mesh is None:
+        return batch
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+
+    def put(x):
+        if isinstance(x, jax.Array):
+            return x
+        x = np.asarray(x)
+        rows = x.ndim and x.shape[0] % shards == 0
+        return jax.device_put(x, batch_sharding(mesh, x.ndim) if rows else replicated(mesh))
+
+    return jax.tree.map(put, batch)

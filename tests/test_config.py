@@ -1,72 +1,107 @@
-"""Config defaults, config files, command-line overrides and their errors."""
-import glob
+"""Config defaults, config files, command-line overrides, validation and their errors."""
+import dataclasses
 import os
 
 import pytest
 
+from microcoder_jax import cli
 from microcoder_jax import config as config_lib
+from microcoder_jax.config_check import validate
 from microcoder_jax.rl.config import RLConfig
-from microcoder_jax.sampling.temperature import TemperatureScheduler
+from microcoder_jax.rl.presets import PRESETS
+from microcoder_jax.sampling import temperature
 
-CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(config_lib.config_dir(), "*.py"))
-                      if not p.endswith("data_pipeline.py"))
+PAPER = os.path.join(config_lib.config_dir(), "paper.py")
+DEMO = os.path.join(config_lib.config_dir(), "demo.py")
+SETTINGS = [f"{m},{a}" for m in ("qwen3-1.7b", "qwen3-4b") for a in ("microcoder", "grpo", "dapo")]
+
+
+def load(*argv):
+    return cli.parse(list(argv), prog="test", doc="", default_file=config_lib.DEFAULT_FILE).config
 
 
 def test_all_config_files_exist():
-    names = {os.path.basename(p) for p in CONFIG_FILES}
-    expected = {"demo.py"} | {f"qwen3_{m}_{a}.py" for m in ("1p7b", "4b")
-                              for a in ("microcoder", "grpo", "dapo")}
-    assert expected <= names
+    assert os.path.exists(PAPER) and os.path.exists(DEMO)
 
 
-@pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
-def test_config_file_builds_rl_config_and_scheduler(path):
-    c = config_lib.load_config(path)
+@pytest.mark.parametrize("arg", [None, *SETTINGS])
+def test_config_file_builds_rl_config_and_scheduler(arg):
+    c = load(f"--config={PAPER}:{arg}") if arg else load(f"--config={DEMO}")
     rl = config_lib.make_rl_config(c)
     assert isinstance(rl, RLConfig)
     assert rl.group_size == c.sampling.group_size and rl.total_steps == c.train.steps
-    TemperatureScheduler(c.temperature.to_dict())  # the scheduler accepts every knob
+    temperature.TemperatureScheduler(c.temperature.to_dict())  # the scheduler accepts every knob
 
 
-@pytest.mark.parametrize("model", ["1p7b", "4b"])
+@pytest.mark.parametrize("model", ["qwen3-1.7b", "qwen3-4b"])
 def test_baselines_differ_only_in_algorithm_block(model):
-    dicts = {a: config_lib.to_dict(config_lib.load_config(
-        os.path.join(config_lib.config_dir(), f"qwen3_{model}_{a}.py"))) for a in ("microcoder", "grpo", "dapo")}
+    dicts = {a: config_lib.to_dict(load(f"--config={PAPER}:{model},{a}")) for a in ("microcoder", "grpo", "dapo")}
     rls = {a: d.pop("rl") for a, d in dicts.items()}
     assert dicts["microcoder"] == dicts["grpo"] == dicts["dapo"]
-    presets = {a: config_lib.make_rl_config(config_lib.load_config(os.path.join(
-        config_lib.config_dir(), f"qwen3_{model}_{a}.py"))) for a in rls}
+    presets = {a: config_lib.make_rl_config(load(f"--config={PAPER}:{model},{a}")) for a in rls}
     assert presets["microcoder"].truncation == "conditional" and presets["microcoder"].rho == 0.1
     assert presets["grpo"].kl_beta > 0 and presets["grpo"].aggregation == "seq_mean_token_mean"
     assert presets["dapo"].dynamic_sampling and presets["dapo"].truncation == "soft_overlong"
+    assert {a: {k: v for k, v in r.items() if k != "preset"} for a, r in rls.items()}["grpo"] == {
+        k: v for k, v in rls["microcoder"].items() if k != "preset"}  # the preset name is the difference
 
 
-def test_paper_setting():
-    c = config_lib.load_config(os.path.join(config_lib.config_dir(), "qwen3_1p7b_microcoder.py"))
+def test_paper_setting_and_bad_argument():
+    c = load(f"--config={PAPER}:qwen3-1.7b,microcoder")
     assert (c.data.num_prompts, c.sampling.group_size, c.sampling.max_new_tokens) == (64, 8, 4096)
     assert c.temperature.temperature == 1.2 and c.eval.max_new_tokens == 8192
+    assert load(f"--config={PAPER}:qwen3-4b,dapo").rl.micro_batch_size == 4
+    with pytest.raises(config_lib.ConfigError, match="MODEL,ALGO"):
+        load(f"--config={PAPER}:qwen3-70b,microcoder")
 
 
 def test_overrides_parse_by_type():
-    c = config_lib.load_config(None, ["rl.rho=0.2", "train.steps=7", "data.prompt_buckets=(64,128)",
-                                      "train.progress=false", "model.path=/x/y", "rl.decay=cosine",
-                                      "rl.learning_rate=1"])
+    c = load("--config.rl.rho=0.2", "--config.train.steps=7", "--config.data.prompt_buckets=(64,128)",
+             "--config.train.progress=false", "--config.model.path=/x/y", "--config.rl.decay=cosine",
+             "--config.rl.learning_rate=1", "--config.data.train_files=a.jsonl,b-*.jsonl")
     assert c.rl.rho == 0.2 and c.train.steps == 7 and c.data.prompt_buckets == (64, 128)
     assert c.train.progress is False and c.model.path == "/x/y" and c.rl.decay == "cosine"
     assert c.rl.learning_rate == 1.0 and isinstance(c.rl.learning_rate, float)
+    assert c.data.train_files == ("a.jsonl", "b-*.jsonl")
+
+
+def test_missing_config_file_and_unknown_flag_are_one_line_errors(tmp_path):
+    with pytest.raises(config_lib.ConfigError, match=r"^--config=.*nope.py: no such config file$"):
+        load(f"--config={tmp_path}/nope.py")
+    with pytest.raises(config_lib.ConfigError, match="bogus"):
+        load("--bogus=1")
 
 
 def test_unknown_key_lists_valid_keys():
     with pytest.raises(config_lib.ConfigError) as e:
-        config_lib.load_config(None, ["rl.rhoo=0.2"])
+        load("--config.rl.rhoo=0.2")
     message = str(e.value)
     assert "rl.rhoo" in message and "rl.rho" in message and "train.steps" in message
 
 
-@pytest.mark.parametrize("override", ["train.steps=abc", "train.progress=maybe", "train=1", "steps"])
+@pytest.mark.parametrize("override", ["train.steps=abc", "train.progress=maybe", "train=1", "steps",
+                                      "rl.rho=abc"])
 def test_bad_overrides_are_errors(override):
-    with pytest.raises((config_lib.ConfigError, ValueError)):
-        config_lib.load_config(None, [override])
+    with pytest.raises(config_lib.ConfigError):
+        load(f"--config.{override}")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("rl.rho=1.5", "rho"), ("temperature.policy=bogus", "policy"), ("model.remat=some", "model.remat"),
+    ("sampling.top_p=0", "sampling.top_p"), ("data.task=other", "data.task"), ("mesh.fsdp=0", "mesh"),
+    ("eval.date_from=yesterday", "eval.date_from"), ("rl.truncation=sometimes", "truncation"),
+    ("eval.files=/no/such/file.jsonl", "eval.files"), ("distributed.initialize=sometimes", "distributed.initialize.*auto, always, never"),
+    ("model.path=/no/such/dir", "model.path"), ("sampling.group_size=1", "sampling.group_size")])
+def test_bad_values_are_refused_by_validation(override, key):
+    c = load(f"--config.{override}")
+    with pytest.raises(config_lib.ConfigError, match=key):
+        validate(c)
+
+
+def test_validation_accepts_the_shipped_configs():
+    validate(config_lib.demo_config())
+    validate(load(f"--config={PAPER}:qwen3-1.7b,grpo", f"--config.data.train_files={PAPER}",
+                  f"--config.tokenizer.path={config_lib.config_dir()}"))
 
 
 def test_unknown_rl_field_is_an_error():
@@ -76,8 +111,24 @@ def test_unknown_rl_field_is_an_error():
         config_lib.make_rl_config(c)
 
 
-def test_every_group_is_documented_in_the_table():
-    doc = config_lib.__doc__
+def test_every_key_has_a_meaning_and_help_lists_it(capsys):
+    meanings = config_lib.meanings()
     for key in config_lib.flat_keys(config_lib.default_config()):
-        group = key.split(".")[0]
-        assert f"| {group}" in doc or f"| {key}" in doc, key
+        assert meanings.get(key), key
+    with pytest.raises(SystemExit):
+        cli.parse(["--help", "--config.rl.rho=0.3"], prog="test", doc="the doc", default_file=config_lib.DEFAULT_FILE)
+    out = capsys.readouterr().out
+    assert "--config.rl.rho=0.3" in out and "--config.train.steps=50" in out and meanings["rl.rho"] in out
+
+
+def test_defaults_have_one_source():
+    """The rl block is RLConfig's defaults (None where a preset sets the field); the scheduler's
+    defaults are the temperature block."""
+    c = config_lib.default_config()
+    preset_set = {k for p in PRESETS.values() for k in p}
+    for f in dataclasses.fields(RLConfig):
+        if f.name in config_lib.RL_FROM_RUN or f.name == "preset":
+            continue
+        assert c.rl[f.name] == (None if f.name in preset_set else f.default), f.name
+    assert temperature.DEFAULTS == c.temperature.to_dict()
+    assert temperature.TemperatureScheduler().temperature == c.temperature.temperature

@@ -622,5 +622,5 @@ def test_cli_runs_on_bundled_samples(tmp_path, capsys):
     assert main([*argv, "--config.filter.max_tests=4"]) == 0
     out = capsys.readouterr().out
     assert "kept': 24" in out and "tests_capped': 23" in out
-    with pytest.raises(SystemExit):
-        main([*argv, "--config.filter.nonexistent=1"])
+    assert main([*argv, "--config.filter.nonexistent=1"]) == 2  # one `error:` line, exit status 2
+    assert "unknown config key 'filter.nonexistent'" in capsys.readouterr().err

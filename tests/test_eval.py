@@ -5,6 +5,7 @@ import math
 import pytest
 
 from microcoder_jax import eval as ev
+from microcoder_jax.data.dates import in_window
 from microcoder_jax.evaluator.problems import Problem, TestCase
 
 
@@ -45,10 +46,12 @@ def test_summarize_groups_and_table():
 
 
 def test_date_window():
-    p = _p("a", "easy", "x", "2024-08-15T10:00:00")
-    assert ev.in_date_window(p)
-    assert ev.in_date_window(p, "2024-08-01", "2024-08-31")
-    assert ev.in_date_window(p, "2024-08-15", "2024-08-15")
-    assert not ev.in_date_window(p, "2024-09-01")
-    assert not ev.in_date_window(p, "", "2024-08-14")
-    assert not ev.in_date_window(_p("b", "", "", ""), "2024-01-01")  # undated: outside any window
+    """One window test for evaluation and the data filter: open without bounds, undated outside any."""
+    d = "2024-08-15T10:00:00"
+    assert in_window(d) and in_window("") and in_window(None)  # no bound: everything is inside
+    assert in_window(d, "2024-08-01", "2024-08-31")
+    assert in_window(d, "2024-08-15", "2024-08-15")
+    assert not in_window(d, "2024-09-01")
+    assert not in_window(d, "", "2024-08-14")
+    assert not in_window("", "2024-01-01")  # undated: outside any window
+    assert in_window("March 3, 2021", "2021-03-01", "2021-03-31")  # the data readers' spellings too

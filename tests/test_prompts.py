@@ -56,9 +56,9 @@ def test_demo_bpe_round_trips_any_text():
 
 
 def test_bucket_and_left_pad():
-    assert prompts.bucket_length(5, (8, 4, 16)) == 8
+    assert prompts.prompt_bucket(5, (8, 4, 16)) == 8
     with pytest.raises(ValueError):
-        prompts.bucket_length(17, (8, 16))
+        prompts.prompt_bucket(17, (8, 16))
     ids, mask = prompts.left_pad([[1, 2], [3]], 4, 0)
     np.testing.assert_array_equal(ids, [[0, 0, 1, 2], [0, 0, 0, 3]])
     np.testing.assert_array_equal(mask, [[0, 0, 1, 1], [0, 0, 0, 1]])

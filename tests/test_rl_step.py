@@ -108,7 +108,7 @@ def test_compute_logprobs_rejects_zero_temperature(params):
 
 @functools.cache
 def _grads_fn(cfg, micro, mesh):
-    param_sh = None if mesh is None else sharding.param_shardings(MC, mesh)
+    param_sh = None if mesh is None else sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC))
     return jax.jit(functools.partial(minibatch_grads, model_config=MC, cfg=cfg,
                                      micro_batch_size=micro, param_sh=param_sh),
                    compiler_options=FAST_COMPILE)
@@ -118,7 +118,7 @@ def _grads(params, mb, cfg, micro, mesh=None):
     fn = _grads_fn(cfg, micro, mesh)
     if mesh is None:
         return fn(params, mb)
-    params = jax.device_put(params, sharding.param_shardings(MC, mesh))
+    params = jax.device_put(params, sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC)))
     mb = {k: jax.device_put(v, sharding.batch_sharding(mesh, np.ndim(v))) for k, v in mb.items()}
     with jax.set_mesh(mesh):
         return fn(params, mb)
@@ -239,7 +239,7 @@ def test_step_on_mesh_matches_single_device(params, step_fn):
     mstate, _ = mesh_step(mstate, dict(mbatch, rewards=jax.device_put(batch["rewards"][::-1].copy(), rows)))
     assert mesh_step.jitted._cache_size() == 1
     embed = mstate.params["embed"]
-    assert embed.sharding.spec == sharding.param_shardings(MC, mesh)["embed"].spec
+    assert embed.sharding.spec == sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC))["embed"].spec
     for k in ("loss", "grad_norm", "clip_frac", "approx_kl", "entropy", "frac_masked"):
         np.testing.assert_allclose(float(mmetrics[k]), float(metrics[k]), rtol=1e-4, atol=1e-6,
                                    err_msg=k)

@@ -12,7 +12,13 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import Qwen3Config, forward, get_preset, init_cache, init_params, load_hf_params
+from microcoder_jax.models import (Qwen3Config, forward, get_preset, init_cache, init_params, load_hf_params,
+                                   param_logical_axes, param_shapes)
+
+def param_shardings(config, mesh):
+    """What the model's callers pass sharding.py: the model's logical axes and shapes."""
+    return shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config))
+
 
 CONFIG = get_preset("tiny", dtype="float32", tie_word_embeddings=False, num_kv_heads=2, num_heads=8, head_dim=8)
 
@@ -43,7 +49,7 @@ def test_logical_rules_and_divisibility_fallback():
 
 def test_param_shardings_cover_every_param():
     mesh = shd.make_mesh(fsdp=2, tensor=4)
-    shardings = shd.param_shardings(CONFIG, mesh)
+    shardings = param_shardings(CONFIG, mesh)
     assert shardings["layers"]["q_proj"].spec == P(None, "fsdp", "tensor", None)
     assert shardings["layers"]["k_proj"].spec == P(None, "fsdp", None, None)  # 2 kv heads on tensor=4
     assert shardings["lm_head"].spec == P("fsdp", "tensor")
@@ -57,7 +63,7 @@ def test_constrain_is_a_no_op_without_a_mesh():
 
 def _run_on_mesh(params, ids, mask, mesh):
     """Place params/inputs by the rules and run the jitted forward under ``mesh``."""
-    sharded = jax.device_put(params, shd.param_shardings(CONFIG, mesh))
+    sharded = jax.device_put(params, param_shardings(CONFIG, mesh))
     rows = jax.sharding.NamedSharding(mesh, shd.logical_to_spec(("batch", "length"), mesh, ids.shape))
     ids, mask = jax.device_put((jnp.asarray(ids), jnp.asarray(mask)), rows)
     with jax.set_mesh(mesh):
@@ -90,7 +96,7 @@ def test_same_logits_on_every_mesh(reference, axes):
 def test_cached_decode_step_on_a_mesh(reference):
     params, ids, mask, ref = reference
     mesh = shd.make_mesh(fsdp=2, tensor=4)
-    sharded = jax.device_put(params, shd.param_shardings(CONFIG, mesh))
+    sharded = jax.device_put(params, param_shardings(CONFIG, mesh))
     pos = np.maximum(mask.cumsum(-1) - 1, 0)
     cache = init_cache(CONFIG, 8, 16)
     with jax.set_mesh(mesh):
@@ -109,12 +115,13 @@ _WORKER = textwrap.dedent("""
     shd.initialize_distributed(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
     import jax.numpy as jnp, numpy as np
     from jax.experimental import multihost_utils
-    from microcoder_jax.models import forward, get_preset, init_params
+    from microcoder_jax.models import forward, get_preset, init_params, param_logical_axes, param_shapes
     assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device_count() == 2
     config = get_preset("tiny", dtype="float32")
     mesh = shd.make_mesh(fsdp=2, tensor=2)
     params = jax.jit(lambda: init_params(config, jax.random.key(0)),
-                     out_shardings=shd.param_shardings(config, mesh))()
+                     out_shardings=shd.logical_to_sharding(param_logical_axes(config), mesh,
+                                                           param_shapes(config)))()
     ids = np.arange(4 * 8).reshape(4, 8) % config.vocab_size
     rows = shd.batch_sharding(mesh, 2)
     ids = jax.make_array_from_callback(ids.shape, rows, lambda idx: ids[idx])
@@ -159,4 +166,7 @@ def test_two_process_distributed_run(tmp_path):
 
 def test_initialize_distributed_single_process_is_a_no_op():
     shd.initialize_distributed(num_processes=1)
+    shd.initialize_distributed(mode="never")
+    with pytest.raises(ValueError, match="auto, always or never"):
+        shd.initialize_distributed(mode="sometimes")
     assert jax.process_count() == 1

@@ -24,7 +24,8 @@ def short_demo(**overrides):
     c.train.progress = False
     c.train.checkpoint_every = 0  # only the final checkpoint
     for key, value in overrides.items():
-        config_lib.set_value(c, key, repr(value) if not isinstance(value, str) else value)
+        group, name = key.split(".")
+        c[group][name] = value
     return c
 
 
@@ -80,7 +81,7 @@ def test_final_checkpoint_holds_everything_to_resume(demo_run):
 def test_eval_cli_and_plot_on_the_run(demo_run, tmp_path, capsys):
     workdir, _ = demo_run
     out = str(tmp_path / "eval.json")
-    assert eval_lib.main(["--checkpoint", workdir, "--out", out, "--samples", "2",
+    assert eval_lib.main(["--checkpoint", workdir, "--out", out, "--config.eval.samples=2",
                           "--config.eval.temperature=1.0"]) == 0
     report = json.load(open(out))
     assert report["step"] == 30 and report["samples_per_problem"] == 2
@@ -121,3 +122,23 @@ def test_unknown_config_key_lists_valid_ones(capsys):
     assert train.main(["--config.train.stepz=3"]) == 2
     err = capsys.readouterr().err
     assert "unknown config key 'train.stepz'" in err and "train.steps" in err and "rl.rho" in err
+
+
+@pytest.mark.parametrize("override, message", [("rl.rho=abc", "rl.rho"), ("temperature.policy=bogus", "policy"),
+                                               ("rl.rho=2.0", "rho")])
+def test_bad_value_is_one_error_line_and_nothing_is_written(tmp_path, capsys, override, message):
+    workdir = tmp_path / "run"
+    assert train.main([f"--config.{override}", f"--workdir={workdir}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not workdir.exists()
+
+
+def test_help_lists_every_config_key_with_its_default(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for key in config_lib.flat_keys(config_lib.demo_config()):
+        assert f"--config.{key}=" in out, key
+    assert "--config.train.steps=50  RL steps" in out and "--workdir" in out

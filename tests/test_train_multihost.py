@@ -3,23 +3,33 @@ and a 2-process run of the demo on one 4-device mesh (localhost, 2 fake CPU devi
 import jax
 import pytest
 
+from microcoder_jax import cli, sharding
 from microcoder_jax import config as config_lib
-from microcoder_jax import train
+from microcoder_jax.run_setup import problem_files
+
+
+def _init(config):
+    d = config.distributed  # what train.main does first
+    sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)
 
 
 def test_distributed_init_is_a_no_op_on_one_cpu_process():
     config = config_lib.demo_config()
-    train.initialize_distributed(config)  # auto on a CPU platform: nothing to join
+    _init(config)  # auto on a CPU platform: nothing to join
     with config.unlocked():
         config.distributed.num_processes = 1  # explicit single process
-    train.initialize_distributed(config)
+    _init(config)
     assert jax.process_count() == 1 and not jax.distributed.is_initialized()
 
 
 def test_distributed_init_rejects_unknown_modes():
-    config = config_lib.load_config(None, ["distributed.initialize=sometimes"])
-    with pytest.raises(config_lib.ConfigError, match="auto, always or never"):
-        train.initialize_distributed(config)
+    from microcoder_jax.config_check import validate
+
+    config = cli.load_config(None, ["distributed.initialize=sometimes"])
+    with pytest.raises(config_lib.ConfigError, match="auto, always, never"):
+        validate(config)
+    with pytest.raises(ValueError, match="auto, always or never"):
+        _init(config)
 
 
 def _write(path, problems):
@@ -45,7 +55,7 @@ def test_problem_files_accept_globs_and_comma_strings(tmp_path):
         f"{tmp_path}/other.jsonl", f"{tmp_path}/train-0.jsonl"]
     with pytest.raises(FileNotFoundError, match="nothing-\\*.jsonl"):
         loader.read_problems([str(tmp_path / "nothing-*.jsonl")])
-    config = config_lib.load_config(None, [f"data.train_files={tmp_path}/train-*.jsonl,{tmp_path}/other.jsonl"])
+    config = cli.load_config(None, [f"data.train_files={tmp_path}/train-*.jsonl,{tmp_path}/other.jsonl"])
     assert config.data.train_files == (f"{tmp_path}/train-*.jsonl", f"{tmp_path}/other.jsonl")
     assert len(loader.read_problems(config.data.train_files)[0]) == len(problems) + 1
 
@@ -57,10 +67,10 @@ def test_judge_hides_the_problem_files(tmp_path, monkeypatch):
     a = _write(tmp_path / "train-0.jsonl", problems)
     b = _write(tmp_path / "eval.jsonl", problems)
     monkeypatch.chdir(tmp_path)
-    config = config_lib.load_config(None, ["data.train_files=train-*.jsonl", "eval.files=eval.jsonl"])
-    assert train.problem_files(config) == sorted([a, b])
-    assert train.problem_files(config, f"{tmp_path}/x.jsonl") == sorted([a, b, f"{tmp_path}/x.jsonl"])
-    assert train.problem_files(config_lib.demo_config()) == []
+    config = cli.load_config(None, ["data.train_files=train-*.jsonl", "eval.files=eval.jsonl"])
+    assert problem_files(config) == sorted([a, b])
+    assert problem_files(config, f"{tmp_path}/x.jsonl") == sorted([a, b, f"{tmp_path}/x.jsonl"])
+    assert problem_files(config_lib.demo_config()) == []
 
 
 _RUN = """
@@ -69,10 +79,11 @@ import jax
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 import numpy as np
 from jax.experimental import multihost_utils
-from microcoder_jax import config as config_lib, train
+from microcoder_jax import cli, sharding, train
 workdir, out, *overrides = sys.argv[1:]
-config = config_lib.load_config(None, overrides)
-train.initialize_distributed(config)  # what train.main does first
+config = cli.load_config(None, overrides)
+d = config.distributed  # what train.main does first
+sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)
 assert jax.device_count() == 4, jax.devices()
 state = train.train(config, workdir, log_fn=lambda *a: None)
 leaves = [np.asarray(multihost_utils.process_allgather(x, tiled=True)) for x in jax.tree.leaves(state.params)]

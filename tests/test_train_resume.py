@@ -20,7 +20,7 @@ ARGS = [f"--config.train.steps={STEPS}", "--config.train.checkpoint_every=1",
 
 
 def _cmd(workdir):
-    return [sys.executable, "-m", "microcoder_jax.train", "--workdir", str(workdir), *ARGS]
+    return [sys.executable, "-m", "microcoder_jax.train", f"--workdir={workdir}", *ARGS]
 
 
 def _env():
@@ -31,13 +31,13 @@ def _env():
 
 def _final_params(workdir):
     """The params of the run's final checkpoint, as numpy arrays."""
-    from microcoder_jax import config as config_lib
-    from microcoder_jax import models, train
+    from microcoder_jax import cli, models
+    from microcoder_jax.run_setup import model_config_from
     from microcoder_jax.data.tokenizer import load_tokenizer
 
-    c = config_lib.load_config(None, [a[len("--config."):] for a in ARGS])
+    c = cli.load_config(None, [a[len("--config."):] for a in ARGS])
     vocab = len(load_tokenizer(os.path.join(workdir, "tokenizer")))
-    shapes = jax.eval_shape(lambda: models.init_params(train.model_config_from(c, vocab),
+    shapes = jax.eval_shape(lambda: models.init_params(model_config_from(c, vocab),
                                                        jax.random.PRNGKey(0)))
     dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, np.float32, sharding=dev), shapes)

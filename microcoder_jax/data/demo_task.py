@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from microcoder_jax.data.prompts import bucket_length, encode_prompt, left_pad, render_prompt
+from microcoder_jax.data.prompts import encode_prompt, left_pad, prompt_bucket, render_prompt
 from microcoder_jax.data.tokenizer import CHATML_TEMPLATE, pad_token_id, train_bpe_tokenizer
 from microcoder_jax.evaluator.problems import Problem, TestCase
 
@@ -116,7 +116,7 @@ def warm_start_batch(tokenizer, problems, ops, data_config, max_new_tokens: int,
     """
     pad = pad_token_id(tokenizer)
     prompts = [encode_prompt(tokenizer, p, data_config) for p in problems]
-    plen = bucket_length(max(map(len, prompts)), data_config.prompt_buckets)
+    plen = prompt_bucket(max(map(len, prompts)), data_config.prompt_buckets)
     ids, mask = left_pad(prompts, plen, pad)
     answers = np.full((len(problems), max_new_tokens), pad, np.int32)
     answer_mask = np.zeros_like(answers)

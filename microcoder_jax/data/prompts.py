@@ -43,22 +43,26 @@ def encode_prompt(tokenizer, problem, data_config) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def bucket_length(length: int, buckets: Sequence[int]) -> int:
-    """The smallest static prompt length that holds `length` tokens."""
-    for b in sorted(buckets):
-        if length <= b:
-            return b
-    raise ValueError(f"prompt of {length} tokens exceeds the largest bucket {max(buckets)}")
+def prompt_bucket(length: int, buckets: Sequence[int] | None = None) -> int:
+    """The static prompt width for a longest prompt of `length` tokens: the smallest of `buckets`
+    that fits, or without buckets a power of two from 32 to 1024, then a multiple of 1024."""
+    if buckets:
+        fitting = [b for b in sorted(buckets) if b >= length]
+        if not fitting:
+            raise ValueError(f"prompt of {length} tokens is longer than the largest bucket {max(buckets)}")
+        return int(fitting[0])
+    if length <= 1024:
+        return max(32, 1 << (max(length, 1) - 1).bit_length())
+    return -(-length // 1024) * 1024
 
 
-def left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Left-pad prompts to `length`: (ids [B, length] int32, mask [B, length] int32)."""
-    ids = np.full((len(prompts), length), pad_id, np.int32)
-    mask = np.zeros((len(prompts), length), np.int32)
-    for i, p in enumerate(prompts):
-        if len(p) > length:
-            raise ValueError(f"prompt {i} has {len(p)} tokens, more than {length}")
-        if len(p):
-            ids[i, length - len(p):] = p
-            mask[i, length - len(p):] = 1
+def left_pad(prompts: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Left-padded ids and mask [B, width] int32 (1 on real tokens); every prompt has 1..width tokens."""
+    ids = np.full((len(prompts), width), pad_id, np.int32)
+    mask = np.zeros((len(prompts), width), np.int32)
+    for row, prompt in enumerate(prompts):
+        if not 0 < len(prompt) <= width:
+            raise ValueError(f"prompt {row} has {len(prompt)} tokens; need 1..{width}")
+        ids[row, width - len(prompt):] = prompt
+        mask[row, width - len(prompt):] = 1
     return ids, mask

@@ -67,7 +67,8 @@ def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
 
 def state_shardings(model_config, cfg: RLConfig, mesh):
     """NamedShardings of the TrainState: params FSDP per sharding.py, Adam moments alike."""
-    p_sh = sharding.param_shardings(model_config, mesh)
+    p_sh = sharding.logical_to_sharding(models.param_logical_axes(model_config), mesh,
+                                        models.param_shapes(model_config))
     abstract_params = jax.eval_shape(lambda: models.init_params(model_config, jax.random.key(0)))
     abstract_opt = jax.eval_shape(make_optimizer(cfg).init, abstract_params)
     rep = sharding.replicated(mesh)

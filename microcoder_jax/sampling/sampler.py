@@ -43,8 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import sharding as shd
+from microcoder_jax.data.prompts import left_pad, prompt_bucket  # noqa: F401 (prompt_bucket re-exported)
 from microcoder_jax.models import (KVCache, Qwen3Config, SharedPrefix, decoding_params, forward, init_cache,
-                                   lm_head)
+                                   lm_head, param_logical_axes, param_shapes)
 
 CACHE_AXES = ("batch", "kv_heads", "length", "head_dim")  # each layer's cache array
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -72,30 +73,6 @@ class SamplerOutput:
 
 
 # ------------------------------------------------------------------------------ host-side helpers
-
-def prompt_bucket(length: int, buckets: Sequence[int] | None = None) -> int:
-    """Static prompt width for a batch whose longest prompt has `length` tokens."""
-    if buckets:
-        fitting = [b for b in sorted(buckets) if b >= length]
-        if not fitting:
-            raise ValueError(f"prompt of {length} tokens is longer than the largest bucket {max(buckets)}")
-        return int(fitting[0])
-    if length <= 1024:
-        return max(32, 1 << (max(length, 1) - 1).bit_length())
-    return -(-length // 1024) * 1024
-
-
-def left_pad(prompts: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Left-padded ids and mask [B, width] (1 on real tokens)."""
-    ids = np.full((len(prompts), width), pad_id, np.int32)
-    mask = np.zeros((len(prompts), width), np.int32)
-    for row, prompt in enumerate(prompts):
-        if not 0 < len(prompt) <= width:
-            raise ValueError(f"prompt {row} has {len(prompt)} tokens; need 1..{width}")
-        ids[row, width - len(prompt):] = prompt
-        mask[row, width - len(prompt):] = 1
-    return ids, mask
-
 
 def _per_row(value, rows: int, dtype, name: str) -> np.ndarray:
     arr = np.asarray(value, dtype)
@@ -292,14 +269,6 @@ def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k
     return state["tokens"], state["logprobs"], state["lengths"], state["done"], entropy
 
 
-def _to_host(x) -> np.ndarray:
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(jax.device_get(x))
-
-
 # ------------------------------------------------------------------------------ entry point
 
 def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
@@ -311,7 +280,7 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
     temperature / top_p / top_k: a scalar or one value per row [num_prompts * num_samples].
     max_new_tokens and decode_phases (see `_decode`) are static (a new value compiles new programs). With a `mesh`, rows are split over
     its data axes (the prompt count is padded to a multiple of them with copies, then cut off) and
-    heads over its tensor axis; params are placed with `sharding.param_shardings` if not already.
+    heads over its tensor axis; params are placed by their logical axes if not already.
     """
     num_prompts, rows = len(prompts), len(prompts) * num_samples
     if num_prompts == 0 or num_samples < 1 or max_new_tokens < 1 or decode_phases < 1:
@@ -333,7 +302,8 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
     row_args = dict(temperature=row_pad(temperature), top_p=row_pad(top_p), top_k=row_pad(top_k))
     stop_ids = np.asarray(list(stop_token_ids), np.int32)
     if mesh is not None:
-        params = jax.device_put(params, shd.param_shardings(config, mesh))
+        params = jax.device_put(params, shd.logical_to_sharding(param_logical_axes(config), mesh,
+                                                                param_shapes(config)))
         put = lambda a: jax.device_put(a, shd.batch_sharding(mesh, a.ndim))  # noqa: E731
         args = {k: put(v) for k, v in args.items()}
         row_args = {k: put(v) for k, v in row_args.items()}
@@ -345,7 +315,7 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
             params, cache, logits, args["prompt_mask"], row_args["temperature"], row_args["top_p"],
             row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config, max_new_tokens=max_new_tokens,
             phases=decode_phases)
-    tokens, logprobs, lengths, stopped, entropy = (_to_host(x)[:rows] for x in results)
+    tokens, logprobs, lengths, stopped, entropy = (shd.to_host(x)[:rows] for x in results)
     return SamplerOutput(
         tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped, entropy=entropy,
         temperature=temperature, prompt_tokens=np.repeat(prompt_ids, num_samples, axis=0),

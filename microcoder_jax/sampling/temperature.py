@@ -5,7 +5,8 @@ diversity collapse, that a staged switch beats every constant temperature, and t
 ramps destabilise training. So the temperature only ever moves in discrete stages, at most one
 stage per `min_interval` steps, and every decision is returned and logged with its reason.
 
-Knobs (a plain dict or an ml_collections ConfigDict; unknown keys are an error):
+Knobs (a plain dict or an ml_collections ConfigDict; unknown keys are an error; defaults from
+`config.default_config().temperature`):
 - `policy`: "constant" | "staged" | "diversity". Default "constant".
 - `temperature`: the starting (and, for "constant", the only) temperature. Default 1.2, the
   paper's stable setting. For "diversity" it must be one of `stages`.
@@ -38,25 +39,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from microcoder_jax.config import default_config
 from microcoder_jax.sampling.diversity import diversity_metrics
 
 logger = logging.getLogger(__name__)
 
 POLICIES = ("constant", "staged", "diversity")
-DEFAULTS = dict(
-    policy="constant",
-    temperature=1.2,
-    schedule=(),
-    stages=(0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8),
-    signal="group_distinct_4",
-    target_low=0.55,
-    target_high=0.75,
-    window=10,
-    min_interval=20,
-    min_slope=0.0,
-    swing_std=0.08,
-    probe=True,
-)
+DEFAULTS = default_config().temperature.to_dict()  # the config is the one source of defaults
 
 
 @dataclasses.dataclass(frozen=True)

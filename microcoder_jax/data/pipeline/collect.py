@@ -16,6 +16,8 @@ import logging
 import os
 from typing import Any, Iterator
 
+from microcoder_jax.data.jsonl import BadLine, read_jsonl
+
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "lcb", "apps", "codecontests", "deepcoder", "ours", "dir")
@@ -79,19 +81,13 @@ def iter_file_rows(path: str, stats: dict) -> Iterator[tuple[int, dict]]:
             else:
                 _malformed(stats, path, index, f"row is a {type(row).__name__}")
     else:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for index, line in enumerate(f):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    _malformed(stats, path, index, f"invalid JSON: {e}")
-                    continue
-                if isinstance(row, dict):
-                    yield index, row
-                else:
-                    _malformed(stats, path, index, f"row is a {type(row).__name__}")
+        for index, row in read_jsonl(path, errors="replace"):
+            if isinstance(row, BadLine):
+                _malformed(stats, path, index, f"invalid JSON: {row.error}")
+            elif isinstance(row, dict):
+                yield index, row
+            else:
+                _malformed(stats, path, index, f"row is a {type(row).__name__}")
 
 
 def _guarded(path: str, stats: dict) -> Iterator[tuple[int, dict]]:

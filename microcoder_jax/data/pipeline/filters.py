@@ -8,7 +8,6 @@ is the expensive one (`difficulty_band`). A problem is counted under the first r
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import logging
@@ -19,8 +18,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from microcoder_jax.data.dates import in_window
 from microcoder_jax.data.pipeline import dedup
-from microcoder_jax.data.pipeline.process import parse_date
 from microcoder_jax.evaluator.problems import Problem
 
 log = logging.getLogger(__name__)
@@ -105,16 +104,6 @@ def check_problem(problem: Problem, cfg) -> str | None:
 def _fits(text: str, max_bytes: int) -> bool:
     """len(text.encode()) <= max_bytes, without encoding when the length alone decides it."""
     return len(text) * 4 <= max_bytes or (len(text) <= max_bytes and len(text.encode()) <= max_bytes)
-
-
-def in_window(date_text: str, start: str, end: str) -> bool:
-    """Whether the problem's date lies in [start, end] (ISO dates; an empty bound is open)."""
-    date = parse_date(date_text)
-    if date is None or not (start or end):
-        return False
-    lo = datetime.date.fromisoformat(start) if start else datetime.date.min
-    hi = datetime.date.fromisoformat(end) if end else datetime.date.max
-    return lo <= date <= hi
 
 
 def duplicates(problems: Sequence[Problem], cfg) -> dict[int, str]:
@@ -273,7 +262,8 @@ def filter_problems(
 
     for p in problems:
         rule = check_problem(p, cfg)
-        if rule is None and in_window(p.contest_date, cfg.eval_window_start, cfg.eval_window_end):
+        window = (cfg.eval_window_start, cfg.eval_window_end)
+        if rule is None and any(window) and in_window(p.contest_date, *window):  # no window: none removed
             rule = "eval_window"
         if rule:
             drop(p, rule)

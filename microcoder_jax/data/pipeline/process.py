@@ -10,13 +10,13 @@ code. Question ids get the source name as prefix so ids from different dumps nev
 from __future__ import annotations
 
 import ast
-import datetime
 import hashlib
 import html
 import json
 import re
 from typing import Any
 
+from microcoder_jax.data.dates import parse_date  # noqa: F401 (re-exported: the readers' date parser)
 from microcoder_jax.evaluator.problems import Problem, TestCase
 
 # CodeContests enums (deepmind/code_contests, contest_problem.proto).
@@ -98,29 +98,6 @@ def normalize_difficulty(raw: Any, rating: int | None = None) -> str:
     if isinstance(raw, int) and not isinstance(raw, bool):
         return CC_DIFFICULTY.get(raw, "hard" if raw > 10 else "")
     return _DIFFICULTY_WORDS.get(str(raw or "").strip().lower().replace(" ", "_").replace("-", "_"), "")
-
-
-_DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%d/%m/%Y", "%B %d, %Y", "%b %d, %Y", "%Y-%m")
-
-
-def parse_date(value: Any) -> datetime.date | None:
-    """A date from ISO datetimes/dates, a few common spellings, or a Unix timestamp; else None."""
-    if value in (None, ""):
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = value / 1000 if value > 1e11 else value  # milliseconds in some dumps
-        return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).date()
-    text = str(value).strip()
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).date()
-    except ValueError:
-        pass
-    for fmt in _DATE_FORMATS:
-        try:
-            return datetime.datetime.strptime(text, fmt).date()
-        except ValueError:
-            continue
-    return None
 
 
 def to_problem(record: dict, max_solutions: int = 4) -> Problem:

@@ -18,6 +18,7 @@ import shutil
 import time
 from typing import Callable, Iterator
 
+from microcoder_jax.data.jsonl import BadLine, read_jsonl
 from microcoder_jax.data.pipeline import collect, filters, process, report, verify
 from microcoder_jax.evaluator.problems import Problem, load_problems
 
@@ -94,10 +95,11 @@ class _StageDir:
 
 
 def _read_jsonl(path: str) -> Iterator[dict]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+    """A stage's own output: every line is valid JSON (a bad one means a damaged workdir)."""
+    for index, row in read_jsonl(path):
+        if isinstance(row, BadLine):
+            raise ValueError(f"{path}:{index + 1}: invalid JSON ({row.error}); rebuild with --force")
+        yield row
 
 
 def _write_jsonl(path: str, rows) -> int:

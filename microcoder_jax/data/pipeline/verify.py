@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from typing import NamedTuple, Sequence
 
+from microcoder_jax.data.jsonl import read_jsonl
 from microcoder_jax.data.pipeline.process import solutions_of
 from microcoder_jax.evaluator.problems import Problem
 
@@ -41,14 +41,12 @@ def verdict_key(problem: Problem, code: str, limits: tuple) -> str:
 
 def _load_cache(path: str | None) -> dict[str, Verdict]:
     cache: dict[str, Verdict] = {}
-    if path and os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                    cache[row["key"]] = Verdict(*row["verdict"])
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue  # a line cut by a crash
+    if path:
+        for _, row in read_jsonl(path, missing_ok=True):
+            try:
+                cache[row["key"]] = Verdict(*row["verdict"])
+            except (KeyError, TypeError):
+                continue  # a line cut by a crash (BadLine) or not ours
     return cache
 
 

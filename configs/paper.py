@@ -1,0 +1,63 @@
+"""The paper's training setting, for one model and one algorithm: `--config=configs/paper.py:MODEL,ALGO`.
+
+    python -m microcoder_jax.train --config=configs/paper.py:qwen3-1.7b,microcoder \
+        --workdir=runs/qwen3-1.7b_microcoder --config.model.path=/path/to/Qwen3-1.7B \
+        --config.data.train_files="train-*.jsonl" --config.eval.files=lcb_v6.jsonl
+
+MODEL: qwen3-1.7b (Qwen3-1.7B) or qwen3-4b (Qwen3-4B-Instruct-2507; half the rows per
+forward/backward). ALGO: the rl preset, i.e. the only block that differs between algorithms:
+  microcoder  conditional truncation mask (rho 0.1, m 128), clip 0.2/0.28, token-mean, no KL
+  grpo        symmetric clip 0.2, sequence-mean of token-means, k3 KL (beta 0.001) to a frozen reference
+  dapo        clip-higher 0.2/0.28, token-mean, soft overlong punishment, dynamic sampling
+Setting (MICROCODER.md): 64 prompts x G=8 per rollout batch, 4K response tokens in training,
+constant temperature 1.2, 300 steps, evaluation at 8K. Every key is listed by `train --help`.
+"""
+from microcoder_jax.config import default_config
+
+MODELS = {  # model-specific knobs: the memory knob of the larger model
+    "qwen3-1.7b": {},
+    "qwen3-4b": {"rl.micro_batch_size": 4},  # the 4B model: half the rows per forward/backward
+}
+ALGORITHMS = ("microcoder", "grpo", "dapo")
+
+
+def get_config(arg: str = "qwen3-1.7b,microcoder"):
+    model, _, algorithm = (arg or "").partition(",")
+    if model not in MODELS or algorithm not in ALGORITHMS:
+        raise ValueError(f"configs/paper.py:{arg}: expected MODEL,ALGO with MODEL in {sorted(MODELS)} "
+                         f"and ALGO in {list(ALGORITHMS)}, e.g. configs/paper.py:qwen3-1.7b,microcoder")
+    c = default_config()
+    # Model: the released checkpoint (config.json + safetensors + tokenizer) in model.path.
+    c.model.dtype = "bfloat16"  # compute dtype; params and Adam moments stay float32
+    c.model.remat = "full"  # rematerialise each layer: 4K-token responses fit in memory
+    # Data: problem files in LiveCodeBench / APPS / our schema (e.g. the dataset pipeline's shards).
+    c.data.num_prompts = 64  # paper: 64 prompts per rollout batch (beat 32 and 128)
+    c.data.prompt_buckets = (256, 512, 1024, 2048)
+    c.data.max_prompt_tokens = 2048
+    c.data.enable_thinking = False  # thinking off: answers fit the 4K training budget
+    c.sampling.group_size = 8
+    c.sampling.max_new_tokens = 4096
+    c.temperature.policy = "constant"  # 1.2: the paper's stable setting for Qwen3
+    c.temperature.temperature = 1.2
+    c.rl.preset = algorithm
+    c.rl.learning_rate = 1e-6
+    c.rl.warmup_steps = 10
+    c.rl.decay = "constant"
+    c.rl.num_minibatches = 4  # 4 optimizer updates per rollout batch (16 prompts x 8 each)
+    c.rl.micro_batch_size = 8  # rows per forward/backward; lower it if memory runs out
+    c.rl.max_refills = 10  # dapo's dynamic sampling: extra generation batches before topping up
+    c.evaluator.workers = 0  # all cores
+    c.evaluator.timeout = 6.0
+    c.train.steps = 300
+    c.train.checkpoint_every = 10
+    c.train.keep_checkpoints = 3
+    c.train.eval_every = 50
+    c.eval.max_new_tokens = 8192  # LiveCodeBench at 8K response tokens
+    c.eval.samples = 1
+    c.eval.temperature = 0.6
+    c.eval.top_p = 0.95
+    c.mesh.fsdp = -1  # FSDP over every device
+    for key, value in MODELS[model].items():
+        group, name = key.split(".")
+        c[group][name] = value
+    return c

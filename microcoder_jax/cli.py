@@ -1,0 +1,165 @@
+"""Command lines: `--config=FILE[:ARG] --config.KEY=VALUE` through ml_collections `config_flags`.
+
+Every CLI of the project (train, eval, the data pipeline) parses its arguments with `parse`: the
+config file (or the built-in default when `--config` is absent), typed overrides, the CLI's own
+absl flags, and `--help` listing every config key with its value and meaning. A bad argument or
+value becomes one `ConfigError`; `main_guard` turns it into `error: ...` and exit code 2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from typing import Callable, Sequence
+
+from absl import flags
+from ml_collections import config_flags
+
+from microcoder_jax.config import ConfigError, describe, flat_keys
+
+FILE_LIST_KEYS = ("data.train_files", "eval.files")  # "a.jsonl,b-*.jsonl" on the command line
+
+
+@dataclasses.dataclass
+class Parsed:
+    config: object
+    flags: flags.FlagValues
+    args: list[str]  # positional arguments
+
+    def __getattr__(self, name):
+        return self.flags[name].value
+
+
+def _has_config_file(argv: Sequence[str]) -> bool:
+    return any(a == "--config" or a.startswith("--config=") for a in argv)
+
+
+def _with_default(argv: Sequence[str], default_file: str | None) -> list[str]:
+    """`--config=default_file` first when argv names no config file."""
+    if _has_config_file(argv) or default_file is None:
+        return list(argv)
+    return [f"--config={default_file}", *argv]
+
+
+def _flag_values(define_flags, argv: Sequence[str]) -> flags.FlagValues:
+    """Fresh flags (the CLIs can share a process, e.g. in tests); the overrides are read from argv."""
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "config file, FILE or FILE:ARG", flag_values=fv,
+                                    sys_argv=["prog", *argv])
+    if define_flags is not None:
+        define_flags(fv)
+    return fv
+
+
+def _override_keys(argv) -> list[str]:
+    return [a[len("--config."):].partition("=")[0] for a in argv if a.startswith("--config.")]
+
+
+def _explain(argv, define_flags, error: Exception) -> str:
+    """The clearest message for a failed parse: an unknown key lists the valid ones."""
+    base = [a for a in argv if not a.startswith("--config.")]
+    try:
+        fv = _flag_values(define_flags, base)
+        fv(["prog", *base])
+        config = fv.config
+        keys = flat_keys(config)
+    except Exception:  # noqa: BLE001 — the config itself is what failed: report the original error
+        keys = None
+    if keys is not None:
+        for key in _override_keys(argv):
+            if key not in keys:
+                near = difflib.get_close_matches(key, keys, n=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                return f"unknown config key {key!r}{hint}; valid keys: {', '.join(keys)}"
+    path = next((a.partition("=")[2].partition(":")[0] for a in argv if a.startswith("--config=")), "")
+    if path and not os.path.exists(path):
+        return f"--config={path}: no such config file"
+    lines = [ln.strip() for ln in str(error).replace("\\n", "\n").splitlines() if ln.strip()]
+    if any(ln.startswith("Traceback") for ln in lines):  # get_config raised: its own message
+        lines = [lines[-1].partition(": ")[2] or lines[-1]]
+    text = " ".join(lines)
+    if text[:1] in "'\"" and text[-1:] == text[:1]:
+        text = text[1:-1]
+    return text or type(error).__name__
+
+
+def _file_lists(argv: Sequence[str]) -> list[str]:
+    """`--config.data.train_files=a.jsonl,b-*.jsonl` as the tuple literal config_flags parses."""
+    out = []
+    for a in argv:
+        name, eq, value = a.partition("=")
+        if eq and name[len("--config."):] in FILE_LIST_KEYS and not value.lstrip().startswith(("(", "[")):
+            a = f"{name}={tuple(p.strip() for p in value.split(',') if p.strip())!r}"
+        out.append(a)
+    return out
+
+
+def parse(argv: Sequence[str] | None, *, prog: str, doc: str, default_file: str | None,
+          define_flags: Callable[[flags.FlagValues], None] | None = None) -> Parsed:
+    """Parse `argv` (without the program name); raises ConfigError, or prints --help and exits 0.
+
+    `default_file`: the config file used when argv names none (a python file with get_config).
+    """
+    argv = _file_lists(_with_default(sys.argv[1:] if argv is None else argv, default_file))
+    helps = ("-h", "--help", "-help", "--helpfull")
+    if any(a in helps for a in argv):
+        print(help_text([a for a in argv if a not in helps], prog=prog, doc=doc, define_flags=define_flags))
+        raise SystemExit(0)
+    fv = _flag_values(define_flags, argv)
+    try:
+        positional = fv([prog, *argv])[1:]
+        config = fv.config
+        if config is None:
+            raise ConfigError("no config: pass --config=FILE")
+        config.keys()  # a file that failed to load raises here
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 — absl / ml_collections raise many types for one bad value
+        raise ConfigError(_explain(argv, define_flags, e)) from None
+    return Parsed(config, fv, positional)
+
+
+def help_text(argv, *, prog, doc, define_flags) -> str:
+    """The CLI's doc, its own flags, then every config key with its value and meaning."""
+    fv = _flag_values(define_flags, argv)
+    try:
+        fv(["prog", *argv])
+        keys = describe(fv.config)
+    except Exception as e:  # noqa: BLE001 — help still prints, with the reason the keys are missing
+        keys = f"  (cannot list the config keys: {_explain(argv, define_flags, e)})"
+    own = [f"  --{name}: {fl.help}" + (f" (default: {fl.default!r})" if fl.default is not None else "")
+           for name, fl in sorted(fv._flags().items()) if name != "config" and name == fl.name]
+    source = next((a.partition("=")[2] for a in argv if a.startswith("--config=")), "")
+    return "\n".join([f"usage: {prog}", "", doc.strip(), "", "flags:",
+                      "  --config=FILE[:ARG]: a config file (a python file with get_config(arg))",
+                      *own, "", f"config keys (values from {source}; override with --config.KEY=VALUE):", keys])
+
+
+def load_config(path: str | None = None, overrides: Sequence[str] = ()):
+    """A config from Python as from the command line: `path` (None = the demo) and `KEY=VALUE`s."""
+    from microcoder_jax.config import DEFAULT_FILE
+
+    argv = ([f"--config={path}"] if path else []) + [f"--config.{o}" for o in overrides]
+    return parse(argv, prog="load_config", doc="", default_file=DEFAULT_FILE).config
+
+
+def main_guard(fn: Callable[[], int]) -> int:
+    """Run a CLI body: a ConfigError is `error: ...` on stderr and exit status 2."""
+    try:
+        return fn()
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def run_name(argv: Sequence[str], default: str) -> str:
+    """A run's default name from its config argument: configs/paper.py:qwen3-4b,dapo -> paper_qwen3-4b_dapo."""
+    for i, a in enumerate(argv):
+        value = a.partition("=")[2] if a.startswith("--config=") else (
+            argv[i + 1] if a == "--config" and i + 1 < len(argv) else None)
+        if value:
+            path, _, arg = value.partition(":")
+            name = os.path.splitext(os.path.basename(path))[0]
+            return "_".join([name, *[p for p in arg.split(",") if p]])
+    return default

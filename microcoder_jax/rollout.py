@@ -1,0 +1,174 @@
+"""The rollout: sample G responses per prompt, judge this host's rows, gather, assemble a `Rollout`.
+
+`Rollout` is the one contract between the sampler, the judge and the train step: built once, with
+the rewards in, from the sampler's output (its per-row temperature included) and the verdicts.
+`collect` makes one: it starts the judge on this host's rows, computes the old log-probs on the
+device while the pool judges (the training forward at the sampling params; see ARCHITECTURE.md
+"Old log-probs"), then all-gathers the verdicts so every host holds the same global rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from microcoder_jax import sharding
+from microcoder_jax.evaluator import VERDICTS, extract_code, reward
+from microcoder_jax.rl.logprobs import compute_logprobs
+from microcoder_jax.sampling import sampler
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """One judged batch, N rows prompt-major (row = prompt * G + sample), S = prompt bucket + max_new.
+
+    tokens / attention_mask / response_mask [N, S] int32: [left-padded prompt | response];
+    old_logprobs [N, S] f32 (the sampling policy's, column t = log p(tokens[t])); rewards [N] f32;
+    passed / no_code / truncated [N] bool; response_lengths [N] int32; temperature and
+    sample_entropy [N] f32 from the sampler; ref_logprobs [N, S] f32 only when the KL term is on.
+    Fields read by name too (`rollout["tokens"]`), as the step and dynamic sampling do.
+    """
+
+    tokens: Any
+    attention_mask: Any
+    response_mask: Any
+    response_lengths: Any
+    truncated: Any
+    temperature: Any
+    sample_entropy: Any
+    old_logprobs: Any
+    rewards: Any
+    passed: Any
+    no_code: Any
+    ref_logprobs: Optional[Any] = None
+
+    def __getitem__(self, name: str):
+        return getattr(self, name)
+
+    def __contains__(self, name: str) -> bool:
+        return getattr(self, name, None) is not None
+
+    def get(self, name: str, default=None):
+        value = getattr(self, name, None)
+        return default if value is None else value
+
+    def as_dict(self) -> dict:
+        """The set fields as a dict of arrays (what host-side row regrouping works on)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None}
+
+
+def sequences(sample) -> dict[str, np.ndarray]:
+    """tokens, attention_mask and response_mask [N, P + max_new] from a SamplerOutput."""
+    lengths = np.asarray(sample.lengths, np.int32)
+    prompt_mask = np.asarray(sample.prompt_mask, np.int32)
+    response = (np.arange(sample.tokens.shape[1])[None, :] < lengths[:, None]).astype(np.int32)
+    return {"tokens": np.concatenate([np.asarray(sample.prompt_tokens, np.int32),
+                                      np.asarray(sample.tokens, np.int32)], 1),
+            "attention_mask": np.concatenate([prompt_mask, response], 1),
+            "response_mask": np.concatenate([np.zeros_like(prompt_mask), response], 1)}
+
+
+def generate(run, params, prompts, *, num_samples: int, temperature: float, max_new_tokens: int,
+             top_p: float, top_k: int, rng):
+    """The sampler on the run's model, mesh, stop ids and prompt buckets, one temperature for all rows."""
+    return sampler.generate(
+        params, run.model_config, prompts, num_samples=num_samples, temperature=temperature,
+        top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, stop_token_ids=run.stop_ids,
+        pad_id=run.pad_id, rng=rng, mesh=run.mesh, prompt_buckets=tuple(run.config.data.prompt_buckets),
+        decode_phases=run.config.sampling.decode_phases)
+
+
+def submit(run, pool, problems, tokens, lengths, mode: str):
+    """Extract the programs of these rows and start judging them (non-blocking): (handle, codes)."""
+    texts = run.tokenizer.batch_decode([row[:n].tolist() for row, n in zip(tokens, lengths)],
+                                       skip_special_tokens=True)  # the end-of-turn token is no code
+    codes = [extract_code(t) for t in texts]
+    return pool.submit(problems, codes, mode=mode), codes
+
+
+def verdict_arrays(results, codes, mode: str):
+    """(rewards, passed, no_code) arrays and verdict counts from JudgeResults."""
+    rewards = np.array([reward(r, mode=mode) for r in results], np.float32)
+    passed = np.array([bool(r.passed) for r in results])
+    no_code = np.array([c is None or r.verdict == "no_code" for r, c in zip(results, codes)])
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    return rewards, passed, no_code, counts
+
+
+@jax.jit
+def logprob_gap(old_logprobs, sampler_logprobs, response_mask):
+    """Mean |training-forward - sampler| log-prob over response tokens: the decode numerics' drift."""
+    width = sampler_logprobs.shape[1]
+    mask = response_mask[:, -width:].astype(jnp.float32)
+    diff = jnp.abs(old_logprobs[:, -width:] - sampler_logprobs) * mask
+    return jnp.sum(diff) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def collect(run, pool, params, ref_params, problems, prompts, *, temperature: float, rng,
+            on_host: bool, times: dict) -> tuple[Rollout, dict, float]:
+    """Sample, judge and assemble one Rollout for these prompts; returns (rollout, verdict
+    counts, logprob_gap). The sampler's own log-probs serve only as that check of the decode path.
+
+    `on_host`: log-probs as numpy (dynamic sampling regroups rows on the host), else left on the
+    devices. `times` accumulates sample / judge / judge_wait seconds.
+    """
+    c, G = run.config, run.config.sampling.group_size
+    t0 = time.perf_counter()
+    sample = generate(run, params, prompts, num_samples=G, temperature=temperature,
+                      max_new_tokens=c.sampling.max_new_tokens, top_p=c.sampling.top_p,
+                      top_k=c.sampling.top_k, rng=rng)
+    times["sample"] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n = len(sample.lengths)
+    rows = sharding.host_rows(n)  # each host judges its share; the verdicts are all-gathered
+    handle, codes = submit(run, pool, [p for p in problems for _ in range(G)][rows], sample.tokens[rows],
+                           sample.lengths[rows], c.evaluator.reward)
+    seq = sequences(sample)
+    temps = np.asarray(sample.temperature, np.float32)
+    on_device = sharding.put_batch({"tokens": seq["tokens"], "mask": seq["attention_mask"], "t": temps}, run.mesh)
+    micro = min(run.rl_config.micro_batch_size, n)
+    keep = sharding.to_host if on_host else (lambda x: x)
+
+    def logprobs(p):  # dispatched now, runs on the device while the pool judges
+        return keep(compute_logprobs(p, run.model_config, on_device["tokens"], on_device["mask"],
+                                     on_device["t"], chunk=run.rl_config.logprob_chunk,
+                                     micro_batch=micro if n % micro == 0 else None))
+
+    old = logprobs(params)
+    ref = logprobs(ref_params) if ref_params is not None else None
+    t1 = time.perf_counter()
+    results = handle.result()
+    times["judge_wait"] += time.perf_counter() - t1
+    times["judge"] += time.perf_counter() - t0
+    check = sharding.put_batch({"lp": np.asarray(sample.logprobs, np.float32), "mask": seq["response_mask"]},
+                               run.mesh)
+    gap = float(logprob_gap(old, check["lp"], check["mask"]))
+    rewards, passed, no_code, counts = verdict_arrays(results, codes, c.evaluator.reward)
+    rewards, passed, no_code = sharding.allgather_rows((rewards, passed, no_code), n)
+    rollout = Rollout(
+        **seq, response_lengths=np.asarray(sample.lengths, np.int32),
+        truncated=np.asarray(sample.truncated, bool), temperature=temps,
+        sample_entropy=np.asarray(sample.entropy, np.float32), old_logprobs=old,
+        rewards=rewards, passed=passed, no_code=no_code, ref_logprobs=ref)
+    return rollout, sharding.allgather_counts(counts, VERDICTS), gap
+
+
+def probe_temperature(run, scheduler, params, prompts, key):
+    """The diversity policy's start-up probe on these prompts; returns the scheduler's Decision."""
+    c = run.config
+
+    def sample_fn(temperature):
+        out = generate(run, params, prompts, num_samples=c.sampling.group_size, temperature=temperature,
+                       max_new_tokens=c.sampling.max_new_tokens, top_p=c.sampling.top_p,
+                       top_k=c.sampling.top_k, rng=jax.random.fold_in(key, int(temperature * 1000)))
+        return out.tokens, out.lengths, out.entropy
+
+    return scheduler.probe(sample_fn, c.sampling.group_size)

@@ -1,0 +1,162 @@
+"""What a run builds once before its first step: tokenizer, problems and prompts, model shape,
+mesh, RL config, and the state to start from (fresh params, or the newest checkpoint restored).
+
+`setup(config, workdir)` returns a `Run`; `start_state(run, ckpt)` the train state, data position
+and scheduler state to continue from. Training and evaluation share both.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from microcoder_jax import config as config_lib
+from microcoder_jax import models, sharding
+from microcoder_jax.data import demo_task, loader
+from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
+from microcoder_jax.rl import step as rl_step
+
+log = logging.getLogger("microcoder_jax.run_setup")
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a run builds once before its first step."""
+
+    config: Any
+    workdir: str
+    model_config: models.Qwen3Config
+    rl_config: Any
+    tokenizer: Any
+    prompt_set: loader.PromptSet
+    eval_problems: list
+    mesh: Any
+    stop_ids: list[int]
+    pad_id: int
+
+
+def key(seed: int, *path: int):
+    """A PRNG key determined by the seed and a path (purpose, step, ...): no key state to checkpoint."""
+    k = jax.random.PRNGKey(seed)
+    for p in path:
+        k = jax.random.fold_in(k, p)
+    return k
+
+
+def model_config_from(config, vocab_size: int | None) -> models.Qwen3Config:
+    """The model shape: a HF checkpoint's config.json, or a preset, with the config's overrides."""
+    m = config.model
+    runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
+    shape = {k: m[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
+                               "num_heads", "num_kv_heads", "head_dim") if m[k] is not None}
+    if m.path:
+        return models.Qwen3Config.from_hf(m.path, **runtime, **shape)
+    if vocab_size is not None and "vocab_size" not in shape:
+        shape["vocab_size"] = vocab_size
+    return models.get_preset(m.preset, **runtime, **shape)
+
+
+def _demo_data(config, workdir):
+    """The demo's problems and tokenizer (trained once, then reloaded from the workdir)."""
+    d = config.demo
+    problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, config.seed,
+                                       d.phrasings)
+    path = os.path.join(workdir, "tokenizer")
+    exists = os.path.exists(os.path.join(path, "tokenizer.json"))
+    if jax.process_count() > 1:  # every host looks before process 0 writes (shared or local disks)
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("microcoder_jax demo tokenizer")
+    if exists:
+        tokenizer = load_tokenizer(path)
+    else:
+        tokenizer = demo_task.build_tokenizer(problems, d.ops, config.data, d.vocab_size)
+        if jax.process_index() == 0:
+            tokenizer.save_pretrained(path)
+    return problems, tokenizer
+
+
+def problem_files(config, *extra) -> list[str]:
+    """Absolute paths of the problem files (training, evaluation, `extra`): the judge hides them."""
+    paths = []
+    for files in (config.data.train_files, config.eval.files, *extra):
+        if files:
+            paths += [os.path.abspath(p) for p in loader.expand_paths(files)]
+    return sorted(set(paths))
+
+
+def setup(config, workdir: str) -> Run:
+    """Tokenizer, problems and prompts, model shape, RL config and mesh (config already validated)."""
+    os.makedirs(workdir, exist_ok=True)
+    if config.data.task == "demo":
+        problems, tokenizer = _demo_data(config, workdir)
+        skipped, eval_problems = 0, problems
+    else:
+        tokenizer = load_tokenizer(config.tokenizer.path or config.model.path)
+        problems, skipped = loader.read_problems(config.data.train_files)
+        eval_problems = loader.read_problems(config.eval.files)[0] if config.eval.files else []
+    prompt_set = loader.make_prompt_set(problems, tokenizer, config.data, skipped)
+    log.info("training prompts: %s", prompt_set.report())
+    vocab = None if config.model.path else len(tokenizer)
+    mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    return Run(config, workdir, model_config_from(config, vocab), config_lib.make_rl_config(config),
+               tokenizer, prompt_set, eval_problems, mesh, stop_token_ids(tokenizer), pad_token_id(tokenizer))
+
+
+def initial_params(run: Run, log_fn=print):
+    """Fresh params: a HF checkpoint, or a seeded random init (+ the demo's warm start)."""
+    config = run.config
+    if config.model.path:
+        return models.load_hf_params(config.model.path, run.model_config, mesh=run.mesh)
+    params = models.init_params(run.model_config, jax.random.PRNGKey(config.seed))
+    if config.train.warm_start_steps:
+        params = demo_task.warm_start(
+            params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo.ops,
+            config.data, steps=config.train.warm_start_steps, batch_size=config.demo.warm_start_batch,
+            learning_rate=config.demo.warm_start_lr, max_new_tokens=config.sampling.max_new_tokens,
+            seed=config.seed, progress=config.train.progress, log=log_fn)
+    return params
+
+
+def abstract_train_state(run: Run):
+    """Shapes, dtypes and shardings of the TrainState, for restoring without building one."""
+    shapes = jax.eval_shape(lambda: rl_step.init_train_state(
+        models.init_params(run.model_config, jax.random.PRNGKey(0)), run.rl_config))
+    if run.mesh is None:
+        one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=one), shapes)
+    shardings = rl_step.state_shardings(run.model_config, run.rl_config, run.mesh)
+    return jax.tree.map(lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h),
+                        shapes, shardings)
+
+
+@dataclasses.dataclass
+class Start:
+    """Where the loop starts: the train state, the frozen KL reference (or None), the data
+    iterator's state and the scheduler's (None when fresh), and the first step."""
+
+    state: Any
+    ref_params: Any
+    data_state: Any
+    scheduler_state: Any
+    step: int
+
+
+def start_state(run: Run, ckpt, log_fn=print) -> Start:
+    """Fresh params and optimizer, or the newest complete checkpoint restored exactly."""
+    rl = run.rl_config
+    resume = ckpt.latest_step()
+    if resume is None:
+        params = initial_params(run, log_fn)
+        ref = jax.tree.map(jnp.copy, params) if rl.uses_reference else None  # the state's copy is donated
+        state = rl_step.init_train_state(params, rl, run.mesh, model_config=run.model_config,
+                                         seed=run.config.seed)
+        return Start(state, ref, None, None, 0)
+    state, meta, _ = ckpt.restore(abstract_train_state(run), resume)
+    ref = initial_params(run, log_fn) if rl.uses_reference else None  # deterministic: rebuilt
+    log_fn(f"resumed from step {int(meta['step'])} ({ckpt.directory})")
+    return Start(state, ref, meta["data"], meta["scheduler"], int(meta["step"]))

@@ -1,0 +1,57 @@
+"""The Rollout contract: a pytree read by name, rebuilt from its dict, and the metrics row made
+from it (the judge's reward_mean kept, the step's shaped one under its own name)."""
+import jax
+import numpy as np
+
+from microcoder_jax.metrics import step_record
+from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts
+from microcoder_jax.rollout import Rollout, sequences
+
+
+def _rollout(n=4, s=6, rewards=(1.0, 0.0, 0.0, 0.0)):
+    return Rollout(tokens=np.ones((n, s), np.int32), attention_mask=np.ones((n, s), np.int32),
+                   response_mask=np.ones((n, s), np.int32), response_lengths=np.full(n, 3, np.int32),
+                   truncated=np.zeros(n, bool), temperature=np.full(n, 1.2, np.float32),
+                   sample_entropy=np.ones(n, np.float32), old_logprobs=np.zeros((n, s), np.float32),
+                   rewards=np.asarray(rewards, np.float32), passed=np.asarray(rewards) > 0,
+                   no_code=np.zeros(n, bool))
+
+
+def test_rollout_is_a_pytree_read_by_name():
+    r = _rollout()
+    leaves = jax.tree.leaves(r)
+    assert len(leaves) == 11  # ref_logprobs is None: no leaf
+    doubled = jax.tree.map(lambda x: x * 2, r)
+    assert isinstance(doubled, Rollout) and doubled["rewards"][0] == 2.0
+    assert "rewards" in r and "ref_logprobs" not in r and r.get("ref_logprobs") is None
+    assert Rollout(**r.as_dict()).as_dict().keys() == r.as_dict().keys()
+
+
+def test_dynamic_sampling_regroups_rollout_rows():
+    r = _rollout(rewards=(1.0, 0.0, 1.0, 1.0))  # groups of 2: the first differs, the second not
+    _, full, stats = add_rollouts(GroupBuffer(), r.as_dict(), group_size=2, num_prompts=1, max_refills=0)
+    batch = Rollout(**full)
+    assert batch.rewards.tolist() == [1.0, 0.0] and stats["ds_informative_groups"] == 1
+
+
+def test_sequences_are_prompt_then_response():
+    class Sample:
+        prompt_tokens = np.array([[0, 5]]); prompt_mask = np.array([[0, 1]])
+        tokens = np.array([[7, 8, 0]]); lengths = np.array([2])
+    seq = sequences(Sample)
+    assert seq["tokens"].tolist() == [[0, 5, 7, 8, 0]]
+    assert seq["attention_mask"].tolist() == [[0, 1, 1, 1, 0]]
+    assert seq["response_mask"].tolist() == [[0, 0, 1, 1, 0]]
+
+
+def test_metrics_row_keeps_the_judges_reward_and_the_shaped_one():
+    r = _rollout()
+    step = {"reward_mean": np.float32(-0.5), "entropy": np.float32(2.0), "clip_frac": 0.1, "loss": 0.3}
+    div = {"entropy": 1.5, "group_distinct_4": 0.6}
+    times = {"sample": 1.0, "judge": 2.0, "judge_wait": 0.5, "train": 3.0}
+    row = step_record(step, r, div, signal="group_distinct_4", temperature=1.2, next_temperature=1.2,
+                      times=times, verdicts={"passed": 1, "wrong_answer": 3}, ds_stats={}, generations=1,
+                      t_step=0.0)
+    assert row["reward_mean"] == 0.25 and row["reward_shaped_mean"] == -0.5
+    assert row["entropy"] == 1.5 and row["policy_entropy"] == 2.0 and row["diversity"] == 0.6
+    assert row["verdict/passed"] == 0.25 and row["rows"] == 4 and row["pass_rate"] == 0.25
