@@ -121,6 +121,7 @@ RL_MEANINGS = {
     "micro_batch_size": "rows per forward/backward (gradient accumulation); lower it if memory runs out",
     "logprob_chunk": "sequence positions per chunk of the vocab projection",
     "adv_std": "advantage std: group, batch or none (Dr.GRPO)", "adv_eps": "added to the std",
+    "adv_std_ddof": "1: sample std of the G rewards (verl, TRL); 0: population std",
     "truncation": "conditional, none, mask_all, overlong_filter or soft_overlong",
     "non_incorrect": "conditional: passed or not_judged_wrong",
     "repeat_m": "conditional: repetition window m, tokens",
@@ -130,7 +131,7 @@ RL_MEANINGS = {
     "dual_clip": "dual-clip constant c > 1 for negative advantages (None = off)",
     "kl_beta": "k3 KL weight; > 0 keeps a frozen reference model",
     "aggregation": "token_mean, seq_mean_token_mean or constant",
-    "loss_constant": "constant aggregation: the normaliser",
+    "loss_constant": "constant aggregation: the normaliser (None = the generation budget max_new_tokens)",
     "dynamic_sampling": "DAPO: drop groups with all-equal rewards and refill",
     "max_refills": "DAPO: extra generation batches per step before topping up",
 }
