@@ -40,6 +40,7 @@ command-line overrides (`--config.rl.rho=0.2`); an unknown key is an error that 
 | train.async_checkpoint | True | write checkpoints in the background |
 | train.eval_every | 50 | evaluate every N steps (0 = never) |
 | train.warm_start_steps | 0 | supervised warm-start steps before RL (the demo uses it) |
+| train.allow_config_change | False | resume although algorithm keys differ from the run's config.json (logged there; shape changes are always refused) |
 | eval.files | () | evaluation problem files (paths or glob patterns, like data.train_files) |
 | eval.max_new_tokens | 8192 | response cap in evaluation |
 | eval.samples / temperature / top_p | 1 / 0.6 / 0.95 | samples per problem (pass@k needs k <= samples) and sampling |
@@ -176,6 +177,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.train.eval_every = 50  # steps between evaluations (0 = never)
     c.train.warm_start_steps = 0  # supervised next-token steps before RL (demo task only)
     c.train.progress = True  # tqdm progress bar
+    c.train.allow_config_change = False  # resume with changed algorithm keys (logged; shapes never)
 
     c.eval = ml_collections.ConfigDict()
     c.eval.files = ()  # evaluation problem files (LiveCodeBench format or ours); globs as above
