@@ -27,11 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import config as config_lib
-from microcoder_jax import models, sharding
-from microcoder_jax.checkpoint import Checkpointer
+from microcoder_jax import models, preemption, sharding
+from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
 from microcoder_jax.data import demo_task, loader
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
 from microcoder_jax.metrics import MetricsWriter, progress_postfix
+from microcoder_jax.resume import record_config
 
 log = logging.getLogger("microcoder_jax.train")
 
@@ -360,12 +361,11 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     from microcoder_jax.sampling.temperature import TemperatureScheduler
 
     workdir = os.path.abspath(workdir)
+    primary = jax.process_index() == 0
+    # before anything is written: a resume with a changed config is checked against config.json
+    record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
     run = setup(config, workdir)
     c, rl = config, run.rl_config
-    primary = jax.process_index() == 0
-    if primary:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            json.dump(config_lib.to_dict(config), f, indent=1)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=c.train.keep_checkpoints,
                         async_save=c.train.async_checkpoint)
     scheduler = TemperatureScheduler(c.temperature.to_dict())
@@ -399,6 +399,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     if scheduler.cfg["policy"] == "diversity" and scheduler.cfg["probe"] and not scheduler.probed:
         _probe_temperature(run, roller, scheduler, state.params, data_state, writer, log_fn)
 
+    guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
     try:
         for step in range(start, c.train.steps):
             t_step = time.perf_counter()
@@ -478,10 +479,15 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                 on_step(done, record)
             if c.train.eval_every and done % c.train.eval_every == 0 and run.eval_problems:
                 _evaluate(run, roller, state.params, done, writer, log_fn)
-            if done == c.train.steps or (c.train.checkpoint_every and done % c.train.checkpoint_every == 0):
+            stopping = guard.requested
+            if stopping or done == c.train.steps or (c.train.checkpoint_every and done % c.train.checkpoint_every == 0):
                 ckpt.save(done, state, {"step": done, "data": data.get_state(),
                                         "scheduler": scheduler.state_dict()})
+            ckpt.poll()  # a failed background save stops the run here, in one line
+            if stopping and done < c.train.steps:
+                raise guard.stop(done, ckpt.directory)
     finally:
+        guard.uninstall()
         bar.close()
         ckpt.close()
         pool.close()
@@ -612,7 +618,16 @@ def main(argv=None) -> int:
     workdir = workdir or os.path.join("runs", os.path.splitext(os.path.basename(path or "demo"))[0])
     try:
         train(config, workdir)
-    except NonFiniteLossError as e:
+    except preemption.Preempted as e:
+        print(e, file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted before the first RL step: nothing to save", file=sys.stderr)
+        return 130
+    except config_lib.ConfigError as e:  # e.g. resume.ConfigChangeError
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (NonFiniteLossError, CheckpointWriteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"done: {workdir}")
