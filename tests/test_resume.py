@@ -111,3 +111,17 @@ def test_allowed_changes_are_logged_and_the_original_survives(tmp_path):
     assert saved["rl"]["rho"] == 0.5 and len(saved["_history"]) == 2
     original = resume.original_config(saved)
     assert original == resume.flatten(_demo())  # the flag key did not exist at first either
+
+
+def test_train_cli_refuses_a_shape_change_before_writing(tmp_path, capsys):
+    from microcoder_jax import train
+
+    workdir = str(tmp_path)
+    resume.record_config(workdir, _demo(), log_fn=lambda m: None)
+    _fake_checkpoint(tmp_path)
+    before = sorted(os.listdir(workdir)), (tmp_path / "config.json").read_text()
+    code = train.main(["--workdir", workdir, "--config.model.hidden_size=128"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and "model.hidden_size: 64 -> 128" in err
+    assert (sorted(os.listdir(workdir)), (tmp_path / "config.json").read_text()) == before
