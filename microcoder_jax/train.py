@@ -174,11 +174,13 @@ def initial_params(run: Run, log_fn=print):
     if config.train.warm_start_steps:
         if config.data.task != "demo":
             raise config_lib.ConfigError("train.warm_start_steps is only for the demo task")
-        params = demo_task.warm_start(
-            params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo.ops,
-            config.data, steps=config.train.warm_start_steps, batch_size=config.demo.warm_start_batch,
-            learning_rate=config.demo.warm_start_lr, max_new_tokens=config.sampling.max_new_tokens,
-            seed=config.seed, progress=config.train.progress, log=log_fn)
+        with open(os.path.join(run.workdir, "warm_start.jsonl"), "w") as curve:  # plotted by plot.py
+            params = demo_task.warm_start(
+                params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo.ops,
+                config.data, steps=config.train.warm_start_steps, batch_size=config.demo.warm_start_batch,
+                learning_rate=config.demo.warm_start_lr, max_new_tokens=config.sampling.max_new_tokens,
+                seed=config.seed, progress=config.train.progress, log=log_fn,
+                on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"))
     return params
 
 
