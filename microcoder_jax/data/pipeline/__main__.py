@@ -1,8 +1,24 @@
-"""CLI: python -m microcoder_jax.data.pipeline {collect,process,filter,verify,export,all}
-       --config configs/data_pipeline.py [--config.key=value ...] [--workdir DIR] [--force]
+"""python -m microcoder_jax.data.pipeline STAGE [--config FILE] [--config.key=value ...]
+       [--source NAME=PATH[,format=F][,priority=N][,limit=N] ...] [--workdir DIR] [--force]
 
-`all` runs every stage in order, skipping the ones already done with the same config and inputs.
-A single stage needs the one before it done. Output: <workdir>/export/train-*.jsonl + report.
+Builds training shards from raw problem dumps on local disk (no downloads).
+
+Reads: the config's `sources` (configs/data_pipeline.py: by default only the bundled sample
+problems, microcoder_jax/data/samples/problems.jsonl). Each source is a file, a glob or a
+directory of JSONL / JSON / Parquet rows or Hugging Face `datasets` .arrow files, in LiveCodeBench,
+APPS/TACO, CodeContests, DeepCoder or our own format (format=auto detects it per row), or, with
+format=dir, a folder of problem folders. Add one from the command line with
+`--source lcb=/dumps/lcb/*.jsonl,format=lcb,priority=0` (repeatable; lower priority wins when two
+sources hold the same problem).
+
+Writes: under --workdir (default ./data_pipeline, git-ignored) one directory per stage, collect/
+process/ filter/ verify/ export/, each with its outputs and a report; the training shards are
+<workdir>/export/train-0000i-of-0000N.jsonl, for --config.data.train_files of the trainer.
+
+Stages: collect (read the sources), process (normalise rows, tests, solutions), filter (drop bad,
+duplicate, contaminated, interactive ... problems), verify (judge reference solutions), export
+(shuffle into shards); `all` runs them in order, skipping those already done with the same config
+and inputs. A single stage needs the one before it done; --force rebuilds.
 """
 from __future__ import annotations
 
@@ -15,6 +31,24 @@ from microcoder_jax.config import load_config, set_value
 from microcoder_jax.data.pipeline.stages import STAGES, run_pipeline
 
 
+def add_source(cfg, spec: str) -> None:
+    """Add `NAME=PATH[,format=F][,priority=N][,limit=N]` to cfg.sources (the --source flag)."""
+    import ml_collections
+
+    name, eq, rest = spec.partition("=")
+    path, *options = rest.split(",")
+    if not (eq and name.isidentifier() and path):
+        raise ValueError(f"--source {spec!r}: expected NAME=PATH[,format=F][,priority=N][,limit=N]")
+    source = {"path": os.path.expanduser(path), "format": "auto", "priority": 100, "limit": 0}
+    for option in options:
+        key, _, value = option.partition("=")
+        if key not in ("format", "priority", "limit") or not value:
+            raise ValueError(f"--source {spec!r}: unknown option {option!r} (format=, priority=, limit=)")
+        source[key] = value if key == "format" else int(value)
+    with cfg.unlocked():
+        cfg.sources[name] = ml_collections.ConfigDict(source)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m microcoder_jax.data.pipeline", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -22,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=os.path.join("configs", "data_pipeline.py"), help="config file")
     parser.add_argument("--workdir", help="overrides config.workdir")
     parser.add_argument("--force", action="store_true", help="rebuild the stage(s) even if done")
+    parser.add_argument("--source", action="append", default=[], metavar="NAME=PATH[,format=F,...]",
+                        help="add (or replace) an input source; repeatable")
     args, rest = parser.parse_known_args(argv)
     overrides = []
     for item in rest:
@@ -32,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, overrides)
         if args.workdir:
             set_value(cfg, "workdir", args.workdir)
+        for spec in args.source:
+            add_source(cfg, spec)
     except (KeyError, ValueError, FileNotFoundError) as e:
         parser.error(str(e))
     logging.basicConfig(level=getattr(logging, str(cfg.log_level).upper(), logging.INFO),
