@@ -86,8 +86,11 @@ def collect_panels(rows, warm_rows):
             x, y = _series(source, key, skip_first=name == "time")
             if not x:
                 continue
+            same = next((k for k, v in curves.items() if v == (x, y)), None)
             if _is_constant(y):
                 constants[key] = y[0]
+            elif same is not None:  # e.g. reward_mean == pass_rate under the all-or-nothing reward
+                curves[f"{same} = {key}"] = curves.pop(same)
             else:
                 curves[key] = (x, y)
         if curves:
@@ -144,7 +147,8 @@ def plot_run(workdir: str, out_dir: str | None = None, smooth: int = 0) -> list[
     rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     if not rows:
         raise FileNotFoundError(f"no metrics in {workdir}/metrics.jsonl; is --workdir a training run?")
-    window = smooth or auto_window(len(rows))
+    steps = max(r["step"] for r in rows)  # eval results are rows of their own at the same steps
+    window = smooth or auto_window(len({r["step"] for r in rows}))
     panels, constants = collect_panels(rows, read_warm_start(workdir))
     run_name = os.path.basename(os.path.abspath(workdir))
     out_dir = out_dir or os.path.join(workdir, "plots")
@@ -158,7 +162,7 @@ def plot_run(workdir: str, out_dir: str | None = None, smooth: int = 0) -> list[
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
-    overview = overview_figure(panels, constants, f"{run_name}: {rows[-1]['step']} RL steps", window)
+    overview = overview_figure(panels, constants, f"{run_name}: {steps} RL steps", window)
     path = os.path.join(out_dir, "overview.png")
     overview.savefig(path, dpi=80)
     plt.close(overview)

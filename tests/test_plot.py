@@ -81,3 +81,9 @@ def test_plot_run_writes_pngs_and_cli_reports_a_bad_workdir(run_dir, tmp_path, c
 def test_moving_mean_and_window():
     assert plot.moving_mean([1, 3, 5, 7], 2) == [1, 2, 4, 6]
     assert plot.auto_window(50) == 5 and plot.auto_window(3) == 1
+
+
+def test_identical_series_are_drawn_once_under_both_names():
+    rows = [{"step": s, "reward_mean": s / 10, "pass_rate": s / 10} for s in range(1, 6)]
+    panels, _ = plot.collect_panels(rows, [])
+    assert list(panels[0][3]) == ["reward_mean = pass_rate"]
