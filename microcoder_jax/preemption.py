@@ -57,20 +57,17 @@ class Guard:
     @property
     def requested(self) -> bool:
         """Whether a signal arrived (on any host of a multi-host run: they must stop together)."""
-        local = self.signum is not None
-        try:
-            import jax
-            if jax.process_count() == 1:
-                return local
-            import numpy as np
-            from jax.experimental import multihost_utils
+        import jax
 
-            flags = np.asarray(multihost_utils.process_allgather(np.int32(self.signum or 0)))
-            if not local and flags.any():
-                self.signum = int(flags[flags > 0][0])
-            return bool(flags.any())
-        except ImportError:
-            return local
+        if jax.process_count() == 1:
+            return self.signum is not None
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        flags = np.asarray(multihost_utils.process_allgather(np.int32(self.signum or 0)))
+        if self.signum is None and flags.any():
+            self.signum = int(flags[flags > 0][0])
+        return bool(flags.any())
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
