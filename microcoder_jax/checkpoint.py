@@ -4,14 +4,39 @@ Two items per step: `state` (the TrainState pytree: params, optimizer state, ste
 `meta` (JSON: data-iterator position, temperature-scheduler state, host-side counters). Saves are
 asynchronous; Orbax writes each step into a temporary directory and renames it when every item is
 complete, so a run killed mid-save leaves no directory that `latest_step` would pick.
+A save that fails (disk full, quota, permissions) raises `CheckpointWriteError`, one line naming
+the step, the cause and the newest complete checkpoint, as soon as the loop next polls.
 """
 from __future__ import annotations
 
+import logging
 import os
+import re
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written; the message is one line (cause, newest good step, fix)."""
+
+
+def _cause(error: BaseException) -> str:
+    """The OS reason of a failed write ("No space left on device"), else the error's first line."""
+    text = str(error)
+    code = re.search(r"os_error_code='?(\d+)", text)
+    if code:
+        return os.strerror(int(code.group(1)))
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return text.strip().splitlines()[0][:200] if text.strip() else type(error).__name__
+
+
+def _drop_background_save_tracebacks(record: logging.LogRecord) -> bool:
+    """Orbax logs a failed background save as tracebacks from several threads; the error is
+    raised again (as one line) by `Checkpointer.poll`/`wait`, so those records are dropped."""
+    return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
 
 
 class Checkpointer:
@@ -19,6 +44,9 @@ class Checkpointer:
 
     def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True):
         self.directory = os.path.abspath(directory)
+        self._saving: int | None = None  # the step of the save in flight
+        self._failed = False
+        logging.getLogger("absl").addFilter(_drop_background_save_tracebacks)
         options = ocp.CheckpointManagerOptions(
             preservation_policy=ocp.checkpoint_managers.LatestN(keep),
             enable_async_checkpointing=async_save,
@@ -36,9 +64,33 @@ class Checkpointer:
         return list(self.manager.all_steps())
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        """Start saving (returns once the arrays are copied; the write continues in the background)."""
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+        """Start saving (returns once the arrays are copied; the write continues in the background).
+
+        Raises CheckpointWriteError if this save, or the previous one, could not be written.
+        """
+        self.poll()
+        self._saving = step
+        try:
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+        except Exception as e:  # noqa: BLE001 - any write failure ends the run the same way
+            raise self._write_error(e) from e
+        if not self.manager.is_saving_in_progress():
+            self.wait()  # synchronous saves: report a failure now
+
+    def poll(self) -> None:
+        """Raise CheckpointWriteError if a background save has finished and failed (cheap)."""
+        if self._saving is not None and not self.manager.is_saving_in_progress():
+            self.wait()
+
+    def _write_error(self, error: BaseException) -> CheckpointWriteError:
+        step, self._saving, self._failed = self._saving, None, True
+        good = self.latest_step()
+        kept = f"the newest complete checkpoint is step {good} (intact)" if good is not None else \
+            "there is no complete checkpoint yet"
+        return CheckpointWriteError(
+            f"could not write the checkpoint of step {step} to {self.directory}: {_cause(error)}; "
+            f"{kept}. Free space there (or use another --workdir) and rerun the same command to resume.")
 
     def restore(self, target_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
         """(state, meta, step) of `step` (default: the newest), shaped and sharded like `target_state`."""
@@ -56,12 +108,24 @@ class Checkpointer:
         return dict(restored["meta"])
 
     def wait(self) -> None:
-        """Block until every started save is on disk."""
-        self.manager.wait_until_finished()
+        """Block until every started save is on disk (CheckpointWriteError if one failed)."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            raise self._write_error(e) from e
+        self._saving = None
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        """Finish pending saves and release the manager (a failure already raised is not repeated)."""
+        try:
+            if not self._failed:
+                self.wait()
+        finally:
+            try:
+                self.manager.close()
+            except Exception:  # noqa: BLE001 - the failed save was reported once already
+                if not self._failed:
+                    raise
 
 
 def load_params(directory: str, target_params: Any, step: int | None = None) -> tuple[Any, int]:

@@ -83,6 +83,8 @@ KEYS: tuple[tuple[str, object, str], ...] = (
     ("train.eval_every", 50, "steps between evaluations (0 = never)"),
     ("train.warm_start_steps", 0, "supervised next-token steps before RL (demo task only)"),
     ("train.progress", True, "tqdm progress bar"),
+    ("train.allow_config_change", False, "resume although algorithm keys differ from the run's "
+     "config.json (logged in its history; shape changes are always refused)"),
     ("eval.files", (), "evaluation problem files (paths or globs, like data.train_files)"),
     ("eval.max_new_tokens", 8192, "evaluation response cap (paper: 8K)"),
     ("eval.samples", 1, "samples per problem; pass@k for every k <= samples"),

@@ -2,12 +2,14 @@
 
     python -m microcoder_jax.convert --from-hf HF_DIR --to CKPT [--param-dtype bfloat16]
     python -m microcoder_jax.convert --from CKPT --to-hf HF_DIR [--dtype bfloat16] [--max-shard-gb 5]
+    python -m microcoder_jax.convert --from RUN --to-hf HF_DIR [--step N]
     python -m microcoder_jax.convert --from RUN/checkpoints --model-config HF_DIR_OR_PRESET --to-hf HF_DIR
 
 CKPT layout: ``params/`` (Orbax, StandardCheckpointer), ``model_config.json`` (our ``Qwen3Config``)
 and ``hf_files/`` (tokenizer and generation files copied from the HF dir, restored on export so the
-exported dir is complete). A training run's ``checkpoints`` dir is read too (params only), given
-the model shape via ``--model-config``. Outputs appear atomically (temp dir + rename).
+exported dir is complete). A training run (its workdir, or its ``checkpoints`` dir) is read with
+the run's own ``config.json``: model shape, tokenizer (chat template included) and a generation
+config; ``--model-config`` overrides them with another HF dir's. Outputs appear atomically.
 """
 from __future__ import annotations
 
@@ -126,10 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--from", dest="from_ckpt", metavar="CKPT", help="our Orbax checkpoint or a run's checkpoints dir")
     dst = p.add_mutually_exclusive_group(required=True)
     dst.add_argument("--to", dest="to_ckpt", metavar="CKPT", help="write an Orbax checkpoint here")
-    dst.add_argument("--to-hf", metavar="DIR", help="write a Hugging Face checkpoint here")
+    dst.add_argument("--to-hf", metavar="DIR", help="write a Hugging Face checkpoint here (weights, config, "
+                     "tokenizer, chat template, generation config)")
     p.add_argument("--param-dtype", default=None, help="stored dtype of the params (default: float32 for --to, "
                                                       "the params' own for --to-hf)")
-    p.add_argument("--model-config", help="model shape for a training checkpoint: HF dir, config.json or preset")
+    p.add_argument("--model-config", help="model shape (and tokenizer files) for a training checkpoint: HF dir, "
+                   "config.json or preset (default: the run's own config.json)")
     p.add_argument("--step", type=int, help="training checkpoint step (default: newest)")
     p.add_argument("--max-shard-gb", type=float, default=5.0, help="max safetensors shard size for --to-hf")
     p.add_argument("--mesh", help="load onto a mesh, e.g. fsdp=8 or fsdp=4,tensor=2 (default: one device)")
@@ -157,11 +161,23 @@ def main(argv=None) -> int:
                 parser.error(f"--from {args.from_ckpt}: no such checkpoint")
             if os.path.exists(args.to_hf) and not args.overwrite:
                 parser.error(f"--to-hf {args.to_hf} exists (pass --overwrite to replace it)")
-            shape = _model_config(args.model_config) if args.model_config else None
-            params, config = load_checkpoint(args.from_ckpt, mesh, config=shape, step=args.step)
-            extras_dir = os.path.join(args.from_ckpt, HF_FILES_DIR)
-            extras = {os.path.basename(f): (lambda dst, src=f: shutil.copy2(src, dst))
-                      for f in glob.glob(os.path.join(extras_dir, "*"))}
+            from microcoder_jax import export_files
+
+            source, run_dir = args.from_ckpt, export_files.run_dir_of(args.from_ckpt)
+            if run_dir is not None and os.path.isdir(os.path.join(source, "checkpoints")):
+                source = os.path.join(source, "checkpoints")
+            if args.model_config:
+                shape = _model_config(args.model_config)
+                extras = export_files.copy_files_from(os.path.dirname(args.model_config)
+                                                      if os.path.isfile(args.model_config) else args.model_config)
+            elif run_dir is not None:
+                shape, extras = export_files.from_run(run_dir)
+            else:
+                shape, extras = None, export_files.copy_files_from(os.path.join(source, HF_FILES_DIR))
+            params, config = load_checkpoint(source, mesh, config=shape, step=args.step)
+            if not any(name.startswith("tokenizer") for name in extras):
+                print(f"convert: warning: no tokenizer files for {args.to_hf}; AutoTokenizer will not load "
+                      "it. Pass --model-config HF_DIR (the base model's folder) to include them.", file=sys.stderr)
             out = hf.save_hf_params(params, config, args.to_hf, max_shard_bytes=int(args.max_shard_gb * 1024**3),
                                     dtype=args.param_dtype, extra_files=extras)
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:

@@ -7,6 +7,7 @@ and scheduler state to continue from. Training and evaluation share both.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from typing import Any
@@ -114,11 +115,13 @@ def initial_params(run: Run, log_fn=print):
         return models.load_hf_params(config.model.path, run.model_config, mesh=run.mesh)
     params = models.init_params(run.model_config, jax.random.PRNGKey(config.seed))
     if config.train.warm_start_steps:
-        params = demo_task.warm_start(
-            params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo.ops,
-            config.data, steps=config.train.warm_start_steps, batch_size=config.demo.warm_start_batch,
-            learning_rate=config.demo.warm_start_lr, max_new_tokens=config.sampling.max_new_tokens,
-            seed=config.seed, progress=config.train.progress, log=log_fn)
+        with open(os.path.join(run.workdir, "warm_start.jsonl"), "w") as curve:  # plotted by plot.py
+            params = demo_task.warm_start(
+                params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo.ops,
+                config.data, steps=config.train.warm_start_steps, batch_size=config.demo.warm_start_batch,
+                learning_rate=config.demo.warm_start_lr, max_new_tokens=config.sampling.max_new_tokens,
+                seed=config.seed, progress=config.train.progress, log=log_fn,
+                on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"))
     return params
 
 

@@ -20,12 +20,13 @@ import time
 
 import jax
 
-from microcoder_jax import cli, sharding
+from microcoder_jax import cli, preemption, sharding
 from microcoder_jax import config as config_lib
-from microcoder_jax.checkpoint import Checkpointer
+from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
 from microcoder_jax.config_check import validate
 from microcoder_jax.data import loader
 from microcoder_jax.metrics import MetricsWriter, progress_postfix, step_record
+from microcoder_jax.resume import record_config
 from microcoder_jax.rollout import Rollout, collect, probe_temperature
 from microcoder_jax.run_setup import key, setup, start_state
 
@@ -54,12 +55,11 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
 
     validate(config)
     workdir = os.path.abspath(workdir)
+    primary = jax.process_index() == 0
+    # before anything is written: a resume with a changed config is checked against config.json
+    record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
     run = setup(config, workdir)
     c, rl, G = config, run.rl_config, config.sampling.group_size
-    primary = jax.process_index() == 0
-    if primary:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            json.dump(config_lib.to_dict(config), f, indent=1)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=c.train.keep_checkpoints,
                         async_save=c.train.async_checkpoint)
     scheduler = TemperatureScheduler(c.temperature)
@@ -82,6 +82,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
         if writer is not None:
             writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
 
+    guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
     try:
         for step in range(start, c.train.steps):
             t_step, temperature = time.perf_counter(), scheduler.temperature
@@ -136,10 +137,15 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                 on_step(done, record)
             if c.train.eval_every and done % c.train.eval_every == 0 and run.eval_problems:
                 eval_lib.evaluate_at_step(run, pool, state.params, done, writer, key(c.seed, 3, done), log_fn)
-            if done == c.train.steps or (c.train.checkpoint_every and done % c.train.checkpoint_every == 0):
+            stopping = guard.requested
+            if stopping or done == c.train.steps or (c.train.checkpoint_every and done % c.train.checkpoint_every == 0):
                 ckpt.save(done, state, {"step": done, "data": data.get_state(),
                                         "scheduler": scheduler.state_dict()})
+            ckpt.poll()  # a failed background save stops the run here, in one line
+            if stopping and done < c.train.steps:
+                raise guard.stop(done, ckpt.directory)
     finally:
+        guard.uninstall()
         bar.close()
         ckpt.close()
         pool.close()
@@ -176,7 +182,13 @@ def main(argv=None) -> int:
         workdir = args.workdir or os.path.join("runs", cli.run_name(argv, "demo"))
         try:
             train(config, workdir)
-        except NonFiniteLossError as e:
+        except preemption.Preempted as e:
+            print(e, file=sys.stderr)
+            return e.exit_code
+        except KeyboardInterrupt:
+            print("interrupted before the first RL step: nothing to save", file=sys.stderr)
+            return 130
+        except (NonFiniteLossError, CheckpointWriteError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
         print(f"done: {workdir}")

@@ -153,8 +153,10 @@ def _sft_step(params, opt_state, tokens, attention, loss_mask, *, model_config, 
 
 def warm_start(params, model_config, tokenizer, problems, ops, data_config, *, steps: int,
                batch_size: int, learning_rate: float, max_new_tokens: int, seed: int,
-               progress: bool = True, log=print):
-    """Supervised next-token training on answers with random operations; returns new params."""
+               progress: bool = True, log=print, on_loss=None):
+    """Supervised next-token training on answers with random operations; returns new params.
+
+    `on_loss(step, loss)`, if given, receives every step's loss (the warm-start curve in the plots)."""
     from tqdm import tqdm
 
     optimizer = optax.adam(learning_rate)
@@ -168,6 +170,8 @@ def warm_start(params, model_config, tokenizer, problems, ops, data_config, *, s
             tokenizer, chosen, ops, data_config, max_new_tokens, rng)
         params, opt_state, loss = _sft_step(params, opt_state, tokens, attention, loss_mask,
                                             model_config=model_config, optimizer=optimizer)
+        if on_loss is not None:
+            on_loss(i + 1, float(loss))
         if i % 20 == 0 or i == steps - 1:
             bar.set_postfix(loss=f"{float(loss):.3f}")
     if steps:

@@ -122,7 +122,7 @@ def prompt_iterator(num_items: int, global_batch: int, seed: int, state: dict | 
     """A checkpointable iterator over `prompt_dataset`'s global batches (`get_state`/`set_state`).
 
     Every host gets the same whole batch (seeded, so identical everywhere): the sampler runs it on
-    the global mesh and each host then judges its own share of the rows (see `train.host_rows`).
+    the global mesh and each host then judges its own share of the rows (see `sharding.host_rows`).
     """
     ds = prompt_dataset(num_items, global_batch, seed)
     it = iter(ds.to_iter_dataset())

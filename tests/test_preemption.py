@@ -1,0 +1,85 @@
+"""Signals: SIGTERM to a running demo-sized train finishes the step, writes a checkpoint, closes
+the pool and exits 143 with a one-line message; a second SIGINT exits at once (130)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from microcoder_jax.checkpoint import Checkpointer
+from microcoder_jax.metrics import read_metrics
+from microcoder_jax.preemption import Guard, Preempted
+
+TINY = ["--config.train.steps=1000", "--config.train.checkpoint_every=0", "--config.train.progress=false",
+        "--config.train.warm_start_steps=5", "--config.data.num_prompts=2", "--config.sampling.group_size=4",
+        "--config.demo.problems_per_op=2", "--config.evaluator.workers=1"]
+
+
+def _start(workdir):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    return subprocess.Popen([sys.executable, "-m", "microcoder_jax.train", "--workdir", str(workdir), *TINY],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_step(proc, workdir, step):
+    deadline = time.time() + 300
+    path = os.path.join(workdir, "metrics.jsonl")
+    while not (os.path.exists(path) and len(read_metrics(path)) >= step):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline, "no RL step within 5 minutes"
+        time.sleep(0.2)
+
+
+def _children(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_exits_143(tmp_path):
+    proc = _start(tmp_path)
+    _wait_for_step(proc, tmp_path, 2)
+    pool = _children(proc.pid)  # the evaluator pool's server(s)
+    assert pool
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    time.sleep(0.5)
+    assert not [p for p in pool if os.path.exists(f"/proc/{p}") and "zombie" not in open(f"/proc/{p}/status").read()]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("stopped by SIGTERM after step ") and "rerun the same command" in last, err[-2000:]
+    assert "Traceback" not in err
+    step = int(last.split("after step ")[1].split(";")[0])
+    ck = Checkpointer(str(tmp_path / "checkpoints"))
+    assert ck.latest_step() == step >= 2
+    assert ck.read_meta()["step"] == step
+    ck.close()
+    assert len(read_metrics(str(tmp_path / "metrics.jsonl"))) == step
+
+
+@pytest.mark.slow
+def test_second_sigint_exits_at_once(tmp_path):
+    proc = _start(tmp_path)
+    _wait_for_step(proc, tmp_path, 1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert "second SIGINT: exiting now" in err and "Traceback" not in err
+
+
+def test_guard_sets_the_flag_and_restores_handlers():
+    before = signal.getsignal(signal.SIGTERM)
+    messages = []
+    with Guard(messages.append) as guard:
+        assert not guard.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert guard.requested and guard.signum == signal.SIGTERM
+        stop = guard.stop(7, "/runs/x/checkpoints")
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert isinstance(stop, Preempted) and stop.exit_code == 143 and "\n" not in str(stop)
+    assert "after step 7" in str(stop) and "SIGTERM received" in messages[0]
