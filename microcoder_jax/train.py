@@ -56,9 +56,11 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     validate(config)
     workdir = os.path.abspath(workdir)
     primary = jax.process_index() == 0
-    # before anything is written: a resume with a changed config is checked against config.json
-    record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
+    # before anything is written: a resume with a changed config is checked against config.json,
+    # and set-up (tokenizer, problems, model shape) must succeed before config.json is saved
+    record_config(workdir, config_lib.to_dict(config), write=False, log_fn=lambda message: None)
     run = setup(config, workdir)
+    record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
     c, rl, G = config, run.rl_config, config.sampling.group_size
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=c.train.keep_checkpoints,
                         async_save=c.train.async_checkpoint)

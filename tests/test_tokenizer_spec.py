@@ -48,8 +48,10 @@ def test_folder_without_chat_template_names_the_fix(tmp_path):
 def test_train_cli_stops_on_it_with_one_message(tmp_path, capsys):
     path = _without_chat_template(tmp_path / "tok")
     code = train.main(["--workdir", str(tmp_path / "run"), "--config.data.task=problems",
-                       f"--config.tokenizer.path={path}", f"--config.data.train_files={SAMPLES}"])
+                       f"--config.tokenizer.path={path}", f"--config.data.train_files={SAMPLES}",
+                       "--config.train.warm_start_steps=0"])
     assert code == 2 and "no chat template" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "run" / "config.json")  # refused before anything is written
 
 
 def test_missing_tokenizer_folder_is_a_clear_error(tmp_path):
