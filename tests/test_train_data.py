@@ -30,6 +30,20 @@ def test_prompt_set_skips_long_prompts():
     assert max(map(len, ps.prompts)) <= max(c.data.prompt_buckets)
 
 
+def test_prompt_set_skips_problems_without_tests():
+    c = demo_config()
+    problems = demo_task.make_problems(c.demo.ops, 1, 2, seed=0)
+    tok = demo_task.build_tokenizer(problems, c.demo.ops, c.data, c.demo.vocab_size)
+    problems[1].tests = []
+    ps = loader.make_prompt_set(problems, tok, c.data)
+    assert problems[1] not in ps.problems and len(ps.problems) == len(problems) - 1
+    assert ps.skipped_no_tests == 1 and "1 problems without tests skipped" in ps.report()
+    for p in problems:
+        p.tests = []
+    with pytest.raises(ValueError, match="no usable problems"):
+        loader.make_prompt_set(problems, tok, c.data)
+
+
 def test_stream_is_shuffled_per_epoch_split_over_hosts_and_resumable():
     ds = loader.prompt_dataset(10, 4, seed=1)
     batches = [ds[i] for i in range(5)]  # 20 indices = two epochs

@@ -29,9 +29,11 @@ class PromptSet:
     prompts: list[list[int]]
     skipped_malformed: int = 0
     skipped_too_long: int = 0
+    skipped_no_tests: int = 0
 
     def report(self) -> str:
         return (f"{len(self.problems)} problems ({self.skipped_malformed} malformed rows skipped, "
+                f"{self.skipped_no_tests} problems without tests skipped, "
                 f"{self.skipped_too_long} prompts over the length cap skipped)")
 
 
@@ -88,18 +90,20 @@ def read_problems(paths: str | Sequence[str]) -> tuple[list, int]:
 
 
 def make_prompt_set(problems, tokenizer, data_config, skipped_malformed: int = 0) -> PromptSet:
-    """Tokenize every prompt; prompts longer than `data_config.max_prompt_tokens` are skipped."""
+    """Tokenize every prompt; problems without tests (nothing could judge them) and prompts longer
+    than `data_config.max_prompt_tokens` are skipped and counted."""
     limit = min(data_config.max_prompt_tokens, max(data_config.prompt_buckets))
+    no_tests = len(problems_lib.without_tests(problems))
     kept, prompts, too_long = [], [], 0
-    for problem in problems:
+    for problem in (p for p in problems if p.tests):
         ids = encode_prompt(tokenizer, problem, data_config)
         if len(ids) > limit:
             too_long += 1
             continue
         kept.append(problem)
         prompts.append(ids)
-    out = PromptSet(kept, prompts, skipped_malformed, too_long)
-    if too_long or skipped_malformed:
+    out = PromptSet(kept, prompts, skipped_malformed, too_long, no_tests)
+    if too_long or skipped_malformed or no_tests:
         log.warning("prompt set: %s", out.report())
     if not kept:
         raise ValueError(f"no usable problems: {out.report()}")
