@@ -138,9 +138,12 @@ def test_no_judge_file_path_or_result_is_visible(tmp_path):
     problems.write_text(__import__("json").dumps(SIX.to_json()) + "\n")
     allowed = {"usr", "lib", "lib64", "lib32", "libx32", "bin", "sbin", "etc", "tmp", "dev", "proc"}
     allowed |= {p.split("/")[1] for p in (sys.prefix, sys.base_prefix, *sys.path[1:]) if p.startswith("/")}
+    # the judge's own source; its checkout's folder itself may exist as a mount point's parent
+    # where the interpreter (a venv inside the checkout, as in CI) is mounted
+    judge_source = os.path.dirname(evaluate.__file__)
     hostile = (
         "import os\nseen = []\n"
-        f"for path in ({str(problems)!r}, {str(out)!r}, {str(tmp_path)!r}, {os.getcwd()!r}):\n"
+        f"for path in ({str(problems)!r}, {str(out)!r}, {str(tmp_path)!r}, {judge_source!r}):\n"
         "    if os.path.exists(path):\n        seen.append(path)\n"
         f"if {str(tmp_path)!r} in open('/proc/1/cmdline').read() + open('/proc/self/mountinfo').read():\n"
         "    seen.append('cmdline or mountinfo')\n"

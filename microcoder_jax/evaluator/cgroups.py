@@ -39,11 +39,7 @@ def open_groups(name: str) -> dict:
         if kind != "cgroup" or not wanted:
             continue
         group = os.path.join(point, _own_group(",".join(controllers)).lstrip("/"), name)
-        try:
-            os.mkdir(group, 0o755)
-        except FileExistsError:
-            pass
-        except OSError:
+        if not _make_dir(group):
             continue
         found["controllers"] += wanted
         found["dirs"].append(group)
@@ -51,6 +47,17 @@ def open_groups(name: str) -> dict:
     if found["hierarchies"]:
         found["version"] = 1
     return found
+
+
+def _make_dir(path: str) -> bool:
+    """Create a cgroup directory (an existing one is fine); False where the kernel refuses."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def _hierarchy(path: str, v2: bool, controllers) -> dict:
@@ -63,11 +70,7 @@ def _make_v2(root: str, own: str, name: str):
     (it holds no processes of its own), else under the root of the hierarchy (root only)."""
     for base in dict.fromkeys([os.path.join(root, own.lstrip("/")), root]):
         group = os.path.join(base, name)
-        try:
-            os.mkdir(group, 0o755)
-        except FileExistsError:
-            pass
-        except OSError:
+        if not _make_dir(group):
             continue
         try:
             if base != root:
