@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import math
 import re
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -38,16 +39,27 @@ def _reachable(comps: dict[str, list[str]], root: str) -> set[str]:
     return seen
 
 
-def loop_collectives(hlo: str) -> list[collections.Counter]:
-    """One Counter of collective kinds per while loop in the program (its body and all it calls)."""
+def _loop_ops(hlo: str):
+    """Per while loop of the program: the collective lines in its body and everything it calls."""
     comps = computations(hlo)
     bodies = [m.group(1) for lines in comps.values() for line in lines if (m := _WHILE.search(line))]
-    out = []
     for body in bodies:
-        counts = collections.Counter()
-        for name in _reachable(comps, body):
-            for line in comps[name]:
-                if (m := _OP.search(line)) and "-done(" not in line:
-                    counts[m.group(1)] += 1
-        out.append(counts)
+        yield [(m.group(1), line) for name in _reachable(comps, body) for line in comps[name]
+               if (m := _OP.search(line)) and "-done(" not in line]
+
+
+def loop_collectives(hlo: str) -> list[collections.Counter]:
+    """One Counter of collective kinds per while loop in the program (its body and all it calls)."""
+    return [collections.Counter(kind for kind, _ in ops) for ops in _loop_ops(hlo)]
+
+
+def loop_all_gathers(hlo: str) -> list[tuple[str, int]]:
+    """(result shape, elements) of every all-gather inside any while loop (nested loops count once per loop)."""
+    out = []
+    for ops in _loop_ops(hlo):
+        for kind, line in ops:
+            if kind == "all-gather":
+                shape = re.search(r"=\s*\(?\s*(\w+\[[\d,]*\])", line).group(1)
+                dims = re.search(r"\[([\d,]*)\]", shape).group(1)
+                out.append((shape, math.prod(int(d) for d in dims.split(",") if d)))
     return out
