@@ -64,8 +64,8 @@ def main(argv=None) -> int:
               + " | analytic vs XLA | verdict |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     notes = []
-    for model in args.models.split(","):
-        for algo in args.algos.split(","):
+    for algo in args.algos.split(","):  # microcoder first: the baselines reuse its sampler compiles
+        for model in args.models.split(","):
             for name in args.topologies.split(","):
                 config = load(model, algo, overrides)
                 topology = parse_topology(name)

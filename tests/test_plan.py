@@ -33,16 +33,19 @@ def demo_plan():
 
 
 def test_demo_plan_compiles_every_program_and_fits(demo_plan):
+    from microcoder_jax.sampling import sampler
+
     names = [r.program.name for r in demo_plan.rows]
-    assert names == ["sample prefill", "sample decode", "old log-probs", "train step", "eval prefill",
-                     "eval decode"]
+    layout = ["decode layout"] if hasattr(sampler, "_to_decode_layout") else []
+    assert names == layout + ["sample prefill", "sample decode", "old log-probs", "train step", "eval prefill",
+                              "eval decode"]
     assert demo_plan.mesh_shape == {"data": 1, "fsdp": 4, "tensor": 1}
     for row in demo_plan.rows:
         assert row.error == "", row.error
         assert row.compiled.argument_bytes > 0 and row.total > 0
         assert demo_plan.verdict(row) == "fits"
     assert demo_plan.fits
-    decode = demo_plan.rows[1].compiled
+    decode = demo_plan.rows[names.index("sample decode")].compiled
     # one loop per decode phase, bounded by the phase's end (+1): 4 phases up to 40 new tokens
     bounds = sorted(lp["trip_count"] for lp in decode.loops if lp["data_dependent"])
     assert bounds[-1] == 40 and len(bounds) == 4
@@ -69,22 +72,24 @@ def test_loop_collectives_and_trip_count_from_hlo():
             return jnp.tanh(c @ full), None
         return jax.lax.scan(body, x, None, length=7)[0]
 
-    args = (jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=spec),
-            jax.ShapeDtypeStruct((8, 256), jnp.float32, sharding=rep))
+    args = (jax.ShapeDtypeStruct((256, 256), jnp.bfloat16, sharding=spec),
+            jax.ShapeDtypeStruct((8, 256), jnp.bfloat16, sharding=rep))
     text = jax.jit(f).lower(*args).compile().as_text()
     loops = [lp for lp in hlo.loops(text) if lp.collectives]
     assert len(loops) == 1 and loops[0].trip_count == 7 and not loops[0].data_dependent
     count, nbytes = loops[0].collectives["all-gather"]
-    assert count == 1 and nbytes == 256 * 256 * 4
+    assert count == 1 and nbytes == 256 * 256 * 2  # the whole weight, every iteration
 
 
 def test_analytic_train_step_memory_tracks_xla():
-    """A small model whose memory is mostly weights and optimizer state: within 15% of XLA."""
+    """Two Qwen3-1.7B-wide layers (buffers well above the chip's on-core memory, where XLA would keep
+    small ones out of HBM): the analytic total is within 15% of XLA's."""
     _tpu_devices("v5e:2x2")
     config = config_lib.load_config(DEMO, [
-        "mesh.fsdp=-1", "model.hidden_size=512", "model.intermediate_size=1536", "model.num_layers=4",
-        "model.num_heads=8", "model.num_kv_heads=4", "model.head_dim=64", "demo.vocab_size=8192",
-        "model.dtype=bfloat16", "model.remat=full", "rl.micro_batch_size=8"])
+        "mesh.fsdp=-1", "model.hidden_size=2048", "model.intermediate_size=6144", "model.num_layers=2",
+        "model.num_heads=16", "model.num_kv_heads=8", "model.head_dim=128", "demo.vocab_size=32768",
+        "model.dtype=bfloat16", "model.remat=full", "rl.micro_batch_size=8", "sampling.max_new_tokens=448",
+        "data.prompt_buckets=(64,)"])
     result = planner.plan(config, parse_topology("v5e:2x2"), cache_dir=None, only=("train step",),
                           search=False)
     row = result.rows[0]
@@ -111,7 +116,8 @@ def test_analytic_only_plan_for_gpus():
     result = planner.plan(config, parse_topology("h100", devices=8), search=False)
     assert result.mesh_shape["fsdp"] == 8
     assert all(r.compiled is None and r.estimate.total > 0 for r in result.rows)
-    assert result.rows[3].estimate.seconds(result.topology.chip, 8) > 0
+    train = next(r for r in result.rows if r.program.name == "train step")
+    assert train.estimate.seconds(result.topology.chip, 8) > 0
 
 
 def test_topology_names():

@@ -2,10 +2,9 @@
 
 Memory: arguments are exact (the abstract inputs' shard shapes); temporaries are the terms a
 reader can check by hand: gradients and optimizer temporaries, one layer's gathered weights,
-activations under the remat policy, the vocab-projection chunk, the KV cache (both sizes alive
-while a decode phase grows it). Time: FLOPs and HBM bytes per program with every loop's trip
-count counted here (XLA's cost analysis counts a loop body once), against the chip's peak and
-bandwidth: a roofline bound, not a measurement.
+activations under the remat policy, the vocab-projection chunk, the KV cache. Time: FLOPs and
+HBM bytes per program with every loop's trip count counted here (XLA's cost analysis counts a
+loop body once), against the chip's peak and bandwidth: a roofline bound, not a measurement.
 """
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ class Estimate:
     model_flops: float = 0.0  # without rematerialisation (MFU numerator)
     hbm_bytes: float = 0.0  # per device
     tokens: int = 0  # decode: tokens generated (rows x steps), for tokens/s
-    collective_note: str = ""
 
     @property
     def total(self) -> int:
@@ -83,11 +81,11 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
         "batch (args)": local_bytes(batch),
         "gradients (accumulated + one micro-batch)": 2 * params,
         "optimizer update temporaries": params,
-        "gathered weights (one layer x2, embedding)": (2 * layer * 2 + v * d * 2) // t,
+        "gathered weights (one layer, double-buffered)": 2 * layer * 2 // t,
         "embedding gradient before reduce-scatter": v * d * 4 // t,
         f"activations (remat={mc.remat})": saved + _layer_activations(mc, tokens, splash, t, sh.seq),
         "final hidden + its gradient": tokens * d * 4 * 2,
-        "vocab-projection chunk (logits, probs, grad)": mb * chunk * (v // t) * 4 * 3,
+        "vocab-projection chunk (logits and their gradient)": mb * chunk * (v // t) * 4 * 2,
     }
     rows_tokens = sh.rows * sh.seq
     dense = 2.0 * (l * layer + v * d) * rows_tokens
@@ -114,10 +112,10 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
         "params (args)": params,
         "tokens, mask (args)": local_bytes([kw["tokens"], kw["attention_mask"], kw["temperature"]]),
         "log-probs out": _split(sh.rows, shards) * sh.seq * 4,
-        "gathered weights (one layer x2, embedding)": (2 * layer * 2 + v * d * 2) // t,
+        "gathered weights (one layer)": layer * 2 // t,
         "activations (one layer, forward)": _layer_activations(mc, tokens, splash, t, sh.seq) // 2,
         "final hidden": tokens * d * 4,
-        "vocab-projection chunk": mb * chunk * (v // t) * 4 * 2,
+        "vocab-projection chunk (logits)": mb * chunk * (v // t) * 4,
     }
     rows_tokens = sh.rows * sh.seq
     flops = 2.0 * (l * layer + v * d) * rows_tokens + _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
@@ -140,10 +138,11 @@ def prefill(program: Program, mesh, prompts: int, width: int, group: int) -> Est
     comp = {
         "params (args)": local_bytes(program.args[0]),
         "prompt KV cache out": _kv(mc, p_local, width, t),
-        "gathered weights (one layer x2, embedding)": (2 * layer * 2 + v * d * 2) // t,
         "activations (one layer, forward)": _layer_activations(mc, tokens, splash, t, width) // 2,
         "next-token logits out": p_local * group * v * 4 // (t if v % t == 0 else 1),
     }
+    if not _decoding(program.args[0]):
+        comp["gathered weights (one layer x2)"] = 2 * layer * 2 // t
     flops = 2.0 * l * layer * prompts * width + 2.0 * v * d * prompts + _attention_flops(
         mc, prompts, width, width, splash)
     return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 2 / t)
@@ -162,16 +161,15 @@ def decode(program: Program, mesh, prompts: int, group: int, width: int, max_new
     r_local = _split(rows, shards)
     ends = phase_ends(max_new, phases)
     weights_bf16 = (l * layer + v * d) * 2
-    decode_copy = weights_bf16 // n if gathers_weights else weights_bf16 // t
     comp = {
         "params (args)": local_bytes(program.args[0]),
         "prompt KV cache (args)": local_bytes(program.args[1]),
-        "decode weights (bf16 copy)": decode_copy,
-        "KV cache (last phase + the one it grows from)": _kv(mc, r_local, ends[-1], t)
-        + (_kv(mc, r_local, ends[-2], t) if len(ends) > 1 else 0),
+        "KV cache (last phase; XLA reuses the smaller one)": _kv(mc, r_local, ends[-1], t),
         "tokens + log-probs out": r_local * max_new * 8,
         "sampling temporaries (logits, probs x4)": r_local * v * 4 * 4,
     }
+    if not _decoding(program.args[0]):  # a sampler without a decode layout converts inside the program
+        comp["decode weights (bf16 copy)"] = weights_bf16 // n if gathers_weights else weights_bf16 // t
     if gathers_weights:
         comp["gathered weights (one layer x2)"] = 2 * layer * 2 // t
     # steps of each phase read its cache size; every step reads all weights once per device
@@ -185,9 +183,25 @@ def decode(program: Program, mesh, prompts: int, group: int, width: int, max_new
     return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=rows * max_new)
 
 
+def decode_layout(program: Program, mesh) -> Estimate:
+    """The reshard into the decode layout: the stored params in, their compute-dtype copy out."""
+    mc = program.model_config
+    d, h, k, hd, f, v, l, layer = _dims(mc)
+    _, t, _ = _mesh(mesh)
+    return Estimate({"params (args)": local_bytes(program.args[0]),
+                     "decode copy out (compute dtype, whole per data device)": (l * layer + v * d) * 2 // t},
+                    hbm_bytes=local_bytes(program.args[0]) + (l * layer + v * d) * 2 / t)
+
+
+def _decoding(params) -> bool:
+    return not isinstance(params, dict)
+
+
 def estimate(program: Program, mesh, sh: Shapes, rl_config, gathers_weights: bool = False) -> Estimate:
     """The analytic model of one of programs.rl_step_programs' programs, by its name."""
     tag, _, kind = program.name.partition(" ")
+    if program.name == "decode layout":
+        return decode_layout(program, mesh)
     if program.name == "train step":
         return train_step(program, mesh, sh, rl_config)
     if program.name == "old log-probs":

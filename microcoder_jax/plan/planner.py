@@ -62,9 +62,13 @@ def abstract_mesh(config, devices: int):
 
 
 def _resident(program, state_bytes: int, params_bytes: int, rl_config) -> int:
-    """The optimizer state lives through sampling and the log-prob pass; a KL reference always."""
+    """The train state (and a KL reference) stays in HBM through every program; minus what the
+    program takes as its arguments (the stored params, or the whole state for the train step)."""
     ref = params_bytes if rl_config.kl_beta > 0 else 0
-    return ref if program.name == "train step" else state_bytes - params_bytes + ref
+    if program.name == "train step":
+        return ref
+    takes_params = isinstance(program.args[0], dict)  # stored params, not the sampler's decode copy
+    return state_bytes - (params_bytes if takes_params else 0) + ref
 
 
 def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tuple = (), search: bool = True,

@@ -128,11 +128,29 @@ def abstract_state(model_config, rl_config, mesh):
     return train.abstract_train_state(run)
 
 
+def decode_layout_program(mc, mesh) -> Program | None:
+    """The sampler's once-per-call reshard of the stored params into its decode layout (if it has one)."""
+    from microcoder_jax.sampling import sampler
+
+    if not hasattr(sampler, "_to_decode_layout"):
+        return None
+    return Program("decode layout", sampler._to_decode_layout(mc, mesh), (abstract_params(mc, mesh),), {}, mc)
+
+
+def sampler_params(mc, mesh):
+    """What prefill and decode read: the decode layout where the sampler has one, else the stored params."""
+    from microcoder_jax.sampling import sampler
+
+    if hasattr(sampler, "decode_param_specs"):
+        return sampler.decode_param_specs(mc, mesh)
+    return abstract_params(mc, mesh)
+
+
 def sampler_programs(tag, config, mc, mesh, prompts, group, width, max_new, phases):
     """Prefill and decode of one `sampler.generate` call (its two jitted programs)."""
     from microcoder_jax.sampling import sampler
 
-    params = abstract_params(mc, mesh)
+    params = sampler_params(mc, mesh)
     rows = prompts * group
     ids, mask = (_rows(mesh, (prompts, width), jnp.int32) for _ in range(2))
     prefill = Program(f"{tag} prefill", sampler._prefill, (params, ids, mask),
@@ -181,7 +199,9 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
     """Every program of one RL step plus eval sampling, in the order the loop runs them."""
     sh = shapes_of(config, rl_config, mesh)
     mc_prompt = model_config_for(config, tpu, sh.prompt_width)
-    out = sampler_programs("sample", config, mc_prompt, mesh, sh.prompts, sh.group, sh.prompt_width, sh.max_new,
+    layout = decode_layout_program(mc_prompt, mesh)
+    out = [layout] if layout is not None else []
+    out += sampler_programs("sample", config, mc_prompt, mesh, sh.prompts, sh.group, sh.prompt_width, sh.max_new,
                            sh.phases)
     out += [logprob_program(config, rl_config, mesh, sh, tpu), train_program(config, rl_config, mesh, sh, tpu)]
     out += sampler_programs("eval", config, mc_prompt, mesh, sh.eval_prompts, sh.eval_samples, sh.prompt_width,

@@ -46,12 +46,18 @@ def collective_lines(plan) -> list[str]:
             continue
         loops = [lp for lp in c.loops if lp["collectives"]]
         total = analytic.per_step_collective_bytes(c.loops)
+        unknown = sum(1 for lp in loops if lp["trip_count"] is None)
         lines.append(f"{row.program.name}: {len(loops)} of {len(c.loops)} loops hold collectives; "
-                     f"{total / GIB:.2f} GiB per device over the program (trip counts multiplied)")
-        for lp in loops:
-            trips = lp["trip_count"]
-            how = f"<= {trips} iterations, data-dependent" if lp["data_dependent"] else f"{trips} iterations"
-            lines.append(f"  loop {lp['name'][:40]} ({how}): per iteration {_count(lp['collectives'])}")
+                     f"{total / GIB:.2f} GiB per device over the program (trip counts multiplied"
+                     + (f"; {unknown} loops of unknown trip count counted once)" if unknown else ")"))
+        shown = {}
+        for lp in loops:  # identical loops (one per layer or phase) print once, with their number
+            key = (lp["trip_count"], lp.get("data_dependent"), _count(lp["collectives"]))
+            shown[key] = shown.get(key, 0) + 1
+        for (trips, dependent, text), times in shown.items():
+            how = ("? iterations" if trips is None else f"<= {trips} iterations, data-dependent" if dependent
+                   else f"{trips} iterations")
+            lines.append(f"  {times} x loop ({how}): per iteration {text}")
     return lines
 
 

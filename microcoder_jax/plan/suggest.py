@@ -13,7 +13,9 @@ def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
     out = []
     if name in ("train step", "old log-probs"):
         micro = config.rl.micro_batch_size
-        while micro // 2 >= 1:
+        if micro % shards:  # rows that do not split over the data devices are computed on every one
+            out.append((f"micro-batch {shards} (one row per data device)", {"rl.micro_batch_size": shards}))
+        while micro // 2 >= 1 and micro // 2 >= shards:
             micro //= 2
             out.append((f"micro-batch {micro}", {"rl.micro_batch_size": micro}))
         if config.model.remat != "full":
@@ -59,8 +61,8 @@ def search(config, topology, result, *, cache_dir, log=lambda *_: None) -> list[
                 found = (label, changes, real.rows[0].total, "compiled")
                 break
         if found is None:
-            lines.append(f"{name}: no candidate fits ({', '.join(l for l, _ in candidates(config, name, result.mesh_shape))}"
-                         " tried or ruled out); use a larger topology")
+            tried = ", ".join(label for label, _ in candidates(config, name, result.mesh_shape))
+            lines.append(f"{name}: no candidate fits ({tried} tried or ruled out); use a larger topology")
         else:
             label, changes, total, how = found
             flags = " ".join(f"--config.{k}={v}" for k, v in changes.items())
