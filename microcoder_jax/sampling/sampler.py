@@ -300,26 +300,26 @@ def _decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperatu
     return state["tokens"], state["logprobs"], state["lengths"], state["done"], entropy
 
 
-def decode_shardings(config: Qwen3Config, mesh) -> DecodingParams:
-    """``NamedSharding`` of every ``DecodingParams`` leaf on ``mesh`` under ``DECODE_AXIS_RULES``."""
+def decode_shardings(config: Qwen3Config, mesh, rules: dict | None = None) -> DecodingParams:
+    """``NamedSharding`` of every ``DecodingParams`` leaf on ``mesh`` (``rules``: ``DECODE_AXIS_RULES``)."""
     axes, sizes = decoding_layout(config)
-    return shd.logical_to_sharding(axes, mesh, sizes, rules=DECODE_AXIS_RULES)
+    return shd.logical_to_sharding(axes, mesh, sizes, rules=DECODE_AXIS_RULES if rules is None else rules)
 
 
-def decode_param_specs(config: Qwen3Config, mesh=None) -> DecodingParams:
+def decode_param_specs(config: Qwen3Config, mesh=None, rules: dict | None = None) -> DecodingParams:
     """``DecodingParams`` of ``jax.ShapeDtypeStruct`` (with the decode shardings): compile without weights."""
     params = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
     shapes = jax.eval_shape(functools.partial(decoding_params, config=config), params)
     if mesh is None:
         return shapes
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
-                        decode_shardings(config, mesh))
+                        decode_shardings(config, mesh, rules))
 
 
 @functools.lru_cache(maxsize=8)
-def _to_decode_layout(config: Qwen3Config, mesh):
-    """The jitted stored-params -> ``DecodingParams`` reshard, one per (config, mesh)."""
-    out = None if mesh is None else decode_shardings(config, mesh)
+def _to_decode_layout(config: Qwen3Config, mesh, rules: tuple | None):
+    """The jitted stored-params -> ``DecodingParams`` reshard, one per (config, mesh, rules)."""
+    out = None if mesh is None else decode_shardings(config, mesh, None if rules is None else dict(rules))
     return jax.jit(functools.partial(decoding_params, config=config), out_shardings=out)
 
 
@@ -336,13 +336,16 @@ def _to_host(x) -> np.ndarray:
 def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
              temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
              pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None,
-             decode_phases: int = 4) -> SamplerOutput:
+             decode_phases: int = 4, decode_rules: dict | None = None) -> SamplerOutput:
     """Sample `num_samples` responses for every prompt; see the module doc and `SamplerOutput`.
 
     temperature / top_p / top_k: a scalar or one value per row [num_prompts * num_samples].
     max_new_tokens and decode_phases (see `_decode`) are static (a new value compiles new programs). With a `mesh`, rows are split over
     its data axes (the prompt count is padded to a multiple of them with copies, then cut off) and
     heads over its tensor axis; the weights are resharded once into the decode layout (module doc).
+    decode_rules: logical-axis rules of that layout (default ``DECODE_AXIS_RULES``); pass
+    ``sharding.LOGICAL_AXIS_RULES`` to keep the weights FSDP-sharded where a replicated compute-dtype
+    copy does not fit (every decode step then all-gathers them).
     """
     num_prompts, rows = len(prompts), len(prompts) * num_samples
     if num_prompts == 0 or num_samples < 1 or max_new_tokens < 1 or decode_phases < 1:
@@ -369,7 +372,8 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
         args = {k: put(v) for k, v in args.items()}
         row_args = {k: put(v) for k, v in row_args.items()}
 
-    prepared = _to_decode_layout(config, mesh)(params)  # once per call: no per-step weight traffic
+    rules = None if decode_rules is None else tuple(sorted(decode_rules.items()))
+    prepared = _to_decode_layout(config, mesh, rules)(params)  # once per call: no per-step weight traffic
     with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
         cache, logits = _prefill(prepared, args["prompt_ids"], args["prompt_mask"], config=config,
                                  num_samples=num_samples)
