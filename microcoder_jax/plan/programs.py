@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -134,7 +135,9 @@ def decode_layout_program(mc, mesh) -> Program | None:
 
     if not hasattr(sampler, "_to_decode_layout"):
         return None
-    return Program("decode layout", sampler._to_decode_layout(mc, mesh), (abstract_params(mc, mesh),), {}, mc)
+    takes_rules = "rules" in inspect.signature(sampler._to_decode_layout).parameters
+    reshard = sampler._to_decode_layout(mc, mesh, None) if takes_rules else sampler._to_decode_layout(mc, mesh)
+    return Program("decode layout", reshard, (abstract_params(mc, mesh),), {}, mc)
 
 
 def sampler_params(mc, mesh):
