@@ -5,7 +5,8 @@ train step, eval sampling) ahead of time for a TPU topology with libtpu (JAX_PLA
 allocated) and prints memory per device against the chip's HBM, collectives inside loops, an
 analytic breakdown beside XLA's figures, a roofline time estimate, and, when something does not
 fit, the settings that do. GPUs and other devices: `--topology h100 --devices 8` or
-`--devices N --hbm-gib X` (analytic only). Exit 0: everything fits; 1: something does not; 2: bad input.
+`--devices N --hbm-gib X` (analytic only). `--nosearch`: report only, compile no candidates;
+`--cache-dir DIR` ('' = off). Exit 0: everything fits; 1: something does not; 2: bad input.
 """
 from __future__ import annotations
 

@@ -134,11 +134,12 @@ def prefill(program: Program, mesh, prompts: int, width: int, group: int) -> Est
     shards, t, n = _mesh(mesh)
     p_local = _split(prompts, shards)
     tokens = p_local * width
-    splash = mc.attention == "splash"
+    splash = False  # prefill writes a cache: forward's cached branch, XLA attention whatever the kernel
     comp = {
         "params (args)": local_bytes(program.args[0]),
         "prompt KV cache out": _kv(mc, p_local, width, t),
-        "activations (one layer, forward)": _layer_activations(mc, tokens, splash, t, width) // 2,
+        "activations (one layer, forward)": _layer_activations(mc, tokens, True, t, width) // 2,
+        "attention scores (f32) and probabilities (bf16), one layer": p_local * (h // t) * width * width * 6,
         "next-token logits out": p_local * group * v * 4 // (t if v % t == 0 else 1),
     }
     if not _decoding(program.args[0]):
@@ -165,6 +166,7 @@ def decode(program: Program, mesh, prompts: int, group: int, width: int, max_new
         "params (args)": local_bytes(program.args[0]),
         "prompt KV cache (args)": local_bytes(program.args[1]),
         "KV cache (last phase; XLA reuses the smaller one)": _kv(mc, r_local, ends[-1], t),
+        "one layer's keys and values read as f32": _kv(mc, r_local, ends[-1], t) * 2 // mc.num_layers,
         "tokens + log-probs out": r_local * max_new * 8,
         "sampling temporaries (logits, probs x4)": r_local * v * 4 * 4,
     }
@@ -188,8 +190,10 @@ def decode_layout(program: Program, mesh) -> Estimate:
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
     _, t, _ = _mesh(mesh)
+    copy = (l * layer + v * d) * 2 // t
     return Estimate({"params (args)": local_bytes(program.args[0]),
-                     "decode copy out (compute dtype, whole per data device)": (l * layer + v * d) * 2 // t},
+                     "decode copy out (compute dtype, whole per data device)": copy,
+                     "cast / transpose temporaries (about one more copy)": copy},
                     hbm_bytes=local_bytes(program.args[0]) + (l * layer + v * d) * 2 / t)
 
 
