@@ -25,7 +25,8 @@ from microcoder_jax.plan import planner, programs  # noqa: E402
 from microcoder_jax.plan.topologies import parse_topology  # noqa: E402
 
 MODELS = {"1.7b": ("qwen3-1.7b", "qwen3_1p7b"), "4b": ("qwen3-4b-instruct-2507", "qwen3_4b")}
-COLUMNS = ("sample decode", "old log-probs", "train step", "eval decode")
+COLUMNS = ("decode layout", "sample prefill", "sample decode", "old log-probs", "train step", "eval prefill",
+           "eval decode")
 
 
 def load(model: str, algo: str, overrides: list[str]):
@@ -75,7 +76,10 @@ def main(argv=None) -> int:
                 rows = {r.program.name: r for r in plan.rows}
                 cells = []
                 for col in COLUMNS:
-                    r = rows[col]
+                    r = rows.get(col)
+                    if r is None:  # a sampler without a decode layout has no reshard program
+                        cells.append("-")
+                        continue
                     if r.error and not r.compiled.oom:
                         cells.append("no compile")
                         notes.append(f"{model} {algo} {name} {col}: {r.error}")
