@@ -9,14 +9,15 @@ forward/backward). ALGO: the rl preset, i.e. the only block that differs between
   microcoder  conditional truncation mask (rho 0.1, m 128), clip 0.2/0.28, token-mean, no KL
   grpo        symmetric clip 0.2, sequence-mean of token-means, k3 KL (beta 0.001) to a frozen reference
   dapo        clip-higher 0.2/0.28, token-mean, soft overlong punishment, dynamic sampling
-Setting (MICROCODER.md): 64 prompts x G=8 per rollout batch, 4K response tokens in training,
+Setting (docs/method.md): 64 prompts x G=8 per rollout batch, 4K response tokens in training,
 constant temperature 1.2, 300 steps, evaluation at 8K. Every key is listed by `train --help`.
 """
 from microcoder_jax.config import default_config
 
-MODELS = {  # model-specific knobs: the memory knob of the larger model
-    "qwen3-1.7b": {},
-    "qwen3-4b": {"rl.micro_batch_size": 4},  # the 4B model: half the rows per forward/backward
+MODELS = {  # model-specific knobs: the preset (its shape, when no model.path is given) and memory
+    "qwen3-1.7b": {"model.preset": "qwen3-1.7b"},
+    "qwen3-4b": {"model.preset": "qwen3-4b-instruct-2507",
+                 "rl.micro_batch_size": 4},  # the 4B model: half the rows per forward/backward
 }
 ALGORITHMS = ("microcoder", "grpo", "dapo")
 

@@ -1,4 +1,6 @@
 """Qwen3 forward vs transformers' PyTorch Qwen3 (fp32), KV-cache decoding, remat, presets."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ import torch
 from microcoder_jax.models import (PRESETS, Qwen3Config, decoding_params, forward, init_cache, init_params, lm_head,
                                    param_logical_axes)
 from microcoder_jax.models import attention as attn_lib
+from microcoder_jax.models.decoding import DecodingParams
 from microcoder_jax.models.hf import load_hf_params
 from tiny_checkpoint import make_tiny_hf_model
 
@@ -106,11 +109,11 @@ def test_decoding_params_give_the_same_logits(dtype):
                          num_kv_heads=2, head_dim=16, tie_word_embeddings=False, dtype=dtype)
     params = init_params(config, jax.random.key(3))
     prepared = decoding_params(params, config)
-    assert isinstance(prepared["layers"], tuple) and len(prepared["layers"]) == 2
-    assert prepared["layers"][0]["gate_proj"].shape == (48, 32) and prepared["lm_head"].shape == (96, 32)
-    assert prepared["layers"][0]["q_proj"].shape == (4 * 16, 32) and prepared["layers"][1]["o_proj"].shape == (32, 64)
-    assert prepared["layers"][0]["q_proj"].dtype == jnp.dtype(dtype)
-    assert prepared["layers"][0]["q_norm"].dtype == jnp.float32  # norms keep the param dtype
+    assert isinstance(prepared, DecodingParams) and len(prepared.layers) == 2
+    assert prepared.layers[0]["gate_proj"].shape == (48, 32) and prepared.lm_head.shape == (96, 32)
+    assert prepared.layers[0]["q_proj"].shape == (4 * 16, 32) and prepared.layers[1]["o_proj"].shape == (32, 64)
+    assert prepared.layers[0]["q_proj"].dtype == jnp.dtype(dtype)
+    assert prepared.layers[0]["q_norm"].dtype == jnp.float32  # norms keep the param dtype
     ids, _ = _inputs(batch=2, length=5, pad=(0, 0), vocab=96)
     kw = dict(attention_mask=jnp.ones((2, 8), jnp.int32), positions=jnp.tile(jnp.arange(5), (2, 1)), cache_index=0)
     want, want_cache = jit_forward(params, config, jnp.asarray(ids), cache=init_cache(config, 2, 8), **kw)
@@ -119,7 +122,7 @@ def test_decoding_params_give_the_same_logits(dtype):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
     np.testing.assert_allclose(np.asarray(got_cache.k[1], np.float32), np.asarray(want_cache.k[1], np.float32),
                                rtol=tol, atol=tol)
-    with pytest.raises(ValueError, match="decoding_params are for cached decoding"):
+    with pytest.raises(ValueError, match="DecodingParams are for cached decoding"):
         jit_forward(prepared, config, jnp.asarray(ids))
 
 
@@ -178,6 +181,85 @@ def test_attention_dispatch_falls_back_to_xla_on_cpu():
     assert attn_lib.choose("splash", cached=True, seq_len=1024, head_dim=128) == "xla"
     with pytest.raises(ValueError, match="attention"):
         attn_lib.choose("flash3", cached=False, seq_len=8, head_dim=8)
+    with pytest.raises(ValueError, match="platform is cpu"):
+        attn_lib.choose("splash", cached=False, seq_len=1024, head_dim=128)
+    with pytest.raises(ValueError, match="needs a GPU"):
+        attn_lib.choose("cudnn", cached=False, seq_len=1024, head_dim=128)
+
+
+def _attention_inputs(h, kv, b=2, t=128, d=128, pads=(37, 0)):
+    rng = np.random.RandomState(h * 10 + kv)
+    q, k, v = (jnp.asarray(rng.randn(b, t, n, d), jnp.float32) for n in (h, kv, kv))
+    token_mask = jnp.asarray(np.arange(t)[None] >= np.asarray(pads)[:, None], jnp.int32)
+    return q, k, v, token_mask
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(2, 2), (4, 2), (4, 1)])
+def test_flash_kernel_interpreted_matches_xla(heads, kv_heads):
+    """The Pallas TPU kernel (TPU interpret mode on CPU) = the XLA path: causal, left padding, GQA."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    q, k, v, token_mask = _attention_inputs(heads, kv_heads)
+    want = attn_lib.causal_attention(q, k, v, token_mask, implementation="xla")
+    with pltpu.force_tpu_interpret_mode():
+        assert attn_lib.choose("splash", cached=False, seq_len=128, head_dim=128) == "splash"
+        got = jax.jit(lambda *a: attn_lib.causal_attention(*a, implementation="splash"))(q, k, v, token_mask)
+    real = np.asarray(token_mask).astype(bool)  # padding queries are garbage on the XLA path
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], rtol=2e-5, atol=2e-5)
+    assert not np.asarray(got)[0, :37].any()  # and zero from the kernel
+
+
+def test_flash_kernel_interpreted_gradients_match_xla():
+    """The kernel's backward pass (the train step's) = the XLA path's, on the real tokens."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    q, k, v, token_mask = _attention_inputs(4, 2)
+    weight = jnp.asarray(np.random.RandomState(1).randn(*q.shape), jnp.float32)
+
+    real = token_mask[:, :, None, None].astype(bool)
+
+    def loss(impl, q, k, v):
+        return jnp.sum(jnp.where(real, attn_lib.causal_attention(q, k, v, token_mask, implementation=impl), 0) * weight)
+
+    want = jax.grad(functools.partial(loss, "xla"), argnums=(0, 1, 2))(q, k, v)
+    with pltpu.force_tpu_interpret_mode():
+        got = jax.jit(jax.grad(functools.partial(loss, "splash"), argnums=(0, 1, 2)))(q, k, v)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+def _segment_reference_kernel(q, k, v, token_mask):
+    """What the Pallas call computes on one shard (causal, segment ids), in plain XLA."""
+    assert q.shape[2] % k.shape[2] == 0, "each shard must hold whole GQA groups"
+    t, seg = q.shape[1], token_mask.astype(bool)
+    mask = jnp.tril(jnp.ones((t, t), bool))[None] & (seg[:, :, None] == seg[:, None, :])
+    return attn_lib.xla_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize("mesh_shape,heads,kv_heads,repeat_first", [
+    (dict(data=2, fsdp=2, tensor=2), 4, 2, False),  # kv heads split with their q heads
+    (dict(data=2, fsdp=2, tensor=2), 4, 1, True),   # one kv head: repeated to the q heads, then split
+    (dict(data=1, fsdp=2, tensor=4), 6, 3, False),  # 6 heads on tensor=4: heads stay whole
+])
+def test_flash_kernel_under_mesh_shards_rows_and_heads(monkeypatch, mesh_shape, heads, kv_heads, repeat_first):
+    """The shard_map around the kernel: rows over data+fsdp, heads over tensor, GQA groups kept whole."""
+    from jax.sharding import PartitionSpec as P
+
+    from microcoder_jax.sharding import make_mesh
+
+    mesh = make_mesh(**mesh_shape)
+    q, k, v, token_mask = _attention_inputs(heads, kv_heads, b=4, t=16, d=8, pads=(5, 0, 15, 3))
+    q_spec, kv_spec, _, repeat = attn_lib._kernel_specs(mesh, q.shape, k.shape)
+    assert repeat == repeat_first
+    assert q_spec == kv_spec == P(("data", "fsdp") if mesh_shape["data"] > 1 else "fsdp", None,
+                                  "tensor" if heads % mesh_shape["tensor"] == 0 else None, None)
+    monkeypatch.setattr(attn_lib, "_flash_kernel", _segment_reference_kernel)
+    want = attn_lib.causal_attention(q, k, v, token_mask, implementation="xla")
+    with jax.set_mesh(mesh):
+        got = jax.jit(lambda *a: jnp.where(a[3][:, :, None, None].astype(bool), attn_lib.flash_attention(*a), 0))(
+            q, k, v, token_mask)
+    real = np.asarray(token_mask).astype(bool)
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name,billions", [("qwen3-0.6b", 0.596), ("qwen3-1.7b", 1.721), ("qwen3-4b", 4.022),

@@ -182,3 +182,35 @@ def test_default_stop_token_ids(tiny):
 
     assert default_stop_token_ids(tiny[3]) == [2]
     assert default_stop_token_ids(tiny[3], FakeTokenizer()) == [2, 7, 9]
+
+
+def test_decode_layout_replicates_the_fsdp_dim_and_splits_heads_over_tensor():
+    """DECODE_AXIS_RULES: weights whole on every data/FSDP device; the training rules keep them FSDP-sharded."""
+    from jax.sharding import PartitionSpec as P
+
+    from microcoder_jax import sharding as shd
+    from microcoder_jax.models import get_preset
+
+    config, mesh = get_preset("tiny"), shd.make_mesh(data=2, fsdp=2, tensor=2)
+    layer = sampler.decode_shardings(config, mesh).layers[1]
+    assert layer["q_proj"].spec == P("tensor", None)  # (heads x head_dim, hidden): whole heads over tensor
+    assert layer["o_proj"].spec == P(None, "tensor") and layer["down_proj"].spec == P(None, "tensor")
+    assert layer["attn_norm"].spec == P(None)
+    assert sampler.decode_shardings(config, mesh).embed.spec == P("tensor", None)
+    trained = sampler.decode_shardings(config, mesh, rules=shd.LOGICAL_AXIS_RULES).layers[1]
+    assert trained["q_proj"].spec == P("tensor", "fsdp") and trained["attn_norm"].spec == P("fsdp")
+    odd = sampler.decode_shardings(config.replace(num_heads=6, num_kv_heads=3), shd.make_mesh(fsdp=2, tensor=4))
+    assert odd.layers[0]["q_proj"].spec == P(None, None)  # 6 heads do not split 4 ways: kept whole
+
+
+def test_free_deletes_the_decode_copy_but_not_the_callers_arrays():
+    from microcoder_jax.models import get_preset, init_params
+    from microcoder_jax.models.decoding import decoding_params, free
+
+    config = get_preset("tiny", dtype="float32")
+    params = init_params(config, jax.random.key(0))
+    prepared = jax.jit(lambda p: decoding_params(p, config))(params)
+    free(prepared, params)
+    assert all(x.is_deleted() for x in jax.tree.leaves(prepared) if not any(x is y for y in jax.tree.leaves(params)))
+    assert not any(x.is_deleted() for x in jax.tree.leaves(params))
+    assert prepared.embed.is_deleted() and prepared.layers[0]["q_proj"].is_deleted()

@@ -6,10 +6,17 @@ Shapes: ``q [B, T, H, D]``, ``k, v [B, S, K, D]`` with ``H = K * G`` (grouped-qu
 """
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
+FLASH_BLOCK = 128  # the Pallas TPU kernel's default block: sequence and head dims must be multiples
+
+_log = logging.getLogger(__name__)
+_logged: set[str] = set()
 
 
 def xla_attention(q, k, v, mask):
@@ -33,11 +40,43 @@ def head_first_attention(q, k, v, mask):
     return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
 
 
-def _flash_attention_tpu(q, k, v, token_mask):
-    """Pallas TPU flash attention for the no-cache causal case; padding via segment ids.
+def flash_attention(q, k, v, token_mask):
+    """Pallas TPU flash attention, causal, for the no-cache case; padding via segment ids.
 
-    (jax 0.10 ships the Pallas TPU ``flash_attention`` kernel; "splash" names this TPU kernel path.)
+    Under a mesh (``jax.set_mesh``) the kernel runs inside ``jax.shard_map``, since Mosaic kernels
+    cannot be partitioned automatically: rows over ``data`` + ``fsdp`` (as far as they divide the
+    batch) and heads over ``tensor`` (see ``_kernel_specs``). Runs on CPU in Pallas's TPU interpret
+    mode (``pltpu.force_tpu_interpret_mode()``), which the exactness tests use.
     """
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return _flash_kernel(q, k, v, token_mask)
+    q_spec, kv_spec, mask_spec, repeat_first = _kernel_specs(mesh, q.shape, k.shape)
+    if repeat_first:  # kv heads do not split over `tensor` but q heads do: give each q head its own kv
+        k, v = (jnp.repeat(x, q.shape[2] // k.shape[2], axis=2) for x in (k, v))
+    return jax.shard_map(_flash_kernel, in_specs=(q_spec, kv_spec, kv_spec, mask_spec), out_specs=q_spec,
+                         check_vma=False)(q, k, v, token_mask)
+
+
+def _kernel_specs(mesh, q_shape, kv_shape):
+    """shard_map specs (q, k/v, token mask) and whether k/v must be repeated to q's heads first.
+
+    Rows split over the data axes that divide the batch (``sharding.logical_to_spec``'s rule); q
+    heads over ``tensor`` when it divides them, kv heads too when it divides those (then the local
+    q heads are exactly the ones grouped on the local kv heads). Otherwise heads stay whole.
+    """
+    from microcoder_jax.sharding import logical_to_spec
+
+    (b, _, h, _), kv = q_shape, kv_shape[2]
+    rows = logical_to_spec(("batch",), mesh, (b,))[0]
+    tensor = dict(mesh.shape).get("tensor", 1)
+    heads = "tensor" if tensor > 1 and h % tensor == 0 else None
+    repeat_first = heads is not None and kv % tensor != 0
+    return P(rows, None, heads, None), P(rows, None, heads, None), P(rows, None), repeat_first
+
+
+def _flash_kernel(q, k, v, token_mask):
+    """The Pallas call on one shard: ``[B, T, H, D]`` in and out, GQA by repeating k/v locally."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
     h, kv = q.shape[2], k.shape[2]
@@ -57,19 +96,68 @@ def fused_attention(q, k, v, token_mask, implementation: str = "cudnn"):
                                         implementation=implementation)
 
 
+def platform() -> str:
+    """The platform being compiled for: the active mesh's devices (AOT topologies too), else the default."""
+    mesh = jax.sharding.get_abstract_mesh()
+    device = None if mesh.empty else getattr(mesh, "abstract_device", None)
+    return device.platform if device is not None else jax.devices()[0].platform
+
+
+def _tpu_interpret_mode() -> bool:
+    """True inside ``pltpu.force_tpu_interpret_mode()``: TPU kernels then run on any backend."""
+    from jax._src import config
+
+    flag = getattr(config, "pallas_tpu_interpret_mode_context_manager", None)
+    return bool(flag is not None and flag.value)
+
+
+def flash_unsupported(seq_len: int, head_dim: int, on: str) -> str | None:
+    """Why the TPU flash kernel cannot serve this shape on platform ``on``, or None if it can."""
+    if on != "tpu" and not _tpu_interpret_mode():
+        return f"platform is {on}, not tpu"
+    if seq_len % FLASH_BLOCK or head_dim % FLASH_BLOCK:
+        return (f"sequence length {seq_len} and head_dim {head_dim} must be multiples of the kernel's "
+                f"{FLASH_BLOCK}-wide blocks")
+    return None
+
+
+def _fall_back(reason: str) -> str:
+    if reason not in _logged:  # one line per distinct reason, not one per layer or trace
+        _logged.add(reason)
+        _log.info("attention=auto uses the XLA path: %s", reason)
+    return "xla"
+
+
 def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int, dtype=jnp.bfloat16) -> str:
-    """Resolve ``"auto"`` by platform, dtype and shape; kernels only serve the no-cache causal case."""
+    """Resolve ``"auto"`` by platform, dtype and shape; kernels only serve the no-cache causal case.
+
+    ``auto`` takes the TPU flash kernel only where it compiles (TPU, 128-multiples), cuDNN on GPU
+    for half precision, else XLA, logging once why. An explicit ``"splash"`` or ``"cudnn"`` that
+    cannot compile here raises, naming the reason.
+    """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"attention must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     if cached:
         return "xla"
-    if implementation != "auto":
-        return implementation
-    platform = jax.devices()[0].platform
-    if platform == "tpu" and seq_len % 128 == 0 and head_dim % 128 == 0:
+    on = platform()
+    if implementation == "splash":
+        reason = flash_unsupported(seq_len, head_dim, on)
+        if reason:
+            raise ValueError(f"attention='splash' (the TPU flash kernel) cannot run here: {reason}; "
+                             "use attention='auto' or 'xla'")
         return "splash"
+    if implementation == "cudnn":
+        if on != "gpu":
+            raise ValueError(f"attention='cudnn' needs a GPU, this program compiles for {on}; "
+                             "use attention='auto' or 'xla'")
+        return "cudnn"
+    if implementation == "xla":
+        return "xla"
+    if on == "tpu":
+        reason = flash_unsupported(seq_len, head_dim, on)
+        return _fall_back(reason) if reason else "splash"
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-    if platform == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
+    if on == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
     return "xla"
 
@@ -81,7 +169,7 @@ def causal_attention(q, k, v, token_mask, implementation: str = "auto"):
     if impl == "xla":
         mask = jnp.tril(jnp.ones((t, t), bool))[None] & token_mask[:, None, :].astype(bool)
         return xla_attention(q, k, v, mask)
-    out = _flash_attention_tpu(q, k, v, token_mask) if impl == "splash" else fused_attention(q, k, v, token_mask)
+    out = flash_attention(q, k, v, token_mask) if impl == "splash" else fused_attention(q, k, v, token_mask)
     # Padding queries can have no visible key in a kernel: zero them so no NaN reaches later layers.
     return jnp.where(token_mask[:, :, None, None].astype(bool), out, 0).astype(q.dtype)
 

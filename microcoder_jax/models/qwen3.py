@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax.models import attention as attn_lib
+from microcoder_jax.models.decoding import INPUT_DIMS, DecodingParams, decoding_params, is_decoding  # noqa: F401
 from microcoder_jax.sharding import constrain
 
 ROPE_TYPES = ("default", "linear", "yarn")
@@ -328,30 +329,24 @@ def _remat(fn, policy: str):
     return jax.checkpoint(fn, policy=policies[policy], prevent_cse=False)
 
 
-# How many leading dims of each stored matrix are its input. Every projection runs as one 2-D
-# matmul, tokens flattened to rows and head dims merged: a weight gradient then contracts one dim,
-# and XLA:CPU does not copy 3-D weights to a canonical layout around each dot (on CPU these
+# Every projection runs as one 2-D matmul, tokens flattened to rows and head dims merged (the
+# stored matrix's leading INPUT_DIMS[name] dims are its input): a weight gradient then contracts one
+# dim, and XLA:CPU does not copy 3-D weights to a canonical layout around each dot (on CPU these
 # transposed copies cost ~20% of the MLP backward and ~10% of a decode step).
-_INPUT_DIMS = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1, "up_proj": 1, "down_proj": 1,
-               "lm_head": 1}
-
-
-def _is_decoding(params: dict) -> bool:
-    """True for ``decoding_params`` output (layers split into a tuple, matrices (out, in))."""
-    return isinstance(params["layers"], tuple)
+_INPUT_DIMS = INPUT_DIMS
 
 
 def _layer(config: Qwen3Config, x, p, rope, attend, out_in: bool = False):
     """One decoder block -> (x, aux). ``attend(q, k, v) -> (out [B, T, H, D], aux)`` hides the cache.
 
-    ``out_in``: the matrices are in decoding_params' (out, in) layout.
+    ``out_in``: the matrices are in the ``DecodingParams`` (out, in) layout.
     """
     b, t, d = x.shape
     dtype = x.dtype
 
     def proj(name, a):  # [tokens, ...in] -> [tokens, out], one 2-D matmul (see _INPUT_DIMS)
         w = p[name].astype(dtype)
-        if out_in:  # decoding_params: already 2-D (out, in)
+        if out_in:  # DecodingParams: already 2-D (out, in)
             return jnp.einsum("ni,oi->no", a.reshape(a.shape[0], -1), w)
         w = w.reshape(math.prod(w.shape[:_INPUT_DIMS[name]]), -1)
         return jnp.einsum("ni,io->no", a.reshape(a.shape[0], -1), w)
@@ -372,44 +367,23 @@ def _layer(config: Qwen3Config, x, p, rope, attend, out_in: bool = False):
     return constrain(x, ("batch", "length", None)), aux
 
 
+def _get(params, name: str):
+    """One top-level weight of the stored params dict or of ``DecodingParams``."""
+    return getattr(params, name) if is_decoding(params) else params[name]
+
+
 def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
-    """Float32 logits ``[..., vocab]`` from final-normed hidden states (stored or decoding params).
+    """Float32 logits ``[..., vocab]`` from final-normed hidden states (stored or ``DecodingParams``).
 
     Tokens are flattened to one dim first, as in ``_layer`` (the embedding gradient then
     contracts one dim: no transposed copy of the [tokens, vocab] logit gradient on CPU).
     """
-    tied, out_in = config.tie_word_embeddings, _is_decoding(params)
-    weight = params["embed"] if tied else params["lm_head"]
+    tied, out_in = config.tie_word_embeddings, is_decoding(params)
+    weight = _get(params, "embed" if tied else "lm_head")
     spec = "nd,vd->nv" if tied or out_in else "nd,dv->nv"
     logits = jnp.einsum(spec, hidden.reshape(-1, hidden.shape[-1]), weight.astype(hidden.dtype),
                         preferred_element_type=jnp.float32)
     return logits.reshape(*hidden.shape[:-1], -1)
-
-
-def decoding_params(params: dict, config: Qwen3Config) -> dict:
-    """Params for a decode loop: matrices cast to the compute dtype, 2-D (out, in); layers as a tuple.
-
-    Call it once before a loop of cached ``forward`` steps (inside the same jit): otherwise every
-    step re-casts the weights and slices each layer out of the stacked arrays, full copies of the
-    model per step. The (out, in) layout makes the one-token matmuls ~15% faster on CPU, and 2-D
-    matrices keep XLA from copying the 3-D attention weights back to a canonical layout inside the
-    loop (~10 ms of a 90 ms CPU step). Costs one compute-dtype copy of the weights; same results.
-    """
-    def convert(name, value, stacked):
-        if name not in _INPUT_DIMS and name != "embed":
-            return value  # norms stay in the param dtype, as forward reads them
-        value = value.astype(config.dtype)
-        if name in _INPUT_DIMS:
-            lead, n_in = int(stacked), _INPUT_DIMS[name]
-            dims = value.shape[lead:]
-            perm = (*range(lead), *(lead + i for i in range(n_in, len(dims))), *(lead + i for i in range(n_in)))
-            value = jnp.transpose(value, perm).reshape(*value.shape[:lead], math.prod(dims[n_in:]),
-                                                       math.prod(dims[:n_in]))
-        return value
-
-    layers = {name: convert(name, value, True) for name, value in params["layers"].items()}
-    top = {name: convert(name, value, False) for name, value in params.items() if name != "layers"}
-    return {**top, "layers": tuple({k: v[i] for k, v in layers.items()} for i in range(config.num_layers))}
 
 
 def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
@@ -422,12 +396,12 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
     default to ``cumsum(mask) - 1``. With a cache the ``T`` inputs are written at slots
     ``[cache_index, cache_index + T)``, ``attention_mask [B, max_len]`` marks valid cache slots and
     ``positions [B, T]`` are required; a query at slot ``s`` sees valid keys at slots ``<= s``;
-    there ``params`` may also be ``decoding_params(params, config)``, and every query also sees the
+    there ``params`` may also be ``DecodingParams`` (``decoding_params(params, config)``), and every query also sees the
     valid slots of ``prefix`` (a ``SharedPrefix``: ``cache`` slots then come after the prompt).
     """
     dtype = jnp.dtype(config.dtype)
     b, t = input_ids.shape
-    x = jnp.take(params["embed"], input_ids, axis=0).astype(dtype)
+    x = jnp.take(_get(params, "embed"), input_ids, axis=0).astype(dtype)
     x = constrain(x, ("batch", "length", None))
 
     if cache is None:
@@ -440,8 +414,8 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
             attend = lambda q, k, v: (attn_lib.causal_attention(q, k, v, mask, config.attention), None)  # noqa: E731
             return _layer(config, x, p, rope, attend)[0], None
 
-        if _is_decoding(params):
-            raise ValueError("decoding_params are for cached decoding; pass the stacked params without a cache")
+        if is_decoding(params):
+            raise ValueError("DecodingParams are for cached decoding; pass the stored (stacked) params without a cache")
         x, _ = jax.lax.scan(_remat(body, config.remat), x, params["layers"])
     else:
         if positions is None:
@@ -454,7 +428,7 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
         cache_index = jnp.asarray(0 if cache_index is None else cache_index, jnp.int32)
         start, slots = (0, 0, cache_index, 0), cache_index + jnp.arange(t)
         head_first = lambda new, buf: new.astype(buf.dtype).transpose(0, 2, 1, 3)  # noqa: E731
-        new_k, new_v, layers, out_in = [], [], params["layers"], _is_decoding(params)
+        new_k, new_v, layers, out_in = [], [], _get(params, "layers"), is_decoding(params)
         for i in range(config.num_layers):  # unrolled: see KVCache
             p = layers[i] if out_in else {k: w[i] for k, w in layers.items()}
             ck, cv = cache.k[i], cache.v[i]
@@ -470,7 +444,7 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
             new_v.append(cv)
         cache = KVCache(tuple(new_k), tuple(new_v))
 
-    x = rms_norm(x, params["final_norm"], config.rms_norm_eps)
+    x = rms_norm(x, _get(params, "final_norm"), config.rms_norm_eps)
     if return_hidden:
         return x, cache
     logits = constrain(lm_head(params, config, x), ("batch", "length", "vocab"))

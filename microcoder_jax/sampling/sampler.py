@@ -23,11 +23,17 @@ trainer recomputes; greedy rows report them at T = 1. Randomness comes only from
 (step i uses fold_in(rng, i)), and with JAX's partitionable threefry the draws do not depend on
 how rows are sharded.
 
-Decode-loop costs, measured on CPU: the loop casts the weights to the compute dtype, makes them
-2-D (out, in) and splits the layers once (`models.decoding_params`), not per step; each layer's
-KV cache is its own head-first buffer written in place (see `models.KVCache`); the decode phases
-keep a step's attention to about the filled slots. Still paid: rows that have finished keep
-computing until the last row finishes or the cap is reached.
+Weights: `generate` puts the params once per call into the decode layout, a `DecodingParams`
+(compute dtype, 2-D (out, in) matrices, layers split; see `models.decoding`) placed by
+`DECODE_AXIS_RULES`: replicated over `data` and `fsdp`, heads, MLP and vocab split over `tensor`.
+Prefill and every decode step then read their local weights as they are; with the training
+layout (FSDP-sharded) the compiled decode loop re-gathered every layer's weights at every token.
+The copy is freed before `generate` returns, so the train step gets its memory back.
+
+Decode-loop costs, measured on CPU: each layer's KV cache is its own head-first buffer written in
+place (see `models.KVCache`); the decode phases keep a step's attention to about the filled slots.
+Still paid: rows that have finished keep computing until the last row finishes or the cap is
+reached.
 """
 from __future__ import annotations
 
@@ -44,10 +50,14 @@ import numpy as np
 
 from microcoder_jax import sharding as shd
 from microcoder_jax.data.prompts import left_pad, prompt_bucket  # noqa: F401 (prompt_bucket re-exported)
-from microcoder_jax.models import (KVCache, Qwen3Config, SharedPrefix, decoding_params, forward, init_cache,
-                                   lm_head, param_logical_axes, param_shapes)
+from microcoder_jax.models import (KVCache, Qwen3Config, SharedPrefix, forward, init_cache, init_params, lm_head,
+                                   param_logical_axes, param_shapes)
+from microcoder_jax.models.decoding import DecodingParams, decoding_layout, decoding_params, free
 
 CACHE_AXES = ("batch", "kv_heads", "length", "head_dim")  # each layer's cache array
+# The decode layout's placement: the training rules with the FSDP-sharded `embed` dim replicated,
+# so weights are whole on every data/FSDP device and split over `tensor` by heads / MLP / vocab.
+DECODE_AXIS_RULES = {**shd.LOGICAL_AXIS_RULES, "embed": None}
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
 
@@ -191,7 +201,7 @@ def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top
 
 
 @functools.partial(jax.jit, static_argnames=("config", "num_samples"))
-def _prefill(params, prompt_ids, prompt_mask, *, config: Qwen3Config, num_samples: int):
+def _prefill(params: DecodingParams, prompt_ids, prompt_mask, *, config: Qwen3Config, num_samples: int):
     """Prompts [B, P] -> (their KV cache, one copy per prompt; next-token logits [B * G, V])."""
     batch, width = prompt_ids.shape
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
@@ -208,7 +218,7 @@ def phase_ends(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int
 
 
 @functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "phases"))
-def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
+def _decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
             config: Qwen3Config, max_new_tokens: int, phases: int):
     """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy).
 
@@ -219,7 +229,6 @@ def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k
     stage is a separately compiled loop body.
     """
     rows, max_new = logits.shape[0], max_new_tokens
-    params = decoding_params(params, config)  # cast and split once, not every step
     prefix = SharedPrefix(prompt_cache, prompt_mask)
     prompt_lens = jnp.repeat(jnp.sum(prompt_mask, axis=-1), rows // prompt_mask.shape[0])
     ends = phase_ends(max_new, phases)
@@ -269,18 +278,44 @@ def _decode(params, prompt_cache, logits, prompt_mask, temperature, top_p, top_k
     return state["tokens"], state["logprobs"], state["lengths"], state["done"], entropy
 
 
+def decode_shardings(config: Qwen3Config, mesh, rules: dict | None = None) -> DecodingParams:
+    """``NamedSharding`` of every ``DecodingParams`` leaf on ``mesh`` (``rules``: ``DECODE_AXIS_RULES``)."""
+    axes, sizes = decoding_layout(config)
+    return shd.logical_to_sharding(axes, mesh, sizes, rules=DECODE_AXIS_RULES if rules is None else rules)
+
+
+def decode_param_specs(config: Qwen3Config, mesh=None, rules: dict | None = None) -> DecodingParams:
+    """``DecodingParams`` of ``jax.ShapeDtypeStruct`` (with the decode shardings): compile without weights."""
+    params = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+    shapes = jax.eval_shape(functools.partial(decoding_params, config=config), params)
+    if mesh is None:
+        return shapes
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
+                        decode_shardings(config, mesh, rules))
+
+
+@functools.lru_cache(maxsize=8)
+def _to_decode_layout(config: Qwen3Config, mesh, rules: tuple | None):
+    """The jitted stored-params -> ``DecodingParams`` reshard, one per (config, mesh, rules)."""
+    out = None if mesh is None else decode_shardings(config, mesh, None if rules is None else dict(rules))
+    return jax.jit(functools.partial(decoding_params, config=config), out_shardings=out)
+
+
 # ------------------------------------------------------------------------------ entry point
 
 def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
              temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
              pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None,
-             decode_phases: int = 4) -> SamplerOutput:
+             decode_phases: int = 4, decode_rules: dict | None = None) -> SamplerOutput:
     """Sample `num_samples` responses for every prompt; see the module doc and `SamplerOutput`.
 
     temperature / top_p / top_k: a scalar or one value per row [num_prompts * num_samples].
     max_new_tokens and decode_phases (see `_decode`) are static (a new value compiles new programs). With a `mesh`, rows are split over
     its data axes (the prompt count is padded to a multiple of them with copies, then cut off) and
-    heads over its tensor axis; params are placed by their logical axes if not already.
+    heads over its tensor axis; the weights are resharded once into the decode layout (module doc).
+    decode_rules: logical-axis rules of that layout (default ``DECODE_AXIS_RULES``); pass
+    ``sharding.LOGICAL_AXIS_RULES`` to keep the weights FSDP-sharded where a replicated compute-dtype
+    copy does not fit (every decode step then all-gathers them).
     """
     num_prompts, rows = len(prompts), len(prompts) * num_samples
     if num_prompts == 0 or num_samples < 1 or max_new_tokens < 1 or decode_phases < 1:
@@ -308,14 +343,17 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
         args = {k: put(v) for k, v in args.items()}
         row_args = {k: put(v) for k, v in row_args.items()}
 
+    rules = None if decode_rules is None else tuple(sorted(decode_rules.items()))
+    prepared = _to_decode_layout(config, mesh, rules)(params)  # once per call: no per-step weight traffic
     with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-        cache, logits = _prefill(params, args["prompt_ids"], args["prompt_mask"], config=config,
+        cache, logits = _prefill(prepared, args["prompt_ids"], args["prompt_mask"], config=config,
                                  num_samples=num_samples)
         results = _decode(
-            params, cache, logits, args["prompt_mask"], row_args["temperature"], row_args["top_p"],
+            prepared, cache, logits, args["prompt_mask"], row_args["temperature"], row_args["top_p"],
             row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config, max_new_tokens=max_new_tokens,
             phases=decode_phases)
     tokens, logprobs, lengths, stopped, entropy = (shd.to_host(x)[:rows] for x in results)
+    free(prepared, params)  # the train step gets this memory back
     return SamplerOutput(
         tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped, entropy=entropy,
         temperature=temperature, prompt_tokens=np.repeat(prompt_ids, num_samples, axis=0),

@@ -1,0 +1,75 @@
+"""`python -m microcoder_jax.plan --config CONFIG --topology v5e-8 [--config.KEY=VALUE ...]`
+
+Sizes one RL step before a run: compiles each program (sampler prefill and decode, old log-probs,
+train step, eval sampling) ahead of time for a TPU topology with libtpu (JAX_PLATFORMS=cpu, nothing
+allocated) and prints memory per device against the chip's HBM, collectives inside loops, an
+analytic breakdown beside XLA's figures, a roofline time estimate, and, when something does not
+fit, the settings that do. GPUs and other devices: `--topology h100 --devices 8` or
+`--devices N --hbm-gib X` (analytic only). `--nosearch`: report only, compile no candidates;
+`--cache-dir DIR` ('' = off). Exit 0: everything fits; 1: something does not; 2: bad input.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # AOT compiles for the topology; never grab this host's chips
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # AOT only: other planners may hold libtpu too
+
+from microcoder_jax import cli  # noqa: E402
+from microcoder_jax.config import ConfigError  # noqa: E402
+from microcoder_jax.plan import programs  # noqa: E402
+
+
+def _define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("topology", None, "v4-8, v5e-8, v5p-8, v6e-8, v5e:2x2, ... or a GPU name", flag_values=fv)
+    flags.DEFINE_integer("devices", None, "devices in the run (GPUs / others: analytic only)", flag_values=fv)
+    flags.DEFINE_float("hbm_gib", None, "memory per device in GiB (with --devices)", flag_values=fv)
+    flags.DEFINE_string("cache_dir", programs.CACHE_DIR, "compiled-results cache ('' = off)", flag_values=fv)
+    flags.DEFINE_boolean("search", True, "compile candidates for programs that do not fit", flag_values=fv)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = [a.replace("--hbm-gib", "--hbm_gib").replace("--cache-dir", "--cache_dir") for a in argv]
+    return cli.main_guard(lambda: _plan(argv))
+
+
+def _plan(argv) -> int:
+    if not any(a == "--config" or a.startswith("--config=") for a in argv):
+        raise ConfigError("--config is required, e.g. --config=configs/paper.py:qwen3-4b,microcoder")
+    fv = cli.parse(argv, prog="python -m microcoder_jax.plan", doc=__doc__, default_file=None,
+                   define_flags=_define_flags)
+    config = fv.config
+    if config.data.task != "demo" and not config.model.path and config.model.preset == "tiny":
+        raise ConfigError("the config names no model: add --config.model.path=DIR (a Hugging Face checkpoint's "
+                          "config.json) or --config.model.preset=qwen3-4b-instruct-2507 (or qwen3-1.7b)")
+    from microcoder_jax.plan import planner, report
+    from microcoder_jax.plan.topologies import TopologyError, parse_topology
+
+    try:
+        topology = parse_topology(fv.topology, fv.devices, fv.hbm_gib)
+    except TopologyError as e:
+        raise ConfigError(str(e)) from None
+    if topology.aot_name is not None:
+        try:
+            topology.devices()
+        except Exception as e:  # noqa: BLE001
+            raise ConfigError(f"cannot make TPU devices for {topology.aot_name} ({str(e).splitlines()[0][:120]}): "
+                              "install libtpu with pip install 'jax[tpu]', or plan analytically with "
+                              "--devices N --hbm-gib X") from None
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        result = planner.plan(config, topology, cache_dir=fv.cache_dir or None, search=fv.search, log=log)
+    except (ValueError, KeyError, OSError) as e:  # the config does not build (shapes, mesh, model)
+        raise ConfigError(f"the config does not build for {topology.name}: {e}") from None
+    config_name = next(a.partition("=")[2] if a.startswith("--config=") else argv[i + 1]
+                       for i, a in enumerate(argv) if a.startswith("--config=") or a == "--config")
+    print(report.render(result, config_name))
+    return 0 if result.fits else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""The planner's own per-device memory and time model of each program, beside XLA's figures.
+
+Memory: arguments are exact (the abstract inputs' shard shapes); temporaries are the terms a
+reader can check by hand: gradients and optimizer temporaries, one layer's gathered weights,
+activations under the remat policy, the vocab-projection chunk, the KV cache. Time: FLOPs and
+HBM bytes per program with every loop's trip count counted here (XLA's cost analysis counts a
+loop body once), against the chip's peak and bandwidth: a roofline bound, not a measurement.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from microcoder_jax.plan.programs import Program, Shapes, local_bytes
+
+
+@dataclasses.dataclass
+class Estimate:
+    """Per-device bytes by component, and the program's FLOPs / bytes / time on the whole mesh."""
+
+    components: dict  # name -> bytes per device
+    flops: float = 0.0  # whole program, all devices
+    model_flops: float = 0.0  # without rematerialisation (MFU numerator)
+    hbm_bytes: float = 0.0  # per device
+    tokens: int = 0  # decode: tokens generated (rows x steps), for tokens/s
+
+    @property
+    def total(self) -> int:
+        return int(sum(self.components.values()))
+
+    def seconds(self, chip, devices: int) -> float:
+        if not chip.peak_flops:
+            return float("nan")
+        return max(self.flops / (devices * chip.peak_flops), self.hbm_bytes / chip.hbm_bandwidth)
+
+
+def _dims(mc):
+    d, h, k, hd, f, v, l = (mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.intermediate_size,
+                            mc.vocab_size, mc.num_layers)
+    layer = d * hd * (h + 2 * k) + h * hd * d + 3 * d * f  # matmul weights of one layer
+    return d, h, k, hd, f, v, l, layer
+
+
+def _split(n: int, shards: int) -> int:
+    """Rows per device: split when the shards divide them, else every device holds all (sharding.py)."""
+    return n // shards if n % shards == 0 else n
+
+
+def _mesh(mesh):
+    return mesh.shape["data"] * mesh.shape["fsdp"], mesh.shape["tensor"], mesh.size
+
+
+def _attention_flops(mc, rows, q_len, k_len, causal_skip: bool) -> float:
+    """QK^T and PV of every layer (a causal kernel skips the masked half)."""
+    _, h, _, hd, _, _, l, _ = _dims(mc)
+    return 4.0 * rows * q_len * k_len * h * hd * l * (0.5 if causal_skip else 1.0)
+
+
+def _layer_activations(mc, tokens: int, splash: bool, t: int, seq: int) -> int:
+    """One layer's working set in the backward pass (recomputed under remat), per device."""
+    d, h, k, hd, f, _, _, _ = _dims(mc)
+    per_token = 2 * ((2 * h + 2 * k) * hd // t + 3 * f // t) * 2 + 4 * d * 4
+    attn = 0 if splash else (tokens // seq) * (h // t) * seq * seq * 10  # scores f32, probs f32 + bf16
+    return tokens * per_token + attn
+
+
+def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
+    mc = program.model_config
+    d, h, k, hd, f, v, l, layer = _dims(mc)
+    shards, t, n = _mesh(mesh)
+    state, batch = program.args
+    params = local_bytes(state.params)
+    mb = _split(sh.micro, shards)
+    tokens = mb * sh.seq
+    splash = mc.attention == "splash"
+    saved = {"full": l * tokens * d * 2, "none": l * _layer_activations(mc, tokens, splash, t, sh.seq),
+             "dots": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2,
+             "dots_saveable": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2}[mc.remat]
+    chunk = min(rl_config.logprob_chunk, sh.seq - 1)
+    comp = {
+        "params + optimizer state (args)": local_bytes(state),
+        "batch (args)": local_bytes(batch),
+        "gradients (accumulated + one micro-batch)": 2 * params,
+        "optimizer update temporaries": params,
+        "gathered weights (one layer, double-buffered)": 2 * layer * 2 // t,
+        "embedding gradient before reduce-scatter": v * d * 4 // t,
+        f"activations (remat={mc.remat})": saved + _layer_activations(mc, tokens, splash, t, sh.seq),
+        "final hidden + its gradient": tokens * d * 4 * 2,
+        "vocab-projection chunk (logits and their gradient)": mb * chunk * (v // t) * 4 * 2,
+    }
+    rows_tokens = sh.rows * sh.seq
+    dense = 2.0 * (l * layer + v * d) * rows_tokens
+    attn = _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
+    recompute = {"full": 1.0, "none": 0.0, "dots": 0.5, "dots_saveable": 0.5}[mc.remat]
+    # forward + backward (2x forward) + remat's extra forward; the vocab chunks are recomputed too
+    flops = (3.0 + recompute) * (dense + attn) + 2.0 * v * d * rows_tokens
+    steps = sh.rows // sh.micro
+    hbm = steps * 3 * (l * layer + v * d) * 2 / t + rl_config.num_minibatches * 16 * params
+    return Estimate(comp, flops=flops, model_flops=3.0 * (dense + attn), hbm_bytes=hbm)
+
+
+def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
+    mc = program.model_config
+    d, h, k, hd, f, v, l, layer = _dims(mc)
+    shards, t, n = _mesh(mesh)
+    params = local_bytes(program.args[0])
+    mb = _split(sh.micro, shards)
+    tokens = mb * sh.seq
+    splash = mc.attention == "splash"
+    chunk = min(rl_config.logprob_chunk, sh.seq - 1)
+    kw = program.kwargs
+    comp = {
+        "params (args)": params,
+        "tokens, mask (args)": local_bytes([kw["tokens"], kw["attention_mask"], kw["temperature"]]),
+        "log-probs out": _split(sh.rows, shards) * sh.seq * 4,
+        "gathered weights (one layer)": layer * 2 // t,
+        "activations (one layer, forward)": _layer_activations(mc, tokens, splash, t, sh.seq) // 2,
+        "final hidden": tokens * d * 4,
+        "vocab-projection chunk (logits)": mb * chunk * (v // t) * 4,
+    }
+    rows_tokens = sh.rows * sh.seq
+    flops = 2.0 * (l * layer + v * d) * rows_tokens + _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
+    hbm = (sh.rows // sh.micro) * (l * layer + v * d) * 2 / t
+    return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm)
+
+
+def _kv(mc, rows_local: int, slots: int, t: int) -> int:
+    kv = mc.num_kv_heads // t if mc.num_kv_heads % t == 0 else mc.num_kv_heads
+    return rows_local * mc.num_layers * 2 * kv * slots * mc.head_dim * 2
+
+
+def prefill(program: Program, mesh, prompts: int, width: int, group: int) -> Estimate:
+    mc = program.model_config
+    d, h, k, hd, f, v, l, layer = _dims(mc)
+    shards, t, n = _mesh(mesh)
+    p_local = _split(prompts, shards)
+    tokens = p_local * width
+    splash = False  # prefill writes a cache: forward's cached branch, XLA attention whatever the kernel
+    comp = {
+        "params (args)": local_bytes(program.args[0]),
+        "prompt KV cache out": _kv(mc, p_local, width, t),
+        "activations (one layer, forward)": _layer_activations(mc, tokens, True, t, width) // 2,
+        "attention scores (f32) and probabilities (bf16), one layer": p_local * (h // t) * width * width * 6,
+        "next-token logits out": p_local * group * v * 4 // (t if v % t == 0 else 1),
+    }
+    if not _decoding(program.args[0]):
+        comp["gathered weights (one layer x2)"] = 2 * layer * 2 // t
+    flops = 2.0 * l * layer * prompts * width + 2.0 * v * d * prompts + _attention_flops(
+        mc, prompts, width, width, splash)
+    return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 2 / t)
+
+
+def decode(program: Program, mesh, prompts: int, group: int, width: int, max_new: int, phases: int,
+           gathers_weights: bool) -> Estimate:
+    """`gathers_weights`: the compiled loop all-gathers FSDP-sharded weights every step (else
+    the sampler holds a decode copy replicated over the data axes)."""
+    from microcoder_jax.sampling.sampler import phase_ends
+
+    mc = program.model_config
+    d, h, k, hd, f, v, l, layer = _dims(mc)
+    shards, t, n = _mesh(mesh)
+    rows = prompts * group
+    r_local = _split(rows, shards)
+    ends = phase_ends(max_new, phases)
+    weights_bf16 = (l * layer + v * d) * 2
+    comp = {
+        "params (args)": local_bytes(program.args[0]),
+        "prompt KV cache (args)": local_bytes(program.args[1]),
+        "KV cache (last phase; XLA reuses the smaller one)": _kv(mc, r_local, ends[-1], t),
+        "one layer's keys and values read as f32": _kv(mc, r_local, ends[-1], t) * 2 // mc.num_layers,
+        "tokens + log-probs out": r_local * max_new * 8,
+        "sampling temporaries (logits, probs x4)": r_local * v * 4 * 4,
+    }
+    if not _decoding(program.args[0]):  # a sampler without a decode layout converts inside the program
+        comp["decode weights (bf16 copy)"] = weights_bf16 // n if gathers_weights else weights_bf16 // t
+    if gathers_weights:
+        comp["gathered weights (one layer x2)"] = 2 * layer * 2 // t
+    # steps of each phase read its cache size; every step reads all weights once per device
+    flops, hbm, prev = 0.0, 0.0, 0
+    p_local = _split(prompts, shards)
+    for end in ends:
+        steps = end - prev
+        flops += steps * (2.0 * (l * layer + v * d) * rows + _attention_flops(mc, rows, 1, end + width, False))
+        hbm += steps * (weights_bf16 / t + _kv(mc, r_local, end, t) + _kv(mc, p_local, width, t))
+        prev = end
+    return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=rows * max_new)
+
+
+def decode_layout(program: Program, mesh) -> Estimate:
+    """The reshard into the decode layout: the stored params in, their compute-dtype copy out."""
+    mc = program.model_config
+    d, h, k, hd, f, v, l, layer = _dims(mc)
+    _, t, _ = _mesh(mesh)
+    copy = (l * layer + v * d) * 2 // t
+    return Estimate({"params (args)": local_bytes(program.args[0]),
+                     "decode copy out (compute dtype, whole per data device)": copy,
+                     "cast / transpose temporaries (about one more copy)": copy},
+                    hbm_bytes=local_bytes(program.args[0]) + (l * layer + v * d) * 2 / t)
+
+
+def _decoding(params) -> bool:
+    return not isinstance(params, dict)
+
+
+def estimate(program: Program, mesh, sh: Shapes, rl_config, gathers_weights: bool = False) -> Estimate:
+    """The analytic model of one of programs.rl_step_programs' programs, by its name."""
+    tag, _, kind = program.name.partition(" ")
+    if program.name == "decode layout":
+        return decode_layout(program, mesh)
+    if program.name == "train step":
+        return train_step(program, mesh, sh, rl_config)
+    if program.name == "old log-probs":
+        return logprobs(program, mesh, sh, rl_config)
+    prompts, width = program.args[1].shape[0] if kind == "prefill" else program.args[3].shape[0], sh.prompt_width
+    group = sh.group if tag == "sample" else sh.eval_samples
+    if kind == "prefill":
+        return prefill(program, mesh, prompts, width, group)
+    max_new = sh.max_new if tag == "sample" else sh.eval_max_new
+    return decode(program, mesh, prompts, group, width, max_new, sh.phases, gathers_weights)
+
+
+def per_step_collective_bytes(loops: list[dict]) -> float:
+    """Per-device collective bytes of all loop iterations, trips multiplied through nesting."""
+    by_name = {lp["name"]: lp for lp in loops}
+
+    def trips(lp):
+        own = lp["trip_count"] or 1
+        parent = by_name.get(lp["parent"])
+        return own * (trips(parent) if parent else 1)
+
+    return float(sum(sum(b for _, b in lp["collectives"].values()) * trips(lp) for lp in loops))
+

@@ -1,0 +1,128 @@
+"""Plan one RL step on a topology: compile (or, off TPU, only model) each program, judge whether it
+fits the chip's HBM beside what stays resident, and search a few candidates for what does not."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import jax
+
+from microcoder_jax import config as config_lib
+from microcoder_jax.plan import analytic, programs
+from microcoder_jax.plan.topologies import Topology
+
+HEADROOM = 0.95  # a program "fits" below this share of HBM (runtime buffers, fragmentation)
+
+
+@dataclasses.dataclass
+class Row:
+    program: programs.Program
+    compiled: programs.Compiled | None  # None: analytic only
+    estimate: analytic.Estimate
+    resident: int  # train-state / reference bytes alive but not among the program's arguments
+
+    @property
+    def total(self) -> int:
+        own = self.compiled.total_bytes if self.compiled is not None else self.estimate.total
+        return own + self.resident
+
+    @property
+    def error(self) -> str:
+        return self.compiled.error if self.compiled is not None else ""
+
+
+@dataclasses.dataclass
+class Plan:
+    topology: Topology
+    mesh_shape: dict
+    model_config: object
+    shapes: programs.Shapes
+    rows: list
+    suggestions: list = dataclasses.field(default_factory=list)
+
+    def verdict(self, row: Row) -> str:
+        if row.error and not row.compiled.oom:
+            return "does not compile"
+        used = row.total / self.topology.chip.hbm_bytes
+        return "fits" if used <= HEADROOM and not row.error else "tight" if used <= 1.0 and not row.error \
+            else "does not fit"
+
+    @property
+    def fits(self) -> bool:
+        return all(self.verdict(r) == "fits" for r in self.rows)
+
+
+def abstract_mesh(config, devices: int):
+    """A device-free mesh of the config's shape for analytic-only plans (GPUs and others)."""
+    sizes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = max(devices // math.prod(s for s in sizes if s != -1), 1)
+    return jax.sharding.AbstractMesh(tuple(sizes), ("data", "fsdp", "tensor"))
+
+
+def _resident(program, state_bytes: int, params_bytes: int, rl_config) -> int:
+    """The train state (and a KL reference) stays in HBM through every program; minus what the
+    program takes as its arguments (the stored params, or the whole state for the train step)."""
+    ref = params_bytes if rl_config.kl_beta > 0 else 0
+    if program.name == "train step":
+        return ref
+    takes_params = isinstance(program.args[0], dict)  # stored params, not the sampler's decode copy
+    return state_bytes - (params_bytes if takes_params else 0) + ref
+
+
+def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tuple = (), search: bool = True,
+         compile_: bool = True, log=lambda *_: None) -> Plan:
+    """Compile (TPU) or model (others, or compile_=False) every program of one RL step on `topology`."""
+    rl_config = config_lib.make_rl_config(config)
+    compile_ = compile_ and topology.aot_name is not None
+    mesh = programs.make_mesh(config, topology.devices()) if compile_ else abstract_mesh(config, topology.num_devices)
+    progs = programs.rl_step_programs(config, rl_config, mesh, tpu=topology.chip.tpu)
+    if only:
+        progs = [p for p in progs if p.name in only]
+    shapes = programs.shapes_of(config, rl_config, mesh)
+    mc = progs[0].model_config
+    state = programs.abstract_state(mc, rl_config, mesh)
+    state_bytes, params_bytes = programs.local_bytes(state), programs.local_bytes(state.params)
+    rows = []
+    for prog in progs:
+        log(f"{'compiling' if compile_ else 'modelling'} {prog.name} ...")
+        compiled = programs.compile_program(prog, mesh, cache_dir, topology.aot_name or "") if compile_ else None
+        gathers = _gathers_weights(compiled, mc) if compiled is not None else _sampler_gathers()
+        est = analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers)
+        rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config)))
+    result = Plan(topology, dict(mesh.shape), mc, shapes, rows)
+    if search and not result.fits:
+        from microcoder_jax.plan import suggest
+
+        result.suggestions = suggest.search(config, topology, result, cache_dir=cache_dir, log=log)
+    return result
+
+
+def _gathers_weights(compiled, mc) -> bool:
+    """True when a decode loop all-gathers about a layer's worth per layer each step."""
+    for loop in compiled.loops:
+        count = loop["collectives"].get("all-gather", [0, 0])[0]
+        if loop["data_dependent"] and count >= mc.num_layers:
+            return True
+    return False
+
+
+def _sampler_gathers() -> bool:
+    """Off TPU: does today's sampler decode from FSDP-sharded weights (no decode layout)?"""
+    from microcoder_jax.sampling import sampler
+
+    return not any(hasattr(sampler, n) for n in ("decode_layout", "to_decode_layout", "DecodeParams",
+                                                 "decode_params"))
+
+
+def with_overrides(config, **changes):
+    """A copy of `config` with dotted keys changed (`rl.micro_batch_size=4`)."""
+    c = copy.deepcopy(config)
+    for key, value in changes.items():
+        node, parts = c, key.split(".")
+        for part in parts[:-1]:
+            node = node[part]
+        with node.unlocked():
+            node[parts[-1]] = value
+    return c

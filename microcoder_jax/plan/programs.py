@@ -1,0 +1,295 @@
+"""The programs of one RL step, lowered and compiled ahead of time for a TPU topology.
+
+Each program is the jitted function the training loop runs (sampler prefill and decode, the
+old-log-prob pass, the train step, eval sampling), called on `jax.ShapeDtypeStruct`s with the
+shardings the loop gives its arrays, at the config's real shapes: nothing is allocated. The
+widest prompt bucket is planned (the worst case the loop can meet). Compiled results are cached
+on disk by the lowered program's text, so a rerun or a candidate seen before costs no compile.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import math
+import os
+import re
+import types
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from microcoder_jax import config as config_lib
+from microcoder_jax import models, sharding
+from microcoder_jax.plan import hlo
+
+CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "microcoder_jax", "plan")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """The static sizes one RL step runs at (rows, widths, micro-batch, eval batch)."""
+
+    rows: int  # num_prompts * G
+    prompts: int  # prompts per sampler call, padded to the data-parallel shards
+    group: int
+    prompt_width: int  # widest prompt bucket
+    max_new: int
+    micro: int  # rows per forward/backward (as the train loop computes it)
+    eval_prompts: int
+    eval_samples: int
+    eval_max_new: int
+    phases: int
+
+    @property
+    def seq(self) -> int:
+        return self.prompt_width + self.max_new
+
+
+@dataclasses.dataclass
+class Program:
+    """One jitted function with abstract arguments, ready to lower under `mesh`."""
+
+    name: str
+    fn: Callable
+    args: tuple
+    kwargs: dict
+    model_config: Any
+
+
+def model_config_for(config, tpu: bool, seq_len: int):
+    """The model shape of `config` (run_setup.model_config_from), with `auto` attention resolved for
+    the target chip, not this host's CPU: the Pallas kernel where the shape allows, else XLA."""
+    from microcoder_jax import run_setup
+
+    vocab = config.demo.vocab_size if (config.data.task == "demo" and not config.model.path) else None
+    mc = run_setup.model_config_from(config, vocab)
+    if mc.attention == "auto":
+        kernel = tpu and seq_len % 128 == 0 and mc.head_dim % 128 == 0
+        mc = mc.replace(attention="splash" if kernel else "xla")
+    return mc
+
+
+def make_mesh(config, devices):
+    """The run's ("data", "fsdp", "tensor") mesh over the topology's devices, sized as
+    sharding.mesh_from_sizes sizes it (-1 = the rest; a smaller mesh uses the first devices)."""
+    devices = list(devices)
+    sizes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        sizes[sizes.index(-1)] = max(len(devices) // known, 1)
+    if math.prod(sizes) > len(devices):
+        raise config_lib.ConfigError(f"mesh data={sizes[0]} fsdp={sizes[1]} tensor={sizes[2]} needs "
+                                     f"{math.prod(sizes)} devices; the topology has {len(devices)}")
+    return sharding.make_mesh(*sizes, devices=devices[:math.prod(sizes)])
+
+
+def shapes_of(config, rl_config, mesh) -> Shapes:
+    """The loop's shapes: sampler rows padded to the data shards, the loop's micro-batch rule."""
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    prompts = -(-config.data.num_prompts // shards) * shards
+    rows = config.data.num_prompts * config.sampling.group_size
+    micro = min(rl_config.micro_batch_size, rows)
+    eval_prompts = -(-config.eval.batch_problems // shards) * shards
+    return Shapes(rows=rows, prompts=prompts, group=config.sampling.group_size,
+                  prompt_width=max(config.data.prompt_buckets), max_new=config.sampling.max_new_tokens,
+                  micro=micro, eval_prompts=eval_prompts, eval_samples=config.eval.samples,
+                  eval_max_new=config.eval.max_new_tokens, phases=config.sampling.decode_phases)
+
+
+def _sds(shape, dtype, sh):
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype), sharding=sh)
+
+
+def _rows(mesh, shape, dtype):
+    """An array with rows over the data axes when they divide it (sharding.put_batch's rule)."""
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    sh = sharding.batch_sharding(mesh, len(shape)) if shape[0] % shards == 0 else sharding.replicated(mesh)
+    return _sds(shape, dtype, sh)
+
+
+def _logical(mesh, shape, dtype, axes):
+    return _sds(shape, dtype, jax.sharding.NamedSharding(mesh, sharding.logical_to_spec(axes, mesh, shape)))
+
+
+def abstract_params(model_config, mesh):
+    """The fp32 master weights as the loop holds them (FSDP-sharded per sharding.py)."""
+    shapes = jax.eval_shape(lambda: models.init_params(model_config, jax.random.key(0)))
+    shardings = sharding.logical_to_sharding(models.param_logical_axes(model_config), mesh,
+                                             models.param_shapes(model_config))
+    return jax.tree.map(lambda s, h: _sds(s.shape, s.dtype, h), shapes, shardings)
+
+
+def abstract_state(model_config, rl_config, mesh):
+    from microcoder_jax import run_setup
+
+    run = types.SimpleNamespace(model_config=model_config, rl_config=rl_config, mesh=mesh)
+    return run_setup.abstract_train_state(run)
+
+
+def decode_layout_program(mc, mesh) -> Program | None:
+    """The sampler's once-per-call reshard of the stored params into its decode layout (if it has one)."""
+    from microcoder_jax.sampling import sampler
+
+    if not hasattr(sampler, "_to_decode_layout"):
+        return None
+    takes_rules = "rules" in inspect.signature(sampler._to_decode_layout).parameters
+    reshard = sampler._to_decode_layout(mc, mesh, None) if takes_rules else sampler._to_decode_layout(mc, mesh)
+    return Program("decode layout", reshard, (abstract_params(mc, mesh),), {}, mc)
+
+
+def sampler_params(mc, mesh):
+    """What prefill and decode read: the decode layout where the sampler has one, else the stored params."""
+    from microcoder_jax.sampling import sampler
+
+    if hasattr(sampler, "decode_param_specs"):
+        return sampler.decode_param_specs(mc, mesh)
+    return abstract_params(mc, mesh)
+
+
+def sampler_programs(tag, config, mc, mesh, prompts, group, width, max_new, phases):
+    """Prefill and decode of one `sampler.generate` call (its two jitted programs)."""
+    from microcoder_jax.sampling import sampler
+
+    params = sampler_params(mc, mesh)
+    rows = prompts * group
+    ids, mask = (_rows(mesh, (prompts, width), jnp.int32) for _ in range(2))
+    prefill = Program(f"{tag} prefill", sampler._prefill, (params, ids, mask),
+                      dict(config=mc, num_samples=group), mc)
+    layer = _logical(mesh, (prompts, mc.num_kv_heads, width, mc.head_dim), mc.dtype, sampler.CACHE_AXES)
+    cache = models.KVCache(k=(layer,) * mc.num_layers, v=(layer,) * mc.num_layers)
+    logits = _logical(mesh, (rows, mc.vocab_size), jnp.float32, ("batch", "vocab"))
+    per_row = [_rows(mesh, (rows,), d) for d in (jnp.float32, jnp.float32, jnp.int32)]
+    rep = sharding.replicated(mesh)
+    decode_args = (params, cache, logits, mask, *per_row, _sds((2,), jnp.int32, rep), _sds((), jnp.int32, rep),
+                   _sds((2,), jnp.uint32, rep))
+    decode = Program(f"{tag} decode", sampler._decode, decode_args,
+                     dict(config=mc, max_new_tokens=max_new, phases=phases), mc)
+    return [prefill, decode]
+
+
+def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program:
+    from microcoder_jax.rl.logprobs import compute_logprobs
+
+    mc = model_config_for(config, tpu, shapes.seq)
+    n, s = shapes.rows, shapes.seq
+    args = (abstract_params(mc, mesh),)
+    kwargs = dict(model_config=mc, tokens=_rows(mesh, (n, s), jnp.int32),
+                  attention_mask=_rows(mesh, (n, s), jnp.int32), temperature=_rows(mesh, (n,), jnp.float32),
+                  chunk=rl_config.logprob_chunk, micro_batch=shapes.micro if n % shapes.micro == 0 else None)
+    return Program("old log-probs", compute_logprobs, args, kwargs, mc)
+
+
+def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program:
+    from microcoder_jax.rl import step as rl_step
+
+    mc = model_config_for(config, tpu, shapes.seq)
+    n, s = shapes.rows, shapes.seq
+    batch = {k: _rows(mesh, (n, s), d) for k, d in (("tokens", jnp.int32), ("attention_mask", jnp.int32),
+                                                     ("response_mask", jnp.int32), ("old_logprobs", jnp.float32))}
+    for k, d in (("rewards", jnp.float32), ("passed", bool), ("no_code", bool), ("truncated", bool),
+                 ("response_lengths", jnp.int32), ("temperature", jnp.float32), ("sample_entropy", jnp.float32)):
+        batch[k] = _rows(mesh, (n,), d)
+    if rl_config.kl_beta > 0:
+        batch["ref_logprobs"] = _rows(mesh, (n, s), jnp.float32)
+    step = rl_step.make_train_step(mc, rl_config, mesh)
+    return Program("train step", step.jitted, (abstract_state(mc, rl_config, mesh), batch), {}, mc)
+
+
+def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]:
+    """Every program of one RL step plus eval sampling, in the order the loop runs them."""
+    sh = shapes_of(config, rl_config, mesh)
+    mc_prompt = model_config_for(config, tpu, sh.prompt_width)
+    layout = decode_layout_program(mc_prompt, mesh)
+    out = [layout] if layout is not None else []
+    out += sampler_programs("sample", config, mc_prompt, mesh, sh.prompts, sh.group, sh.prompt_width, sh.max_new,
+                           sh.phases)
+    out += [logprob_program(config, rl_config, mesh, sh, tpu), train_program(config, rl_config, mesh, sh, tpu)]
+    out += sampler_programs("eval", config, mc_prompt, mesh, sh.eval_prompts, sh.eval_samples, sh.prompt_width,
+                            sh.eval_max_new, sh.phases)
+    return out
+
+
+# ------------------------------------------------------------------------------ compile + cache
+
+@dataclasses.dataclass
+class Compiled:
+    """XLA's per-device figures of one compiled program (what the report prints)."""
+
+    name: str
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    flops: float  # XLA cost analysis: every loop body counted once
+    loops: list  # hlo.Loop dicts
+    error: str = ""  # "" = compiled; else why not
+    oom: bool = False  # XLA ran out of HBM: temp_bytes is what it said it needed, args are ours
+    cached: bool = False
+
+    @property
+    def total_bytes(self) -> int:
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+
+
+_UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+
+
+def _oom_temps(message: str) -> int:
+    """Temporary bytes from XLA's out-of-memory message ("HLO temporaries (32.21G) exceeds ...")."""
+    m = re.search(r"HLO temporaries \(([\d.]+)([KMGT])?\)", message)
+    return int(float(m.group(1)) * _UNITS.get(m.group(2) or "", 1)) if m else 0
+
+
+def compile_program(program: Program, mesh, cache_dir: str | None = CACHE_DIR, key_extra: str = "") -> Compiled:
+    """Lower under `mesh`, compile (or read the cached result of the same lowered text)."""
+    with jax.set_mesh(mesh):
+        lowered = program.fn.lower(*program.args, **program.kwargs)
+    text = lowered.as_text()
+    key = hashlib.sha256((text + key_extra + jax.__version__).encode()).hexdigest()[:24]
+    path = os.path.join(cache_dir, key + ".json") if cache_dir else None
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return Compiled(**{**json.load(f), "name": program.name, "cached": True})
+    try:
+        compiled = lowered.compile()
+    except Exception as e:  # noqa: BLE001 - XLA raises plain runtime errors; the report shows them
+        message = str(e)
+        temps = _oom_temps(message)
+        args = local_bytes([a for a in jax.tree.leaves((program.args, program.kwargs))
+                            if isinstance(a, jax.ShapeDtypeStruct)])
+        result = Compiled(program.name, args if temps else 0, 0, 0, temps, 0.0, [],
+                          error=message.strip().splitlines()[0][:300], oom=bool(temps))
+        if temps and path:
+            _write(path, result)
+        return result
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    result = Compiled(program.name, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
+                      int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), float((cost or {}).get("flops", 0.0)),
+                      [dataclasses.asdict(loop) for loop in hlo.loops(compiled.as_text())])
+    if path:
+        _write(path, result)
+    return result
+
+
+def _write(path: str, result: Compiled) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    record = dataclasses.asdict(result)
+    record.pop("cached")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+def local_bytes(tree) -> int:
+    """Per-device bytes of a pytree of sharded ShapeDtypeStructs (the largest shard)."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total

@@ -1,0 +1,119 @@
+"""The planner's printed report: memory per program, loop collectives, analytic vs XLA, time."""
+from __future__ import annotations
+
+from microcoder_jax.plan import analytic
+
+GIB = 2 ** 30
+
+
+def _g(x) -> str:
+    return f"{x / GIB:7.2f}"
+
+
+def _count(c: dict) -> str:
+    return ", ".join(f"{n} {kind} ({b / 2 ** 20:.1f} MiB)" for kind, (n, b) in sorted(c.items()))
+
+
+def memory_table(plan) -> list[str]:
+    chip = plan.topology.chip
+    lines = [f"{'program':<15}{'args':>8}{'temps':>8}{'resident':>9}{'total':>8}{'HBM':>6}"
+             f"{'analytic':>10}{'diff':>7}  verdict  (GiB per device; resident = optimizer state / KL "
+             "reference alive beside it)"]
+    for row in plan.rows:
+        c, est = row.compiled, row.estimate
+        analytic_total = est.total + row.resident
+        if c is None:
+            lines.append(f"{row.program.name:<15}{'-':>8}{'-':>8}{_g(row.resident):>9}{_g(row.total):>8}"
+                         f"{row.total / chip.hbm_bytes:6.0%}{_g(analytic_total):>10}{'-':>7}  "
+                         f"{plan.verdict(row)} (analytic)")
+            continue
+        if c.error and not c.oom:
+            lines.append(f"{row.program.name:<15}  does not compile: {c.error}")
+            continue
+        diff = (analytic_total - row.total) / max(row.total, 1)
+        args, temps = _g(c.argument_bytes), _g(c.temp_bytes)
+        lines.append(f"{row.program.name:<15}{args:>8}{temps:>8}{_g(row.resident):>9}{_g(row.total):>8}"
+                     f"{row.total / chip.hbm_bytes:6.0%}{_g(analytic_total):>10}{diff:+7.0%}  {plan.verdict(row)}"
+                     + ("  (XLA: out of memory)" if c.oom else "") + (" [cached]" if c.cached else ""))
+    return lines
+
+
+def collective_lines(plan) -> list[str]:
+    lines = []
+    for row in plan.rows:
+        c = row.compiled
+        if c is None or not c.loops:
+            continue
+        loops = [lp for lp in c.loops if lp["collectives"]]
+        total = analytic.per_step_collective_bytes(c.loops)
+        unknown = sum(1 for lp in loops if lp["trip_count"] is None)
+        lines.append(f"{row.program.name}: {len(loops)} of {len(c.loops)} loops hold collectives; "
+                     f"{total / GIB:.2f} GiB per device over the program (trip counts multiplied"
+                     + (f"; {unknown} loops of unknown trip count counted once)" if unknown else ")"))
+        shown = {}
+        for lp in loops:  # identical loops (one per layer or phase) print once, with their number
+            key = (lp["trip_count"], lp.get("data_dependent"), _count(lp["collectives"]))
+            shown[key] = shown.get(key, 0) + 1
+        for (trips, dependent, text), times in shown.items():
+            how = ("? iterations" if trips is None else f"<= {trips} iterations, data-dependent" if dependent
+                   else f"{trips} iterations")
+            lines.append(f"  {times} x loop ({how}): per iteration {text}")
+    return lines
+
+
+def breakdown_lines(plan) -> list[str]:
+    lines = []
+    for row in plan.rows:
+        est, c = row.estimate, row.compiled
+        xla = "" if c is None or c.error else (f"   XLA: args {c.argument_bytes / GIB:.2f} + temps "
+                                               f"{c.temp_bytes / GIB:.2f} + out-alias "
+                                               f"{(c.output_bytes - c.alias_bytes) / GIB:.2f} GiB")
+        lines.append(f"{row.program.name}: analytic {est.total / GIB:.2f} GiB{xla}")
+        for name, b in est.components.items():
+            lines.append(f"  {name:<48}{b / GIB:8.2f}")
+    return lines
+
+
+def time_lines(plan) -> list[str]:
+    chip, n = plan.topology.chip, plan.topology.num_devices
+    if not chip.peak_flops:
+        return ["(no peak FLOP/s or bandwidth for this device: name a chip with --topology to estimate time)"]
+    lines = [f"{'program':<15}{'TFLOP':>10}{'HBM GB/dev':>12}{'est. s':>9}  bound"]
+    for row in plan.rows:
+        est = row.estimate
+        secs = est.seconds(chip, n)
+        bound = "compute" if est.flops / (n * chip.peak_flops) >= est.hbm_bytes / chip.hbm_bandwidth else "HBM"
+        extra = ""
+        if row.program.name == "train step":
+            extra = f"; implied MFU <= {est.model_flops / (secs * n * chip.peak_flops):.0%}"
+        if est.tokens:
+            extra = f"; <= {est.tokens / secs:,.0f} tokens/s if every row runs to the cap"
+        lines.append(f"{row.program.name:<15}{est.flops / 1e12:10.1f}{est.hbm_bytes / 1e9:12.1f}{secs:9.2f}"
+                     f"  {bound}{extra}")
+    lines.append("(roofline: max(FLOPs / peak, HBM bytes / bandwidth) with every loop's trips counted; "
+                 "collectives and kernel efficiency not included)")
+    return lines
+
+
+def render(plan, config_name: str) -> str:
+    t, mc, sh = plan.topology, plan.model_config, plan.shapes
+    params = mc.num_params()
+    mesh = " ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
+    how = "compiled with libtpu (AOT)" if t.aot_name else "analytic only (no TPU compiler for this device)"
+    out = [f"plan: {config_name} on {t.name}: {t.num_devices} x {t.chip.name}, {t.chip.hbm_bytes / GIB:.1f} GiB "
+           f"HBM each; mesh {mesh}; {how}",
+           f"model: {params / 1e9:.2f}B params, {mc.num_layers} layers, attention {mc.attention}, remat {mc.remat}; "
+           f"rows {sh.rows} (prompts {sh.prompts} x G {sh.group}), sequence {sh.prompt_width} + {sh.max_new}, "
+           f"micro-batch {sh.micro}; eval {sh.eval_prompts} x {sh.eval_samples} at {sh.eval_max_new} new tokens",
+           "", "== memory per device", *memory_table(plan)]
+    coll = collective_lines(plan)
+    if coll:
+        out += ["", "== collectives inside loops (per device)", *coll]
+    out += ["", "== analytic breakdown", *breakdown_lines(plan), "", "== time", *time_lines(plan), ""]
+    if plan.fits:
+        out.append(f"verdict: every program fits {t.name}")
+    else:
+        bad = [r.program.name for r in plan.rows if plan.verdict(r) != "fits"]
+        out.append(f"verdict: does not fit {t.name}: {', '.join(bad)}")
+        out += [f"  suggestion: {s}" for s in plan.suggestions]
+    return "\n".join(out)

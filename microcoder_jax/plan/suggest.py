@@ -1,0 +1,73 @@
+"""What fits instead: candidate settings for each program that does not fit, ranked by the
+analytic model and confirmed by compiling (at most a few compiles per program)."""
+from __future__ import annotations
+
+from microcoder_jax.plan import planner
+
+MAX_COMPILES = 3  # per failing program
+
+
+def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
+    """(description, config overrides) to try for program `name`, least disruptive first."""
+    shards = mesh_shape["data"] * mesh_shape["fsdp"]
+    out = []
+    if name in ("train step", "old log-probs"):
+        micro = config.rl.micro_batch_size
+        if micro % shards:  # rows that do not split over the data devices are computed on every one
+            out.append((f"micro-batch {shards} (one row per data device)", {"rl.micro_batch_size": shards}))
+        while micro // 2 >= 1 and micro // 2 >= shards:
+            micro //= 2
+            out.append((f"micro-batch {micro}", {"rl.micro_batch_size": micro}))
+        if config.model.remat != "full":
+            out.append(("remat full", {"model.remat": "full"}))
+    else:
+        key = "data.num_prompts" if name.startswith("sample") else "eval.batch_problems"
+        prompts = config.data.num_prompts if name.startswith("sample") else config.eval.batch_problems
+        while prompts // 2 >= 1:
+            prompts //= 2
+            out.append((f"{prompts} prompts per sampler call", {key: prompts}))
+    tensor = mesh_shape["tensor"] * 2
+    if shards >= tensor:
+        out.append((f"mesh tensor={tensor}", {"mesh.tensor": tensor, "mesh.fsdp": -1, "mesh.data": 1}))
+    return out
+
+
+def search(config, topology, result, *, cache_dir, log=lambda *_: None) -> list[str]:
+    """One line per program that does not fit: the first candidate that compiles and fits."""
+    lines = []
+    hbm = topology.chip.hbm_bytes
+    for row in result.rows:
+        if result.verdict(row) == "fits":
+            continue
+        name, found, compiles = row.program.name, None, 0
+        for label, changes in candidates(config, name, result.mesh_shape):
+            try:
+                cand = planner.with_overrides(config, **changes)
+                guess = planner.plan(cand, topology, only=(name,), search=False, compile_=False)
+            except (ValueError, KeyError) as e:  # e.g. rows no longer split into mini-batches
+                log(f"  {name}: {label}: {e}")
+                continue
+            if guess.rows[0].total > hbm * 1.15:  # the model says far over: do not spend a compile
+                continue
+            if compiles == MAX_COMPILES or topology.aot_name is None:
+                if topology.aot_name is None and guess.verdict(guess.rows[0]) == "fits":
+                    found = (label, changes, guess.rows[0].total, "analytic")
+                    break
+                continue
+            compiles += 1
+            log(f"  {name}: trying {label} ...")
+            real = planner.plan(cand, topology, only=(name,), search=False, cache_dir=cache_dir)
+            if real.verdict(real.rows[0]) == "fits":
+                found = (label, changes, real.rows[0].total, "compiled")
+                break
+        if found is None:
+            tried = ", ".join(label for label, _ in candidates(config, name, result.mesh_shape))
+            lines.append(f"{name}: no candidate fits ({tried} tried or ruled out); use a larger topology")
+        else:
+            label, changes, total, how = found
+            flags = " ".join(f"--config.{k}={v}" for k, v in changes.items())
+            note = ("  (today's loop samples all of a step's prompts in one call: this is the call size that fits)"
+                    if "prompts per sampler call" in label else "")
+            lines.append(f"{name}: {label} fits, {total / 2 ** 30:.1f} GiB of {hbm / 2 ** 30:.1f} GiB ({how}): "
+                         f"{flags}{note}")
+    return lines
