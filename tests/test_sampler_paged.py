@@ -3,7 +3,7 @@ independence from S / page size / refill schedule / queue order, log-probs, page
 compile counts, DAPO pushes and the finished-group hook, and a sharded run.
 
 Four prompts x G=2 (8 rows), bucket 32, 12 new tokens; the engine shapes used are the four in
-ENGINES (each compiles `run` once) plus one sharded.
+ENGINES (each compiles `run` once, two of them once more for the tail) plus one sharded.
 """
 import jax
 import jax.numpy as jnp
@@ -22,8 +22,9 @@ G, MAX_NEW, PAD = 2, 12, 0
 ROWS = len(PROMPTS) * G
 STOPS = [2, 10, 20, 30, 50, 60, 70, 80]
 CAPS = np.array([12, 5, 1, 12, 7, 12, 3, 9], np.int32)
-# (slots, page_size, refill_every): S = N, N/2 and 3; pages of 8 and 16; refill every 1 and 4 steps
-ENGINES = [(ROWS, 16, 4), (ROWS // 2, 8, 1), (3, 16, 1), (3, 8, 4)]
+# (slots, page_size, refill_every, tail_slots): S = N, N/2 and 3; pages of 8 and 16; refill every 1
+# and 4 steps; two of them halve S in the tail (one more compile each)
+ENGINES = [(ROWS, 16, 4, ROWS // 2), (ROWS // 2, 8, 1, ROWS // 2), (3, 16, 1, 3), (3, 8, 4, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +40,11 @@ def tiny(tmp_path_factory):
 
 def _paged(tiny, engine_shape, prompts=PROMPTS, **kw):
     _, config, params = tiny
-    slots, page_size, refill_every = engine_shape
+    slots, page_size, refill_every, tail_slots = engine_shape
     kw = {"temperature": 1.0, "rng": jax.random.key(0), **kw}
     return generate_paged(params, config, prompts, num_samples=G, max_new_tokens=MAX_NEW, stop_token_ids=STOPS,
-                          pad_id=PAD, slots=slots, page_size=page_size, refill_every=refill_every, **kw)
+                          pad_id=PAD, slots=slots, page_size=page_size, refill_every=refill_every,
+                          tail_slots=tail_slots, **kw)
 
 
 def _cut(out, caps):
@@ -154,13 +156,16 @@ def test_page_pool_invariants_during_and_after_a_run(tiny):
     _, config, params = tiny
     session = PagedSession(params, config, num_samples=G, max_prompts=len(PROMPTS), max_new_tokens=MAX_NEW,
                            prompt_width=32, stop_token_ids=STOPS, pad_id=PAD, rng=jax.random.key(1), slots=3,
-                           page_size=8, refill_every=4)
+                           page_size=8, refill_every=4, tail_slots=1)
     session.push(PROMPTS, temperature=1.0, caps=CAPS)
     pg.check_invariants(session.state["pages"], _expected_refs(session))  # only the prompts' pages, count G
     assert int(session.state["pages"].count) == session.shape.num_pages - sum(-(-len(p) // 8) for p in PROMPTS)
+    widths = set()
     while not session.done:
         session.run(5)
+        widths.add(session.shape.slots)
         pg.check_invariants(session.state["pages"], _expected_refs(session))
+    assert min(widths) < 3  # the tail ran on fewer slots
     pg.check_invariants(session.state["pages"], np.zeros(session.shape.num_pages))  # everything came back
 
 
@@ -197,7 +202,7 @@ def test_pushed_prompts_and_group_hook_match_one_call(tiny):
     np.testing.assert_array_equal(one_call.tokens, whole.tokens)
     session = PagedSession(params, config, num_samples=G, max_prompts=len(PROMPTS), max_new_tokens=MAX_NEW,
                            prompt_width=32, stop_token_ids=STOPS, pad_id=PAD, rng=SAMPLING["rng"], slots=3,
-                           page_size=16, refill_every=1)
+                           page_size=8, refill_every=4, tail_slots=1)
     per_row = {k: SAMPLING[k] for k in ("temperature", "top_p", "top_k")}
     session.push(PROMPTS[:2], caps=CAPS[:4], **{k: v[:4] for k, v in per_row.items()})
     session.run(4)  # a DAPO refill arrives while the first prompts are still decoding
@@ -213,7 +218,7 @@ def test_argument_checks(tiny):
     with pytest.raises(ValueError, match="caps"):
         _paged(tiny, ENGINES[0], caps=MAX_NEW + 1)
     with pytest.raises(ValueError, match="multiple of page_size"):
-        _paged(tiny, (4, 24, 1))
+        _paged(tiny, (4, 24, 1, 4))
     with pytest.raises(ValueError, match="num_pages"):
         _paged(tiny, ENGINES[0], num_pages=5)
 

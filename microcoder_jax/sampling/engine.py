@@ -44,6 +44,7 @@ class EngineShape:
     num_pages: int
     block_pages: int    # pages read per attention block
     refill_every: int
+    tail_slots: int     # once the queue is empty, `run` returns when half the slots could go (S > this)
 
     @property
     def rows(self) -> int:
@@ -80,7 +81,7 @@ def init_state(config: Qwen3Config, shape: EngineShape, pad_id) -> dict:
         slot_seq=jnp.full((s,), -1, jnp.int32), slot_t=jnp.zeros((s,), jnp.int32),
         slot_last=jnp.zeros((s,), jnp.int32), slot_done=jnp.ones((s,), bool),
         table=jnp.full((s, shape.table_width), none),
-        steps=jnp.int32(0), live_steps=jnp.int32(0), reads=jnp.float32(0),
+        steps=jnp.int32(0), slot_steps=jnp.int32(0), live_steps=jnp.int32(0), reads=jnp.float32(0),
     )
 
 
@@ -199,6 +200,7 @@ def _step(state, params, rng, stop_ids, pad_id, config: Qwen3Config, shape: Engi
                                         write_page, j % ps, view, bp)
     logits = constrain(logits, ("batch", "vocab"))
     state = dict(state, pool=pool, pages=pages, table=table, steps=state["steps"] + 1,
+                 slot_steps=state["slot_steps"] + s,
                  live_steps=state["live_steps"] + jnp.sum(live),
                  reads=state["reads"] + (s * bp * ps) * view.blocks.astype(jnp.float32))
     return _sample(state, logits, live, rng, stop_ids, pad_id, shape)
@@ -215,7 +217,9 @@ def run(state, params, stop_ids, pad_id, rng, budget, *, config: Qwen3Config, sh
 
     def running(st):
         live = (st["slot_seq"] >= 0) & ~st["slot_done"]
-        return (st["steps"] - start < budget) & (jnp.any(live) | (st["head"] < st["tail"]))
+        shrinkable = (shape.slots > shape.tail_slots) & (st["head"] >= st["tail"]) & (
+            2 * jnp.sum(live) <= shape.slots)
+        return (st["steps"] - start < budget) & (jnp.any(live) | (st["head"] < st["tail"])) & ~shrinkable
 
     def body(st):
         live = (st["slot_seq"] >= 0) & ~st["slot_done"]
@@ -224,3 +228,24 @@ def run(state, params, stop_ids, pad_id, rng, budget, *, config: Qwen3Config, sh
         return _step(st, params, rng, stop_ids, pad_id, config, shape)
 
     return release_finished(jax.lax.while_loop(running, body, state), shape)
+
+
+SLOT_KEYS = ("slot_seq", "slot_t", "slot_last", "slot_done", "table")
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "slots"), donate_argnames=("state",))
+def resize(state, *, shape: EngineShape, slots: int):
+    """The same sequences on ``slots`` slots: occupied slots first, in order, then idle ones.
+
+    The host shrinks S for the tail (compute follows the live rows) and grows it back when more
+    prompts arrive; the caller makes sure the occupied slots fit.
+    """
+    order = jnp.argsort(state["slot_seq"] < 0, stable=True)
+    pad = max(0, slots - shape.slots)
+    fills = dict(slot_seq=-1, slot_t=0, slot_last=0, slot_done=True, table=shape.num_pages)
+
+    def fit(name):
+        x = state[name][order][:slots]
+        return jnp.concatenate([x, jnp.full((pad, *x.shape[1:]), fills[name], x.dtype)]) if pad else x
+
+    return dict(state, **{name: fit(name) for name in SLOT_KEYS})

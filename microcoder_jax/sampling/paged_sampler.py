@@ -10,6 +10,7 @@ it runs (DAPO refills): `push` queues prompts behind the ones still running, in 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Callable, Sequence
 
 import jax
@@ -29,16 +30,22 @@ def default_slots(rows: int) -> int:
     return max(1, min(rows, 256))
 
 
+def default_tail_slots(slots: int) -> int:
+    """The tail halves S while half the slots are idle, down to S / 8 (each size compiles `run` once)."""
+    return max(1, slots // 8)
+
+
 class PagedSession:
     """One engine: a page pool, S slots and a queue with room for ``max_prompts`` prompts x G."""
 
     def __init__(self, params, config: Qwen3Config, *, num_samples: int, max_prompts: int, max_new_tokens: int,
                  prompt_width: int, stop_token_ids: Sequence[int], pad_id: int, rng: jax.Array, slots: int,
-                 page_size: int = 16, refill_every: int = 4, block_pages: int | None = None,
-                 num_pages: int | None = None, max_admit: int = 64, mesh=None):
-        if min(num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, max_admit) < 1:
-            raise ValueError("num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every and "
-                             "max_admit must all be >= 1")
+                 page_size: int = 16, refill_every: int = 4, tail_slots: int | None = None,
+                 block_pages: int | None = None, num_pages: int | None = None, max_admit: int = 64, mesh=None):
+        tail_slots = default_tail_slots(slots) if tail_slots is None else tail_slots
+        if min(num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, max_admit, tail_slots) < 1:
+            raise ValueError("num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, "
+                             "tail_slots and max_admit must all be >= 1")
         if prompt_width % page_size:
             raise ValueError(f"prompt bucket {prompt_width} is not a multiple of page_size={page_size}; "
                              "pick a page size that divides the prompt buckets (8 or 16 for the default ones)")
@@ -51,7 +58,9 @@ class PagedSession:
                              f"sequence at the cap ({need}); raise it to at least {prompt_pages + need}")
         self.shape = engine.EngineShape(slots=slots, samples=num_samples, max_prompts=max_prompts,
                                         prompt_width=prompt_width, max_new=max_new_tokens, page_size=page_size,
-                                        num_pages=num_pages, block_pages=block_pages, refill_every=refill_every)
+                                        num_pages=num_pages, block_pages=block_pages, refill_every=refill_every,
+                                        tail_slots=min(tail_slots, slots))
+        self.full_shape = self.shape
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
         self.pad_id, self.rng = pad_id, rng
         self.stop_ids = jnp.asarray(np.asarray(list(stop_token_ids), np.int32))
@@ -96,6 +105,8 @@ class PagedSession:
                              f"{self.max_admit} prompts")
         ids, mask = left_pad(prompts, shape.prompt_width, self.pad_id)
         first = self.num_prompts
+        if self.shape.slots != self.full_shape.slots:  # the tail had shrunk S: back to full width
+            self._resize(self.full_shape.slots)
         for lo in range(0, n, self.max_admit):
             hi = min(n, lo + self.max_admit)
             size = 1 << (hi - lo - 1).bit_length()  # admit blocks are powers of two: few compiles
@@ -108,7 +119,7 @@ class PagedSession:
                 self.state = engine.admit(
                     self.state, self.params, fill(ids), fill(mask), jnp.int32(hi - lo), fill(caps, k=g),
                     fill(temperature, k=g), fill(top_p, k=g), fill(top_k, k=g), order,
-                    config=self.config, shape=shape)
+                    config=self.config, shape=self.full_shape)
         self.prompt_ids = np.concatenate([self.prompt_ids, ids])
         self.prompt_mask = np.concatenate([self.prompt_mask, mask])
         self.temperature = np.concatenate([self.temperature, temperature])
@@ -117,10 +128,18 @@ class PagedSession:
     def run(self, steps: int | None = None) -> list[int]:
         """Decode for at most ``steps`` steps (all that is queued if None); returns the prompt indices
         whose G samples have all finished since the last call."""
-        with self._mesh():
-            self.state = engine.run(self.state, self.params, self.stop_ids, jnp.int32(self.pad_id), self.rng,
-                                    jnp.int32(NO_LIMIT if steps is None else steps), config=self.config,
-                                    shape=self.shape)
+        budget = NO_LIMIT if steps is None else steps
+        while budget > 0:
+            before = int(self.state["steps"])
+            with self._mesh():
+                self.state = engine.run(self.state, self.params, self.stop_ids, jnp.int32(self.pad_id), self.rng,
+                                        jnp.int32(budget), config=self.config, shape=self.shape)
+            budget -= int(self.state["steps"]) - before
+            occupied = int(jnp.sum(self.state["slot_seq"] >= 0))
+            queued = int(self.state["head"]) < int(self.state["tail"])
+            if queued or not occupied or self.shape.slots <= self.shape.tail_slots or 2 * occupied > self.shape.slots:
+                break
+            self._resize(max(self.shape.slots // 2, self.shape.tail_slots))  # the tail: fewer, fuller slots
         if bool(jax.device_get(self.state["pages"].failed)):
             raise RuntimeError("the page pool ran out (engine sizing bug); raise num_pages")
         lengths, stopped, cap = (_to_host(self.state[k])[: self.num_prompts * self.shape.samples]
@@ -129,6 +148,11 @@ class PagedSession:
         new = [int(i) for i in np.flatnonzero(finished) if int(i) not in self.reported]
         self.reported.update(new)
         return new
+
+    def _resize(self, slots: int):
+        with self._mesh():
+            self.state = engine.resize(self.state, shape=self.shape, slots=slots)
+        self.shape = dataclasses.replace(self.shape, slots=slots)
 
     @property
     def done(self) -> bool:
@@ -148,16 +172,16 @@ class PagedSession:
 
     def stats(self) -> dict:
         """Decode steps, slot-steps that produced a token, attention key slots read, generated tokens."""
-        steps, live, reads, lengths = (int(_to_host(self.state[k]).sum()) for k in (
-            "steps", "live_steps", "reads", "lengths"))
-        return dict(steps=steps, slot_steps=steps * self.shape.slots, live_slot_steps=live, reads=reads,
-                    generated=lengths)
+        steps, slot_steps, live, reads, lengths = (int(_to_host(self.state[k]).sum()) for k in (
+            "steps", "slot_steps", "live_steps", "reads", "lengths"))
+        return dict(steps=steps, slot_steps=slot_steps, live_slot_steps=live, reads=reads, generated=lengths)
 
 
 def generate_paged(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
                    temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
                    pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None,
-                   slots: int | None = None, page_size: int = 16, refill_every: int = 4, caps=None,
+                   slots: int | None = None, page_size: int = 16, refill_every: int = 4,
+                   tail_slots: int | None = None, caps=None,
                    on_group_done: Callable[[int, SamplerOutput], None] | None = None, report_every: int = 256,
                    queue_order: Sequence[int] | None = None, num_pages: int | None = None,
                    stats: dict | None = None) -> SamplerOutput:
@@ -171,7 +195,8 @@ def generate_paged(params, config: Qwen3Config, prompts: Sequence[Sequence[int]]
     session = PagedSession(params, config, num_samples=num_samples, max_prompts=len(prompts),
                            max_new_tokens=max_new_tokens, prompt_width=width, stop_token_ids=stop_token_ids,
                            pad_id=pad_id, rng=rng, slots=slots or default_slots(len(prompts) * num_samples),
-                           page_size=page_size, refill_every=refill_every, num_pages=num_pages,
+                           page_size=page_size, refill_every=refill_every, tail_slots=tail_slots,
+                           num_pages=num_pages,
                            max_admit=max(64, len(prompts)) if queue_order is not None else 64, mesh=mesh)
     session.push(prompts, temperature=temperature, top_p=top_p, top_k=top_k, caps=caps, queue_order=queue_order)
     while not session.done:
