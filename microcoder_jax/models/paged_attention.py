@@ -87,13 +87,15 @@ def paged_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, view: Sl
         c = j * block_pages * page_size + offsets[None]  # [1, bp, ps] logical indices
         valid = ((c < view.prompt_len[:, None, None])
                  | ((c >= gen_start[:, None, None]) & (c < (gen_start + view.written)[:, None, None])))
-        scores = jnp.einsum("skgd,sbkpd->skgbp", qh, kb) * (d ** -0.5)
-        scores = jnp.where(valid[:, None, None], scores, low)
-        new_top = jnp.maximum(top, jnp.max(scores, axis=(-2, -1)))
+        # broadcast multiply-reduces, not einsums: XLA:CPU fuses the page gather into them instead
+        # of copying the block and transposing it for a batched matmul (~7x faster here)
+        scores = jnp.sum(qh[:, None, :, :, None, :] * kb[:, :, :, None], axis=-1) * (d ** -0.5)  # [S, bp, K, G, ps]
+        scores = jnp.where(valid[:, :, None, None, :], scores, low)
+        new_top = jnp.maximum(top, jnp.max(scores, axis=(1, 4)))
         scale = jnp.exp(top - new_top)
-        e = jnp.exp(scores - new_top[..., None, None])
-        total = total * scale + jnp.sum(e, axis=(-2, -1))
-        acc = acc * scale[..., None] + jnp.einsum("skgbp,sbkpd->skgd", e, vb)
+        e = jnp.exp(scores - new_top[:, None, :, :, None])
+        total = total * scale + jnp.sum(e, axis=(1, 4))
+        acc = acc * scale[..., None] + jnp.sum(e[..., None] * vb[:, :, :, None], axis=(1, 4))
         return new_top, total, acc
 
     init = (jnp.full((s, kv, h // kv), low), jnp.zeros((s, kv, h // kv)), jnp.zeros((s, kv, h // kv, d)))
