@@ -49,7 +49,7 @@ class PagedSession:
         if prompt_width % page_size:
             raise ValueError(f"prompt bucket {prompt_width} is not a multiple of page_size={page_size}; "
                              "pick a page size that divides the prompt buckets (8 or 16 for the default ones)")
-        block_pages = block_pages or max(1, 128 // page_size)
+        block_pages = block_pages or max(1, 64 // page_size)
         need = engine.gen_pages(max_new_tokens, page_size)
         prompt_pages = max_prompts * (prompt_width // page_size)
         num_pages = num_pages or prompt_pages + slots * need
