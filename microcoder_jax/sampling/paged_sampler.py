@@ -130,17 +130,17 @@ class PagedSession:
         whose G samples have all finished since the last call."""
         budget = NO_LIMIT if steps is None else steps
         while budget > 0:
-            before = int(self.state["steps"])
+            before = self._scalar("steps")
             with self._mesh():
                 self.state = engine.run(self.state, self.params, self.stop_ids, jnp.int32(self.pad_id), self.rng,
                                         jnp.int32(budget), config=self.config, shape=self.shape)
-            budget -= int(self.state["steps"]) - before
-            occupied = int(jnp.sum(self.state["slot_seq"] >= 0))
-            queued = int(self.state["head"]) < int(self.state["tail"])
+            budget -= self._scalar("steps") - before
+            occupied = int((_to_host(self.state["slot_seq"]) >= 0).sum())
+            queued = self._scalar("head") < self._scalar("tail")
             if queued or not occupied or self.shape.slots <= self.shape.tail_slots or 2 * occupied > self.shape.slots:
                 break
             self._resize(max(self.shape.slots // 2, self.shape.tail_slots))  # the tail: fewer, fuller slots
-        if bool(jax.device_get(self.state["pages"].failed)):
+        if bool(_to_host(self.state["pages"].failed)):
             raise RuntimeError("the page pool ran out (engine sizing bug); raise num_pages")
         lengths, stopped, cap = (_to_host(self.state[k])[: self.num_prompts * self.shape.samples]
                                  for k in ("lengths", "stopped", "cap"))
@@ -148,6 +148,9 @@ class PagedSession:
         new = [int(i) for i in np.flatnonzero(finished) if int(i) not in self.reported]
         self.reported.update(new)
         return new
+
+    def _scalar(self, name: str) -> int:
+        return int(_to_host(self.state[name]))
 
     def _resize(self, slots: int):
         with self._mesh():
