@@ -71,31 +71,36 @@ def write_prompt_pages(pool_layer: jax.Array, cache_layer: jax.Array, prompt_len
 
 def paged_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, view: SlotView,
                     block_pages: int) -> jax.Array:
-    """One query per slot ``q [S, H, D]`` over its pages -> ``[S, H, D]`` (plain XLA, online softmax)."""
+    """One query per slot ``q [S, H, D]`` over its pages -> ``[S, H, D]`` (plain XLA, online softmax).
+
+    Each block's pages are gathered into a head-first ``[S, K, slots, D]`` copy, then read by
+    broadcast multiply-reduces as in ``attention.cached_attention``: on XLA:CPU a gather fused into
+    the reductions, or a batched matmul over the gathered pages, was 5-7x slower.
+    """
     s, h, d = q.shape
     kv, page_size = pool_k.shape[1], pool_k.shape[2]
-    qh = q.reshape(s, kv, h // kv, d).astype(jnp.float32)
+    width = block_pages * page_size
+    qh = q.reshape(s, kv, h // kv, 1, d).astype(jnp.float32)
     low = jnp.finfo(jnp.float32).min
     gen_start = view.prompt_pages * page_size
-    offsets = jnp.arange(block_pages)[:, None] * page_size + jnp.arange(page_size)[None, :]  # [bp, ps]
+
+    def gather(pool, ids):  # [S, bp] page ids -> [S, K, bp * page_size, D]
+        block = jnp.take(pool, ids, axis=0, mode="clip").astype(jnp.float32)
+        return block.transpose(0, 2, 1, 3, 4).reshape(s, kv, width, d)
 
     def block(j, carry):
         top, total, acc = carry
-        ids = jax.lax.dynamic_slice_in_dim(view.table, j * block_pages, block_pages, axis=1)  # [S, bp]
-        kb = jnp.take(pool_k, ids, axis=0, mode="clip").astype(jnp.float32)  # [S, bp, K, ps, D]
-        vb = jnp.take(pool_v, ids, axis=0, mode="clip").astype(jnp.float32)
-        c = j * block_pages * page_size + offsets[None]  # [1, bp, ps] logical indices
-        valid = ((c < view.prompt_len[:, None, None])
-                 | ((c >= gen_start[:, None, None]) & (c < (gen_start + view.written)[:, None, None])))
-        # broadcast multiply-reduces, not einsums: XLA:CPU fuses the page gather into them instead
-        # of copying the block and transposing it for a batched matmul (~7x faster here)
-        scores = jnp.sum(qh[:, None, :, :, None, :] * kb[:, :, :, None], axis=-1) * (d ** -0.5)  # [S, bp, K, G, ps]
-        scores = jnp.where(valid[:, :, None, None, :], scores, low)
-        new_top = jnp.maximum(top, jnp.max(scores, axis=(1, 4)))
+        ids = jax.lax.dynamic_slice_in_dim(view.table, j * block_pages, block_pages, axis=1)
+        kb, vb = jax.lax.optimization_barrier((gather(pool_k, ids), gather(pool_v, ids)))
+        c = j * width + jnp.arange(width)[None, :]  # logical indices [1, width]
+        valid = (c < view.prompt_len[:, None]) | ((c >= gen_start[:, None]) & (c < (gen_start + view.written)[:, None]))
+        scores = jnp.sum(qh * kb[:, :, None], axis=-1) * (d ** -0.5)  # [S, K, G, width]
+        scores = jnp.where(valid[:, None, None], scores, low)
+        new_top = jnp.maximum(top, jnp.max(scores, axis=-1))
         scale = jnp.exp(top - new_top)
-        e = jnp.exp(scores - new_top[:, None, :, :, None])
-        total = total * scale + jnp.sum(e, axis=(1, 4))
-        acc = acc * scale[..., None] + jnp.sum(e[..., None] * vb[:, :, :, None], axis=(1, 4))
+        e = jnp.exp(scores - new_top[..., None])
+        total = total * scale + jnp.sum(e, axis=-1)
+        acc = acc * scale[..., None] + jnp.sum(e[..., None] * vb[:, :, None], axis=-2)
         return new_top, total, acc
 
     init = (jnp.full((s, kv, h // kv), low), jnp.zeros((s, kv, h // kv)), jnp.zeros((s, kv, h // kv, d)))
