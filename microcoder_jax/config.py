@@ -58,6 +58,11 @@ KEYS: tuple[tuple[str, object, str], ...] = (
     ("sampling.max_new_tokens", 4096, "training response cap (paper: 4K); static shape"),
     ("sampling.top_p", 1.0, "nucleus filter (1.0 = off)"),
     ("sampling.top_k", 0, "top-k filter (0 = off)"),
+    ("sampling.engine", "static", "static: one batch of all rows over a dense cache (the default); paged: "
+     "continuous batching of sampling.slots sequences over a paged KV cache, refilled as rows finish"),
+    ("sampling.slots", 0, "paged: sequences decoded at once (0 = every row, up to 256)"),
+    ("sampling.page_size", 16, "paged: KV-cache slots per page (prompt buckets must be multiples of it)"),
+    ("sampling.refill_every", 4, "paged: decode steps between refills of finished slots"),
     ("sampling.decode_phases", 4, "decode stages whose KV caches grow to max_new_tokens, so a step reads about the filled slots (1 = one loop; each stage compiles its own body)"),
     ("temperature.policy", "constant", "constant, staged (schedule) or diversity (stages, signal, band)"),
     ("temperature.temperature", 1.2, "start temperature (paper: 1.2 is stable for Qwen3)"),

@@ -19,12 +19,14 @@ CHOICES = {
     "model.remat": ("none", "full", "dots", "dots_saveable"),
     "model.attention": ("auto", "xla", "cudnn", "splash"),
     "data.task": ("problems", "demo"),
+    "sampling.engine": ("static", "paged"),
     "evaluator.reward": ("all", "fraction"),
     "distributed.initialize": ("auto", "always", "never"),
 }
 AT_LEAST = {  # key: smallest allowed value (None values are skipped)
     "seed": 0, "data.num_prompts": 1, "data.max_prompt_tokens": 1, "sampling.group_size": 2,
     "sampling.max_new_tokens": 1, "sampling.top_k": 0, "sampling.decode_phases": 1,
+    "sampling.slots": 0, "sampling.page_size": 1, "sampling.refill_every": 1,
     "temperature.temperature": 0.0, "evaluator.workers": 0, "evaluator.timeout": 1e-3,
     "evaluator.memory_mb": 1, "train.steps": 0, "train.checkpoint_every": 0, "train.keep_checkpoints": 1,
     "train.eval_every": 0, "train.warm_start_steps": 0, "eval.max_new_tokens": 1, "eval.samples": 1,
@@ -89,6 +91,9 @@ def _check_values(config) -> None:
     buckets = config.data.prompt_buckets
     if not buckets or not all(isinstance(b, int) and b > 0 for b in buckets):
         _fail("data.prompt_buckets", buckets, "expected a non-empty tuple of positive ints")
+    if config.sampling.engine == "paged" and any(b % config.sampling.page_size for b in buckets):
+        _fail("data.prompt_buckets", buckets, f"with sampling.engine=paged every bucket must be a multiple "
+              f"of sampling.page_size={config.sampling.page_size} (or change the page size)")
     sizes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
     if any(s != -1 and s < 1 for s in sizes) or sizes.count(-1) > 1:
         _fail("mesh", dict(zip(("data", "fsdp", "tensor"), sizes)), "sizes are >= 1, at most one is -1")

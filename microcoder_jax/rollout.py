@@ -19,7 +19,7 @@ import numpy as np
 from microcoder_jax import sharding
 from microcoder_jax.evaluator import VERDICTS, extract_code, reward
 from microcoder_jax.rl.logprobs import compute_logprobs
-from microcoder_jax.sampling import sampler
+from microcoder_jax.sampling import paged_sampler, sampler
 
 
 @jax.tree_util.register_dataclass
@@ -76,12 +76,16 @@ def sequences(sample) -> dict[str, np.ndarray]:
 
 def generate(run, params, prompts, *, num_samples: int, temperature: float, max_new_tokens: int,
              top_p: float, top_k: int, rng):
-    """The sampler on the run's model, mesh, stop ids and prompt buckets, one temperature for all rows."""
-    return sampler.generate(
-        params, run.model_config, prompts, num_samples=num_samples, temperature=temperature,
-        top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, stop_token_ids=run.stop_ids,
-        pad_id=run.pad_id, rng=rng, mesh=run.mesh, prompt_buckets=tuple(run.config.data.prompt_buckets),
-        decode_phases=run.config.sampling.decode_phases)
+    """The sampler (`sampling.engine`) on the run's model, mesh, stop ids and prompt buckets, one
+    temperature for all rows."""
+    s = run.config.sampling
+    common = dict(num_samples=num_samples, temperature=temperature, top_p=top_p, top_k=top_k,
+                  max_new_tokens=max_new_tokens, stop_token_ids=run.stop_ids, pad_id=run.pad_id, rng=rng,
+                  mesh=run.mesh, prompt_buckets=tuple(run.config.data.prompt_buckets))
+    if s.engine == "paged":
+        return paged_sampler.generate_paged(params, run.model_config, prompts, slots=s.slots or None,
+                                            page_size=s.page_size, refill_every=s.refill_every, **common)
+    return sampler.generate(params, run.model_config, prompts, decode_phases=s.decode_phases, **common)
 
 
 def submit(run, pool, problems, tokens, lengths, mode: str):

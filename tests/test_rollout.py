@@ -55,3 +55,26 @@ def test_metrics_row_keeps_the_judges_reward_and_the_shaped_one():
     assert row["reward_mean"] == 0.25 and row["reward_shaped_mean"] == -0.5
     assert row["entropy"] == 1.5 and row["policy_entropy"] == 2.0 and row["diversity"] == 0.6
     assert row["verdict/passed"] == 0.25 and row["rows"] == 4 and row["pass_rate"] == 0.25
+
+
+def test_sampling_engine_knob_picks_the_paged_sampler_with_the_same_greedy_tokens():
+    import types
+
+    from microcoder_jax import models
+    from microcoder_jax.config import default_config
+    from microcoder_jax.rollout import generate
+
+    config = default_config()
+    config.data.prompt_buckets = (16,)
+    model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
+    params = models.init_params(model_config, jax.random.PRNGKey(0))
+    run = types.SimpleNamespace(model_config=model_config, stop_ids=(1,), pad_id=0, mesh=None, config=config)
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12]]
+    outputs = {}
+    for engine in ("static", "paged"):
+        config.sampling.engine = engine
+        config.sampling.slots = 3  # fewer slots than rows: the paged engine refills
+        outputs[engine] = generate(run, params, prompts, num_samples=2, temperature=0.0, max_new_tokens=12,
+                                   top_p=1.0, top_k=0, rng=jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(outputs["paged"].tokens, outputs["static"].tokens)
+    np.testing.assert_array_equal(outputs["paged"].lengths, outputs["static"].lengths)

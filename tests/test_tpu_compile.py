@@ -68,7 +68,7 @@ def compile_sampler(config, mesh, prompts: int, samples: int, width: int, max_ne
 def compile_logprobs(config, mesh, rows: int, seq: int, micro_batch: int):
     params = _stored_param_specs(config, mesh)
     with jax.set_mesh(mesh):
-        return compute_logprobs.lower(params, config, _rows(mesh, (rows, seq), jnp.int32),
+        return compute_logprobs.jitted.lower(params, config, _rows(mesh, (rows, seq), jnp.int32),
                                       _rows(mesh, (rows, seq), jnp.int32), _rows(mesh, (rows,), jnp.float32),
                                       micro_batch=micro_batch).compile()
 

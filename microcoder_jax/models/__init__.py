@@ -4,6 +4,7 @@ The Flax NNX module over the same params is ``microcoder_jax.models.flax_qwen3.Q
 on demand, so the functional path does not load flax).
 """
 from microcoder_jax.models.hf import Qwen3ForCausalLM, load_hf_params, save_hf_params
+from microcoder_jax.models.decoding import DecodingParams
 from microcoder_jax.models.presets import PRESETS, get_preset
 from microcoder_jax.models.qwen3 import (
     KVCache,
@@ -21,7 +22,7 @@ from microcoder_jax.models.qwen3 import (
 )
 
 __all__ = [
-    "KVCache", "PRESETS", "ParamSpec", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix", "decoding_params", "forward",
+    "DecodingParams", "KVCache", "PRESETS", "ParamSpec", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix", "decoding_params", "forward",
     "get_preset", "init_cache", "init_params", "lm_head", "load_hf_params", "param_logical_axes", "param_shapes",
     "param_specs", "save_hf_params",
 ]

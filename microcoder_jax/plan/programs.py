@@ -180,7 +180,7 @@ def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Progr
     kwargs = dict(model_config=mc, tokens=_rows(mesh, (n, s), jnp.int32),
                   attention_mask=_rows(mesh, (n, s), jnp.int32), temperature=_rows(mesh, (n,), jnp.float32),
                   chunk=rl_config.logprob_chunk, micro_batch=shapes.micro if n % shapes.micro == 0 else None)
-    return Program("old log-probs", compute_logprobs, args, kwargs, mc)
+    return Program("old log-probs", compute_logprobs.jitted, args, kwargs, mc)
 
 
 def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program:

@@ -109,3 +109,6 @@ def compute_logprobs(params, model_config, tokens, attention_mask, temperature, 
     check_temperature(temperature)
     return _jit_logprobs(params, model_config, tokens, attention_mask, temperature, chunk=chunk,
                          micro_batch=micro_batch)
+
+
+compute_logprobs.jitted = _jit_logprobs  # the jitted program itself: AOT lowering, compile counts

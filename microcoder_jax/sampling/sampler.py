@@ -171,7 +171,12 @@ def _inverse_cdf_draw(probs: jax.Array, key: jax.Array, block: int = 256) -> jax
     blocks = jnp.pad(probs, ((0, 0), (0, pad))).reshape(rows, -1, block)
     block_cdf = jnp.cumsum(jnp.sum(blocks, axis=-1), axis=-1)  # [N, V / block]
     # u in (0, total]: 1 - U(0, 1] so u = 0 (which would pick a leading zero) cannot occur.
-    u = (1.0 - jax.random.uniform(key, (rows,), jnp.float32)) * block_cdf[:, -1]
+    # A key array [N] gives each row its own key (the paged engine keys by sequence and position).
+    # (typed keys: [N]; legacy uint32 keys: [N, 2], where one key alone is already [2]).
+    per_row = key.ndim == (1 if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else 2)
+    uniform = (jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(key) if per_row
+               else jax.random.uniform(key, (rows,), jnp.float32))
+    u = (1.0 - uniform) * block_cdf[:, -1]
     which = jnp.minimum(jnp.sum(block_cdf < u[:, None], axis=-1), block_cdf.shape[-1] - 1)
     before = jnp.where(which > 0, jnp.take_along_axis(block_cdf, jnp.maximum(which - 1, 0)[:, None], -1)[:, 0], 0.0)
     inner = jnp.take_along_axis(blocks, which[:, None, None], axis=1)[:, 0]  # [N, block]
@@ -183,6 +188,8 @@ def _inverse_cdf_draw(probs: jax.Array, key: jax.Array, block: int = 256) -> jax
 def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_p: jax.Array,
                   top_k: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One token per row from float logits [N, V]; returns (token, logprob, entropy), each [N].
+
+    ``key``: one key for the batch, or a key array [N] with one key per row.
 
     logprob and entropy are of the untruncated softmax(logits / T) (T = 1 for greedy rows). The
     top-k/top-p selection runs only when some sampling row needs it (lax.cond).

@@ -1,0 +1,251 @@
+"""Continuous batching on device: S decode slots over a paged KV cache, refilled from a queue.
+
+Two jitted programs per shape (`EngineShape`, all static):
+- `admit` prefills a block of prompts once, writes their keys into pages shared (reference count
+  G) by the prompt's G samples, stores each prompt's next-token logits and appends its (prompt,
+  sample) pairs to the queue;
+- `run` is one `lax.while_loop`. Each step feeds every live slot's last token (paged attention
+  reads only the pages the longest live slot needs), samples the next and records it at the row
+  of the slot's sequence. Every `refill_every` steps (or at once when no slot is live) finished
+  slots release their pages and idle slots take the next queued pairs, whose first token is drawn
+  from the stored prompt logits. It stops when the queue is empty and every slot is done, or after
+  `budget` steps (so the host can hand finished groups on and push more prompts, then call again).
+
+Everything per row is data: cap (<= the static output width), temperature, top-p, top-k. Token t of
+sequence r is drawn with key fold_in(fold_in(rng, r), t), so the tokens do not depend on S, the
+slot a sequence got or when it was admitted. A slot is only admitted when the free pages cover
+every live slot's remaining need up to its cap plus its own, so the pool can never run out.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from microcoder_jax.models import Qwen3Config, decoding_params, forward, init_cache, lm_head
+from microcoder_jax.models import paged_attention as pa
+from microcoder_jax.sampling import pages as pg
+from microcoder_jax.sampling.sampler import sample_tokens
+from microcoder_jax.sharding import constrain
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineShape:
+    """Static sizes: a new value compiles new programs."""
+
+    slots: int          # S sequences decoded at once
+    samples: int        # G samples per prompt
+    max_prompts: int    # prompts the queue and outputs can hold over the whole call
+    prompt_width: int   # P, the prompt bucket (a multiple of page_size)
+    max_new: int        # W, the output width; each row's cap is data <= W
+    page_size: int
+    num_pages: int
+    block_pages: int    # pages read per attention block
+    refill_every: int
+    tail_slots: int     # once the queue is empty, `run` returns when half the slots could go (S > this)
+
+    @property
+    def rows(self) -> int:
+        return self.max_prompts * self.samples
+
+    @property
+    def prompt_pages(self) -> int:
+        return self.prompt_width // self.page_size
+
+    @property
+    def table_width(self) -> int:
+        entries = self.prompt_pages + -(-self.max_new // self.page_size)
+        return -(-entries // self.block_pages) * self.block_pages
+
+
+def gen_pages(cap, page_size: int):
+    """Pages a sequence capped at ``cap`` tokens writes (its last token is never fed back)."""
+    return -(-(cap - 1) // page_size)
+
+
+def init_state(config: Qwen3Config, shape: EngineShape, pad_id) -> dict:
+    n, s, w = shape.rows, shape.slots, shape.max_new
+    none = jnp.int32(shape.num_pages)
+    return dict(
+        pool=pa.init_pool(config, shape.num_pages, shape.page_size), pages=pg.init_pages(shape.num_pages),
+        prompt_pages=jnp.full((shape.max_prompts, shape.prompt_pages), none), prompt_len=jnp.zeros(
+            (shape.max_prompts,), jnp.int32),
+        prompt_logits=jnp.zeros((shape.max_prompts, config.vocab_size), jnp.float32), prompts_used=jnp.int32(0),
+        cap=jnp.ones((n,), jnp.int32), temperature=jnp.zeros((n,), jnp.float32), top_p=jnp.ones((n,), jnp.float32),
+        top_k=jnp.zeros((n,), jnp.int32),
+        tokens=jnp.full((n, w), pad_id, jnp.int32), logprobs=jnp.zeros((n, w), jnp.float32),
+        lengths=jnp.zeros((n,), jnp.int32), stopped=jnp.zeros((n,), bool), entropy=jnp.zeros((n,), jnp.float32),
+        queue=jnp.zeros((n,), jnp.int32), head=jnp.int32(0), tail=jnp.int32(0),
+        slot_seq=jnp.full((s,), -1, jnp.int32), slot_t=jnp.zeros((s,), jnp.int32),
+        slot_last=jnp.zeros((s,), jnp.int32), slot_done=jnp.ones((s,), bool),
+        table=jnp.full((s, shape.table_width), none),
+        steps=jnp.int32(0), slot_steps=jnp.int32(0), live_steps=jnp.int32(0), reads=jnp.float32(0),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
+def admit(state, params, prompt_ids, prompt_mask, count, cap, temperature, top_p, top_k, order, *,
+          config: Qwen3Config, shape: EngineShape):
+    """Prefill the first ``count`` of ``prompt_ids [A, P]`` (left-padded) and queue their samples.
+
+    Per-row arrays are ``[A * G]`` in prompt-major order; ``order [A * G]`` lists the local rows
+    in the order they join the queue (the first ``count * G`` entries are used).
+    """
+    a, width = prompt_ids.shape
+    g, ps, none = shape.samples, shape.page_size, shape.num_pages
+    positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
+    hidden, cache = forward(params, config, prompt_ids, attention_mask=prompt_mask, positions=positions,
+                            cache=init_cache(config, a, width), cache_index=0, return_hidden=True)
+    logits = lm_head(params, config, hidden[:, -1])
+    real = jnp.arange(a) < count
+    prompt_len = jnp.where(real, jnp.sum(prompt_mask, axis=-1), 0)
+    need = jnp.arange(shape.prompt_pages)[None, :] < -(-prompt_len // ps)[:, None]
+    pages, ids = pg.allocate(state["pages"], need.reshape(-1), refs=g)
+    ids = ids.reshape(a, shape.prompt_pages)
+    pool = pa.PagePool(*(tuple(pa.write_prompt_pages(p, c, prompt_len, ids) for p, c in zip(pool_part, cache_part))
+                         for pool_part, cache_part in zip(state["pool"], cache)))
+    base = state["prompts_used"]
+    slot_of = jnp.where(real, base + jnp.arange(a), shape.max_prompts)
+    rows = jnp.where(jnp.repeat(real, g), base * g + jnp.arange(a * g), shape.rows)
+    put = lambda name, value: state[name].at[rows].set(value, mode="drop")  # noqa: E731
+    valid = jnp.arange(a * g) < count * g
+    queue = state["queue"].at[jnp.where(valid, state["tail"] + jnp.arange(a * g), shape.rows)].set(
+        base * g + order, mode="drop")
+    return dict(
+        state, pool=pool, pages=pages, queue=queue, tail=state["tail"] + count * g, prompts_used=base + count,
+        prompt_pages=state["prompt_pages"].at[slot_of].set(ids, mode="drop"),
+        prompt_len=state["prompt_len"].at[slot_of].set(prompt_len, mode="drop"),
+        prompt_logits=state["prompt_logits"].at[slot_of].set(logits, mode="drop"),
+        cap=put("cap", cap), temperature=put("temperature", temperature), top_p=put("top_p", top_p),
+        top_k=put("top_k", top_k))
+
+
+def _keys(rng, seq, t):
+    return jax.vmap(lambda r, i: jax.random.fold_in(jax.random.fold_in(rng, r), i))(seq, t)
+
+
+def _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape: EngineShape):
+    """Write each masked slot's new token at its row and position; mark the slot done if it stopped."""
+    seq = jnp.maximum(state["slot_seq"], 0)
+    t = state["slot_t"]
+    row = jnp.where(mask, seq, shape.rows)
+    token = jnp.where(mask, token, pad_id)
+    stop = mask & jnp.isin(token, stop_ids)
+    done = stop | (t + 1 >= state["cap"][seq])
+    return dict(
+        state,
+        tokens=state["tokens"].at[row, t].set(token, mode="drop"),
+        logprobs=state["logprobs"].at[row, t].set(logprob, mode="drop"),
+        lengths=state["lengths"].at[row].set(t + 1, mode="drop"),
+        entropy=state["entropy"].at[row].add(entropy, mode="drop"),
+        stopped=state["stopped"].at[row].set(stop, mode="drop"),
+        slot_t=jnp.where(mask, t + 1, t), slot_last=jnp.where(mask, token, state["slot_last"]),
+        slot_done=jnp.where(mask, done, state["slot_done"]))
+
+
+def _sample(state, logits, mask, rng, stop_ids, pad_id, shape):
+    seq = jnp.maximum(state["slot_seq"], 0)
+    token, logprob, entropy = sample_tokens(logits, _keys(rng, seq, state["slot_t"]), state["temperature"][seq],
+                                            state["top_p"][seq], state["top_k"][seq])
+    return _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape)
+
+
+def release_finished(state, shape: EngineShape):
+    """Slots whose sequence is done give back their pages (prompt pages: one reference) and go idle."""
+    finished = (state["slot_seq"] >= 0) & state["slot_done"]
+    pages = pg.release(state["pages"], jnp.where(finished[:, None], state["table"], shape.num_pages))
+    return dict(state, pages=pages, slot_seq=jnp.where(finished, -1, state["slot_seq"]),
+                table=jnp.where(finished[:, None], shape.num_pages, state["table"]))
+
+
+def _refill(state, rng, stop_ids, pad_id, shape: EngineShape):
+    state = release_finished(state, shape)
+    s, ps, g = shape.slots, shape.page_size, shape.samples
+    idle = state["slot_seq"] < 0
+    seq, t = jnp.maximum(state["slot_seq"], 0), state["slot_t"]
+    live = ~idle & ~state["slot_done"]
+    outstanding = jnp.sum(jnp.where(live, gen_pages(state["cap"][seq], ps) - -(-(t - 1) // ps), 0))
+    r = jnp.arange(s)
+    candidate = state["queue"][jnp.minimum(state["head"] + r, shape.rows - 1)]
+    fits = jnp.cumsum(gen_pages(state["cap"][candidate], ps)) <= state["pages"].count - outstanding
+    take = (r < jnp.sum(idle)) & (state["head"] + r < state["tail"]) & fits
+    rank = jnp.cumsum(idle) - 1
+    joins = idle & take[jnp.clip(rank, 0, s - 1)]
+    new_seq = candidate[jnp.clip(rank, 0, s - 1)]
+    prompt_rows = state["prompt_pages"][new_seq // g]
+    row = jnp.concatenate([prompt_rows, jnp.full((s, shape.table_width - shape.prompt_pages), shape.num_pages)], 1)
+    state = dict(state, head=state["head"] + jnp.sum(take), slot_seq=jnp.where(joins, new_seq, state["slot_seq"]),
+                 slot_t=jnp.where(joins, 0, t), table=jnp.where(joins[:, None], row, state["table"]))
+    return _sample(state, state["prompt_logits"][new_seq // g], joins, rng, stop_ids, pad_id, shape)
+
+
+def _step(state, params, rng, stop_ids, pad_id, config: Qwen3Config, shape: EngineShape):
+    """Feed every live slot's last token (generated index t - 1) and sample token t."""
+    s, ps, bp, g = shape.slots, shape.page_size, shape.block_pages, shape.samples
+    live = (state["slot_seq"] >= 0) & ~state["slot_done"]
+    seq, t = jnp.maximum(state["slot_seq"], 0), state["slot_t"]
+    prompt_len = state["prompt_len"][seq // g]
+    prompt_pages = -(-prompt_len // ps)
+    j = t - 1
+    entry = prompt_pages + j // ps
+    pages, new = pg.allocate(state["pages"], live & (j % ps == 0))
+    table = state["table"].at[jnp.arange(s), jnp.where(new < shape.num_pages, entry, shape.table_width)].set(
+        new, mode="drop")
+    write_page = jnp.where(live, jnp.take_along_axis(table, entry[:, None], 1, mode="clip")[:, 0], shape.num_pages)
+    view = pa.SlotView(table, prompt_len, prompt_pages, t,
+                       pa.blocks_needed(prompt_pages + -(-t // ps), live, bp))
+    logits, pool = pa.paged_decode_step(params, config, state["slot_last"], prompt_len + j, state["pool"],
+                                        write_page, j % ps, view, bp)
+    logits = constrain(logits, ("batch", "vocab"))
+    state = dict(state, pool=pool, pages=pages, table=table, steps=state["steps"] + 1,
+                 slot_steps=state["slot_steps"] + s,
+                 live_steps=state["live_steps"] + jnp.sum(live),
+                 reads=state["reads"] + (s * bp * ps) * view.blocks.astype(jnp.float32))
+    return _sample(state, logits, live, rng, stop_ids, pad_id, shape)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
+def run(state, params, stop_ids, pad_id, rng, budget, *, config: Qwen3Config, shape: EngineShape):
+    """Decode until every queued sequence is done or ``budget`` steps have run; see the module doc."""
+    params = decoding_params(params, config)
+    start = state["steps"]
+
+    def pending(st):  # queued pairs and a slot that is idle or done
+        return (st["head"] < st["tail"]) & jnp.any((st["slot_seq"] < 0) | st["slot_done"])
+
+    def running(st):
+        live = (st["slot_seq"] >= 0) & ~st["slot_done"]
+        shrinkable = (shape.slots > shape.tail_slots) & (st["head"] >= st["tail"]) & (
+            2 * jnp.sum(live) <= shape.slots)
+        return (st["steps"] - start < budget) & (jnp.any(live) | (st["head"] < st["tail"])) & ~shrinkable
+
+    def body(st):
+        live = (st["slot_seq"] >= 0) & ~st["slot_done"]
+        due = (st["steps"] % shape.refill_every == 0) | ~jnp.any(live)
+        st = jax.lax.cond(due & pending(st), lambda x: _refill(x, rng, stop_ids, pad_id, shape), lambda x: x, st)
+        return _step(st, params, rng, stop_ids, pad_id, config, shape)
+
+    return release_finished(jax.lax.while_loop(running, body, state), shape)
+
+
+SLOT_KEYS = ("slot_seq", "slot_t", "slot_last", "slot_done", "table")
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "slots"), donate_argnames=("state",))
+def resize(state, *, shape: EngineShape, slots: int):
+    """The same sequences on ``slots`` slots: occupied slots first, in order, then idle ones.
+
+    The host shrinks S for the tail (compute follows the live rows) and grows it back when more
+    prompts arrive; the caller makes sure the occupied slots fit.
+    """
+    order = jnp.argsort(state["slot_seq"] < 0, stable=True)
+    pad = max(0, slots - shape.slots)
+    fills = dict(slot_seq=-1, slot_t=0, slot_last=0, slot_done=True, table=shape.num_pages)
+
+    def fit(name):
+        x = state[name][order][:slots]
+        return jnp.concatenate([x, jnp.full((pad, *x.shape[1:]), fills[name], x.dtype)]) if pad else x
+
+    return dict(state, **{name: fit(name) for name in SLOT_KEYS})
