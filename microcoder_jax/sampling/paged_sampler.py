@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import Qwen3Config
+from microcoder_jax.models import Qwen3Config, param_logical_axes, param_shapes
 from microcoder_jax.sampling import engine
 from microcoder_jax.sampling.sampler import SamplerOutput, _per_row, left_pad, prompt_bucket
 
@@ -64,7 +64,8 @@ class PagedSession:
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
         self.pad_id, self.rng = pad_id, rng
         self.stop_ids = jnp.asarray(np.asarray(list(stop_token_ids), np.int32))
-        self.params = params if mesh is None else jax.device_put(params, shd.param_shardings(config, mesh))
+        self.params = params if mesh is None else jax.device_put(
+            params, shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config)))
         self.prompt_ids = np.zeros((0, prompt_width), np.int32)
         self.prompt_mask = np.zeros((0, prompt_width), np.int32)
         self.temperature = np.zeros((0,), np.float32)
