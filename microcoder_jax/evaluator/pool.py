@@ -7,7 +7,6 @@ may be in flight. The threads spend their time blocked on pipes; only comparison
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import queue

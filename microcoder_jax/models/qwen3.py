@@ -12,10 +12,7 @@ scale ``head_dim ** -0.5``, SwiGLU MLP, tied or untied LM head.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import os
 from typing import Any, NamedTuple
 
 import jax
@@ -23,145 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax.models import attention as attn_lib
+from microcoder_jax.models.config import Qwen3Config
 from microcoder_jax.models.decoding import INPUT_DIMS, DecodingParams, decoding_params, is_decoding  # noqa: F401
 from microcoder_jax.sharding import constrain
-
-ROPE_TYPES = ("default", "linear", "yarn")
-REMAT_POLICIES = ("none", "full", "dots", "dots_saveable")
-
-
-@dataclasses.dataclass(frozen=True)
-class Qwen3Config:
-    """Qwen3 shapes and numerics; frozen and hashable so it can be a static jit argument."""
-
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rope_theta: float = 1_000_000.0
-    rope_scaling: tuple | None = None  # sorted (key, value) items of HF's rope_scaling, or None
-    rms_norm_eps: float = 1e-6
-    tie_word_embeddings: bool = False
-    max_position_embeddings: int = 40960
-    param_dtype: str = "float32"
-    dtype: str = "bfloat16"
-    remat: str = "full"
-    attention: str = "auto"
-
-    def __post_init__(self):
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
-        if self.remat not in REMAT_POLICIES:
-            raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
-        if self.attention not in attn_lib.IMPLEMENTATIONS:
-            raise ValueError(f"attention must be one of {attn_lib.IMPLEMENTATIONS}, got {self.attention!r}")
-        if isinstance(self.rope_scaling, dict):  # accept a dict, store a hashable tuple
-            object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
-        rope_type = dict(self.rope_scaling or ()).get("rope_type", "default")
-        if rope_type not in ROPE_TYPES:
-            raise ValueError(f"unsupported rope_scaling type {rope_type!r}; supported: {ROPE_TYPES}")
-
-    def replace(self, **changes) -> "Qwen3Config":
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_hf(cls, config: dict | str | os.PathLike, **overrides) -> "Qwen3Config":
-        """From a Hugging Face ``config.json`` (dict, file, or checkpoint directory)."""
-        if not isinstance(config, dict):
-            path = os.fspath(config)
-            if os.path.isdir(path):
-                path = os.path.join(path, "config.json")
-            with open(path) as f:
-                config = json.load(f)
-        archs = config.get("architectures") or ["Qwen3ForCausalLM"]
-        if "Qwen3ForCausalLM" not in archs or config.get("model_type", "qwen3") != "qwen3":
-            raise ValueError(f"unsupported architecture {archs} / model_type {config.get('model_type')!r}: "
-                             "only dense Qwen3ForCausalLM is supported")
-        if config.get("use_sliding_window"):
-            raise ValueError("config field use_sliding_window=true is not supported")
-        if config.get("attention_bias"):
-            raise ValueError("config field attention_bias=true is not supported (Qwen3 has no biases)")
-        if config.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"config field hidden_act={config['hidden_act']!r} is not supported (need silu)")
-        rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
-        rope_theta = rope.pop("rope_theta", config.get("rope_theta", 10000.0))
-        rope_type = rope.pop("rope_type", rope.pop("type", "default"))
-        if rope_type not in ROPE_TYPES:
-            raise ValueError(f"config field rope_scaling.rope_type={rope_type!r} is not supported; "
-                             f"supported: {ROPE_TYPES}")
-        rope_scaling = None
-        if rope_type != "default":
-            rope = {k: v for k, v in rope.items() if v is not None}
-            if "factor" not in rope:
-                raise ValueError(f"config field rope_scaling.factor is required for rope_type={rope_type!r}")
-            if rope_type == "yarn":
-                rope.setdefault("original_max_position_embeddings", config.get("max_position_embeddings"))
-            rope_scaling = tuple(sorted({**rope, "rope_type": rope_type}.items()))
-        try:
-            fields = dict(
-                vocab_size=config["vocab_size"],
-                hidden_size=config["hidden_size"],
-                intermediate_size=config["intermediate_size"],
-                num_layers=config["num_hidden_layers"],
-                num_heads=config["num_attention_heads"],
-                num_kv_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
-                head_dim=config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
-                rope_theta=float(rope_theta),
-                rope_scaling=rope_scaling,
-                rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-                tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-                max_position_embeddings=int(config.get("max_position_embeddings", 40960)),
-            )
-        except KeyError as e:
-            raise ValueError(f"config.json is missing required field {e.args[0]!r}") from None
-        return cls(**{**fields, **overrides})
-
-    def to_hf(self) -> dict:
-        """A ``config.json`` dict that transformers loads as ``Qwen3ForCausalLM``."""
-        return {
-            "architectures": ["Qwen3ForCausalLM"],
-            "model_type": "qwen3",
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": self.num_layers,
-            "num_attention_heads": self.num_heads,
-            "num_key_value_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "hidden_act": "silu",
-            "max_position_embeddings": self.max_position_embeddings,
-            "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta,
-            "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None,
-            "tie_word_embeddings": self.tie_word_embeddings,
-            "attention_bias": False,
-            "attention_dropout": 0.0,
-            "use_sliding_window": False,
-            "torch_dtype": self.param_dtype,
-        }
-
-    def to_json(self) -> str:
-        d = dataclasses.asdict(self)
-        d["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling else None
-        return json.dumps(d, indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "Qwen3Config":
-        return cls(**json.loads(text))
-
-    def num_params(self) -> int:
-        """Total parameter count (embedding counted once when tied)."""
-        d, h, k, hd, f, layers = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
-                                  self.intermediate_size, self.num_layers)
-        per_layer = d * hd * (h + 2 * k) + h * hd * d + 3 * d * f + 2 * d + 2 * hd
-        head = 0 if self.tie_word_embeddings else d * self.vocab_size
-        return self.vocab_size * d + layers * per_layer + d + head
-
 
 class KVCache(NamedTuple):
     """Preallocated keys and values: one ``[batch, kv_heads, max_len, head_dim]`` array per layer.

@@ -94,7 +94,7 @@ def admit(state, params, prompt_ids, prompt_mask, count, cap, temperature, top_p
     in the order they join the queue (the first ``count * G`` entries are used).
     """
     a, width = prompt_ids.shape
-    g, ps, none = shape.samples, shape.page_size, shape.num_pages
+    g, ps = shape.samples, shape.page_size
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
     hidden, cache = forward(params, config, prompt_ids, attention_mask=prompt_mask, positions=positions,
                             cache=init_cache(config, a, width), cache_index=0, return_hidden=True)
