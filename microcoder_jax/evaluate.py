@@ -18,6 +18,7 @@ import os
 import sys
 import time
 
+from microcoder_jax.data.jsonl import BadLine, read_jsonl
 from microcoder_jax.evaluator.extract import extract_code
 from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, judge_error, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool
@@ -44,28 +45,23 @@ def _parse_args(argv):
 def _read_solutions(path: str, problems: dict) -> list[tuple]:
     """(problem, code, row, None) per good row; (problem or None, None, row, reason) per bad one."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                rows.append((None, None, {}, f"line {line_no + 1}: invalid JSON ({e})"))
-                continue
-            if not isinstance(row, dict):
-                rows.append((None, None, {}, f"line {line_no + 1}: not a JSON object"))
-                continue
-            qid = str(row.get("question_id"))
-            problem = problems.get(qid)
-            if problem is None:
-                rows.append((None, None, row, f"line {line_no + 1}: unknown question_id {qid!r}"))
-            elif "code" in row:
-                rows.append((problem, row["code"], row, None))
-            elif "response" in row:
-                rows.append((problem, extract_code(row["response"]), row, None))
-            else:
-                rows.append((problem, None, row, f"line {line_no + 1}: neither 'code' nor 'response'"))
+    for line_no, row in read_jsonl(path):
+        if isinstance(row, BadLine):
+            rows.append((None, None, {}, f"line {line_no + 1}: invalid JSON ({row.error})"))
+            continue
+        if not isinstance(row, dict):
+            rows.append((None, None, {}, f"line {line_no + 1}: not a JSON object"))
+            continue
+        qid = str(row.get("question_id"))
+        problem = problems.get(qid)
+        if problem is None:
+            rows.append((None, None, row, f"line {line_no + 1}: unknown question_id {qid!r}"))
+        elif "code" in row:
+            rows.append((problem, row["code"], row, None))
+        elif "response" in row:
+            rows.append((problem, extract_code(row["response"]), row, None))
+        else:
+            rows.append((problem, None, row, f"line {line_no + 1}: neither 'code' nor 'response'"))
     return rows
 
 

@@ -19,6 +19,8 @@ import pickle
 import zlib
 from typing import Any, Iterator
 
+from microcoder_jax.data.jsonl import BadLine, read_jsonl
+
 log = logging.getLogger(__name__)
 
 TEST_KINDS = ("stdin", "functional")
@@ -250,25 +252,11 @@ def _iter_rows(path: str) -> Iterator[tuple[int, Any]]:
                 raise ValueError(f"{path}: expected a JSON list of rows")
             yield from enumerate(rows)
             return
-        for index, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                row = _BadJSON(str(e))
-            yield index, row
-
-
-class _BadJSON:
-    """Stands for a JSONL line that does not parse, so the error is reported like any bad row."""
-
-    def __init__(self, error: str):
-        self.error = error
+    yield from read_jsonl(path)  # a line that does not parse is a BadLine, reported like any bad row
 
 
 def _row_label(row: Any) -> str:
-    if isinstance(row, _BadJSON):
+    if isinstance(row, BadLine):
         return f" (invalid JSON: {row.error})"
     if isinstance(row, dict):
         for key in ("question_id", "problem_id", "id", "name"):

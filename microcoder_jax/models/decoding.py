@@ -63,15 +63,13 @@ def decoding_params(params: dict, config) -> DecodingParams:
     return DecodingParams(convert("embed", params["embed"], False), layers, params["final_norm"], lm_head)
 
 
-def decoding_layout(config) -> tuple[DecodingParams, DecodingParams]:
-    """(logical axes, divisibility shapes) of every ``DecodingParams`` leaf, for ``sharding.logical_to_sharding``.
+def decoding_layout(config, axes: dict, shapes: dict) -> tuple[DecodingParams, DecodingParams]:
+    """(logical axes, divisibility shapes) of every ``DecodingParams`` leaf, for ``sharding.logical_to_sharding``,
+    from the stored params' ``param_logical_axes(config)`` and ``param_shapes(config)``.
 
     A merged dim is named by its first stored dim (``heads`` for ``heads x head_dim``) and its
     divisibility size is that dim's size, so ``tensor`` splits whole heads or nothing.
     """
-    from microcoder_jax.models.qwen3 import param_logical_axes, param_shapes
-
-    shapes, axes = param_shapes(config), param_logical_axes(config)
 
     def convert(name, ax, shape, stacked):
         ax, shape = ax[int(stacked):], shape[int(stacked):]

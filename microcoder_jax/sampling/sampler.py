@@ -287,7 +287,7 @@ def _decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperatu
 
 def decode_shardings(config: Qwen3Config, mesh, rules: dict | None = None) -> DecodingParams:
     """``NamedSharding`` of every ``DecodingParams`` leaf on ``mesh`` (``rules``: ``DECODE_AXIS_RULES``)."""
-    axes, sizes = decoding_layout(config)
+    axes, sizes = decoding_layout(config, param_logical_axes(config), param_shapes(config))
     return shd.logical_to_sharding(axes, mesh, sizes, rules=DECODE_AXIS_RULES if rules is None else rules)
 
 
