@@ -23,7 +23,7 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
 
     s = config.sampling
     rows = prompts * group
-    slots = s.slots or paged_sampler.default_slots(rows)
+    slots = paged_sampler.call_slots(s.slots, rows)
     ps = s.page_size
     if width % ps:
         raise ValueError(f"prompt bucket {width} is not a multiple of sampling.page_size={ps}")
@@ -89,13 +89,15 @@ def estimate(program: Program, mesh):
             "engine state besides the pool (args, donated)": local_bytes(state) - local_bytes(state["pool"])}
     if program.name.endswith("admit"):
         a, width = program.args[2].shape
+        local = analytic._split(a, mesh.shape["data"] * mesh.shape["fsdp"])  # XLA splits the block's rows
         comp["gathered weights (one layer x2)"] = 2 * layer * 4 // t
-        comp["prompt KV cache (dense, the admit block)"] = analytic._kv(mc, a, width, t)
-        comp["activations (one layer, forward)"] = analytic._layer_activations(mc, a * width, True, t, width) // 2
-        comp["attention scores (f32) and probabilities (bf16), one layer"] = a * (h // t) * width * width * 6
+        comp["prompt KV cache (dense, the admit block)"] = analytic._kv(mc, local, width, t)
+        comp["activations (one layer, forward)"] = analytic._layer_activations(mc, local * width, True, t, width) // 2
+        comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * width * width * 6
         flops = 2.0 * l * layer * a * width + analytic._attention_flops(mc, a, width, width, False)
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
     s, reads = shape.slots, shape.table_width * shape.page_size
+    comp["page pool copy (the while loop's carry; XLA double-buffers it)"] = pool
     comp["decode weights (compute-dtype copy)"] = (l * layer + v * d) * 2 // t
     comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * max(k // t, 1) * shape.block_pages * \
         shape.page_size * hd * 4 * 2
