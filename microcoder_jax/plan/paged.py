@@ -91,7 +91,7 @@ def estimate(program: Program, mesh):
         a, width = program.args[2].shape
         local = analytic._split(a, mesh.shape["data"] * mesh.shape["fsdp"])  # XLA splits the block's rows
         comp["gathered weights (one layer x2)"] = 2 * layer * 4 // t
-        comp["prompt KV cache (dense, the admit block)"] = analytic._kv(mc, local, width, t)
+        comp["prompt KV cache (dense, one layer alive)"] = analytic._kv(mc, local, width, t) // l
         comp["activations (one layer, forward)"] = analytic._layer_activations(mc, local * width, True, t, width) // 2
         comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * width * width * 6
         flops = 2.0 * l * layer * a * width + analytic._attention_flops(mc, a, width, width, False)
