@@ -36,6 +36,11 @@ def load(model: str, algo: str, overrides: list[str]):
                            overrides)
 
 
+def _sampler(config) -> str:
+    s = config.sampling
+    return f"paged, {s.slots or 'auto'} slots" if s.engine == "paged" else "static"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="1.7b,4b")
@@ -45,7 +50,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", default=programs.CACHE_DIR)
     args, rest = parser.parse_known_args(argv)
     overrides = [a[len("--config."):] for a in rest if a.startswith("--config.")]
-    header = ("| model | rl | topology | mesh (d,f,t) | micro | " + " | ".join(COLUMNS)
+    header = ("| model | rl | topology | mesh (d,f,t) | micro | sampler | "
+              + " | ".join(c.replace("prefill", "prefill / admit") for c in COLUMNS)
               + " | analytic vs XLA | verdict |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     notes = []
@@ -60,8 +66,8 @@ def main(argv=None) -> int:
                 rows = {r.program.name: r for r in plan.rows}
                 cells = []
                 for col in COLUMNS:
-                    r = rows.get(col)
-                    if r is None:  # a sampler without a decode layout has no reshard program
+                    r = rows.get(col, rows.get(col.replace("prefill", "admit")))  # the paged engine admits
+                    if r is None:  # the paged engine (and a sampler without a decode layout) has no reshard
                         cells.append("-")
                         continue
                     if r.error and not r.compiled.oom:
@@ -74,7 +80,8 @@ def main(argv=None) -> int:
                 worst = max(diffs, key=abs) if diffs else float("nan")
                 m = plan.mesh_shape
                 lines.append(f"| {model} | {algo} | {name} ({topology.chip.hbm_bytes / 2 ** 30:.0f} GiB) | "
-                             f"{m['data']},{m['fsdp']},{m['tensor']} | {plan.shapes.micro} | " + " | ".join(cells)
+                             f"{m['data']},{m['fsdp']},{m['tensor']} | {plan.shapes.micro} | {_sampler(config)} | "
+                             + " | ".join(cells)
                              + f" | {worst:+.0%} | {'fits' if plan.fits else 'does not fit'} |")
                 notes += [f"{model} {algo} {name}: {s}" for s in plan.suggestions]
                 print(lines[-1], file=sys.stderr, flush=True)

@@ -15,9 +15,13 @@ constant temperature 1.2, 300 steps, evaluation at 8K. Every key is listed by `t
 from microcoder_jax.config import default_config
 
 MODELS = {  # model-specific knobs: the preset (its shape, when no model.path is given) and memory
-    "qwen3-1.7b": {"model.preset": "qwen3-1.7b"},
-    "qwen3-4b": {"model.preset": "qwen3-4b-instruct-2507",
-                 "rl.micro_batch_size": 4},  # the 4B model: half the rows per forward/backward
+    # 1.7B: a v5p-8 (4 chips x 95 GiB), FSDP over the 4 chips; the paged sampler decodes 32 of the
+    # 512 rows at a time (`python -m microcoder_jax.plan --topology=v5p-8` compiles every program)
+    "qwen3-1.7b": {"model.preset": "qwen3-1.7b", "sampling.slots": 32},
+    # 4B: a v5p-8 with the KV heads over tensor=2 (the sampler's page pool is replicated over the
+    # data axes, split over tensor) and FSDP over the other 2; micro-batch 4 splits over those 2
+    "qwen3-4b": {"model.preset": "qwen3-4b-instruct-2507", "rl.micro_batch_size": 4, "mesh.tensor": 2,
+                 "sampling.slots": 64},
 }
 ALGORITHMS = ("microcoder", "grpo", "dapo")
 
@@ -38,6 +42,7 @@ def get_config(arg: str = "qwen3-1.7b,microcoder"):
     c.data.enable_thinking = False  # thinking off: answers fit the 4K training budget
     c.sampling.group_size = 8
     c.sampling.max_new_tokens = 4096
+    c.sampling.engine = "paged"  # continuous batching over a paged KV cache: S slots, not all 512 rows
     c.temperature.policy = "constant"  # 1.2: the paper's stable setting for Qwen3
     c.temperature.temperature = 1.2
     c.rl.preset = algorithm
@@ -58,7 +63,7 @@ def get_config(arg: str = "qwen3-1.7b,microcoder"):
     c.eval.temperature = 0.6
     c.eval.top_p = 0.95
     c.mesh.fsdp = -1  # FSDP over every device
-    for key, value in MODELS[model].items():
+    for key, value in MODELS[model].items():  # (slots and mesh: sized for the slice in the comment)
         group, name = key.split(".")
         c[group][name] = value
     return c

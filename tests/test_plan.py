@@ -152,3 +152,39 @@ def test_estimates_count_loop_trips():
     long = planner.plan(config, topo, search=False, only=("sample decode",)).rows[0].estimate
     assert 1.9 < long.flops / short.flops < 2.3
     assert isinstance(short, analytic.Estimate) and programs.Shapes
+
+
+PAGED = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.max_new_tokens=448", "data.prompt_buckets=(64,)",
+         "sampling.slots=64"]
+
+
+def test_paged_engine_programs_are_planned_and_fit(tmp_path):
+    """`sampling.engine=paged`: the engine's admit and run loop are compiled instead of prefill/decode."""
+    _tpu_devices("v5e:2x2")
+    config = cli.load_config(DEMO, PAGED)
+    topology = parse_topology("v5e:2x2")
+    result = planner.plan(config, topology, cache_dir=str(tmp_path), only=("sample admit", "sample decode"),
+                          search=False)
+    assert [r.program.name for r in result.rows] == ["sample admit", "sample decode"]
+    for row in result.rows:
+        assert row.error == "", row.error
+        assert result.verdict(row) == "fits"
+    decode = result.rows[1]
+    shape = decode.program.kwargs["shape"]
+    assert shape.slots == 64 and shape.num_pages == 16 * (64 // 16) + 64 * 28  # prompts + S at the cap
+    pool = decode.estimate.components["page pool (args, donated)"]
+    assert pool == shape.num_pages * 16 * 2 * 2 * config.model.num_kv_heads * config.model.head_dim * 4
+    assert decode.compiled.argument_bytes >= pool  # the pool is an argument of the run loop
+    # the run loop is one data-dependent while loop
+    assert any(lp["data_dependent"] for lp in decode.compiled.loops)
+
+    # a budget the 64-slot loop does not fit but 32 slots do: the search suggests 32 slots, compiled
+    half = planner.plan(planner.with_overrides(config, **{"sampling.slots": 32}), topology,
+                        cache_dir=str(tmp_path), only=("sample decode",), search=False).rows[0].total
+    assert half < decode.total
+    hbm = int((half + decode.total) / 2 / planner.HEADROOM)
+    small = dataclasses.replace(topology, chip=dataclasses.replace(topology.chip, hbm_bytes=hbm))
+    tight = planner.plan(config, small, cache_dir=str(tmp_path), only=("sample decode",))
+    assert not tight.fits
+    assert len(tight.suggestions) == 1 and "32 slots fits" in tight.suggestions[0], tight.suggestions
+    assert "--config.sampling.slots=32" in tight.suggestions[0]

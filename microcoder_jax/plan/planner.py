@@ -67,7 +67,8 @@ def _resident(program, state_bytes: int, params_bytes: int, rl_config) -> int:
     ref = params_bytes if rl_config.kl_beta > 0 else 0
     if program.name == "train step":
         return ref
-    takes_params = isinstance(program.args[0], dict)  # stored params, not the sampler's decode copy
+    # stored params (or the paged engine's state, then the stored params), not the sampler's decode copy
+    takes_params = isinstance(program.args[0], dict)
     return state_bytes - (params_bytes if takes_params else 0) + ref
 
 

@@ -21,14 +21,39 @@ def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
         if config.model.remat != "full":
             out.append(("remat full", {"model.remat": "full"}))
     else:
-        key = "data.num_prompts" if name.startswith("sample") else "eval.batch_problems"
-        prompts = config.data.num_prompts if name.startswith("sample") else config.eval.batch_problems
-        while prompts // 2 >= 1:
-            prompts //= 2
-            out.append((f"{prompts} prompts per sampler call", {key: prompts}))
+        if name.endswith("decode"):
+            out += _slot_candidates(config, name)
+        if config.sampling.engine == "static":
+            key = "data.num_prompts" if name.startswith("sample") else "eval.batch_problems"
+            prompts = config.data.num_prompts if name.startswith("sample") else config.eval.batch_problems
+            while prompts // 2 >= 1:
+                prompts //= 2
+                out.append((f"{prompts} prompts per sampler call", {key: prompts}))
     tensor = mesh_shape["tensor"] * 2
     if shards >= tensor:
         out.append((f"mesh tensor={tensor}", {"mesh.tensor": tensor, "mesh.fsdp": -1, "mesh.data": 1}))
+    return out
+
+
+def _slot_candidates(config, name: str) -> list[tuple[str, dict]]:
+    """Decode: fewer slots of the paged engine (the static engine: switch to it), largest first."""
+    from microcoder_jax.plan.paged import engine_shape
+
+    sample = name.startswith("sample")
+    prompts = config.data.num_prompts if sample else config.eval.batch_problems
+    group = config.sampling.group_size if sample else config.eval.samples
+    slots = engine_shape(config, prompts, group, max(config.data.prompt_buckets), 1).slots
+    if config.sampling.engine == "static":
+        return [(f"paged engine, {s} slots", {"sampling.engine": "paged", "sampling.slots": s})
+                for s in _halves(slots, include=True)]
+    return [(f"{s} slots", {"sampling.slots": s}) for s in _halves(slots, include=False)]
+
+
+def _halves(n: int, include: bool) -> list[int]:
+    out = [n] if include else []
+    while n // 2 >= 1:
+        n //= 2
+        out.append(n)
     return out
 
 

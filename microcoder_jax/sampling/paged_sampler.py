@@ -30,6 +30,11 @@ def default_slots(rows: int) -> int:
     return max(1, min(rows, 256))
 
 
+def call_slots(slots: int | None, rows: int) -> int:
+    """S for a call of ``rows`` rows: ``slots`` (the default when None or 0), never more than the rows."""
+    return min(slots or default_slots(rows), rows)
+
+
 def default_tail_slots(slots: int) -> int:
     """The tail halves S while half the slots are idle, down to S / 8 (each size compiles `run` once)."""
     return max(1, slots // 8)
@@ -198,7 +203,7 @@ def generate_paged(params, config: Qwen3Config, prompts: Sequence[Sequence[int]]
     width = prompt_bucket(max(len(p) for p in prompts), prompt_buckets)
     session = PagedSession(params, config, num_samples=num_samples, max_prompts=len(prompts),
                            max_new_tokens=max_new_tokens, prompt_width=width, stop_token_ids=stop_token_ids,
-                           pad_id=pad_id, rng=rng, slots=slots or default_slots(len(prompts) * num_samples),
+                           pad_id=pad_id, rng=rng, slots=call_slots(slots, len(prompts) * num_samples),
                            page_size=page_size, refill_every=refill_every, tail_slots=tail_slots,
                            num_pages=num_pages,
                            max_admit=max(64, len(prompts)) if queue_order is not None else 64, mesh=mesh)

@@ -1,0 +1,108 @@
+"""The paged engine's programs (`sampling.engine=paged`) for the planner, and their analytic model.
+
+One sampler call of the paged engine runs two jitted programs (sampling/engine.py): `admit`
+(prefill a block of up to 64 prompts into the page pool) and `run` (the decode loop over S slots).
+They are planned at the sizes `paged_sampler.PagedSession` would pick: S = `sampling.slots` (or its
+default), a pool of every prompt's pages plus S sequences at the cap. The engine's state (pool,
+queue, outputs) is replicated over the data axes and its KV heads split over `tensor`.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from microcoder_jax import sharding
+from microcoder_jax.plan.programs import Program, _sds, abstract_params, local_bytes
+
+MAX_ADMIT = 64  # PagedSession's default admit block (prompts prefilled per admit call)
+
+
+def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
+    """The EngineShape PagedSession builds for one call of `prompts` x `group` rows (its defaults)."""
+    from microcoder_jax.sampling import engine, paged_sampler
+
+    s = config.sampling
+    rows = prompts * group
+    slots = paged_sampler.call_slots(s.slots, rows)
+    ps = s.page_size
+    if width % ps:
+        raise ValueError(f"prompt bucket {width} is not a multiple of sampling.page_size={ps}")
+    need = engine.gen_pages(max_new, ps)
+    return engine.EngineShape(slots=slots, samples=group, max_prompts=prompts, prompt_width=width, max_new=max_new,
+                              page_size=ps, num_pages=prompts * (width // ps) + slots * need,
+                              block_pages=max(1, 64 // ps), refill_every=s.refill_every,
+                              tail_slots=min(paged_sampler.default_tail_slots(slots), slots))
+
+
+def _state(mc, shape, mesh):
+    """The engine state as abstract arrays: pool KV heads over `tensor`, everything else replicated."""
+    from microcoder_jax.models import paged_attention as pa
+    from microcoder_jax.sampling import engine
+
+    state = jax.eval_shape(lambda: engine.init_state(mc, shape, 0))
+    rep = sharding.replicated(mesh)
+    pool_sh = jax.sharding.NamedSharding(mesh, sharding.logical_to_spec(
+        pa.POOL_AXES, mesh, (shape.num_pages, mc.num_kv_heads, shape.page_size, mc.head_dim)))
+    out = jax.tree.map(lambda a: _sds(a.shape, a.dtype, rep), state)
+    out["pool"] = jax.tree.map(lambda a: _sds(a.shape, a.dtype, pool_sh), state["pool"])
+    return out
+
+
+def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new) -> list[Program]:
+    """`engine.admit` (one block of min(prompts, 64) prompts) and `engine.run` of one paged call."""
+    from microcoder_jax.sampling import engine
+
+    shape = engine_shape(config, prompts, group, width, max_new)
+    state, params, rep = _state(mc, shape, mesh), abstract_params(mc, mesh), sharding.replicated(mesh)
+    a = 1 << (min(prompts, MAX_ADMIT) - 1).bit_length()  # admit blocks are powers of two
+    row = lambda d: _sds((a * group,), d, rep)  # noqa: E731
+    admit_args = (state, params, _sds((a, width), jnp.int32, rep), _sds((a, width), jnp.int32, rep),
+                  _sds((), jnp.int32, rep), row(jnp.int32), row(jnp.float32), row(jnp.float32), row(jnp.int32),
+                  row(jnp.int32))
+    admit = Program(f"{tag} admit", engine.admit, admit_args, dict(config=mc, shape=shape), mc)
+    run_args = (state, params, _sds((2,), jnp.int32, rep), _sds((), jnp.int32, rep), _sds((2,), jnp.uint32, rep),
+                _sds((), jnp.int32, rep))
+    run = Program(f"{tag} decode", engine.run, run_args, dict(config=mc, shape=shape), mc)
+    return [admit, run]
+
+
+def is_paged(program: Program) -> bool:
+    return "shape" in program.kwargs and hasattr(program.kwargs["shape"], "num_pages")
+
+
+def pool_bytes(mc, shape, tensor: int) -> int:
+    """pages x page_size x layers x 2 (K, V) x kv_heads (per device) x head_dim x dtype bytes."""
+    kv = mc.num_kv_heads // tensor if mc.num_kv_heads % tensor == 0 else mc.num_kv_heads
+    return shape.num_pages * shape.page_size * mc.num_layers * 2 * kv * mc.head_dim * jnp.dtype(mc.dtype).itemsize
+
+
+def estimate(program: Program, mesh):
+    """Per-device bytes of admit / run by component, FLOPs and HBM traffic (the analytic.Estimate)."""
+    from microcoder_jax.plan import analytic
+
+    mc, shape = program.model_config, program.kwargs["shape"]
+    d, h, k, hd, f, v, l, layer = analytic._dims(mc)
+    t = mesh.shape["tensor"]
+    state, params = program.args[0], program.args[1]
+    pool = pool_bytes(mc, shape, t)
+    comp = {"params (args)": local_bytes(params), "page pool (args, donated)": pool,
+            "engine state besides the pool (args, donated)": local_bytes(state) - local_bytes(state["pool"])}
+    if program.name.endswith("admit"):
+        a, width = program.args[2].shape
+        local = analytic._split(a, mesh.shape["data"] * mesh.shape["fsdp"])  # XLA splits the block's rows
+        comp["gathered weights (one layer x2)"] = 2 * layer * 4 // t
+        comp["prompt KV cache (dense, one layer alive)"] = analytic._kv(mc, local, width, t) // l
+        comp["activations (one layer, forward)"] = analytic._layer_activations(mc, local * width, True, t, width) // 2
+        comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * width * width * 6
+        flops = 2.0 * l * layer * a * width + analytic._attention_flops(mc, a, width, width, False)
+        return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
+    s, reads = shape.slots, shape.table_width * shape.page_size
+    comp["page pool copy (the while loop's carry; XLA double-buffers it)"] = pool
+    comp["decode weights (compute-dtype copy)"] = (l * layer + v * d) * 2 // t
+    comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * max(k // t, 1) * shape.block_pages * \
+        shape.page_size * hd * 4 * 2
+    comp["sampling temporaries (logits, probs x4)"] = s * v * 4 * 4
+    steps = -(-shape.rows // s) * shape.max_new  # every slot busy to the cap: the worst case
+    flops = steps * (2.0 * (l * layer + v * d) * s + analytic._attention_flops(mc, s, 1, reads // 2, False))
+    hbm = steps * ((l * layer + v * d) * 2 / t + s * l * 2 * max(k // t, 1) * hd * 2 * reads / 2)
+    return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=shape.rows * shape.max_new)
