@@ -179,7 +179,7 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
     assert any(lp["data_dependent"] for lp in decode.compiled.loops)
 
     # a budget the 64-slot loop does not fit but 32 slots do: the search suggests 32 slots, compiled
-    half = planner.plan(planner.with_overrides(config, **{"sampling.slots": 32}), topology,
+    half = planner.plan(programs.with_overrides(config, **{"sampling.slots": 32}), topology,
                         cache_dir=str(tmp_path), only=("sample decode",), search=False).rows[0].total
     assert half < decode.total
     hbm = int((half + decode.total) / 2 / planner.HEADROOM)

@@ -2,7 +2,6 @@
 fits the chip's HBM beside what stays resident, and search a few candidates for what does not."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 
@@ -96,7 +95,7 @@ def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tupl
     if search and not result.fits:
         from microcoder_jax.plan import suggest
 
-        result.suggestions = suggest.search(config, topology, result, cache_dir=cache_dir, log=log)
+        result.suggestions = suggest.search(config, topology, result, plan=plan, cache_dir=cache_dir, log=log)
     return result
 
 
@@ -115,15 +114,3 @@ def _sampler_gathers() -> bool:
 
     return not any(hasattr(sampler, n) for n in ("decode_layout", "to_decode_layout", "DecodeParams",
                                                  "decode_params"))
-
-
-def with_overrides(config, **changes):
-    """A copy of `config` with dotted keys changed (`rl.micro_batch_size=4`)."""
-    c = copy.deepcopy(config)
-    for key, value in changes.items():
-        node, parts = c, key.split(".")
-        for part in parts[:-1]:
-            node = node[part]
-        with node.unlocked():
-            node[parts[-1]] = value
-    return c

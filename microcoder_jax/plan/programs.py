@@ -8,6 +8,7 @@ on disk by the lowered program's text, so a rerun or a candidate seen before cos
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import inspect
@@ -301,3 +302,15 @@ def local_bytes(tree) -> int:
         shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
         total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
     return total
+
+
+def with_overrides(config, **changes):
+    """A copy of `config` with dotted keys changed (`rl.micro_batch_size=4`)."""
+    c = copy.deepcopy(config)
+    for key, value in changes.items():
+        node, parts = c, key.split(".")
+        for part in parts[:-1]:
+            node = node[part]
+        with node.unlocked():
+            node[parts[-1]] = value
+    return c

@@ -2,7 +2,7 @@
 analytic model and confirmed by compiling (at most a few compiles per program)."""
 from __future__ import annotations
 
-from microcoder_jax.plan import planner
+from microcoder_jax.plan.programs import with_overrides
 
 MAX_COMPILES = 3  # per failing program
 
@@ -57,8 +57,10 @@ def _halves(n: int, include: bool) -> list[int]:
     return out
 
 
-def search(config, topology, result, *, cache_dir, log=lambda *_: None) -> list[str]:
-    """One line per program that does not fit: the first candidate that compiles and fits."""
+def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) -> list[str]:
+    """One line per program that does not fit: the first candidate that compiles and fits.
+
+    `plan` is `planner.plan` (passed in, so this module does not import the planner back)."""
     lines = []
     hbm = topology.chip.hbm_bytes
     for row in result.rows:
@@ -67,8 +69,8 @@ def search(config, topology, result, *, cache_dir, log=lambda *_: None) -> list[
         name, found, compiles = row.program.name, None, 0
         for label, changes in candidates(config, name, result.mesh_shape):
             try:
-                cand = planner.with_overrides(config, **changes)
-                guess = planner.plan(cand, topology, only=(name,), search=False, compile_=False)
+                cand = with_overrides(config, **changes)
+                guess = plan(cand, topology, only=(name,), search=False, compile_=False)
             except (ValueError, KeyError) as e:  # e.g. rows no longer split into mini-batches
                 log(f"  {name}: {label}: {e}")
                 continue
@@ -81,7 +83,7 @@ def search(config, topology, result, *, cache_dir, log=lambda *_: None) -> list[
                 continue
             compiles += 1
             log(f"  {name}: trying {label} ...")
-            real = planner.plan(cand, topology, only=(name,), search=False, cache_dir=cache_dir)
+            real = plan(cand, topology, only=(name,), search=False, cache_dir=cache_dir)
             if real.verdict(real.rows[0]) == "fits":
                 found = (label, changes, real.rows[0].total, "compiled")
                 break
