@@ -203,10 +203,6 @@ def _decoding(params) -> bool:
 
 def estimate(program: Program, mesh, sh: Shapes, rl_config, gathers_weights: bool = False) -> Estimate:
     """The analytic model of one of programs.rl_step_programs' programs, by its name."""
-    from microcoder_jax.plan import paged
-
-    if paged.is_paged(program):
-        return paged.estimate(program, mesh)
     tag, _, kind = program.name.partition(" ")
     if program.name == "decode layout":
         return decode_layout(program, mesh)

@@ -106,3 +106,16 @@ def estimate(program: Program, mesh):
     flops = steps * (2.0 * (l * layer + v * d) * s + analytic._attention_flops(mc, s, 1, reads // 2, False))
     hbm = steps * ((l * layer + v * d) * 2 / t + s * l * 2 * max(k // t, 1) * hd * 2 * reads / 2)
     return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=shape.rows * shape.max_new)
+
+
+def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]:
+    """`programs.rl_step_programs` for `sampling.engine=paged`: admit + run instead of prefill + decode."""
+    from microcoder_jax.plan import programs
+
+    sh = programs.shapes_of(config, rl_config, mesh)
+    mc = programs.model_config_for(config, tpu, sh.prompt_width)
+    return (paged_programs("sample", config, mc, mesh, config.data.num_prompts, sh.group, sh.prompt_width, sh.max_new)
+            + [programs.logprob_program(config, rl_config, mesh, sh, tpu),
+               programs.train_program(config, rl_config, mesh, sh, tpu)]
+            + paged_programs("eval", config, mc, mesh, config.eval.batch_problems, sh.eval_samples, sh.prompt_width,
+                             sh.eval_max_new))

@@ -8,7 +8,7 @@ import math
 import jax
 
 from microcoder_jax import config as config_lib
-from microcoder_jax.plan import analytic, programs
+from microcoder_jax.plan import analytic, paged, programs
 from microcoder_jax.plan.topologies import Topology
 
 HEADROOM = 0.95  # a program "fits" below this share of HBM (runtime buffers, fragmentation)
@@ -77,7 +77,8 @@ def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tupl
     rl_config = config_lib.make_rl_config(config)
     compile_ = compile_ and topology.aot_name is not None
     mesh = programs.make_mesh(config, topology.devices()) if compile_ else abstract_mesh(config, topology.num_devices)
-    progs = programs.rl_step_programs(config, rl_config, mesh, tpu=topology.chip.tpu)
+    builder = paged.rl_step_programs if config.sampling.engine == "paged" else programs.rl_step_programs
+    progs = builder(config, rl_config, mesh, tpu=topology.chip.tpu)
     if only:
         progs = [p for p in progs if p.name in only]
     shapes = programs.shapes_of(config, rl_config, mesh)
@@ -89,7 +90,8 @@ def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tupl
         log(f"{'compiling' if compile_ else 'modelling'} {prog.name} ...")
         compiled = programs.compile_program(prog, mesh, cache_dir, topology.aot_name or "") if compile_ else None
         gathers = _gathers_weights(compiled, mc) if compiled is not None else _sampler_gathers()
-        est = analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers)
+        est = (paged.estimate(prog, mesh) if paged.is_paged(prog)
+               else analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers))
         rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config)))
     result = Plan(topology, dict(mesh.shape), mc, shapes, rows)
     if search and not result.fits:

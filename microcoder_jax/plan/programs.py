@@ -204,14 +204,6 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
     """Every program of one RL step plus eval sampling, in the order the loop runs them."""
     sh = shapes_of(config, rl_config, mesh)
     mc_prompt = model_config_for(config, tpu, sh.prompt_width)
-    if config.sampling.engine == "paged":  # admit + run of the paged engine instead of prefill + decode
-        from microcoder_jax.plan.paged import paged_programs
-
-        return (paged_programs("sample", config, mc_prompt, mesh, config.data.num_prompts, sh.group, sh.prompt_width,
-                               sh.max_new)
-                + [logprob_program(config, rl_config, mesh, sh, tpu), train_program(config, rl_config, mesh, sh, tpu)]
-                + paged_programs("eval", config, mc_prompt, mesh, config.eval.batch_problems, sh.eval_samples,
-                                 sh.prompt_width, sh.eval_max_new))
     layout = decode_layout_program(mc_prompt, mesh)
     out = [layout] if layout is not None else []
     out += sampler_programs("sample", config, mc_prompt, mesh, sh.prompts, sh.group, sh.prompt_width, sh.max_new,
