@@ -12,7 +12,7 @@ from microcoder_jax.models import (PRESETS, Qwen3Config, decoding_params, forwar
 from microcoder_jax.models import attention as attn_lib
 from microcoder_jax.models.decoding import DecodingParams
 from microcoder_jax.models.hf import load_hf_params
-from tiny_checkpoint import make_tiny_hf_model
+from tiny_checkpoint import make_tiny_hf_model, saved_tiny_model
 
 jit_forward = jax.jit(forward, static_argnums=1, static_argnames="return_hidden")
 
@@ -49,11 +49,7 @@ def _max_rel_err(ours, ref, mask):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The default tiny checkpoint (GQA 2, tied), loaded once for the cache/remat tests."""
-    path = tmp_path_factory.mktemp("tiny")
-    model = make_tiny_hf_model(seed=1)
-    model.save_pretrained(path)
-    config = Qwen3Config.from_hf(path, dtype="float32")
-    return model, config, load_hf_params(path, config)
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny"), seed=1)
 
 
 @pytest.mark.parametrize("name,overrides", CASES, ids=[c[0] for c in CASES])

@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from microcoder_jax.models import Qwen3Config, forward
-from microcoder_jax.models.hf import load_hf_params
+from microcoder_jax.models import forward
 from microcoder_jax.sampling import sampler
 from microcoder_jax.sampling.sampler import (default_stop_token_ids, generate, phase_ends, prompt_bucket,
                                              sample_tokens)
@@ -23,13 +22,10 @@ STOPS = [2, 10, 20, 30, 50, 60, 70, 80]  # EOS (2) plus seven more so that some 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from tiny_checkpoint import make_tiny_hf_model
+    from tiny_checkpoint import saved_tiny_model
 
     path = tmp_path_factory.mktemp("tiny_qwen3")
-    hf = make_tiny_hf_model(seed=0)
-    hf.save_pretrained(path)
-    config = Qwen3Config.from_hf(path, dtype="float32")
-    return hf, config, load_hf_params(path, config), path
+    return (*saved_tiny_model(path, seed=0), path)
 
 
 def _generate(tiny, prompts=PROMPTS, **kw):

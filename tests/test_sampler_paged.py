@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from microcoder_jax.models import Qwen3Config, forward
-from microcoder_jax.models.hf import load_hf_params
+from microcoder_jax.models import forward
 from microcoder_jax.sampling import engine, pages as pg
 from microcoder_jax.sampling.paged_sampler import PagedSession, generate_paged
 from microcoder_jax.sampling.sampler import generate, sample_tokens
@@ -29,13 +28,9 @@ ENGINES = [(ROWS, 16, 4, ROWS // 2), (ROWS // 2, 8, 1, ROWS // 2), (3, 16, 1, 3)
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from tiny_checkpoint import make_tiny_hf_model
+    from tiny_checkpoint import saved_tiny_model
 
-    path = tmp_path_factory.mktemp("tiny_qwen3_paged")
-    hf = make_tiny_hf_model(seed=0)
-    hf.save_pretrained(path)
-    config = Qwen3Config.from_hf(path, dtype="float32")
-    return hf, config, load_hf_params(path, config)
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny_qwen3_paged"), seed=0)
 
 
 def _paged(tiny, engine_shape, prompts=PROMPTS, **kw):
