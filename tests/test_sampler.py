@@ -51,15 +51,13 @@ def _check_layout(out):
 
 
 def test_greedy_matches_transformers(tiny):
-    import torch
+    from tiny_checkpoint import hf_greedy
 
     hf = tiny[0]
     out = _generate(tiny, temperature=0.0)
     _check_layout(out)
     for i, prompt in enumerate(PROMPTS):  # HF generates each prompt alone, unpadded
-        ids = torch.tensor([prompt])
-        ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False,
-                          eos_token_id=STOPS, pad_token_id=PAD)[0, len(prompt):].tolist()
+        ref = hf_greedy(hf, prompt, MAX_NEW, STOPS, PAD)
         for row in (i * G, i * G + 1):
             assert out.tokens[row, :out.lengths[row]].tolist() == ref
     np.testing.assert_array_equal(out.prompt_mask.sum(1), np.repeat([len(p) for p in PROMPTS], G))

@@ -74,14 +74,12 @@ def test_greedy_matches_todays_sampler_with_mixed_caps(tiny, greedy_reference, e
 
 
 def test_greedy_matches_transformers(tiny, greedy_reference):
-    import torch
+    from tiny_checkpoint import hf_greedy
 
     hf = tiny[0]
     out = _paged(tiny, ENGINES[-1], temperature=0.0)
     for i, prompt in enumerate(PROMPTS):  # HF generates each prompt alone, unpadded
-        ids = torch.tensor([prompt])
-        ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False,
-                          eos_token_id=STOPS, pad_token_id=PAD)[0, len(prompt):].tolist()
+        ref = hf_greedy(hf, prompt, MAX_NEW, STOPS, PAD)
         for row in (i * G, i * G + 1):
             assert out.tokens[row, :out.lengths[row]].tolist() == ref
 

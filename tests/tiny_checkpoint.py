@@ -65,3 +65,13 @@ def saved_tiny_model(path, seed: int = 0, **config_overrides):
     hf.save_pretrained(path)
     config = Qwen3Config.from_hf(path, dtype="float32")
     return hf, config, load_hf_params(path, config)
+
+
+def hf_greedy(hf, prompt, max_new_tokens: int, stop_ids, pad_id: int) -> list[int]:
+    """transformers' greedy continuation of one unpadded prompt (the reference for our samplers)."""
+    import torch
+
+    ids = torch.tensor([list(prompt)])
+    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+                      eos_token_id=list(stop_ids), pad_token_id=pad_id)
+    return out[0, len(prompt):].tolist()
