@@ -136,8 +136,8 @@ def _expected_refs(session):
     for s in np.flatnonzero(st["slot_seq"] >= 0):
         used = st["table"][s][st["table"][s] < shape.num_pages]
         prompt = st["slot_seq"][s] // G
-        pp = -(-st["prompt_len"][prompt] // shape.page_size)
-        np.testing.assert_array_equal(st["table"][s][:pp], st["prompt_pages"][prompt][:pp])  # its own prompt's pages
+        full = st["prompt_len"][prompt] // shape.page_size
+        np.testing.assert_array_equal(st["table"][s][:full], st["prompt_pages"][prompt][:full])  # shared full pages
         np.add.at(refs, used, 1)
     for seq in st["queue"][st["head"]:st["tail"]]:
         prompt_pages = st["prompt_pages"][seq // G]

@@ -1,10 +1,10 @@
 """Qwen3 decode steps over a paged KV cache: per-layer page pools read through per-slot page tables.
 
-A pool holds ``[pages, kv_heads, page_size, head_dim]`` keys (and values) per layer. A slot's page
-table lists its pages in order; logical cache index ``c = entry * page_size + offset``. A slot's
-prompt fills indices ``[0, prompt_len)`` of its first ``prompt_pages`` entries (pages shared by all
-samples of the prompt) and its generated tokens start on a fresh page at ``prompt_pages *
-page_size``, so no sample ever writes into a shared page.
+A pool holds ``[kv_heads, pages, page_size, head_dim]`` keys (and values) per layer, the layout of
+JAX's TPU paged-attention kernel. A slot's keys are contiguous in its page table: logical index
+``c`` lives at page ``table[c // page_size]``, offset ``c % page_size``, and ``[0, lengths)`` are
+valid. The prompt's full pages are shared by its G samples; a partly filled last prompt page is
+copied into each sample's first own page when it takes a slot, so no sample writes a shared page.
 
 The XLA path reads pages in blocks of ``block_pages`` with an online softmax, and only as many
 blocks as the longest live slot needs this step (a ``fori_loop`` with a traced trip count), not the
@@ -20,37 +20,38 @@ import jax.numpy as jnp
 from microcoder_jax.models import qwen3
 from microcoder_jax.sharding import constrain
 
-POOL_AXES = (None, "kv_heads", None, "head_dim")
+POOL_AXES = ("kv_heads", None, None, "head_dim")
 
 
 class PagePool(NamedTuple):
-    """Keys and values: one ``[pages, kv_heads, page_size, head_dim]`` array per layer."""
+    """Keys and values: one ``[kv_heads, pages, page_size, head_dim]`` array per layer."""
 
     k: tuple
     v: tuple
 
 
+def pool_shape(config: qwen3.Qwen3Config, num_pages: int, page_size: int) -> tuple[int, ...]:
+    return (config.num_kv_heads, num_pages, page_size, config.head_dim)
+
+
 def init_pool(config: qwen3.Qwen3Config, num_pages: int, page_size: int, dtype=None) -> PagePool:
-    shape = (num_pages, config.num_kv_heads, page_size, config.head_dim)
+    shape = pool_shape(config, num_pages, page_size)
     dtype = jnp.dtype(dtype or config.dtype)
     zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))  # noqa: E731
     return PagePool(zeros(), zeros())
 
 
 class SlotView(NamedTuple):
-    """What attention needs to know about each slot's cache, all ``[S]`` except ``table [S, M]``."""
+    """What attention needs to know about each slot's cache."""
 
-    table: jax.Array         # page ids; entries past the used ones may hold anything (masked)
-    prompt_len: jax.Array    # real prompt tokens at logical indices [0, prompt_len)
-    prompt_pages: jax.Array  # generated tokens start at prompt_pages * page_size
-    written: jax.Array       # generated tokens already in the cache (including this step's)
-    blocks: jax.Array        # scalar: blocks of block_pages entries to read this step
+    table: jax.Array    # [S, M] page ids; entries past the used ones may hold anything (masked)
+    lengths: jax.Array  # [S] valid keys, this step's own included (0: idle slot)
+    blocks: jax.Array   # scalar: blocks of block_pages entries to read this step
 
 
-def blocks_needed(view_pages: jax.Array, live: jax.Array, block_pages: int) -> jax.Array:
-    """Blocks of ``block_pages`` table entries that cover every live slot's used pages."""
-    longest = jnp.max(jnp.where(live, view_pages, 0))
-    return jnp.maximum(-(-longest // block_pages), 1)
+def blocks_needed(lengths: jax.Array, page_size: int, block_pages: int) -> jax.Array:
+    """Blocks of ``block_pages`` table entries that cover every slot's valid keys (at least one)."""
+    return jnp.maximum(-(-jnp.max(lengths) // (page_size * block_pages)), 1)
 
 
 def write_prompt_pages(pool_layer: jax.Array, cache_layer: jax.Array, prompt_len: jax.Array,
@@ -64,38 +65,39 @@ def write_prompt_pages(pool_layer: jax.Array, cache_layer: jax.Array, prompt_len
     page_size = pool_layer.shape[2]
     src = jnp.minimum(jnp.arange(width)[None, :] + (width - prompt_len)[:, None], width - 1)  # [B, P]
     aligned = jnp.take_along_axis(cache_layer, src[:, None, :, None], axis=2)
-    pages = aligned.reshape(b, kv, width // page_size, page_size, d).transpose(0, 2, 1, 3, 4)
-    return pool_layer.at[page_ids.reshape(-1)].set(
-        pages.reshape(-1, kv, page_size, d).astype(pool_layer.dtype), mode="drop")
+    pages = aligned.transpose(1, 0, 2, 3).reshape(kv, b * (width // page_size), page_size, d)
+    return pool_layer.at[:, page_ids.reshape(-1)].set(pages.astype(pool_layer.dtype), mode="drop")
+
+
+def copy_pages(pool: PagePool, src: jax.Array, dst: jax.Array) -> PagePool:
+    """Page ``src[i]`` copied to page ``dst[i]`` in every layer (ids out of range: nothing copied)."""
+    copy = lambda x: x.at[:, dst].set(jnp.take(x, src, axis=1, mode="clip"), mode="drop")  # noqa: E731
+    return PagePool(tuple(map(copy, pool.k)), tuple(map(copy, pool.v)))
 
 
 def paged_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, view: SlotView,
                     block_pages: int) -> jax.Array:
     """One query per slot ``q [S, H, D]`` over its pages -> ``[S, H, D]`` (plain XLA, online softmax).
 
-    Each block's pages are gathered into a head-first ``[S, K, slots, D]`` copy, then read by
-    broadcast multiply-reduces as in ``attention.cached_attention``: on XLA:CPU a gather fused into
-    the reductions, or a batched matmul over the gathered pages, was 5-7x slower.
+    Each block's pages are gathered into a ``[K, S, slots, D]`` copy (no transpose: the pool is
+    kv-head first) and read by broadcast multiply-reduces as in ``attention.cached_attention``.
     """
     s, h, d = q.shape
-    kv, page_size = pool_k.shape[1], pool_k.shape[2]
+    kv, page_size = pool_k.shape[0], pool_k.shape[2]
     width = block_pages * page_size
-    qh = q.reshape(s, kv, h // kv, 1, d).astype(jnp.float32)
+    qk = q.reshape(s, kv, h // kv, d).transpose(1, 0, 2, 3).astype(jnp.float32)  # [K, S, G, D]
     low = jnp.finfo(jnp.float32).min
-    gen_start = view.prompt_pages * page_size
 
-    def gather(pool, ids):  # [S, bp] page ids -> [S, K, bp * page_size, D]
-        block = jnp.take(pool, ids, axis=0, mode="clip").astype(jnp.float32)
-        return block.transpose(0, 2, 1, 3, 4).reshape(s, kv, width, d)
+    def gather(pool, ids):  # [S, bp] page ids -> [K, S, bp * page_size, D]
+        return jnp.take(pool, ids, axis=1, mode="clip").astype(jnp.float32).reshape(kv, s, width, d)
 
     def block(j, carry):
         top, total, acc = carry
         ids = jax.lax.dynamic_slice_in_dim(view.table, j * block_pages, block_pages, axis=1)
         kb, vb = jax.lax.optimization_barrier((gather(pool_k, ids), gather(pool_v, ids)))
-        c = j * width + jnp.arange(width)[None, :]  # logical indices [1, width]
-        valid = (c < view.prompt_len[:, None]) | ((c >= gen_start[:, None]) & (c < (gen_start + view.written)[:, None]))
-        scores = jnp.sum(qh * kb[:, :, None], axis=-1) * (d ** -0.5)  # [S, K, G, width]
-        scores = jnp.where(valid[:, None, None], scores, low)
+        valid = j * width + jnp.arange(width)[None, :] < view.lengths[:, None]  # [S, width]
+        scores = jnp.sum(qk[:, :, :, None] * kb[:, :, None], axis=-1) * (d ** -0.5)  # [K, S, G, width]
+        scores = jnp.where(valid[None, :, None], scores, low)
         new_top = jnp.maximum(top, jnp.max(scores, axis=-1))
         scale = jnp.exp(top - new_top)
         e = jnp.exp(scores - new_top[..., None])
@@ -103,9 +105,9 @@ def paged_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, view: Sl
         acc = acc * scale[..., None] + jnp.sum(e[..., None] * vb[:, :, None], axis=-2)
         return new_top, total, acc
 
-    init = (jnp.full((s, kv, h // kv), low), jnp.zeros((s, kv, h // kv)), jnp.zeros((s, kv, h // kv, d)))
+    init = (jnp.full((kv, s, h // kv), low), jnp.zeros((kv, s, h // kv)), jnp.zeros((kv, s, h // kv, d)))
     _, total, acc = jax.lax.fori_loop(0, view.blocks, block, init)
-    return (acc / total[..., None]).reshape(s, h, d).astype(q.dtype)
+    return (acc / total[..., None]).transpose(1, 0, 2, 3).reshape(s, h, d).astype(q.dtype)
 
 
 def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array, positions: jax.Array,
@@ -125,8 +127,8 @@ def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array
         pk, pv = pool.k[i], pool.v[i]
 
         def attend(q, k, v, pk=pk, pv=pv):
-            pk = pk.at[write_page, :, write_offset].set(k[:, 0].astype(pk.dtype), mode="drop")
-            pv = pv.at[write_page, :, write_offset].set(v[:, 0].astype(pv.dtype), mode="drop")
+            pk = pk.at[:, write_page, write_offset].set(k[:, 0].swapaxes(0, 1).astype(pk.dtype), mode="drop")
+            pv = pv.at[:, write_page, write_offset].set(v[:, 0].swapaxes(0, 1).astype(pv.dtype), mode="drop")
             pk, pv = constrain(pk, POOL_AXES), constrain(pv, POOL_AXES)
             return paged_attention(q[:, 0], pk, pv, view, block_pages)[:, None], (pk, pv)
 

@@ -27,9 +27,8 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
     ps = s.page_size
     if width % ps:
         raise ValueError(f"prompt bucket {width} is not a multiple of sampling.page_size={ps}")
-    need = engine.gen_pages(max_new, ps)
     return engine.EngineShape(slots=slots, samples=group, max_prompts=prompts, prompt_width=width, max_new=max_new,
-                              page_size=ps, num_pages=prompts * (width // ps) + slots * need,
+                              page_size=ps, num_pages=engine.default_num_pages(prompts, width, slots, max_new, ps),
                               block_pages=max(1, 64 // ps), refill_every=s.refill_every,
                               tail_slots=min(paged_sampler.default_tail_slots(slots), slots))
 
@@ -42,7 +41,7 @@ def _state(mc, shape, mesh):
     state = jax.eval_shape(lambda: engine.init_state(mc, shape, 0))
     rep = sharding.replicated(mesh)
     pool_sh = jax.sharding.NamedSharding(mesh, sharding.logical_to_spec(
-        pa.POOL_AXES, mesh, (shape.num_pages, mc.num_kv_heads, shape.page_size, mc.head_dim)))
+        pa.POOL_AXES, mesh, pa.pool_shape(mc, shape.num_pages, shape.page_size)))
     out = jax.tree.map(lambda a: _sds(a.shape, a.dtype, rep), state)
     out["pool"] = jax.tree.map(lambda a: _sds(a.shape, a.dtype, pool_sh), state["pool"])
     return out

@@ -13,8 +13,10 @@ Two jitted programs per shape (`EngineShape`, all static):
 
 Everything per row is data: cap (<= the static output width), temperature, top-p, top-k. Token t of
 sequence r is drawn with key fold_in(fold_in(rng, r), t), so the tokens do not depend on S, the
-slot a sequence got or when it was admitted. A slot is only admitted when the free pages cover
-every live slot's remaining need up to its cap plus its own, so the pool can never run out.
+slot a sequence got or when it was admitted. A sequence's keys are contiguous in its page table
+(the prompt's full pages shared, a partly filled last prompt page copied into the sequence's first
+own page as it takes a slot). A slot is only admitted when the free pages cover every live slot's
+remaining need up to its cap plus its own, so the pool can never run out.
 """
 from __future__ import annotations
 
@@ -60,9 +62,20 @@ class EngineShape:
         return -(-entries // self.block_pages) * self.block_pages
 
 
-def gen_pages(cap, page_size: int):
-    """Pages a sequence capped at ``cap`` tokens writes (its last token is never fed back)."""
-    return -(-(cap - 1) // page_size)
+def own_pages(prompt_len, keys, page_size: int):
+    """Pages a sequence owns once ``keys`` of its generated tokens are cached: from its prompt's
+    partly filled last page (copied) to the page of its last key."""
+    return -(-(prompt_len + keys) // page_size) - prompt_len // page_size
+
+
+def max_own_pages(cap: int, page_size: int) -> int:
+    """The most pages a sequence capped at ``cap`` tokens can own (its last token is never fed back)."""
+    return -(-(page_size - 1 + cap - 1) // page_size)
+
+
+def default_num_pages(max_prompts: int, prompt_width: int, slots: int, max_new: int, page_size: int) -> int:
+    """A pool that holds every prompt's pages and S sequences at the cap: admission never waits."""
+    return max_prompts * (prompt_width // page_size) + slots * max_own_pages(max_new, page_size)
 
 
 def init_state(config: Qwen3Config, shape: EngineShape, pad_id) -> dict:
@@ -162,22 +175,33 @@ def release_finished(state, shape: EngineShape):
 
 def _refill(state, rng, stop_ids, pad_id, shape: EngineShape):
     state = release_finished(state, shape)
-    s, ps, g = shape.slots, shape.page_size, shape.samples
+    s, ps, g, none = shape.slots, shape.page_size, shape.samples, shape.num_pages
     idle = state["slot_seq"] < 0
     seq, t = jnp.maximum(state["slot_seq"], 0), state["slot_t"]
     live = ~idle & ~state["slot_done"]
-    outstanding = jnp.sum(jnp.where(live, gen_pages(state["cap"][seq], ps) - -(-(t - 1) // ps), 0))
+    prompt_len = state["prompt_len"][seq // g]
+    outstanding = jnp.sum(jnp.where(live, own_pages(prompt_len, state["cap"][seq] - 1, ps)
+                                    - own_pages(prompt_len, t - 1, ps), 0))
     r = jnp.arange(s)
     candidate = state["queue"][jnp.minimum(state["head"] + r, shape.rows - 1)]
-    fits = jnp.cumsum(gen_pages(state["cap"][candidate], ps)) <= state["pages"].count - outstanding
+    need = own_pages(state["prompt_len"][candidate // g], state["cap"][candidate] - 1, ps)
+    fits = jnp.cumsum(need) <= state["pages"].count - outstanding
     take = (r < jnp.sum(idle)) & (state["head"] + r < state["tail"]) & fits
     rank = jnp.cumsum(idle) - 1
     joins = idle & take[jnp.clip(rank, 0, s - 1)]
     new_seq = candidate[jnp.clip(rank, 0, s - 1)]
-    prompt_rows = state["prompt_pages"][new_seq // g]
-    row = jnp.concatenate([prompt_rows, jnp.full((s, shape.table_width - shape.prompt_pages), shape.num_pages)], 1)
-    state = dict(state, head=state["head"] + jnp.sum(take), slot_seq=jnp.where(joins, new_seq, state["slot_seq"]),
-                 slot_t=jnp.where(joins, 0, t), table=jnp.where(joins[:, None], row, state["table"]))
+    prompt_len, prompt_row = state["prompt_len"][new_seq // g], state["prompt_pages"][new_seq // g]
+    full = prompt_len // ps  # shared pages; a partly filled last one is copied to a page of the slot's own
+    partial = joins & (prompt_len % ps > 0)
+    shared_last = jnp.where(partial, jnp.take_along_axis(prompt_row, full[:, None], 1, mode="clip")[:, 0], none)
+    pages, own = pg.allocate(state["pages"], partial)
+    pool = pa.copy_pages(state["pool"], shared_last, own)
+    entries = jnp.arange(shape.table_width)[None, :]
+    prompt_row = jnp.concatenate([prompt_row, jnp.full((s, shape.table_width - shape.prompt_pages), none)], 1)
+    row = jnp.where(entries < full[:, None], prompt_row, jnp.where(entries == full[:, None], own[:, None], none))
+    state = dict(state, pool=pool, pages=pg.release(pages, shared_last), head=state["head"] + jnp.sum(take),
+                 slot_seq=jnp.where(joins, new_seq, state["slot_seq"]), slot_t=jnp.where(joins, 0, t),
+                 table=jnp.where(joins[:, None], row, state["table"]))
     return _sample(state, state["prompt_logits"][new_seq // g], joins, rng, stop_ids, pad_id, shape)
 
 
@@ -187,17 +211,16 @@ def _step(state, params, rng, stop_ids, pad_id, config: Qwen3Config, shape: Engi
     live = (state["slot_seq"] >= 0) & ~state["slot_done"]
     seq, t = jnp.maximum(state["slot_seq"], 0), state["slot_t"]
     prompt_len = state["prompt_len"][seq // g]
-    prompt_pages = -(-prompt_len // ps)
-    j = t - 1
-    entry = prompt_pages + j // ps
-    pages, new = pg.allocate(state["pages"], live & (j % ps == 0))
+    index = prompt_len + t - 1  # the fed token's logical cache index (and position)
+    entry = index // ps
+    pages, new = pg.allocate(state["pages"], live & (index % ps == 0))
     table = state["table"].at[jnp.arange(s), jnp.where(new < shape.num_pages, entry, shape.table_width)].set(
         new, mode="drop")
     write_page = jnp.where(live, jnp.take_along_axis(table, entry[:, None], 1, mode="clip")[:, 0], shape.num_pages)
-    view = pa.SlotView(table, prompt_len, prompt_pages, t,
-                       pa.blocks_needed(prompt_pages + -(-t // ps), live, bp))
-    logits, pool = pa.paged_decode_step(params, config, state["slot_last"], prompt_len + j, state["pool"],
-                                        write_page, j % ps, view, bp)
+    lengths = jnp.where(live, index + 1, 0)
+    view = pa.SlotView(table, lengths, pa.blocks_needed(lengths, ps, bp))
+    logits, pool = pa.paged_decode_step(params, config, state["slot_last"], index, state["pool"],
+                                        write_page, index % ps, view, bp)
     logits = constrain(logits, ("batch", "vocab"))
     state = dict(state, pool=pool, pages=pages, table=table, steps=state["steps"] + 1,
                  slot_steps=state["slot_steps"] + s,

@@ -55,9 +55,9 @@ class PagedSession:
             raise ValueError(f"prompt bucket {prompt_width} is not a multiple of page_size={page_size}; "
                              "pick a page size that divides the prompt buckets (8 or 16 for the default ones)")
         block_pages = block_pages or max(1, 64 // page_size)
-        need = engine.gen_pages(max_new_tokens, page_size)
+        need = engine.max_own_pages(max_new_tokens, page_size)
         prompt_pages = max_prompts * (prompt_width // page_size)
-        num_pages = num_pages or prompt_pages + slots * need
+        num_pages = num_pages or engine.default_num_pages(max_prompts, prompt_width, slots, max_new_tokens, page_size)
         if num_pages < prompt_pages + need:
             raise ValueError(f"num_pages={num_pages} cannot hold the prompts ({prompt_pages} pages) and one "
                              f"sequence at the cap ({need}); raise it to at least {prompt_pages + need}")
