@@ -73,6 +73,19 @@ def test_kernel_interpreted_matches_the_reference(heads, kv_heads, pages_per_blo
     _check(_kernel(*args, pages_per_block=pages_per_block), args, 1e-5)
 
 
+def test_the_kernel_reads_no_block_past_a_slots_length():
+    """Table entries in blocks past a slot's last one are never read (interpret mode checks bounds)."""
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
+    q, pool_k, pool_v, lengths, table = _inputs(4, 2, table_width=6)
+    block = 2 * PAGE  # pages_per_block=2: a slot reads cdiv(length, 2 * PAGE) blocks of 2 entries
+    read = -(-np.asarray(lengths)[:, None] // block) * 2 > np.arange(6)[None, :]
+    wild = jnp.asarray(np.where(read, np.minimum(table, PAGES - 1), 10 * PAGES))
+    with pltpu.force_tpu_interpret_mode():
+        got = paged_attention(q * D ** -0.5, pool_k, pool_v, lengths, wild, pages_per_compute_block=2)
+    _check(got, (q, pool_k, pool_v, lengths, table), 1e-5)
+
+
 def test_kernel_interpreted_in_bfloat16():
     args = _inputs(4, 2, dtype=jnp.bfloat16, seed=1)
     got = _kernel(*args, pages_per_block=2)
