@@ -176,3 +176,33 @@ def test_kernel_compiles_for_tpu_under_the_mesh(v5e_devices, mesh_shape, page_si
     assert not re.search(r"all-gather|all-to-all", hlo), "the pool must not move between devices"
     memory = program.memory_analysis()
     assert memory.argument_size_in_bytes > 0
+
+
+def test_the_paged_engine_takes_the_kernel_where_it_serves_and_matches_xla():
+    """A bf16 head_dim-128 model: attention=auto in interpret mode runs the engine's decode through the
+    kernel (traced once per layer), greedy tokens equal to attention=xla."""
+    import dataclasses
+    from unittest import mock
+
+    from microcoder_jax.models import Qwen3Config, init_params
+    from microcoder_jax.models import paged_attention as pa
+    from microcoder_jax.sampling.paged_sampler import generate_paged
+
+    config = Qwen3Config(vocab_size=64, hidden_size=128, intermediate_size=256, num_layers=2, num_heads=2,
+                         num_kv_heads=1, head_dim=128, dtype="bfloat16", attention="auto")
+    params = init_params(config, jax.random.key(0))
+    prompts = [[5, 9, 13], list(range(3, 14)), [7] * 9]
+    kw = dict(num_samples=2, temperature=0.0, max_new_tokens=12, stop_token_ids=[], pad_id=0,
+              rng=jax.random.key(1), slots=3, page_size=8, prompt_buckets=(16,))
+    xla = generate_paged(params, dataclasses.replace(config, attention="xla"), prompts, **kw)
+    assert pa.choose("auto", 128, jnp.bfloat16) == "xla"  # not on TPU: XLA
+    with pltpu.force_tpu_interpret_mode():
+        assert pa.choose("auto", 128, jnp.bfloat16) == "kernel"
+        assert pa.choose("auto", 128, jnp.float32) == "xla"  # the kernel would round an fp32 pool
+        with pytest.raises(ValueError, match="bfloat16"):
+            pa.choose("splash", 128, jnp.float32)
+        with mock.patch.object(pa, "paged_kernel_attention", wraps=pa.paged_kernel_attention) as spy:
+            kernel = generate_paged(params, config, prompts, **kw)
+    assert spy.call_count >= config.num_layers
+    np.testing.assert_array_equal(kernel.tokens, xla.tokens)
+    np.testing.assert_allclose(kernel.logprobs, xla.logprobs, atol=2e-2)

@@ -155,7 +155,7 @@ def test_estimates_count_loop_trips():
 
 
 PAGED = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.max_new_tokens=448", "data.prompt_buckets=(64,)",
-         "sampling.slots=64"]
+         "sampling.slots=64", "model.dtype=bfloat16", "model.head_dim=128", "model.attention=auto"]
 
 
 def test_paged_engine_programs_are_planned_and_fit(tmp_path):
@@ -174,15 +174,16 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
     # prompts + S sequences at the cap: 447 fed keys after up to 15 copied from a partial prompt page
     assert shape.slots == 64 and shape.num_pages == 16 * (64 // 16) + 64 * 29
     pool = decode.estimate.components["page pool (args, donated)"]
-    assert pool == shape.num_pages * 16 * 2 * 2 * config.model.num_kv_heads * config.model.head_dim * 4
+    assert pool == shape.num_pages * 16 * 2 * 2 * config.model.num_kv_heads * config.model.head_dim * 2  # bf16
     assert decode.compiled.argument_bytes >= pool  # the pool is an argument of the run loop
     # the run loop is one data-dependent while loop
     assert any(lp["data_dependent"] for lp in decode.compiled.loops)
+    assert decode.compiled.kernels >= config.model.num_layers  # bf16, head_dim 128: the Pallas paged kernel
 
     # a budget the 64-slot loop does not fit but 32 slots do: the search suggests 32 slots, compiled
     half = planner.plan(programs.with_overrides(config, **{"sampling.slots": 32}), topology,
                         cache_dir=str(tmp_path), only=("sample decode",), search=False).rows[0].total
-    assert half < decode.total
+    assert half < decode.total, (half, decode.total)
     hbm = int((half + decode.total) / 2 / planner.HEADROOM)
     small = dataclasses.replace(topology, chip=dataclasses.replace(topology.chip, hbm_bytes=hbm))
     tight = planner.plan(config, small, cache_dir=str(tmp_path), only=("sample decode",))

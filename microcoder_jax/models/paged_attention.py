@@ -6,19 +6,28 @@ JAX's TPU paged-attention kernel. A slot's keys are contiguous in its page table
 valid. The prompt's full pages are shared by its G samples; a partly filled last prompt page is
 copied into each sample's first own page when it takes a slot, so no sample writes a shared page.
 
-The XLA path reads pages in blocks of ``block_pages`` with an online softmax, and only as many
-blocks as the longest live slot needs this step (a ``fori_loop`` with a traced trip count), not the
-whole table. Idle slots compute finite garbage and their writes are dropped.
+On TPU (bf16 pool, head_dim a multiple of 128) attention is JAX's Pallas paged kernel
+(``models.paged_kernel``), which reads each slot's own pages only. Elsewhere the XLA path reads
+pages in blocks of ``block_pages`` with an online softmax, and only as many blocks as the longest
+live slot needs this step (a ``fori_loop`` with a traced trip count), not the whole table. Idle
+slots compute finite garbage and their writes are dropped.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import logging
+
 import jax
 import jax.numpy as jnp
 
 from microcoder_jax.models import qwen3
+from microcoder_jax.models.attention import platform
+from microcoder_jax.models.paged_kernel import paged_kernel_attention, paged_kernel_unsupported
 from microcoder_jax.sharding import constrain
+
+_log = logging.getLogger(__name__)
+_logged: set[str] = set()
 
 POOL_AXES = ("kv_heads", None, None, "head_dim")
 
@@ -110,6 +119,21 @@ def paged_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, view: Sl
     return (acc / total[..., None]).transpose(1, 0, 2, 3).reshape(s, h, d).astype(q.dtype)
 
 
+def choose(implementation: str, head_dim: int, pool_dtype) -> str:
+    """``"kernel"`` or ``"xla"`` for ``model.attention``: auto takes the Pallas kernel where it serves
+    (logging once why not), ``splash`` (the TPU kernels) insists on it, the others are XLA."""
+    reason = paged_kernel_unsupported(head_dim, pool_dtype, platform())
+    if implementation == "splash" and reason:
+        raise ValueError(f"attention='splash' asks for the TPU kernels; the paged decode kernel cannot run "
+                         f"here: {reason}; use attention='auto' or 'xla'")
+    if implementation not in ("auto", "splash"):
+        return "xla"
+    if reason and reason not in _logged:
+        _logged.add(reason)
+        _log.info("paged decode attention uses the XLA path: %s", reason)
+    return "xla" if reason else "kernel"
+
+
 def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array, positions: jax.Array,
                       pool: PagePool, write_page: jax.Array, write_offset: jax.Array, view: SlotView,
                       block_pages: int) -> tuple[jax.Array, PagePool]:
@@ -119,6 +143,7 @@ def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array
     ``write_page`` at ``write_offset`` (ids out of range are dropped: idle slots) before it attends.
     """
     dtype = jnp.dtype(config.dtype)
+    kernel = choose(config.attention, config.head_dim, pool.k[0].dtype) == "kernel"
     x = jnp.take(params.embed, tokens[:, None], axis=0).astype(dtype)  # [S, 1, E]
     x = constrain(x, ("batch", "length", None))
     rope = qwen3.rope_tables(positions[:, None], config)
@@ -130,7 +155,11 @@ def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array
             pk = pk.at[:, write_page, write_offset].set(k[:, 0].swapaxes(0, 1).astype(pk.dtype), mode="drop")
             pv = pv.at[:, write_page, write_offset].set(v[:, 0].swapaxes(0, 1).astype(pv.dtype), mode="drop")
             pk, pv = constrain(pk, POOL_AXES), constrain(pv, POOL_AXES)
-            return paged_attention(q[:, 0], pk, pv, view, block_pages)[:, None], (pk, pv)
+            if kernel:
+                out = paged_kernel_attention(q[:, 0], pk, pv, view.lengths, view.table, pages_per_block=block_pages)
+            else:
+                out = paged_attention(q[:, 0], pk, pv, view, block_pages)
+            return out[:, None], (pk, pv)
 
         x, (pk, pv) = qwen3._layer(config, x, params.layers[i], rope, attend, out_in=True)
         new_k.append(pk)

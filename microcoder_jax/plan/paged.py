@@ -75,6 +75,26 @@ def pool_bytes(mc, shape, tensor: int) -> int:
     return shape.num_pages * shape.page_size * mc.num_layers * 2 * kv * mc.head_dim * jnp.dtype(mc.dtype).itemsize
 
 
+def _uses_kernel(mc) -> bool:
+    """Whether the run loop's attention is the Pallas paged kernel (`paged_model_config` resolved it)."""
+    return mc.attention == "splash"
+
+
+def paged_model_config(config, tpu: bool):
+    """The model config of the paged programs: `auto` resolved for the target chip (splash = the
+    Pallas paged kernel where it serves, else XLA); admit's prefill is XLA either way."""
+    from microcoder_jax.models.paged_kernel import paged_kernel_unsupported
+    from microcoder_jax.plan import programs
+
+    mc = programs.model_config_for(config, False, 0)  # the shape; attention is set below
+    wanted = config.model.attention
+    kernel = wanted in ("auto", "splash") and tpu and paged_kernel_unsupported(mc.head_dim, mc.dtype, "tpu") is None
+    if wanted == "splash" and not kernel:
+        raise ValueError(f"model.attention=splash: {paged_kernel_unsupported(mc.head_dim, mc.dtype, 'tpu' if tpu else 'gpu')}"
+                         "; use model.attention=auto or xla")
+    return mc.replace(attention="splash" if kernel else "xla")
+
+
 def estimate(program: Program, mesh):
     """Per-device bytes of admit / run by component, FLOPs and HBM traffic (the analytic.Estimate)."""
     from microcoder_jax.plan import analytic
@@ -96,10 +116,11 @@ def estimate(program: Program, mesh):
         flops = 2.0 * l * layer * a * width + analytic._attention_flops(mc, a, width, width, False)
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
     s, reads = shape.slots, shape.table_width * shape.page_size
-    comp["page pool copy (the while loop's carry; XLA double-buffers it)"] = pool
     comp["decode weights (compute-dtype copy)"] = (l * layer + v * d) * 2 // t
-    comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * max(k // t, 1) * shape.block_pages * \
-        shape.page_size * hd * 4 * 2
+    if not _uses_kernel(mc):  # the Pallas kernel streams pages through VMEM and updates the pool in place
+        comp["page pool copy (the while loop's carry; XLA double-buffers it)"] = pool
+        comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * max(k // t, 1) * shape.block_pages * \
+            shape.page_size * hd * 4 * 2
     comp["sampling temporaries (logits, probs x4)"] = s * v * 4 * 4
     steps = -(-shape.rows // s) * shape.max_new  # every slot busy to the cap: the worst case
     flops = steps * (2.0 * (l * layer + v * d) * s + analytic._attention_flops(mc, s, 1, reads // 2, False))
@@ -112,7 +133,7 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
     from microcoder_jax.plan import programs
 
     sh = programs.shapes_of(config, rl_config, mesh)
-    mc = programs.model_config_for(config, tpu, sh.prompt_width)
+    mc = paged_model_config(config, tpu)
     return (paged_programs("sample", config, mc, mesh, config.data.num_prompts, sh.group, sh.prompt_width, sh.max_new)
             + [programs.logprob_program(config, rl_config, mesh, sh, tpu),
                programs.train_program(config, rl_config, mesh, sh, tpu)]

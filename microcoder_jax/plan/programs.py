@@ -227,6 +227,7 @@ class Compiled:
     temp_bytes: int
     flops: float  # XLA cost analysis: every loop body counted once
     loops: list  # hlo.Loop dicts
+    kernels: int = 0  # Pallas (Mosaic) kernel calls in the compiled program
     error: str = ""  # "" = compiled; else why not
     oom: bool = False  # XLA ran out of HBM: temp_bytes is what it said it needed, args are ours
     cached: bool = False
@@ -267,12 +268,13 @@ def compile_program(program: Program, mesh, cache_dir: str | None = CACHE_DIR, k
         if temps and path:
             _write(path, result)
         return result
-    mem = compiled.memory_analysis()
+    mem, compiled_text = compiled.memory_analysis(), compiled.as_text()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     result = Compiled(program.name, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
                       int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), float((cost or {}).get("flops", 0.0)),
-                      [dataclasses.asdict(loop) for loop in hlo.loops(compiled.as_text())])
+                      [dataclasses.asdict(loop) for loop in hlo.loops(compiled_text)],
+                      kernels=compiled_text.count('custom_call_target="tpu_custom_call"'))
     if path:
         _write(path, result)
     return result
