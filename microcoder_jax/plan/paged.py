@@ -30,7 +30,8 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
     return engine.EngineShape(slots=slots, samples=group, max_prompts=prompts, prompt_width=width, max_new=max_new,
                               page_size=ps, num_pages=engine.default_num_pages(prompts, width, slots, max_new, ps),
                               block_pages=max(1, 64 // ps), refill_every=s.refill_every,
-                              tail_slots=min(paged_sampler.default_tail_slots(slots), slots))
+                              shrink_at=paged_sampler.shrink_at(paged_sampler.tail_sizes(
+                                  slots, min(paged_sampler.default_tail_slots(slots), slots)), slots))
 
 
 def _state(mc, shape, mesh):

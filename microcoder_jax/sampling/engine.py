@@ -46,7 +46,7 @@ class EngineShape:
     num_pages: int
     block_pages: int    # pages read per attention block
     refill_every: int
-    tail_slots: int     # once the queue is empty, `run` returns when half the slots could go (S > this)
+    shrink_at: int      # once the queue is empty, `run` returns when this few slots are live (0: never)
 
     @property
     def rows(self) -> int:
@@ -240,8 +240,7 @@ def run(state, params, stop_ids, pad_id, rng, budget, *, config: Qwen3Config, sh
 
     def running(st):
         live = (st["slot_seq"] >= 0) & ~st["slot_done"]
-        shrinkable = (shape.slots > shape.tail_slots) & (st["head"] >= st["tail"]) & (
-            2 * jnp.sum(live) <= shape.slots)
+        shrinkable = (shape.shrink_at > 0) & (st["head"] >= st["tail"]) & (jnp.sum(live) <= shape.shrink_at)
         return (st["steps"] - start < budget) & (jnp.any(live) | (st["head"] < st["tail"])) & ~shrinkable
 
     def body(st):

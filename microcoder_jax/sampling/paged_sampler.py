@@ -36,8 +36,23 @@ def call_slots(slots: int | None, rows: int) -> int:
 
 
 def default_tail_slots(slots: int) -> int:
-    """The tail halves S while half the slots are idle, down to S / 8 (each size compiles `run` once)."""
+    """The smallest S the tail shrinks to: S / 8."""
     return max(1, slots // 8)
+
+
+def tail_sizes(slots: int, tail_slots: int) -> list[int]:
+    """The S values the tail steps down through once the queue is empty, largest first: S times 1,
+    3/4, 1/2, 3/8, 1/4, ... down to ``tail_slots`` (each size compiles `run` once)."""
+    sizes, top = {slots}, slots
+    while top > tail_slots:
+        sizes.update((max(tail_slots, top * 3 // 4), max(tail_slots, top // 2)))
+        top //= 2
+    return sorted(sizes, reverse=True)
+
+
+def shrink_at(sizes: list[int], slots: int) -> int:
+    """The next size below ``slots`` (``run`` returns for a resize at that many live slots), or 0."""
+    return max([z for z in sizes if z < slots], default=0)
 
 
 class PagedSession:
@@ -61,10 +76,11 @@ class PagedSession:
         if num_pages < prompt_pages + need:
             raise ValueError(f"num_pages={num_pages} cannot hold the prompts ({prompt_pages} pages) and one "
                              f"sequence at the cap ({need}); raise it to at least {prompt_pages + need}")
+        self.sizes = tail_sizes(slots, min(tail_slots, slots))
         self.shape = engine.EngineShape(slots=slots, samples=num_samples, max_prompts=max_prompts,
                                         prompt_width=prompt_width, max_new=max_new_tokens, page_size=page_size,
                                         num_pages=num_pages, block_pages=block_pages, refill_every=refill_every,
-                                        tail_slots=min(tail_slots, slots))
+                                        shrink_at=shrink_at(self.sizes, slots))
         self.full_shape = self.shape
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
         self.pad_id, self.rng = pad_id, rng
@@ -143,9 +159,10 @@ class PagedSession:
             budget -= self._scalar("steps") - before
             occupied = int((shd.to_host(self.state["slot_seq"]) >= 0).sum())
             queued = self._scalar("head") < self._scalar("tail")
-            if queued or not occupied or self.shape.slots <= self.shape.tail_slots or 2 * occupied > self.shape.slots:
+            target = min([z for z in self.sizes if z >= occupied], default=self.shape.slots)
+            if queued or not occupied or target >= self.shape.slots:
                 break
-            self._resize(max(self.shape.slots // 2, self.shape.tail_slots))  # the tail: fewer, fuller slots
+            self._resize(target)  # the tail: fewer, fuller slots
         if bool(shd.to_host(self.state["pages"].failed)):
             raise RuntimeError("the page pool ran out (engine sizing bug); raise num_pages")
         lengths, stopped, cap = (shd.to_host(self.state[k])[: self.num_prompts * self.shape.samples]
@@ -161,7 +178,7 @@ class PagedSession:
     def _resize(self, slots: int):
         with self._mesh():
             self.state = engine.resize(self.state, shape=self.shape, slots=slots)
-        self.shape = dataclasses.replace(self.shape, slots=slots)
+        self.shape = dataclasses.replace(self.shape, slots=slots, shrink_at=shrink_at(self.sizes, slots))
 
     @property
     def done(self) -> bool:
