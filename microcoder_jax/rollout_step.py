@@ -4,15 +4,21 @@
 With it, generation batches of `data.num_prompts` prompts are judged and fed to
 `rl.dynamic_sampling.add_rollouts` until it returns a full batch:
 - static engine: one `collect` per generation batch; batch k samples with key `key_for(k)`;
-- paged engine: every generation batch is pushed into one running `PagedSession` (room for
-  num_prompts x (1 + rl.max_refills) prompts), each group judged as it finishes, and a refill is
-  pushed as soon as `refill_certain` says the groups in hand cannot fill the batch, so it decodes
-  beside the tail of the batch before it. Same batches in the same order as refilling after each
-  batch is judged. The session samples with key `key_for(k)` of the first batch k it holds (0); row
-  r of it draws token t with fold_in(fold_in(key, r), t), r counting on over its pushes, so every
-  refill gets fresh draws. The session's prompt width is the bucket of its first push; a refill
-  whose prompts need a wider bucket waits for the session to drain and opens a new one at its own
-  width (key_for of that batch); rows of different widths are left-padded when batches meet.
+- paged engine: generation batches are pushed into a running `PagedSession`, each group judged
+  as it finishes, and a refill is pushed as soon as `refill_certain` says the groups in hand
+  cannot fill the batch, so it decodes beside the tail of the batch before it. Same batches in
+  the same order as refilling after each batch is judged.
+
+Sessions (paged): a session has room for `SESSION_BATCHES` generation batches (fewer when
+1 + rl.max_refills is less), so its page pool holds that many batches' prompt pages at the bucket
+width; `PagedSession` reserves prompt pages for every prompt it can queue, so room for all
+1 + max_refills batches (11 under the dapo preset) would multiply the pool that the planner sizes
+for one batch. A refill that finds the session full, or needing a wider prompt bucket than the
+session's (the bucket of its first push), waits for it to drain and opens the next session, of
+the same shape when the bucket is the same (no new compile). Rows of different widths are
+left-padded when batches meet. Keys: a session samples with `key_for(k)` of its first batch k;
+row r of it draws token t with fold_in(fold_in(key, r), t), r counting on over its pushes, so
+every refill gets fresh draws.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from microcoder_jax.rollout import GroupJudge, Rollout, collect, finish, report_
 from microcoder_jax.sampling import paged_sampler
 from microcoder_jax.sampling.sampler import prompt_bucket
 
+SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
 
 @dataclasses.dataclass
 class StepRollout:
@@ -101,14 +108,15 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
             batch = [b for b in pending if b.session is session and b.first <= index][-1]
             batch.judge.add(index - batch.first, session.output([index]))
 
-    def push():
-        problems, prompts = next_prompts()
-        session, k = state["session"], state["pushed"]
+    def push(problems, prompts):
+        session = state["session"]
         width = prompt_bucket(max(len(p) for p in prompts), tuple(c.data.prompt_buckets))
-        if session is None or width > session.shape.prompt_width:
+        if session is None or width > session.shape.prompt_width or (
+                session.num_prompts + len(prompts) > session.shape.max_prompts):
             while session is not None and not session.done:  # drain it: one session decodes at a time
                 run_session(None)
-            session = state["session"] = _open_session(run, params, width, len(prompts) * (total - k), key_for(k))
+            room = len(prompts) * min(SESSION_BATCHES, total)  # one shape for every session: no recompile
+            session = state["session"] = _open_session(run, params, width, room, key_for(state["pushed"]))
             state["sessions"] += 1
         t0 = time.perf_counter()
         first = session.push(prompts, temperature=temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k).start
@@ -116,13 +124,12 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
         pending.append(_Batch(session, first, GroupJudge(run, pool, problems, G)))
         state["pushed"] += 1
 
-    push()
+    push(*next_prompts())
     while True:
         # every host decides on the same all-gathered verdicts, so all push and finish in lockstep
         known = [sharding.allgather_rows(b.judge.known(), b.judge.n) for b in pending]
-        if state["pushed"] < total and refill_certain(buffer, known, group_size=G,
-                                                      num_prompts=c.data.num_prompts):
-            push()
+        if state["pushed"] < total and refill_certain(buffer, known, group_size=G, num_prompts=c.data.num_prompts):
+            push(*next_prompts())
             continue
         session = state["session"]
         while pending and pending[0].judge.complete and (session.done or known[0][0].all()):

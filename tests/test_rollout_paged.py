@@ -119,11 +119,11 @@ def test_refill_is_certain_only_when_pending_groups_cannot_fill():
 
 
 class CountingSession(paged_sampler.PagedSession):
-    widths: list = []
+    shapes: list = []
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        CountingSession.widths.append(self.shape.prompt_width)
+        CountingSession.shapes.append(self.full_shape)
 
 
 def prompt_feed(batches):
@@ -138,23 +138,33 @@ def check_full_batch(got, width):
     informative = informative_groups(got.batch.rewards, G)
     assert informative.sum() + got.ds_stats.get("ds_filled_groups", 0) == 2
     assert sum(got.verdicts.values()) == got.generations * rows
+    assert got.ds_stats["ds_generations"] == got.generations
 
 
-@pytest.mark.parametrize("long_refills", [False, True], ids=["one_bucket", "wider_refill"])
-def test_dynamic_sampling_pushes_refills_into_one_running_session(params, pool, monkeypatch, long_refills):
+NEVERS = ([NEVER, NEVER], [[5, 6], [7, 8]])  # groups that can never differ: a refill is certain
+
+
+@pytest.mark.parametrize("case", ["one_session", "session_full", "wider_refill"])
+def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, monkeypatch, case):
     monkeypatch.setattr(paged_sampler, "PagedSession", CountingSession)
-    CountingSession.widths = []
-    run = make_run(dynamic=True, buckets=(16, 32))
-    refill = [30 + i for i in range(20)] if long_refills else [30, 31, 32]  # bucket 32 or 16
-    batches = [([NEVER, NEVER], [[5, 6], [7, 8]])] + [([EVEN, ODD], [refill, refill[::-1]])] * 3
+    CountingSession.shapes = []
+    run = make_run(dynamic=True, buckets=(16, 32), max_refills=1 if case == "one_session" else 3)
+    refill = [30 + i for i in range(20)] if case == "wider_refill" else [30, 31, 32]  # bucket 32 or 16
+    lead = [NEVERS] * (3 if case == "session_full" else 1)
+    batches = lead + [([EVEN, ODD], [refill, refill[::-1]])] * 3
     counting = CountingPool(pool)
     got = collect_step(run, counting, params, None, prompt_feed(batches), temperature=1.0,
                        key_for=lambda k: jax.random.PRNGKey(10 + k), times=times())
-    assert got.generations >= 2  # the first batch can never differ: at least one refill
-    # one session for every push, or a second one at the wider bucket when the refills need it
-    assert CountingSession.widths == ([16, 32] if long_refills else [16]) and got.sessions == len(CountingSession.widths)
-    check_full_batch(got, 32 if long_refills else 16)
+    assert got.generations >= len(lead) + 1 and got.sessions == len(CountingSession.shapes)
     assert counting.submits == got.generations * 2  # every group went to the judge on its own
+    widths = [shape.prompt_width for shape in CountingSession.shapes]
+    if case == "one_session":  # the batch and its refill: one session with room for both
+        assert got.generations == 2 and widths == [16] and CountingSession.shapes[0].max_prompts == 4
+    elif case == "session_full":  # two batches per session; the next session has the same programs
+        assert len(widths) == -(-got.generations // 2) and len(set(CountingSession.shapes)) == 1
+    else:  # the refills need bucket 32: a second session at that width after the first drains
+        assert widths == [16, 32]
+    check_full_batch(got, 32 if case == "wider_refill" else 16)
 
 
 def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, pool):
