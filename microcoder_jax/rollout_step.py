@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from microcoder_jax import sharding
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill_certain
 from microcoder_jax.rollout import GroupJudge, Rollout, collect, finish, report_every
 from microcoder_jax.sampling import paged_sampler
-from microcoder_jax.sampling.sampler import prompt_bucket
+from microcoder_jax.sampling.sampler import SamplerOutput, prompt_bucket
 
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
+
 
 @dataclasses.dataclass
 class StepRollout:
@@ -77,11 +78,13 @@ def _add_counts(total: dict, counts: dict) -> None:
 
 @dataclasses.dataclass
 class _Batch:
-    """A generation batch pushed into a session: its prompt indices there and its judge."""
+    """A generation batch pushed into a session: its prompt indices there, its judge, and its
+    rows on the host once every group is in (the session is then let go, so a drained one is freed)."""
 
-    session: paged_sampler.PagedSession
+    session: Optional[paged_sampler.PagedSession]
     first: int
     judge: GroupJudge
+    sample: Optional[SamplerOutput] = None
 
 
 def _open_session(run, params, prompt_width: int, max_prompts: int, rng) -> paged_sampler.PagedSession:
@@ -107,6 +110,9 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
         for index in finished:
             batch = [b for b in pending if b.session is session and b.first <= index][-1]
             batch.judge.add(index - batch.first, session.output([index]))
+            if batch.judge.complete:
+                batch.sample = session.output(range(batch.first, batch.first + len(batch.judge.problems)))
+                batch.session = None
 
     def push(problems, prompts):
         session = state["session"]
@@ -115,6 +121,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
                 session.num_prompts + len(prompts) > session.shape.max_prompts):
             while session is not None and not session.done:  # drain it: one session decodes at a time
                 run_session(None)
+            session = state["session"] = None  # freed before the next one is made
             room = len(prompts) * min(SESSION_BATCHES, total)  # one shape for every session: no recompile
             session = state["session"] = _open_session(run, params, width, room, key_for(state["pushed"]))
             state["sessions"] += 1
@@ -135,14 +142,15 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
         while pending and pending[0].judge.complete and (session.done or known[0][0].all()):
             batch = pending.pop(0)
             known.pop(0)
-            sample = batch.session.output(range(batch.first, batch.first + len(batch.judge.problems)))
-            rollout, counts, gap = finish(run, batch.judge, sample, params, ref_params, on_host=True, times=times)
+            rollout, counts, gap = finish(run, batch.judge, batch.sample, params, ref_params, on_host=True,
+                                          times=times)
             _add_counts(verdicts, counts)
             gaps.append(gap)
             buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=G,
                                                   num_prompts=c.data.num_prompts, max_refills=rl.max_refills)
             if full is not None:
-                assert not pending and session.done, "dynamic sampling filled a batch with refills still queued"
+                if pending or not session.done:
+                    raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
                 return StepRollout(Rollout(**full), verdicts, ds_stats, len(gaps), gaps, state["sessions"])
         if not session.done:
             run_session(every)
