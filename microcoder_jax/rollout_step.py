@@ -7,7 +7,8 @@ With it, generation batches of `data.num_prompts` prompts are judged and fed to
 - paged engine: generation batches are pushed into a running `PagedSession`, each group judged
   as it finishes, and a refill is pushed as soon as `refill_certain` says the groups in hand
   cannot fill the batch, so it decodes beside the tail of the batch before it. Same batches in
-  the same order as refilling after each batch is judged.
+  the same order as refilling after each batch is judged. `ds_early_refills` in the stats counts
+  the refills pushed before the batches before them were added, `ds_sessions` the sessions.
 
 Sessions (paged): a session has room for `SESSION_BATCHES` generation batches (fewer when
 1 + rl.max_refills is less), so its page pool holds that many batches' prompt pages at the bucket
@@ -100,7 +101,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
     c, rl, G = run.config, run.rl_config, run.config.sampling.group_size
     total, every = 1 + rl.max_refills, report_every(c.sampling, c.sampling.max_new_tokens)
     buffer, verdicts, gaps, pending = GroupBuffer(), {}, [], []
-    state = {"session": None, "pushed": 0, "sessions": 0}
+    state = {"session": None, "pushed": 0, "sessions": 0, "early": 0}
 
     def run_session(steps):
         session = state["session"]
@@ -128,6 +129,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
         t0 = time.perf_counter()
         first = session.push(prompts, temperature=temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k).start
         times["sample"] += time.perf_counter() - t0
+        state["early"] += bool(pending)  # a refill queued before the batches before it were added
         pending.append(_Batch(session, first, GroupJudge(run, pool, problems, G)))
         state["pushed"] += 1
 
@@ -151,6 +153,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
             if full is not None:
                 if pending or not session.done:
                     raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
+                ds_stats = {**ds_stats, "ds_early_refills": state["early"], "ds_sessions": state["sessions"]}
                 return StepRollout(Rollout(**full), verdicts, ds_stats, len(gaps), gaps, state["sessions"])
         if not session.done:
             run_session(every)
