@@ -2,9 +2,12 @@
 
 `Rollout` is the one contract between the sampler, the judge and the train step: built once, with
 the rewards in, from the sampler's output (its per-row temperature included) and the verdicts.
-`collect` makes one: it starts the judge on this host's rows, computes the old log-probs on the
-device while the pool judges (the training forward at the sampling params; see ARCHITECTURE.md
-"Old log-probs"), then all-gathers the verdicts so every host holds the same global rows.
+`collect` makes one: it starts the judge on this host's rows (with the paged engine, each group as
+soon as the sampler reports it finished, so judging overlaps the tail of decoding), computes the
+old log-probs on the device while the pool judges (the training forward at the sampling params;
+see ARCHITECTURE.md "Old log-probs"), then all-gathers the verdicts so every host holds the same
+global rows. `GroupJudge` and `finish` are those two halves, for callers that drive the sampler
+themselves (rollout_step.py: DAPO refills pushed into one running paged session).
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from microcoder_jax import sharding
 from microcoder_jax.evaluator import VERDICTS, extract_code, reward
 from microcoder_jax.rl.logprobs import compute_logprobs
 from microcoder_jax.sampling import paged_sampler, sampler
+
+REPORTS_PER_RESPONSE = 16  # paged engine: host checks for finished groups per response at the cap
 
 
 @jax.tree_util.register_dataclass
@@ -74,17 +79,28 @@ def sequences(sample) -> dict[str, np.ndarray]:
             "response_mask": np.concatenate([np.zeros_like(prompt_mask), response], 1)}
 
 
+def report_every(sampling_config, max_new_tokens: int) -> int:
+    """Paged engine: decode steps between the host's checks for finished groups, about 16 per
+    response at the cap (256 at 4096 tokens), never more often than the engine refills its slots."""
+    return max(sampling_config.refill_every, max_new_tokens // REPORTS_PER_RESPONSE)
+
+
 def generate(run, params, prompts, *, num_samples: int, temperature: float, max_new_tokens: int,
-             top_p: float, top_k: int, rng):
+             top_p: float, top_k: int, rng, on_group_done=None):
     """The sampler (`sampling.engine`) on the run's model, mesh, stop ids and prompt buckets, one
-    temperature for all rows."""
+    temperature for all rows. `on_group_done(prompt_index, SamplerOutput of its G rows)` (paged
+    engine only) is called as each prompt's samples finish."""
     s = run.config.sampling
     common = dict(num_samples=num_samples, temperature=temperature, top_p=top_p, top_k=top_k,
                   max_new_tokens=max_new_tokens, stop_token_ids=run.stop_ids, pad_id=run.pad_id, rng=rng,
                   mesh=run.mesh, prompt_buckets=tuple(run.config.data.prompt_buckets))
     if s.engine == "paged":
         return paged_sampler.generate_paged(params, run.model_config, prompts, slots=s.slots or None,
-                                            page_size=s.page_size, refill_every=s.refill_every, **common)
+                                            page_size=s.page_size, refill_every=s.refill_every,
+                                            on_group_done=on_group_done,
+                                            report_every=report_every(s, max_new_tokens), **common)
+    if on_group_done is not None:
+        raise ValueError("on_group_done needs sampling.engine=paged (the static sampler returns all rows at once)")
     return sampler.generate(params, run.model_config, prompts, decode_phases=s.decode_phases, **common)
 
 
@@ -116,25 +132,73 @@ def logprob_gap(old_logprobs, sampler_logprobs, response_mask):
     return jnp.sum(diff) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def collect(run, pool, params, ref_params, problems, prompts, *, temperature: float, rng,
-            on_host: bool, times: dict) -> tuple[Rollout, dict, float]:
-    """Sample, judge and assemble one Rollout for these prompts; returns (rollout, verdict
-    counts, logprob_gap). The sampler's own log-probs serve only as that check of the decode path.
+class GroupJudge:
+    """Judges this host's rows of one generation batch (len(problems) prompts x G) as groups arrive.
 
-    `on_host`: log-probs as numpy (dynamic sampling regroups rows on the host), else left on the
-    devices. `times` accumulates sample / judge / judge_wait seconds.
+    `add(first_prompt, sample)` submits the rows of those prompts that fall in this host's share
+    (`rows`, default `sharding.host_rows(n)`: a group split between two hosts is judged half on
+    each), at once and without blocking; `results()` waits and returns the share's JudgeResults
+    and programs in row order, as `sharding.allgather_rows` expects them.
     """
-    c, G = run.config, run.config.sampling.group_size
+
+    def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None):
+        self.run, self.pool, self.problems, self.G = run, pool, list(problems), group_size
+        self.n = len(self.problems) * group_size
+        self.rows = sharding.host_rows(self.n) if rows is None else rows
+        self.parts: list[tuple[int, Any, list]] = []  # (first global row, handle, codes)
+        self.groups_added = 0
+
+    def add(self, first_prompt: int, sample) -> None:
+        lo = first_prompt * self.G
+        hi = lo + len(sample.lengths)
+        if hi > self.n or len(sample.lengths) % self.G:
+            raise ValueError(f"rows {lo}..{hi} are not whole groups of a batch of {self.n} rows")
+        self.groups_added += len(sample.lengths) // self.G
+        a, b = max(lo, self.rows.start), min(hi, self.rows.stop)
+        if a < b:
+            handle, codes = submit(self.run, self.pool, [self.problems[r // self.G] for r in range(a, b)],
+                                   sample.tokens[a - lo:b - lo], sample.lengths[a - lo:b - lo],
+                                   self.run.config.evaluator.reward)
+            self.parts.append((a, handle, codes))
+
+    @property
+    def complete(self) -> bool:
+        """Every group of the batch has been added."""
+        return self.groups_added * self.G == self.n
+
+    def known(self) -> tuple[np.ndarray, np.ndarray]:
+        """(known, rewards) over this host's share, without blocking: rows whose verdicts are in."""
+        size = self.rows.stop - self.rows.start
+        known, rewards = np.zeros(size, bool), np.zeros(size, np.float32)
+        for a, handle, codes in self.parts:
+            if handle.done():
+                i = a - self.rows.start
+                rewards[i:i + len(codes)] = [reward(r, mode=self.run.config.evaluator.reward)
+                                             for r in handle.result()]
+                known[i:i + len(codes)] = True
+        return known, rewards
+
+    def results(self) -> tuple[list, list]:
+        """This host's JudgeResults and programs in row order (blocks until all are judged)."""
+        results, codes, at = [], [], self.rows.start
+        for a, handle, part_codes in sorted(self.parts, key=lambda part: part[0]):
+            if a != at:
+                raise RuntimeError(f"rows {at}..{a} of this host's share were never submitted")
+            results += handle.result()
+            codes += part_codes
+            at = a + len(part_codes)
+        if at != max(self.rows.stop, self.rows.start):
+            raise RuntimeError(f"rows {at}..{self.rows.stop} of this host's share were never submitted")
+        return results, codes
+
+
+def finish(run, judge: GroupJudge, sample, params, ref_params, *, on_host: bool,
+           times: dict) -> tuple[Rollout, dict, float]:
+    """The rollout of a sampled batch whose rows `judge` holds: old (and reference) log-probs
+    dispatched to the device, then the verdicts waited for and all-gathered.
+    Returns (rollout, verdict counts over all hosts, logprob_gap)."""
+    c, n = run.config, len(sample.lengths)
     t0 = time.perf_counter()
-    sample = generate(run, params, prompts, num_samples=G, temperature=temperature,
-                      max_new_tokens=c.sampling.max_new_tokens, top_p=c.sampling.top_p,
-                      top_k=c.sampling.top_k, rng=rng)
-    times["sample"] += time.perf_counter() - t0
-    t0 = time.perf_counter()
-    n = len(sample.lengths)
-    rows = sharding.host_rows(n)  # each host judges its share; the verdicts are all-gathered
-    handle, codes = submit(run, pool, [p for p in problems for _ in range(G)][rows], sample.tokens[rows],
-                           sample.lengths[rows], c.evaluator.reward)
     seq = sequences(sample)
     temps = np.asarray(sample.temperature, np.float32)
     on_device = sharding.put_batch({"tokens": seq["tokens"], "mask": seq["attention_mask"], "t": temps}, run.mesh)
@@ -149,7 +213,7 @@ def collect(run, pool, params, ref_params, problems, prompts, *, temperature: fl
     old = logprobs(params)
     ref = logprobs(ref_params) if ref_params is not None else None
     t1 = time.perf_counter()
-    results = handle.result()
+    results, codes = judge.results()
     times["judge_wait"] += time.perf_counter() - t1
     times["judge"] += time.perf_counter() - t0
     check = sharding.put_batch({"lp": np.asarray(sample.logprobs, np.float32), "mask": seq["response_mask"]},
@@ -163,6 +227,30 @@ def collect(run, pool, params, ref_params, problems, prompts, *, temperature: fl
         sample_entropy=np.asarray(sample.entropy, np.float32), old_logprobs=old,
         rewards=rewards, passed=passed, no_code=no_code, ref_logprobs=ref)
     return rollout, sharding.allgather_counts(counts, VERDICTS), gap
+
+
+def collect(run, pool, params, ref_params, problems, prompts, *, temperature: float, rng,
+            on_host: bool, times: dict) -> tuple[Rollout, dict, float]:
+    """Sample, judge and assemble one Rollout for these prompts; returns (rollout, verdict
+    counts, logprob_gap). The sampler's own log-probs serve only as that check of the decode path.
+
+    Paged engine: each group goes to the judge when the sampler reports it finished, so judging
+    overlaps the tail of decoding; the rows, rewards and their order are those of judging after.
+    `on_host`: log-probs as numpy (dynamic sampling regroups rows on the host), else left on the
+    devices. `times` accumulates sample / judge / judge_wait seconds (judge: from the end of
+    sampling to the last verdict; judge_wait: the part spent blocked on the pool).
+    """
+    c, G = run.config, run.config.sampling.group_size
+    judge = GroupJudge(run, pool, problems, G)
+    paged = c.sampling.engine == "paged"
+    t0 = time.perf_counter()
+    sample = generate(run, params, prompts, num_samples=G, temperature=temperature,
+                      max_new_tokens=c.sampling.max_new_tokens, top_p=c.sampling.top_p,
+                      top_k=c.sampling.top_k, rng=rng, on_group_done=judge.add if paged else None)
+    times["sample"] += time.perf_counter() - t0
+    if not paged:
+        judge.add(0, sample)
+    return finish(run, judge, sample, params, ref_params, on_host=on_host, times=times)
 
 
 def probe_temperature(run, scheduler, params, prompts, key):

@@ -1,16 +1,17 @@
 """`python -m microcoder_jax.train [--config=configs/FILE.py[:ARG]] [--config.KEY=VALUE ...] [--workdir=DIR]`
 
 The RL loop. Each step: take a batch of prompts, collect a judged `Rollout` at the scheduler's
-temperature (rollout.py: sample, judge this host's rows while the old log-probs run on the device,
-gather), the jitted GRPO step (rl/step.py: every mini-batch update), the scheduler update, the
-metrics row (metrics.py), and checkpoints / evaluation on their schedules. A run restarts from the
-newest complete checkpoint in its workdir and continues exactly (params, optimizer, data position,
-scheduler, keys). Multi-host: every process takes the same global prompt batch; sharding.py holds
+temperature (rollout_step.py, rollout.py: sample, judge this host's rows while the old log-probs
+run on the device, gather; under DAPO, refill until enough groups differ), the jitted GRPO step
+(rl/step.py: every mini-batch update), the scheduler update, the metrics row (metrics.py), and
+checkpoints / evaluation on their schedules. A run restarts from the newest complete checkpoint in
+its workdir and continues exactly (params, optimizer, data position, scheduler, keys). Multi-host: every process takes the same global prompt batch; sharding.py holds
 every device and process detail. Without --config it runs the demo (a tiny model learning a
 synthetic task on a CPU in minutes). `--help` lists every config key with its default and meaning.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -27,7 +28,8 @@ from microcoder_jax.config_check import validate
 from microcoder_jax.data import loader
 from microcoder_jax.metrics import MetricsWriter, progress_postfix, step_record
 from microcoder_jax.resume import record_config
-from microcoder_jax.rollout import Rollout, collect, probe_temperature
+from microcoder_jax.rollout import probe_temperature
+from microcoder_jax.rollout_step import collect_step
 from microcoder_jax.run_setup import key, setup, start_state
 
 log = logging.getLogger("microcoder_jax.train")
@@ -48,7 +50,6 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     from microcoder_jax import eval as eval_lib
     from microcoder_jax.evaluator.pool import EvaluatorPool
     from microcoder_jax.rl import step as rl_step
-    from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts
     from microcoder_jax.run_setup import problem_files
     from microcoder_jax.sampling.diversity import diversity_metrics
     from microcoder_jax.sampling.temperature import TemperatureScheduler
@@ -84,28 +85,18 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
         if writer is not None:
             writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
 
+    def next_prompts():  # the next generation batch: (problems, prompts)
+        indices = next(data)
+        return [run.prompt_set.problems[i] for i in indices], [run.prompt_set.prompts[i] for i in indices]
+
     guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
     try:
         for step in range(start, c.train.steps):
             t_step, temperature = time.perf_counter(), scheduler.temperature
             times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
-            buffer, batch, ds_stats, generation, verdicts, gaps = GroupBuffer(), None, {}, 0, {}, []
-            while batch is None:  # one generation batch, or more under dynamic sampling
-                indices = next(data)
-                rollout, counts, gap = collect(
-                    run, pool, state.params, begin.ref_params, [run.prompt_set.problems[i] for i in indices],
-                    [run.prompt_set.prompts[i] for i in indices], temperature=temperature,
-                    rng=key(c.seed, 1, step, generation), on_host=rl.dynamic_sampling, times=times)
-                for k, v in counts.items():
-                    verdicts[k] = verdicts.get(k, 0) + v
-                generation += 1
-                gaps.append(gap)
-                if not rl.dynamic_sampling:
-                    batch = rollout
-                    break
-                buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=G,
-                                                      num_prompts=len(indices), max_refills=rl.max_refills)
-                batch = None if full is None else Rollout(**full)
+            got = collect_step(run, pool, state.params, begin.ref_params, next_prompts, temperature=temperature,
+                               key_for=functools.partial(key, c.seed, 1, step), times=times)
+            batch = got.batch
             t0 = time.perf_counter()
             state, step_metrics = train_step(state, sharding.put_batch(batch, run.mesh))
             step_metrics = jax.device_get(step_metrics)
@@ -122,9 +113,9 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             decision = scheduler.update(step, div)
             record = step_record(step_metrics, batch, div, signal=scheduler.cfg["signal"],
                                  temperature=temperature, next_temperature=scheduler.temperature,
-                                 times=times, verdicts=verdicts, ds_stats=ds_stats,
-                                 generations=generation, t_step=t_step)
-            record["sampler_logprob_gap"] = sum(gaps) / len(gaps)
+                                 times=times, verdicts=got.verdicts, ds_stats=got.ds_stats,
+                                 generations=got.generations, t_step=t_step)
+            record["sampler_logprob_gap"] = sum(got.gaps) / len(got.gaps)
             done = step + 1
             if writer is not None:
                 record = writer.write(done, record)

@@ -8,6 +8,8 @@ generation batches of different prompt buckets meet).
 When `max_refills` extra generation batches did not suffice, the batch is topped up with
 uninformative groups (zero advantage, so no gradient) and a warning says so: the step's shapes
 stay static and training goes on rather than stalling on a too-easy or too-hard prompt set.
+`refill_certain` lets a caller that judges groups as they finish (the paged sampler) queue the next
+refill as soon as it is sure to be needed, before the current generation batch is fully judged.
 """
 from __future__ import annotations
 
@@ -100,3 +102,20 @@ def add_rollouts(buffer: GroupBuffer, batch: dict, *, group_size: int, num_promp
     filler = _take_groups(dropped, np.arange(missing), group_size)
     stats["ds_filled_groups"] = missing
     return GroupBuffer(), _concat(kept, filler), stats
+
+
+def refill_certain(buffer: GroupBuffer, pending, *, group_size: int, num_prompts: int) -> bool:
+    """True when the batch cannot fill without another generation batch, whatever the verdicts
+    still out: informative groups in `buffer` plus those already known in `pending` plus every
+    group not fully judged yet stay below `num_prompts`.
+
+    `pending`: (known [rows] bool, rewards [rows]) of each generation batch pushed but not yet
+    added, rows prompt-major. It only ever says True where `add_rollouts` would ask for a refill
+    once those batches are added, so refilling early keeps the same batches and order.
+    """
+    have = _num_groups(buffer.kept, group_size)
+    for known, rewards in pending:
+        done = np.asarray(known).reshape(-1, group_size).all(1)
+        informative = informative_groups(np.asarray(rewards), group_size)
+        have += int((done & informative).sum()) + int((~done).sum())
+    return have < num_prompts

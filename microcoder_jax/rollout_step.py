@@ -1,0 +1,161 @@
+"""One RL step's training batch: one judged generation batch, or DAPO's until enough groups differ.
+
+`collect_step` is what the train loop calls. Without dynamic sampling it is one `rollout.collect`.
+With it, generation batches of `data.num_prompts` prompts are judged and fed to
+`rl.dynamic_sampling.add_rollouts` until it returns a full batch:
+- static engine: one `collect` per generation batch; batch k samples with key `key_for(k)`;
+- paged engine: generation batches are pushed into a running `PagedSession`, each group judged
+  as it finishes, and a refill is pushed as soon as `refill_certain` says the groups in hand
+  cannot fill the batch, so it decodes beside the tail of the batch before it. Same batches in
+  the same order as refilling after each batch is judged. `ds_early_refills` in the stats counts
+  the refills pushed before the batches before them were added, `ds_sessions` the sessions.
+
+Sessions (paged): a session has room for `SESSION_BATCHES` generation batches (fewer when
+1 + rl.max_refills is less), so its page pool holds that many batches' prompt pages at the bucket
+width; `PagedSession` reserves prompt pages for every prompt it can queue, so room for all
+1 + max_refills batches (11 under the dapo preset) would multiply the pool that the planner sizes
+for one batch. A refill that finds the session full, or needing a wider prompt bucket than the
+session's (the bucket of its first push), waits for it to drain and opens the next session, of
+the same shape when the bucket is the same (no new compile). Rows of different widths are
+left-padded when batches meet. Keys: a session samples with `key_for(k)` of its first batch k;
+row r of it draws token t with fold_in(fold_in(key, r), t), r counting on over its pushes, so
+every refill gets fresh draws.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Optional
+
+from microcoder_jax import sharding
+from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill_certain
+from microcoder_jax.rollout import GroupJudge, Rollout, collect, finish, report_every
+from microcoder_jax.sampling import paged_sampler
+from microcoder_jax.sampling.sampler import SamplerOutput, prompt_bucket
+
+SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
+
+
+@dataclasses.dataclass
+class StepRollout:
+    """The step's batch and what it took: verdict counts over every generation batch, DAPO stats,
+    how many generation batches, each batch's sampler log-prob gap, sessions opened (paged DAPO)."""
+
+    batch: Rollout
+    verdicts: dict
+    ds_stats: dict
+    generations: int
+    gaps: list
+    sessions: int = 0
+
+
+def collect_step(run, pool, params, ref_params, next_prompts: Callable[[], tuple[list, list]], *,
+                 temperature: float, key_for: Callable[[int], object], times: dict) -> StepRollout:
+    """The step's batch; `next_prompts()` gives the next generation batch's (problems, prompts),
+    `key_for(k)` the sampling key of generation batch k (see the module doc)."""
+    rl = run.rl_config
+    if rl.dynamic_sampling and run.config.sampling.engine == "paged":
+        return _paged_dynamic(run, pool, params, ref_params, next_prompts, temperature=temperature,
+                              key_for=key_for, times=times)
+    buffer, verdicts, gaps = GroupBuffer(), {}, []
+    while True:
+        problems, prompts = next_prompts()
+        rollout, counts, gap = collect(run, pool, params, ref_params, problems, prompts, temperature=temperature,
+                                       rng=key_for(len(gaps)), on_host=rl.dynamic_sampling, times=times)
+        _add_counts(verdicts, counts)
+        gaps.append(gap)
+        if not rl.dynamic_sampling:
+            return StepRollout(rollout, verdicts, {}, 1, gaps)
+        buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=run.config.sampling.group_size,
+                                              num_prompts=len(prompts), max_refills=rl.max_refills)
+        if full is not None:
+            return StepRollout(Rollout(**full), verdicts, ds_stats, len(gaps), gaps)
+
+
+def _add_counts(total: dict, counts: dict) -> None:
+    for k, v in counts.items():
+        total[k] = total.get(k, 0) + v
+
+
+@dataclasses.dataclass
+class _Batch:
+    """A generation batch pushed into a session: its prompt indices there, its judge, and its
+    rows on the host once every group is in (the session is then let go, so a drained one is freed)."""
+
+    session: Optional[paged_sampler.PagedSession]
+    first: int
+    judge: GroupJudge
+    sample: Optional[SamplerOutput] = None
+
+
+def _open_session(run, params, prompt_width: int, max_prompts: int, rng) -> paged_sampler.PagedSession:
+    c, s = run.config, run.config.sampling
+    return paged_sampler.PagedSession(
+        params, run.model_config, num_samples=s.group_size, max_prompts=max_prompts,
+        max_new_tokens=s.max_new_tokens, prompt_width=prompt_width, stop_token_ids=run.stop_ids,
+        pad_id=run.pad_id, rng=rng, slots=paged_sampler.call_slots(s.slots or None, c.data.num_prompts * s.group_size),
+        page_size=s.page_size, refill_every=s.refill_every, mesh=run.mesh)
+
+
+def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, key_for, times) -> StepRollout:
+    c, rl, G = run.config, run.rl_config, run.config.sampling.group_size
+    total, every = 1 + rl.max_refills, report_every(c.sampling, c.sampling.max_new_tokens)
+    buffer, verdicts, gaps, pending = GroupBuffer(), {}, [], []
+    state = {"session": None, "pushed": 0, "sessions": 0, "early": 0}
+
+    def run_session(steps):
+        session = state["session"]
+        t0 = time.perf_counter()
+        finished = session.run(steps)
+        times["sample"] += time.perf_counter() - t0
+        for index in finished:
+            batch = [b for b in pending if b.session is session and b.first <= index][-1]
+            batch.judge.add(index - batch.first, session.output([index]))
+            if batch.judge.complete:
+                batch.sample = session.output(range(batch.first, batch.first + len(batch.judge.problems)))
+                batch.session = None
+
+    def push(problems, prompts):
+        session = state["session"]
+        width = prompt_bucket(max(len(p) for p in prompts), tuple(c.data.prompt_buckets))
+        if session is None or width > session.shape.prompt_width or (
+                session.num_prompts + len(prompts) > session.shape.max_prompts):
+            while session is not None and not session.done:  # drain it: one session decodes at a time
+                run_session(None)
+            session = state["session"] = None  # freed before the next one is made
+            room = len(prompts) * min(SESSION_BATCHES, total)  # one shape for every session: no recompile
+            session = state["session"] = _open_session(run, params, width, room, key_for(state["pushed"]))
+            state["sessions"] += 1
+        t0 = time.perf_counter()
+        first = session.push(prompts, temperature=temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k).start
+        times["sample"] += time.perf_counter() - t0
+        state["early"] += bool(pending)  # a refill queued before the batches before it were added
+        pending.append(_Batch(session, first, GroupJudge(run, pool, problems, G)))
+        state["pushed"] += 1
+
+    push(*next_prompts())
+    while True:
+        # every host decides on the same all-gathered verdicts, so all push and finish in lockstep
+        known = [sharding.allgather_rows(b.judge.known(), b.judge.n) for b in pending]
+        if state["pushed"] < total and refill_certain(buffer, known, group_size=G, num_prompts=c.data.num_prompts):
+            push(*next_prompts())
+            continue
+        session = state["session"]
+        while pending and pending[0].judge.complete and (session.done or known[0][0].all()):
+            batch = pending.pop(0)
+            known.pop(0)
+            rollout, counts, gap = finish(run, batch.judge, batch.sample, params, ref_params, on_host=True,
+                                          times=times)
+            _add_counts(verdicts, counts)
+            gaps.append(gap)
+            buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=G,
+                                                  num_prompts=c.data.num_prompts, max_refills=rl.max_refills)
+            if full is not None:
+                if pending or not session.done:
+                    raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
+                ds_stats = {**ds_stats, "ds_early_refills": state["early"], "ds_sessions": state["sessions"]}
+                return StepRollout(Rollout(**full), verdicts, ds_stats, len(gaps), gaps, state["sessions"])
+        if not session.done:
+            run_session(every)
+        elif not pending and state["pushed"] >= total:  # add_rollouts fills the last one: never here
+            raise RuntimeError("dynamic sampling: every generation batch was added without a full batch")

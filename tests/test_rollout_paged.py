@@ -1,0 +1,176 @@
+"""The paged engine in the rollout: groups judged as they finish give the rows and rewards of judging
+afterwards; a split of rows between hosts judges every row once; DAPO refills go into one running
+session (a new one only for a wider prompt bucket) and give a full batch; the static path still works."""
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from microcoder_jax import models
+from microcoder_jax.config import default_config, make_rl_config
+from microcoder_jax.evaluator import Problem, TestCase, reward
+from microcoder_jax.evaluator.pool import EvaluatorPool
+from microcoder_jax.rl.dynamic_sampling import GroupBuffer, informative_groups, refill_certain
+from microcoder_jax.rollout import GroupJudge, collect, generate
+from microcoder_jax.rollout_step import collect_step
+from microcoder_jax.sampling import paged_sampler
+
+G, MAX_NEW = 4, 12
+
+
+class ParityTokenizer:
+    """Decodes a response to a program printing its first token's parity: rewards follow the tokens."""
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return [f"```python\nprint({row[0] % 2})\n```" if row else "" for row in rows]
+
+
+def problem(name, answer):
+    return Problem(name, [TestCase("", f"{answer}\n")])
+
+
+EVEN, ODD, NEVER = problem("even", 0), problem("odd", 1), problem("never", 2)
+
+
+def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3):
+    config = default_config()
+    config.data.prompt_buckets = buckets
+    config.data.num_prompts = 2
+    config.sampling.engine, config.sampling.group_size, config.sampling.max_new_tokens = engine, G, MAX_NEW
+    config.sampling.slots, config.sampling.page_size, config.sampling.refill_every = 3, 8, 1
+    config.rl.dynamic_sampling, config.rl.max_refills, config.rl.micro_batch_size = dynamic, max_refills, 4
+    config.evaluator.reward = "all"
+    model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
+    return types.SimpleNamespace(config=config, model_config=model_config, rl_config=make_rl_config(config),
+                                 stop_ids=(1,), pad_id=0, mesh=None, tokenizer=ParityTokenizer())
+
+
+@pytest.fixture(scope="module")
+def params():
+    return models.init_params(models.get_preset("tiny", vocab_size=64, dtype="float32"), jax.random.PRNGKey(0))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with EvaluatorPool(workers=2, timeout=2.0, memory_mb=256) as p:
+        yield p
+
+
+class CountingPool:
+    """The pool, counting submit calls."""
+
+    def __init__(self, pool):
+        self.pool, self.submits = pool, 0
+
+    def submit(self, *args, **kwargs):
+        self.submits += 1
+        return self.pool.submit(*args, **kwargs)
+
+
+def times():
+    return {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
+
+
+def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool):
+    run = make_run()
+    problems = [EVEN, ODD, EVEN]
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
+    counting = CountingPool(pool)
+    rollout, counts, _ = collect(run, counting, params, None, problems, prompts, temperature=1.0,
+                                 rng=jax.random.PRNGKey(3), on_host=True, times=times())
+    assert counting.submits == len(problems)  # one submission per group, as each finished
+    sample = generate(run, params, prompts, num_samples=G, temperature=1.0, max_new_tokens=MAX_NEW,
+                      top_p=1.0, top_k=0, rng=jax.random.PRNGKey(3))
+    np.testing.assert_array_equal(rollout.tokens[:, -MAX_NEW:], sample.tokens)
+    codes = [f"print({row[0] % 2})" for row in sample.tokens]
+    results = pool.judge([p for p in problems for _ in range(G)], codes)
+    np.testing.assert_array_equal(rollout.rewards, [reward(r, mode="all") for r in results])
+    np.testing.assert_array_equal(rollout.passed, [r.passed for r in results])
+    assert sum(counts.values()) == len(problems) * G and 0 < rollout.rewards.sum() < len(rollout.rewards)
+
+
+def test_rows_split_between_hosts_are_each_judged_once_in_row_order(pool):
+    run = make_run()
+    problems = [EVEN, ODD, EVEN]  # 12 rows; two hosts take 0..6 and 6..12: group 1 is split
+    tokens = np.arange(12, dtype=np.int32)[:, None].repeat(3, 1)
+    lengths = np.full(12, 3, np.int32)
+    judges = [GroupJudge(run, pool, problems, G, rows=slice(0, 6)), GroupJudge(run, pool, problems, G, rows=slice(6, 12))]
+    for index in (2, 0, 1):  # groups arrive out of order
+        group = types.SimpleNamespace(tokens=tokens[index * G:(index + 1) * G], lengths=lengths[index * G:(index + 1) * G])
+        for judge in judges:
+            judge.add(index, group)
+    assert all(judge.complete for judge in judges)
+    got = [r.passed for judge in judges for r in judge.results()[0]]
+    assert got == [row % 2 == [0, 1, 0][row // G] for row in range(12)]
+    known, rewards = judges[1].known()
+    assert known.all() and rewards.tolist() == [float(x) for x in got[6:]]
+    with pytest.raises(RuntimeError, match="never submitted"):
+        GroupJudge(run, pool, problems, G, rows=slice(0, 6)).results()
+
+
+def test_refill_is_certain_only_when_pending_groups_cannot_fill():
+    buffer = GroupBuffer()
+    known, rewards = np.array([1, 1, 1, 1, 0, 0], bool), np.array([1, 0, 0, 0, 0, 0], np.float32)  # G=2
+    # groups: informative (known), all-equal (known), not judged yet
+    assert not refill_certain(buffer, [(known, rewards)], group_size=2, num_prompts=2)
+    assert refill_certain(buffer, [(known, rewards)], group_size=2, num_prompts=3)
+    assert refill_certain(buffer, [(np.ones(6, bool), rewards)], group_size=2, num_prompts=2)
+
+
+class CountingSession(paged_sampler.PagedSession):
+    shapes: list = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        CountingSession.shapes.append(self.full_shape)
+
+
+def prompt_feed(batches):
+    it = iter(batches)
+    return lambda: next(it)
+
+
+def check_full_batch(got, width):
+    rows = 2 * G
+    assert got.batch.rewards.shape == (rows,) and got.batch.tokens.shape == (rows, width + MAX_NEW)
+    assert got.batch.old_logprobs.shape == (rows, width + MAX_NEW)
+    informative = informative_groups(got.batch.rewards, G)
+    assert informative.sum() + got.ds_stats.get("ds_filled_groups", 0) == 2
+    assert sum(got.verdicts.values()) == got.generations * rows
+    assert got.ds_stats["ds_generations"] == got.generations
+
+
+NEVERS = ([NEVER, NEVER], [[5, 6], [7, 8]])  # groups that can never differ: a refill is certain
+
+
+@pytest.mark.parametrize("case", ["one_session", "session_full", "wider_refill"])
+def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, monkeypatch, case):
+    monkeypatch.setattr(paged_sampler, "PagedSession", CountingSession)
+    CountingSession.shapes = []
+    run = make_run(dynamic=True, buckets=(16, 32), max_refills=1 if case == "one_session" else 3)
+    refill = [30 + i for i in range(20)] if case == "wider_refill" else [30, 31, 32]  # bucket 32 or 16
+    lead = [NEVERS] * (3 if case == "session_full" else 1)
+    batches = lead + [([EVEN, ODD], [refill, refill[::-1]])] * 3
+    counting = CountingPool(pool)
+    got = collect_step(run, counting, params, None, prompt_feed(batches), temperature=1.0,
+                       key_for=lambda k: jax.random.PRNGKey(10 + k), times=times())
+    assert got.generations >= len(lead) + 1 and got.sessions == len(CountingSession.shapes)
+    assert counting.submits == got.generations * 2  # every group went to the judge on its own
+    widths = [shape.prompt_width for shape in CountingSession.shapes]
+    if case == "one_session":  # the batch and its refill: one session with room for both
+        assert got.generations == 2 and widths == [16] and CountingSession.shapes[0].max_prompts == 4
+    elif case == "session_full":  # two batches per session; the next session has the same programs
+        assert len(widths) == -(-got.generations // 2) and len(set(CountingSession.shapes)) == 1
+    else:  # the refills need bucket 32: a second session at that width after the first drains
+        assert widths == [16, 32]
+    check_full_batch(got, 32 if case == "wider_refill" else 16)
+
+
+def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, pool):
+    run = make_run(engine="static", dynamic=True)
+    batches = [([NEVER, NEVER], [[5, 6], [7, 8]])] + [([EVEN, ODD], [[30, 31], [32, 33]])] * 3
+    got = collect_step(run, pool, params, None, prompt_feed(batches), temperature=1.0,
+                       key_for=lambda k: jax.random.PRNGKey(10 + k), times=times())
+    assert got.generations >= 2 and got.sessions == 0
+    check_full_batch(got, 16)
