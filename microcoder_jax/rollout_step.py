@@ -36,6 +36,11 @@ from microcoder_jax.sampling.sampler import SamplerOutput, prompt_bucket
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
 
 
+def session_prompts(num_prompts: int, rl_config) -> int:
+    """Prompts a paged session of one step has room for (the planner sizes its pool from this)."""
+    return num_prompts * (min(SESSION_BATCHES, 1 + rl_config.max_refills) if rl_config.dynamic_sampling else 1)
+
+
 @dataclasses.dataclass
 class StepRollout:
     """The step's batch and what it took: verdict counts over every generation batch, DAPO stats,
@@ -123,7 +128,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
             while session is not None and not session.done:  # drain it: one session decodes at a time
                 run_session(None)
             session = state["session"] = None  # freed before the next one is made
-            room = len(prompts) * min(SESSION_BATCHES, total)  # one shape for every session: no recompile
+            room = session_prompts(len(prompts), rl)  # one shape for every session: no recompile
             session = state["session"] = _open_session(run, params, width, room, key_for(state["pushed"]))
             state["sessions"] += 1
         t0 = time.perf_counter()

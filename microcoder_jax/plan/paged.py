@@ -135,7 +135,10 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
 
     sh = programs.shapes_of(config, rl_config, mesh)
     mc = paged_model_config(config, tpu)
-    return (paged_programs("sample", config, mc, mesh, config.data.num_prompts, sh.group, sh.prompt_width, sh.max_new)
+    from microcoder_jax.rollout_step import session_prompts
+
+    prompts = session_prompts(config.data.num_prompts, rl_config)  # DAPO: room for a refill batch too
+    return (paged_programs("sample", config, mc, mesh, prompts, sh.group, sh.prompt_width, sh.max_new)
             + [programs.logprob_program(config, rl_config, mesh, sh, tpu),
                programs.train_program(config, rl_config, mesh, sh, tpu)]
             + paged_programs("eval", config, mc, mesh, config.eval.batch_problems, sh.eval_samples, sh.prompt_width,

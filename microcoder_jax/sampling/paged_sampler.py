@@ -55,6 +55,11 @@ def shrink_at(sizes: list[int], slots: int) -> int:
     return max([z for z in sizes if z < slots], default=0)
 
 
+@jax.jit
+def _take_rows(arrays: dict, rows: jax.Array) -> dict:
+    return {k: jnp.take(v, rows, axis=0) for k, v in arrays.items()}
+
+
 class PagedSession:
     """One engine: a page pool, S slots and a queue with room for ``max_prompts`` prompts x G."""
 
@@ -189,7 +194,9 @@ class PagedSession:
         g = self.shape.samples
         prompts = np.arange(self.num_prompts) if prompts is None else np.asarray(prompts)
         rows = (prompts[:, None] * g + np.arange(g)).reshape(-1)
-        tokens, logprobs, lengths, stopped, entropy = (shd.to_host(self.state[k])[rows] for k in (
+        picked = _take_rows({k: self.state[k] for k in ("tokens", "logprobs", "lengths", "stopped", "entropy")},
+                            jnp.asarray(rows, jnp.int32))  # on device: only these rows come to the host
+        tokens, logprobs, lengths, stopped, entropy = (shd.to_host(picked[k]) for k in (
             "tokens", "logprobs", "lengths", "stopped", "entropy"))
         return SamplerOutput(tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped,
                              entropy=entropy / np.maximum(lengths, 1), temperature=self.temperature[rows],
