@@ -165,7 +165,7 @@ def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
 
     import numpy as np
 
-    extra = ["sampling.engine=paged", "rl.dynamic_sampling=True", "rl.max_refills=2", "sampling.slots=6"]
+    extra = ["sampling.engine=paged", "rl.dynamic_sampling=True", "rl.max_refills=2", "sampling.slots=2", "train.steps=1"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
