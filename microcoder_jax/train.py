@@ -5,8 +5,9 @@ temperature (rollout_step.py, rollout.py: sample, judge this host's rows while t
 run on the device, gather; under DAPO, refill until enough groups differ), the jitted GRPO step
 (rl/step.py: every mini-batch update), the scheduler update, the metrics row (metrics.py), and
 checkpoints / evaluation on their schedules. A run restarts from the newest complete checkpoint in
-its workdir and continues exactly (params, optimizer, data position, scheduler, keys). Multi-host: every process takes the same global prompt batch; sharding.py holds
-every device and process detail. Without --config it runs the demo (a tiny model learning a
+its workdir and continues exactly (params, optimizer, data position, scheduler, keys).
+Multi-host: every process takes the same global prompt batch; sharding.py holds every device and
+process detail. Without --config it runs the demo (a tiny model learning a
 synthetic task on a CPU in minutes). `--help` lists every config key with its default and meaning.
 """
 from __future__ import annotations

@@ -16,18 +16,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import logging
-
 import jax
 import jax.numpy as jnp
 
 from microcoder_jax.models import qwen3
-from microcoder_jax.models.attention import platform
+from microcoder_jax.models.attention import _fall_back, platform
 from microcoder_jax.models.paged_kernel import paged_kernel_attention, paged_kernel_unsupported
 from microcoder_jax.sharding import constrain
-
-_log = logging.getLogger(__name__)
-_logged: set[str] = set()
 
 POOL_AXES = ("kv_heads", None, None, "head_dim")
 
@@ -119,19 +114,17 @@ def paged_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, view: Sl
     return (acc / total[..., None]).transpose(1, 0, 2, 3).reshape(s, h, d).astype(q.dtype)
 
 
-def choose(implementation: str, head_dim: int, pool_dtype) -> str:
-    """``"kernel"`` or ``"xla"`` for ``model.attention``: auto takes the Pallas kernel where it serves
-    (logging once why not), ``splash`` (the TPU kernels) insists on it, the others are XLA."""
-    reason = paged_kernel_unsupported(head_dim, pool_dtype, platform())
+def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None) -> str:
+    """``"kernel"`` or ``"xla"`` for ``model.attention`` on platform ``on`` (default: the one being
+    compiled for): auto takes the Pallas kernel where it serves (logging once why not), ``splash``
+    (the TPU kernels) insists on it, the others are XLA."""
+    reason = paged_kernel_unsupported(head_dim, pool_dtype, on or platform())
     if implementation == "splash" and reason:
         raise ValueError(f"attention='splash' asks for the TPU kernels; the paged decode kernel cannot run "
                          f"here: {reason}; use attention='auto' or 'xla'")
     if implementation not in ("auto", "splash"):
         return "xla"
-    if reason and reason not in _logged:
-        _logged.add(reason)
-        _log.info("paged decode attention uses the XLA path: %s", reason)
-    return "xla" if reason else "kernel"
+    return _fall_back(f"paged decode: {reason}") if reason else "kernel"
 
 
 def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array, positions: jax.Array,

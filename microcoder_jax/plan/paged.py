@@ -31,7 +31,7 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
                               page_size=ps, num_pages=engine.default_num_pages(prompts, width, slots, max_new, ps),
                               block_pages=max(1, 64 // ps), refill_every=s.refill_every,
                               shrink_at=paged_sampler.shrink_at(paged_sampler.tail_sizes(
-                                  slots, min(paged_sampler.default_tail_slots(slots), slots)), slots))
+                                  slots, paged_sampler.default_tail_slots(slots)), slots))
 
 
 def _state(mc, shape, mesh):
@@ -76,23 +76,14 @@ def pool_bytes(mc, shape, tensor: int) -> int:
     return shape.num_pages * shape.page_size * mc.num_layers * 2 * kv * mc.head_dim * jnp.dtype(mc.dtype).itemsize
 
 
-def _uses_kernel(mc) -> bool:
-    """Whether the run loop's attention is the Pallas paged kernel (`paged_model_config` resolved it)."""
-    return mc.attention == "splash"
-
-
 def paged_model_config(config, tpu: bool):
     """The model config of the paged programs: `auto` resolved for the target chip (splash = the
     Pallas paged kernel where it serves, else XLA); admit's prefill is XLA either way."""
-    from microcoder_jax.models.paged_kernel import paged_kernel_unsupported
+    from microcoder_jax.models import paged_attention as pa
     from microcoder_jax.plan import programs
 
     mc = programs.model_config_for(config, False, 0)  # the shape; attention is set below
-    wanted = config.model.attention
-    kernel = wanted in ("auto", "splash") and tpu and paged_kernel_unsupported(mc.head_dim, mc.dtype, "tpu") is None
-    if wanted == "splash" and not kernel:
-        raise ValueError(f"model.attention=splash: {paged_kernel_unsupported(mc.head_dim, mc.dtype, 'tpu' if tpu else 'gpu')}"
-                         "; use model.attention=auto or xla")
+    kernel = pa.choose(config.model.attention, mc.head_dim, mc.dtype, on="tpu" if tpu else "gpu") == "kernel"
     return mc.replace(attention="splash" if kernel else "xla")
 
 
@@ -121,7 +112,7 @@ def estimate(program: Program, mesh):
     # XLA double-buffers the loop-carried pool at the paper configs' sizes (with the kernel too: 1.7B
     # on v5p-8 compiles to 2 pools + weights); small pools can be updated in place (an overestimate)
     comp["page pool copy (the while loop's carry; XLA double-buffers it)"] = pool
-    if not _uses_kernel(mc):  # the Pallas kernel streams pages through VMEM: no gathered copy in HBM
+    if mc.attention != "splash":  # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
         comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * max(k // t, 1) * shape.block_pages * \
             shape.page_size * hd * 4 * 2
     comp["sampling temporaries (logits, probs x4)"] = s * v * 4 * 4
@@ -134,11 +125,10 @@ def estimate(program: Program, mesh):
 def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]:
     """`programs.rl_step_programs` for `sampling.engine=paged`: admit + run instead of prefill + decode."""
     from microcoder_jax.plan import programs
+    from microcoder_jax.rollout_step import session_prompts
 
     sh = programs.shapes_of(config, rl_config, mesh)
     mc = paged_model_config(config, tpu)
-    from microcoder_jax.rollout_step import session_prompts
-
     prompts = session_prompts(config.data.num_prompts, rl_config)  # DAPO: room for a refill batch too
     return (paged_programs("sample", config, mc, mesh, prompts, sh.group, sh.prompt_width, sh.max_new)
             + [programs.logprob_program(config, rl_config, mesh, sh, tpu),
