@@ -81,6 +81,16 @@ def test_loop_collectives_and_trip_count_from_hlo():
     assert count == 1 and nbytes == 256 * 256 * 2  # the whole weight, every iteration
 
 
+def test_large_copies_from_hlo():
+    """A transposed result is a copy of the whole buffer; small copies do not count."""
+    devices = _tpu_devices("v5e:2x2")
+    one = jax.sharding.SingleDeviceSharding(devices[0])
+    arg = jax.ShapeDtypeStruct((1024, 2048), jnp.float32, sharding=one)
+    text = jax.jit(lambda x: x.T * 2).lower(arg).compile().as_text()
+    assert hlo.large_copies(text, 1024 * 2048 * 4) >= 1
+    assert hlo.large_copies(jax.jit(lambda x: x * 2).lower(arg).compile().as_text(), 1 << 20) == 0
+
+
 def test_analytic_train_step_memory_tracks_xla():
     """Two Qwen3-1.7B-wide layers (buffers well above the chip's on-core memory, where XLA would keep
     small ones out of HBM): the analytic total is within 15% of XLA's."""
@@ -179,6 +189,8 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
     # the run loop is one data-dependent while loop
     assert any(lp["data_dependent"] for lp in decode.compiled.loops)
     assert decode.compiled.kernels >= config.model.num_layers  # bf16, head_dim 128: the Pallas paged kernel
+    # the loop carries the pool in the kernel's layout: no pool-sized copy per layer and step
+    assert decode.compiled.large_copies == 0
 
     # a budget the 64-slot loop does not fit but 32 slots do: the search suggests 32 slots, compiled
     half = planner.plan(programs.with_overrides(config, **{"sampling.slots": 32}), topology,

@@ -73,6 +73,17 @@ def write_prompt_pages(pool_layer: jax.Array, cache_layer: jax.Array, prompt_len
     return pool_layer.at[:, page_ids.reshape(-1)].set(pages.astype(pool_layer.dtype), mode="drop")
 
 
+def write_keys(pool_layer: jax.Array, page: jax.Array, offset: jax.Array, new: jax.Array) -> jax.Array:
+    """Each slot's new key ``new [S, K, D]`` -> page ``page[s]`` at ``offset[s]`` (ids out of range: dropped).
+
+    Indexed by (head, page, offset) so each write is one contiguous ``head_dim`` row: a slice over
+    the heads instead makes TPU layout assignment carry the pool heads-minor and copy the whole
+    pool to the kernel's layout every layer and step.
+    """
+    heads = jnp.arange(pool_layer.shape[0])[None, :]
+    return pool_layer.at[heads, page[:, None], offset[:, None]].set(new.astype(pool_layer.dtype), mode="drop")
+
+
 def copy_pages(pool: PagePool, src: jax.Array, dst: jax.Array) -> PagePool:
     """Page ``src[i]`` copied to page ``dst[i]`` in every layer (ids out of range: nothing copied)."""
     copy = lambda x: x.at[:, dst].set(jnp.take(x, src, axis=1, mode="clip"), mode="drop")  # noqa: E731
@@ -145,8 +156,8 @@ def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array
         pk, pv = pool.k[i], pool.v[i]
 
         def attend(q, k, v, pk=pk, pv=pv):
-            pk = pk.at[:, write_page, write_offset].set(k[:, 0].swapaxes(0, 1).astype(pk.dtype), mode="drop")
-            pv = pv.at[:, write_page, write_offset].set(v[:, 0].swapaxes(0, 1).astype(pv.dtype), mode="drop")
+            pk = write_keys(pk, write_page, write_offset, k[:, 0])
+            pv = write_keys(pv, write_page, write_offset, v[:, 0])
             pk, pv = constrain(pk, POOL_AXES), constrain(pv, POOL_AXES)
             if kernel:
                 out = paged_kernel_attention(q[:, 0], pk, pv, view.lengths, view.table, pages_per_block=block_pages)

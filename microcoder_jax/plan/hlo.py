@@ -1,4 +1,4 @@
-"""Collectives inside loops, read off a compiled program's HLO text.
+"""Collectives inside loops, and copies of large buffers, read off a compiled program's HLO text.
 
 Every `while` is one loop; its collectives are those in its body and everything the body calls
 (fusions, async wrappers, conditionals), except the bodies of loops nested in it, which are loops
@@ -17,6 +17,7 @@ _HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _OP = re.compile(r"=\s*(.*?)\s(" + "|".join(KINDS) + r")(-start)?\(")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _NAME = re.compile(r"%([\w.\-]+)")
+_COPY = re.compile(r"=\s*\(?(\w+\[[\d,]*\]).*\scopy(?:-start)?\(")
 
 
 @dataclasses.dataclass
@@ -127,3 +128,11 @@ def _enclosing(container: str, whiles: dict, calls: dict) -> str | None:
             seen.add(c)
             stack += [n for n in calls.get(c, ()) if n not in whiles]
     return None
+
+
+def large_copies(text: str, min_bytes: int) -> int:
+    """Copies (sync or async) whose result holds at least ``min_bytes``: in a loop body, a buffer the
+    size of the KV pool copied every step (a layout change XLA inserted) costs its bytes in memory
+    and in time."""
+    found = (_COPY.search(line) for line in text.splitlines())
+    return sum(1 for m in found if m and _shape_bytes(m.group(1))[0] >= min_bytes)

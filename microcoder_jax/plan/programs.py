@@ -228,6 +228,7 @@ class Compiled:
     flops: float  # XLA cost analysis: every loop body counted once
     loops: list  # hlo.Loop dicts
     kernels: int = 0  # Pallas (Mosaic) kernel calls in the compiled program
+    large_copies: int | None = None  # copies of a buffer >= half the largest argument (None: cached before counted)
     error: str = ""  # "" = compiled; else why not
     oom: bool = False  # XLA ran out of HBM: temp_bytes is what it said it needed, args are ours
     cached: bool = False
@@ -274,10 +275,18 @@ def compile_program(program: Program, mesh, cache_dir: str | None = CACHE_DIR, k
     result = Compiled(program.name, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
                       int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), float((cost or {}).get("flops", 0.0)),
                       [dataclasses.asdict(loop) for loop in hlo.loops(compiled_text)],
-                      kernels=compiled_text.count('custom_call_target="tpu_custom_call"'))
+                      kernels=compiled_text.count('custom_call_target="tpu_custom_call"'),
+                      large_copies=hlo.large_copies(compiled_text, _largest_argument(program) // 2))
     if path:
         _write(path, result)
     return result
+
+
+def _largest_argument(program: Program) -> int:
+    """Per-device bytes of the program's largest argument array (at least 1 MiB, so small programs
+    do not count their every copy)."""
+    leaves = [a for a in jax.tree.leaves(program.args) if isinstance(a, jax.ShapeDtypeStruct)]
+    return max([local_bytes([a]) for a in leaves] + [1 << 21])
 
 
 def _write(path: str, result: Compiled) -> None:
