@@ -73,7 +73,7 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     import jax
 
     from microcoder_jax.data.loader import make_prompt_set
-    from microcoder_jax.rollout import generate, submit, verdict_arrays
+    from microcoder_jax.rollout import GroupJudge, generate, verdict_arrays
 
     e = run.config.eval
     problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)]
@@ -86,13 +86,16 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start:start + size], prompts[start:start + size]
         pad = size - len(chunk)  # a full batch every call: one compiled shape
+        # every host judges the real rows (the padding prompts' are dropped); with the paged engine
+        # each problem's samples go to the pool as they finish, overlapping the tail of decoding
+        judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=slice(0, len(chunk) * k), mode="all")
+        paged = run.config.sampling.engine == "paged"
         sample = generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k,
                           temperature=e.temperature, max_new_tokens=e.max_new_tokens, top_p=e.top_p,
-                          top_k=0, rng=jax.random.fold_in(rng, start))
-        rows = len(chunk) * k  # the padding prompts' rows are dropped
-        handle, codes = submit(run, pool, [p for p in chunk for _ in range(k)], sample.tokens[:rows],
-                               sample.lengths[:rows], "all")
-        _, passed, _, _ = verdict_arrays(handle.result(), codes, "all")
+                          top_k=0, rng=jax.random.fold_in(rng, start), on_group_done=judge.add if paged else None)
+        if not paged:
+            judge.add(0, sample)
+        _, passed, _, _ = verdict_arrays(*judge.results(), "all")
         passes += [list(map(bool, passed[i * k:(i + 1) * k])) for i in range(len(chunk))]
     report = summarize(kept, passes)
     report["skipped_too_long"] = prompt_set.skipped_too_long

@@ -138,11 +138,14 @@ class GroupJudge:
     `add(first_prompt, sample)` submits the rows of those prompts that fall in this host's share
     (`rows`, default `sharding.host_rows(n)`: a group split between two hosts is judged half on
     each), at once and without blocking; `results()` waits and returns the share's JudgeResults
-    and programs in row order, as `sharding.allgather_rows` expects them.
+    and programs in row order, as `sharding.allgather_rows` expects them. `mode`: the reward mode
+    (default `evaluator.reward`; evaluation judges "all" tests).
     """
 
-    def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None):
+    def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None,
+                 mode: Optional[str] = None):
         self.run, self.pool, self.problems, self.G = run, pool, list(problems), group_size
+        self.mode = mode or run.config.evaluator.reward
         self.n = len(self.problems) * group_size
         self.rows = sharding.host_rows(self.n) if rows is None else rows
         self.parts: list[tuple[int, Any, list]] = []  # (first global row, handle, codes)
@@ -157,8 +160,7 @@ class GroupJudge:
         a, b = max(lo, self.rows.start), min(hi, self.rows.stop)
         if a < b:
             handle, codes = submit(self.run, self.pool, [self.problems[r // self.G] for r in range(a, b)],
-                                   sample.tokens[a - lo:b - lo], sample.lengths[a - lo:b - lo],
-                                   self.run.config.evaluator.reward)
+                                   sample.tokens[a - lo:b - lo], sample.lengths[a - lo:b - lo], self.mode)
             self.parts.append((a, handle, codes))
 
     @property
@@ -173,8 +175,7 @@ class GroupJudge:
         for a, handle, codes in self.parts:
             if handle.done():
                 i = a - self.rows.start
-                rewards[i:i + len(codes)] = [reward(r, mode=self.run.config.evaluator.reward)
-                                             for r in handle.result()]
+                rewards[i:i + len(codes)] = [reward(r, mode=self.mode) for r in handle.result()]
                 known[i:i + len(codes)] = True
         return known, rewards
 

@@ -174,3 +174,31 @@ def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, po
                        key_for=lambda k: jax.random.PRNGKey(10 + k), times=times())
     assert got.generations >= 2 and got.sessions == 0
     check_full_batch(got, 16)
+
+
+def test_eval_judges_each_problem_as_its_samples_finish(params, pool, monkeypatch):
+    """Evaluation on the paged engine sends each problem's samples to the pool as they finish (never
+    the padding prompt's), the static one a batch at once; both judge the rows they sampled."""
+    from microcoder_jax import eval as ev
+    from microcoder_jax import rollout
+    from microcoder_jax.data import loader
+
+    problems, prompts = [EVEN, ODD, NEVER], [[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
+    monkeypatch.setattr(loader, "make_prompt_set", lambda probs, tokenizer, data: types.SimpleNamespace(
+        problems=list(probs), prompts=prompts[:len(probs)], skipped_too_long=0))
+    samples, passes = [], []
+    real_generate = rollout.generate
+    monkeypatch.setattr(rollout, "generate", lambda *a, **k: samples.append(real_generate(*a, **k)) or samples[-1])
+    monkeypatch.setattr(ev, "summarize", lambda kept, p: passes.append(p) or {})
+    answers = {"even": 0, "odd": 1, "never": 2}
+    for engine, calls in (("paged", 3), ("static", 2)):  # batches of 2 problems: [even, odd], [never + pad]
+        run = make_run(engine)
+        run.config.eval.batch_problems, run.config.eval.samples, run.config.eval.max_new_tokens = 2, G, MAX_NEW
+        counting = CountingPool(pool)
+        samples.clear()
+        ev.evaluate_problems(run, counting, params, problems, rng=jax.random.key(3))
+        assert counting.submits == calls
+        first = np.concatenate([s.tokens[:, 0] for s in samples])  # rows of [even, odd] then [never, pad]
+        want = [[int(first[i * G + j]) % 2 == answers[p.question_id] for j in range(G)] for i, p in enumerate(problems)]
+        assert passes[-1] == want, engine
+        assert any(map(any, want)) and not all(map(all, want))  # both verdicts occur
