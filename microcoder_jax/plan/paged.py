@@ -109,9 +109,6 @@ def estimate(program: Program, mesh):
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
     s, reads = shape.slots, shape.table_width * shape.page_size
     comp["decode weights (compute-dtype copy)"] = (l * layer + v * d) * 2 // t
-    # XLA double-buffers the loop-carried pool at the paper configs' sizes (with the kernel too: 1.7B
-    # on v5p-8 compiles to 2 pools + weights); small pools can be updated in place (an overestimate)
-    comp["page pool copy (the while loop's carry; XLA double-buffers it)"] = pool
     if mc.attention != "splash":  # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
         comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * max(k // t, 1) * shape.block_pages * \
             shape.page_size * hd * 4 * 2
