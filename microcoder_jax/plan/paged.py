@@ -115,7 +115,8 @@ def estimate(program: Program, mesh):
     comp["sampling temporaries (logits, probs x4)"] = s * v * 4 * 4
     steps = -(-shape.rows // s) * shape.max_new  # every slot busy to the cap: the worst case
     flops = steps * (2.0 * (l * layer + v * d) * s + analytic._attention_flops(mc, s, 1, reads // 2, False))
-    hbm = steps * ((l * layer + v * d) * 2 / t + s * l * 2 * max(k // t, 1) * hd * 2 * reads / 2)
+    local = analytic._split(s, mesh.shape["data"] * mesh.shape["fsdp"])  # each device reads its slots' pages
+    hbm = steps * ((l * layer + v * d) * 2 / t + local * l * 2 * max(k // t, 1) * hd * 2 * reads / 2)
     return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=shape.rows * shape.max_new)
 
 
