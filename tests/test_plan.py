@@ -82,13 +82,17 @@ def test_loop_collectives_and_trip_count_from_hlo():
 
 
 def test_large_copies_from_hlo():
-    """A transposed result is a copy of the whole buffer; small copies do not count."""
+    """A carried buffer transposed every iteration is a copy in the loop; one outside it is not counted."""
     devices = _tpu_devices("v5e:2x2")
     one = jax.sharding.SingleDeviceSharding(devices[0])
-    arg = jax.ShapeDtypeStruct((1024, 2048), jnp.float32, sharding=one)
-    text = jax.jit(lambda x: x.T * 2).lower(arg).compile().as_text()
-    assert hlo.large_copies(text, 1024 * 2048 * 4) >= 1
-    assert hlo.large_copies(jax.jit(lambda x: x * 2).lower(arg).compile().as_text(), 1 << 20) == 0
+    arg = jax.ShapeDtypeStruct((2048, 2048), jnp.float32, sharding=one)
+    size = 2048 * 2048 * 4
+
+    def looped(x):
+        return jax.lax.fori_loop(0, 5, lambda i, c: c.T * 1.5 + i, x)
+
+    assert hlo.large_copies(jax.jit(looped).lower(arg).compile().as_text(), size) >= 1
+    assert hlo.large_copies(jax.jit(lambda x: x.T * 2).lower(arg).compile().as_text(), size) == 0
 
 
 def test_analytic_train_step_memory_tracks_xla():

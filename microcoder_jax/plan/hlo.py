@@ -131,8 +131,19 @@ def _enclosing(container: str, whiles: dict, calls: dict) -> str | None:
 
 
 def large_copies(text: str, min_bytes: int) -> int:
-    """Copies (sync or async) whose result holds at least ``min_bytes``: in a loop body, a buffer the
-    size of the KV pool copied every step (a layout change XLA inserted) costs its bytes in memory
-    and in time."""
-    found = (_COPY.search(line) for line in text.splitlines())
+    """Copies (sync or async) inside loop bodies whose result holds at least ``min_bytes``: a buffer
+    the size of the KV pool copied every step (a layout change XLA inserted) costs its bytes in
+    memory and in time. Copies outside loops (a weight laid out once per call) are not counted."""
+    comps = _computations(text)
+    calls = {c: {n for line in lines for n in _NAME.findall(line.split("=", 1)[-1]) if n in comps and n != c}
+             for c, lines in comps.items()}
+    stack = [m.group(1) for lines in comps.values() for line in lines if " while(" in line
+             for m in [re.search(r"body=%?([\w.\-]+)", line)] if m]
+    inside = set()
+    while stack:
+        c = stack.pop()
+        if c not in inside:
+            inside.add(c)
+            stack += list(calls.get(c, ()))
+    found = (_COPY.search(line) for c in inside for line in comps.get(c, ()))
     return sum(1 for m in found if m and _shape_bytes(m.group(1))[0] >= min_bytes)

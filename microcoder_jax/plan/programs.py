@@ -228,7 +228,7 @@ class Compiled:
     flops: float  # XLA cost analysis: every loop body counted once
     loops: list  # hlo.Loop dicts
     kernels: int = 0  # Pallas (Mosaic) kernel calls in the compiled program
-    large_copies: int | None = None  # copies of a buffer >= half the largest argument (None: cached before counted)
+    large_copies: int | None = None  # copies in loops of a buffer >= half the largest argument (None: not counted)
     error: str = ""  # "" = compiled; else why not
     oom: bool = False  # XLA ran out of HBM: temp_bytes is what it said it needed, args are ours
     cached: bool = False

@@ -109,8 +109,8 @@ def render(plan, config_name: str) -> str:
     coll = collective_lines(plan)
     if coll:
         out += ["", "== collectives inside loops (per device)", *coll]
-    copies = [f"{r.program.name}: {r.compiled.large_copies} copies of buffers at least half its largest argument "
-              "(layout changes XLA inserted; in a loop they run every iteration)"
+    copies = [f"{r.program.name}: {r.compiled.large_copies} copies inside loops of buffers at least half its "
+              "largest argument (layout changes XLA inserted: they run every iteration)"
               for r in plan.rows if r.compiled is not None and r.compiled.large_copies]
     if copies:
         out += ["", "== large copies", *copies]
