@@ -127,6 +127,8 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
                 session.num_prompts + len(prompts) > session.shape.max_prompts):
             while session is not None and not session.done:  # drain it: one session decodes at a time
                 run_session(None)
+            if session is not None:
+                session.close()
             session = state["session"] = None  # freed before the next one is made
             room = session_prompts(len(prompts), rl)  # one shape for every session: no recompile
             session = state["session"] = _open_session(run, params, width, room, key_for(state["pushed"]))
@@ -158,6 +160,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
             if full is not None:
                 if pending or not session.done:
                     raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
+                session.close()
                 ds_stats = {**ds_stats, "ds_early_refills": state["early"], "ds_sessions": state["sessions"]}
                 return StepRollout(Rollout(**full), verdicts, ds_stats, len(gaps), gaps, state["sessions"])
         if not session.done:

@@ -1,7 +1,9 @@
 """The paged engine's programs (`sampling.engine=paged`) for the planner, and their analytic model.
 
-One sampler call of the paged engine runs two jitted programs (sampling/engine.py): `admit`
-(prefill a block of up to 64 prompts into the page pool) and `run` (the decode loop over S slots).
+One sampler call of the paged engine reshards the weights into the decode layout once (the
+"decode layout" program, shared with the static sampler) and runs two jitted programs
+(sampling/engine.py): `admit` (prefill a block of up to 64 prompts into the page pool) and `run`
+(the decode loop over S slots).
 They are planned at the sizes `paged_sampler.PagedSession` would pick: S = `sampling.slots` (or its
 default), a pool of every prompt's pages plus S sequences at the cap. The engine's state (pool,
 queue, outputs) is replicated over the data axes and its KV heads split over `tensor`.
@@ -12,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from microcoder_jax import sharding
-from microcoder_jax.plan.programs import Program, _sds, abstract_params, local_bytes
+from microcoder_jax.plan.programs import Program, _sds, local_bytes, sampler_params
 
 MAX_ADMIT = 64  # PagedSession's default admit block (prompts prefilled per admit call)
 
@@ -53,7 +55,7 @@ def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new) -> lis
     from microcoder_jax.sampling import engine
 
     shape = engine_shape(config, prompts, group, width, max_new)
-    state, params, rep = _state(mc, shape, mesh), abstract_params(mc, mesh), sharding.replicated(mesh)
+    state, params, rep = _state(mc, shape, mesh), sampler_params(mc, mesh), sharding.replicated(mesh)
     a = 1 << (min(prompts, MAX_ADMIT) - 1).bit_length()  # admit blocks are powers of two
     row = lambda d: _sds((a * group,), d, rep)  # noqa: E731
     admit_args = (state, params, _sds((a, width), jnp.int32, rep), _sds((a, width), jnp.int32, rep),
@@ -101,14 +103,12 @@ def estimate(program: Program, mesh):
     if program.name.endswith("admit"):
         a, width = program.args[2].shape
         local = analytic._split(a, mesh.shape["data"] * mesh.shape["fsdp"])  # XLA splits the block's rows
-        comp["gathered weights (one layer x2)"] = 2 * layer * 4 // t
         comp["prompt KV cache (dense, one layer alive)"] = analytic._kv(mc, local, width, t) // l
         comp["activations (one layer, forward)"] = analytic._layer_activations(mc, local * width, True, t, width) // 2
         comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * width * width * 6
         flops = 2.0 * l * layer * a * width + analytic._attention_flops(mc, a, width, width, False)
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
     s, reads = shape.slots, shape.table_width * shape.page_size
-    comp["decode weights (compute-dtype copy)"] = (l * layer + v * d) * 2 // t
     if mc.attention != "splash":  # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
         comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * max(k // t, 1) * shape.block_pages * \
             shape.page_size * hd * 4 * 2
@@ -128,7 +128,8 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
     sh = programs.shapes_of(config, rl_config, mesh)
     mc = paged_model_config(config, tpu)
     prompts = session_prompts(config.data.num_prompts, rl_config)  # DAPO: room for a refill batch too
-    return (paged_programs("sample", config, mc, mesh, prompts, sh.group, sh.prompt_width, sh.max_new)
+    layout = programs.decode_layout_program(mc, mesh)  # PagedSession reshards once per session
+    return ([layout] + paged_programs("sample", config, mc, mesh, prompts, sh.group, sh.prompt_width, sh.max_new)
             + [programs.logprob_program(config, rl_config, mesh, sh, tpu),
                programs.train_program(config, rl_config, mesh, sh, tpu)]
             + paged_programs("eval", config, mc, mesh, config.eval.batch_problems, sh.eval_samples, sh.prompt_width,

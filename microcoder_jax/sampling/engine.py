@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from microcoder_jax.models import Qwen3Config, decoding_params, forward, init_cache, lm_head
+from microcoder_jax.models.decoding import is_decoding
 from microcoder_jax.models import paged_attention as pa
 from microcoder_jax.sampling import pages as pg
 from microcoder_jax.sampling.sampler import sample_tokens
@@ -232,7 +233,8 @@ def _step(state, params, rng, stop_ids, pad_id, config: Qwen3Config, shape: Engi
 @functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
 def run(state, params, stop_ids, pad_id, rng, budget, *, config: Qwen3Config, shape: EngineShape):
     """Decode until every queued sequence is done or ``budget`` steps have run; see the module doc."""
-    params = decoding_params(params, config)
+    if not is_decoding(params):  # callers pass the decode layout (PagedSession); converting here
+        params = decoding_params(params, config)  # lets XLA sink the conversion into the loop
     start = state["steps"]
 
     def pending(st):  # queued pairs and a slot that is idle or done

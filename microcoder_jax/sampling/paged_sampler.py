@@ -20,7 +20,8 @@ import numpy as np
 from microcoder_jax import sharding as shd
 from microcoder_jax.models import Qwen3Config, param_logical_axes, param_shapes
 from microcoder_jax.sampling import engine
-from microcoder_jax.sampling.sampler import SamplerOutput, _per_row, left_pad, prompt_bucket
+from microcoder_jax.models.decoding import free
+from microcoder_jax.sampling.sampler import SamplerOutput, _per_row, left_pad, prompt_bucket, to_decode_layout
 
 NO_LIMIT = np.iinfo(np.int32).max
 
@@ -90,8 +91,10 @@ class PagedSession:
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
         self.pad_id, self.rng = pad_id, rng
         self.stop_ids = jnp.asarray(np.asarray(list(stop_token_ids), np.int32))
-        self.params = params if mesh is None else jax.device_put(
+        placed = params if mesh is None else jax.device_put(
             params, shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config)))
+        # the decode layout once per session: a step then gathers no weight (close() frees it)
+        self.params, self._stored = to_decode_layout(placed, config, mesh), placed
         self.prompt_ids = np.zeros((0, prompt_width), np.int32)
         self.prompt_mask = np.zeros((0, prompt_width), np.int32)
         self.temperature = np.zeros((0,), np.float32)
@@ -114,6 +117,7 @@ class PagedSession:
         default to max_new_tokens. queue_order (tests): a permutation of these rows, the order in
         which they take slots (only for a push of at most max_admit prompts).
         """
+        self._check_open()
         shape, g = self.shape, self.shape.samples
         n, rows = len(prompts), len(prompts) * g
         if n == 0 or self.num_prompts + n > shape.max_prompts:
@@ -155,6 +159,7 @@ class PagedSession:
     def run(self, steps: int | None = None) -> list[int]:
         """Decode for at most ``steps`` steps (all that is queued if None); returns the prompt indices
         whose G samples have all finished since the last call."""
+        self._check_open()
         budget = NO_LIMIT if steps is None else steps
         while budget > 0:
             before = self._scalar("steps")
@@ -203,6 +208,17 @@ class PagedSession:
                              prompt_tokens=np.repeat(self.prompt_ids[prompts], g, axis=0),
                              prompt_mask=np.repeat(self.prompt_mask[prompts], g, axis=0))
 
+    def _check_open(self):
+        if self.params is None:
+            raise RuntimeError("this PagedSession was closed (its weights freed); open a new one to sample more")
+
+    def close(self) -> None:
+        """Free the session's decode-layout weights now (the train step gets the memory back); the
+        outputs stay readable."""
+        if self.params is not None:
+            free(self.params, self._stored)
+            self.params = None
+
     def stats(self) -> dict:
         """Decode steps, slot-steps that produced a token, attention key slots read, generated tokens."""
         steps, slot_steps, live, reads, lengths = (int(shd.to_host(self.state[k]).sum()) for k in (
@@ -236,6 +252,7 @@ def generate_paged(params, config: Qwen3Config, prompts: Sequence[Sequence[int]]
         for index in session.run(report_every if on_group_done else None):
             if on_group_done is not None:
                 on_group_done(index, session.output([index]))
+    session.close()
     if stats is not None:
         stats.update(session.stats())
     return session.output()

@@ -308,6 +308,12 @@ def _to_decode_layout(config: Qwen3Config, mesh, rules: tuple | None):
     return jax.jit(functools.partial(decoding_params, config=config), out_shardings=out)
 
 
+def to_decode_layout(params, config: Qwen3Config, mesh=None, rules: dict | None = None) -> DecodingParams:
+    """The stored params (placed on ``mesh``) -> ``DecodingParams`` in the decode layout, once per call:
+    a decode loop then reads replicated compute-dtype weights and gathers none per step."""
+    return _to_decode_layout(config, mesh, None if rules is None else tuple(sorted(rules.items())))(params)
+
+
 # ------------------------------------------------------------------------------ entry point
 
 def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
