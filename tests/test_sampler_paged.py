@@ -160,6 +160,12 @@ def test_page_pool_invariants_during_and_after_a_run(tiny):
         pg.check_invariants(session.state["pages"], _expected_refs(session))
     assert min(widths) < 3  # the tail ran on fewer slots
     pg.check_invariants(session.state["pages"], np.zeros(session.shape.num_pages))  # everything came back
+    done = session.output()
+    session.close()  # frees the decode-layout weights, not the caller's params; outputs stay readable
+    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(params))
+    np.testing.assert_array_equal(session.output().tokens, done.tokens)
+    with pytest.raises(RuntimeError, match="closed"):
+        session.push(PROMPTS[:1], temperature=1.0)
 
 
 def test_allocator_refuses_to_overdraw():
