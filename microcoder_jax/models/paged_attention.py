@@ -86,6 +86,9 @@ def write_keys(pool_layer: jax.Array, page: jax.Array, offset: jax.Array, new: j
 
 def copy_pages(pool: PagePool, src: jax.Array, dst: jax.Array) -> PagePool:
     """Page ``src[i]`` copied to page ``dst[i]`` in every layer (ids out of range: nothing copied)."""
+    # every device copies all pages in its own replica of the pool (ids replicated, not per slot
+    # shard): nothing to all-gather
+    src, dst = constrain(src, (None,)), constrain(dst, (None,))
     copy = lambda x: x.at[:, dst].set(jnp.take(x, src, axis=1, mode="clip"), mode="drop")  # noqa: E731
     return PagePool(tuple(map(copy, pool.k)), tuple(map(copy, pool.v)))
 
