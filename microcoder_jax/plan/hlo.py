@@ -66,15 +66,7 @@ def _computations(text: str) -> dict[str, list[str]]:
 def loops(text: str) -> list[Loop]:
     """Every while loop of the module with the collectives its iterations run."""
     comps = _computations(text)
-    calls = {c: {n for line in lines for n in _NAME.findall(line.split("=", 1)[-1]) if n in comps and n != c}
-             for c, lines in comps.items()}
-    whiles = {}  # body computation -> (while line, containing computation)
-    for c, lines in comps.items():
-        for line in lines:
-            if " while(" in line:
-                body = re.search(r"body=%?([\w.\-]+)", line)
-                if body:
-                    whiles[body.group(1)] = (line, c)
+    calls, whiles = _call_graph(comps), _whiles(comps)
     out = []
     for body, (line, container) in whiles.items():
         seen, stack, found = set(), [body], {}
@@ -98,6 +90,23 @@ def loops(text: str) -> list[Loop]:
         out.append(Loop(body, _enclosing(container, whiles, calls), int(trip.group(1)) if trip else bound,
                         dependent, found))
     return out
+
+
+def _call_graph(comps: dict) -> dict[str, set[str]]:
+    """Computation -> the computations its instructions call (fusions, branches, loop bodies)."""
+    return {c: {n for line in lines for n in _NAME.findall(line.split("=", 1)[-1]) if n in comps and n != c}
+            for c, lines in comps.items()}
+
+
+def _whiles(comps: dict) -> dict[str, tuple[str, str]]:
+    """Loop body computation -> (its while instruction's line, the computation holding it)."""
+    whiles = {}
+    for c, lines in comps.items():
+        for line in lines:
+            body = re.search(r"body=%?([\w.\-]+)", line) if " while(" in line else None
+            if body:
+                whiles[body.group(1)] = (line, c)
+    return whiles
 
 
 def _condition_bound(comps: dict, calls: dict, cond: str) -> tuple[int | None, bool]:
@@ -135,11 +144,7 @@ def large_copies(text: str, min_bytes: int) -> int:
     the size of the KV pool copied every step (a layout change XLA inserted) costs its bytes in
     memory and in time. Copies outside loops (a weight laid out once per call) are not counted."""
     comps = _computations(text)
-    calls = {c: {n for line in lines for n in _NAME.findall(line.split("=", 1)[-1]) if n in comps and n != c}
-             for c, lines in comps.items()}
-    stack = [m.group(1) for lines in comps.values() for line in lines if " while(" in line
-             for m in [re.search(r"body=%?([\w.\-]+)", line)] if m]
-    inside = set()
+    calls, stack, inside = _call_graph(comps), list(_whiles(comps)), set()
     while stack:
         c = stack.pop()
         if c not in inside:

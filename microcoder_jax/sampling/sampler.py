@@ -356,8 +356,7 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
         args = {k: put(v) for k, v in args.items()}
         row_args = {k: put(v) for k, v in row_args.items()}
 
-    rules = None if decode_rules is None else tuple(sorted(decode_rules.items()))
-    prepared = _to_decode_layout(config, mesh, rules)(params)  # once per call: no per-step weight traffic
+    prepared = to_decode_layout(params, config, mesh, decode_rules)  # once per call: no per-step weight traffic
     with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
         cache, logits = _prefill(prepared, args["prompt_ids"], args["prompt_mask"], config=config,
                                  num_samples=num_samples)
