@@ -139,12 +139,14 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             if stopping and done < c.train.steps:
                 raise guard.stop(done, ckpt.directory)
     finally:
-        guard.uninstall()
-        bar.close()
-        ckpt.close()
-        pool.close()
-        if writer is not None:
-            writer.close()
+        try:  # the guard stays up while closing: a second signal during the final save exits at once
+            bar.close()
+            ckpt.close()
+            pool.close()
+            if writer is not None:
+                writer.close()
+        finally:
+            guard.uninstall()
     return state
 
 

@@ -17,10 +17,25 @@ TINY = ["--config.train.steps=1000", "--config.train.checkpoint_every=0", "--con
         "--config.demo.problems_per_op=2", "--config.evaluator.workers=1"]
 
 
-def _start(workdir):
+# the run's final checkpoint close signals the run itself: a second SIGINT while closing, every time
+SIGNAL_WHILE_CLOSING = """
+import os, signal, sys, time
+from microcoder_jax import train
+close = train.Checkpointer.close
+def close_after_a_second_sigint(self):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+    close(self)
+train.Checkpointer.close = close_after_a_second_sigint
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+def _start(workdir, *, script=None):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    return subprocess.Popen([sys.executable, "-m", "microcoder_jax.train", "--workdir", str(workdir), *TINY],
+    entry = ["-c", script] if script else ["-m", "microcoder_jax.train"]
+    return subprocess.Popen([sys.executable, *entry, "--workdir", str(workdir), *TINY],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -70,6 +85,16 @@ def test_second_sigint_exits_at_once(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
     assert "second SIGINT: exiting now" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_second_sigint_while_closing_exits_at_once(tmp_path):
+    proc = _start(tmp_path, script=SIGNAL_WHILE_CLOSING)
+    _wait_for_step(proc, tmp_path, 1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=25)  # well before the 30 s the patched close would sleep
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert "second SIGINT: exiting now" in err and "Traceback" not in err, err[-3000:]
 
 
 def test_guard_sets_the_flag_and_restores_handlers():
