@@ -206,3 +206,19 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
     assert not tight.fits
     assert len(tight.suggestions) == 1 and "32 slots fits" in tight.suggestions[0], tight.suggestions
     assert "--config.sampling.slots=32" in tight.suggestions[0]
+
+
+def test_paged_dapo_counts_its_open_session_beside_the_old_logprobs():
+    """A paged DAPO step scores a finished batch while refills still decode: the planner counts that
+    session's pool, engine state and decode-layout weights beside the log-prob pass."""
+    topology = parse_topology("h100", devices=8)
+    rows = {}
+    for preset in ("microcoder", "dapo"):
+        config = cli.load_config(DEMO, PAGED + [f"rl.preset={preset}"])
+        result = planner.plan(config, topology, only=("sample decode", "old log-probs"), search=False)
+        rows[preset] = {r.program.name: r for r in result.rows}
+    run = rows["dapo"]["sample decode"].program
+    session = programs.local_bytes(run.args[0]) + programs.local_bytes(run.args[1])
+    assert session > programs.local_bytes(run.args[0]["pool"]) > 0
+    assert rows["dapo"]["old log-probs"].resident == rows["microcoder"]["old log-probs"].resident + session
+    assert rows["dapo"]["sample decode"].resident == rows["microcoder"]["sample decode"].resident

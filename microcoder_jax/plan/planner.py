@@ -60,15 +60,27 @@ def abstract_mesh(config, devices: int):
     return jax.sharding.AbstractMesh(tuple(sizes), ("data", "fsdp", "tensor"))
 
 
-def _resident(program, state_bytes: int, params_bytes: int, rl_config) -> int:
+def _resident(program, state_bytes: int, params_bytes: int, rl_config, open_session: int = 0) -> int:
     """The train state (and a KL reference) stays in HBM through every program; minus what the
-    program takes as its arguments (the stored params, or the whole state for the train step)."""
+    program takes as its arguments (the stored params, or the whole state for the train step).
+    `open_session`: bytes of a paged DAPO session still decoding refills while a finished batch's
+    old log-probs run (its pool, engine state and decode-layout weights)."""
     ref = params_bytes if rl_config.kl_beta > 0 else 0
     if program.name == "train step":
         return ref
     # stored params (or the paged engine's state, then the stored params), not the sampler's decode copy
     takes_params = isinstance(program.args[0], dict)
-    return state_bytes - (params_bytes if takes_params else 0) + ref
+    beside = open_session if program.name == "old log-probs" else 0
+    return state_bytes - (params_bytes if takes_params else 0) + ref + beside
+
+
+def _open_session_bytes(config, rl_config, progs) -> int:
+    """Per-device bytes of the paged session a DAPO step keeps open through the old log-probs
+    (rollout_step: a batch is scored while refills still decode); 0 without one."""
+    if config.sampling.engine != "paged" or not rl_config.dynamic_sampling:
+        return 0
+    run = next(p for p in progs if p.name == "sample decode")
+    return programs.local_bytes(run.args[0]) + programs.local_bytes(run.args[1])
 
 
 def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tuple = (), search: bool = True,
@@ -79,6 +91,7 @@ def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tupl
     mesh = programs.make_mesh(config, topology.devices()) if compile_ else abstract_mesh(config, topology.num_devices)
     builder = paged.rl_step_programs if config.sampling.engine == "paged" else programs.rl_step_programs
     progs = builder(config, rl_config, mesh, tpu=topology.chip.tpu)
+    open_session = _open_session_bytes(config, rl_config, progs)
     if only:
         progs = [p for p in progs if p.name in only]
     shapes = programs.shapes_of(config, rl_config, mesh)
@@ -92,7 +105,7 @@ def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tupl
         gathers = _gathers_weights(compiled, mc) if compiled is not None else _sampler_gathers()
         est = (paged.estimate(prog, mesh) if paged.is_paged(prog)
                else analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers))
-        rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config)))
+        rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config, open_session)))
     result = Plan(topology, dict(mesh.shape), mc, shapes, rows)
     if search and not result.fits:
         from microcoder_jax.plan import suggest

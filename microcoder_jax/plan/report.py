@@ -18,7 +18,7 @@ def memory_table(plan) -> list[str]:
     chip = plan.topology.chip
     lines = [f"{'program':<15}{'args':>8}{'temps':>8}{'resident':>9}{'total':>8}{'HBM':>6}"
              f"{'analytic':>10}{'diff':>7}  verdict  (GiB per device; resident = optimizer state / KL "
-             "reference alive beside it)"]
+             "reference alive beside it; paged DAPO: its open session beside the old log-probs)"]
     for row in plan.rows:
         c, est = row.compiled, row.estimate
         analytic_total = est.total + row.resident
