@@ -43,6 +43,7 @@ def get_config(arg: str = "qwen3-1.7b,microcoder"):
     c.sampling.group_size = 8
     c.sampling.max_new_tokens = 4096
     c.sampling.engine = "paged"  # continuous batching over a paged KV cache: S slots, not all 512 rows
+    c.sampling.decode_tensor = -1  # the sampler splits KV heads, pool and weights over the chips, not FSDP
     c.temperature.policy = "constant"  # 1.2: the paper's stable setting for Qwen3
     c.temperature.temperature = 1.2
     c.rl.preset = algorithm

@@ -63,6 +63,8 @@ KEYS: tuple[tuple[str, object, str], ...] = (
     ("sampling.slots", 0, "paged: sequences decoded at once (0 = every row, up to 256)"),
     ("sampling.page_size", 16, "paged: KV-cache slots per page (prompt buckets must be multiples of it)"),
     ("sampling.refill_every", 4, "paged: decode steps between refills of finished slots"),
+    ("sampling.decode_tensor", 0, "paged: chips the sampler splits KV heads and weights over (the rest split "
+     "the slots); 0 = the training mesh, -1 = as many as the KV heads allow"),
     ("sampling.decode_phases", 4, "decode stages whose KV caches grow to max_new_tokens, so a step reads about the filled slots (1 = one loop; each stage compiles its own body)"),
     ("temperature.policy", "constant", "constant, staged (schedule) or diversity (stages, signal, band)"),
     ("temperature.temperature", 1.2, "start temperature (paper: 1.2 is stable for Qwen3)"),

@@ -26,7 +26,7 @@ CHOICES = {
 AT_LEAST = {  # key: smallest allowed value (None values are skipped)
     "seed": 0, "data.num_prompts": 1, "data.max_prompt_tokens": 1, "sampling.group_size": 2,
     "sampling.max_new_tokens": 1, "sampling.top_k": 0, "sampling.decode_phases": 1,
-    "sampling.slots": 0, "sampling.page_size": 1, "sampling.refill_every": 1,
+    "sampling.slots": 0, "sampling.page_size": 1, "sampling.refill_every": 1, "sampling.decode_tensor": -1,
     "temperature.temperature": 0.0, "evaluator.workers": 0, "evaluator.timeout": 1e-3,
     "evaluator.memory_mb": 1, "train.steps": 0, "train.checkpoint_every": 0, "train.keep_checkpoints": 1,
     "train.eval_every": 0, "train.warm_start_steps": 0, "eval.max_new_tokens": 1, "eval.samples": 1,

@@ -98,7 +98,8 @@ def generate(run, params, prompts, *, num_samples: int, temperature: float, max_
         return paged_sampler.generate_paged(params, run.model_config, prompts, slots=s.slots or None,
                                             page_size=s.page_size, refill_every=s.refill_every,
                                             on_group_done=on_group_done,
-                                            report_every=report_every(s, max_new_tokens), **common)
+                                            report_every=report_every(s, max_new_tokens),
+                                            **{**common, "mesh": run.sample_mesh})
     if on_group_done is not None:
         raise ValueError("on_group_done needs sampling.engine=paged (the static sampler returns all rows at once)")
     return sampler.generate(params, run.model_config, prompts, decode_phases=s.decode_phases, **common)

@@ -99,7 +99,7 @@ def _open_session(run, params, prompt_width: int, max_prompts: int, rng) -> page
         params, run.model_config, num_samples=s.group_size, max_prompts=max_prompts,
         max_new_tokens=s.max_new_tokens, prompt_width=prompt_width, stop_token_ids=run.stop_ids,
         pad_id=run.pad_id, rng=rng, slots=paged_sampler.call_slots(s.slots or None, c.data.num_prompts * s.group_size),
-        page_size=s.page_size, refill_every=s.refill_every, mesh=run.mesh)
+        page_size=s.page_size, refill_every=s.refill_every, mesh=run.sample_mesh)
 
 
 def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, key_for, times) -> StepRollout:

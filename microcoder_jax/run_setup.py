@@ -38,6 +38,11 @@ class Run:
     mesh: Any
     stop_ids: list[int]
     pad_id: int
+    sample_mesh: Any = None  # the paged sampler's mesh (sampling.decode_tensor; default: mesh)
+
+    def __post_init__(self):
+        if self.sample_mesh is None:
+            self.sample_mesh = self.mesh
 
 
 def key(seed: int, *path: int):
@@ -104,8 +109,13 @@ def setup(config, workdir: str) -> Run:
     log.info("training prompts: %s", prompt_set.report())
     vocab = None if config.model.path else len(tokenizer)
     mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    return Run(config, workdir, model_config_from(config, vocab), config_lib.make_rl_config(config),
-               tokenizer, prompt_set, eval_problems, mesh, stop_token_ids(tokenizer), pad_token_id(tokenizer))
+    model_config = model_config_from(config, vocab)
+    try:
+        sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, model_config.num_kv_heads)
+    except ValueError as e:
+        raise config_lib.ConfigError(str(e)) from None
+    return Run(config, workdir, model_config, config_lib.make_rl_config(config), tokenizer, prompt_set,
+               eval_problems, mesh, stop_token_ids(tokenizer), pad_token_id(tokenizer), sample_mesh)
 
 
 def initial_params(run: Run, log_fn=print):

@@ -149,6 +149,28 @@ def mesh_from_sizes(data: int, fsdp: int, tensor: int) -> Mesh | None:
     return make_mesh(*sizes, devices=jax.devices()[:total])
 
 
+def sampler_mesh(mesh: Mesh | None, tensor: int, kv_heads: int) -> Mesh | None:
+    """The paged sampler's mesh: ``mesh``'s devices in the same order as ``(data, 1, tensor)``.
+
+    ``tensor`` 0 keeps ``mesh`` as it is; -1 takes the most devices the KV heads split over
+    (gcd(devices, kv_heads)), so the page pool and the weights are split, not replicated, over
+    them. The rest of the devices split the slots (``data``).
+    """
+    if mesh is None or tensor == 0:
+        return mesh
+    n = mesh.size
+    t = math.gcd(n, kv_heads) if tensor == -1 else tensor
+    if n % t or kv_heads % t:
+        raise ValueError(f"sampling.decode_tensor={tensor}: {t} must divide both the {n} devices and the "
+                         f"model's {kv_heads} KV heads; use -1 (the largest that does) or 0 (the training mesh)")
+    if t == mesh.shape["tensor"] and mesh.shape["fsdp"] == 1:
+        return mesh
+    if isinstance(mesh, jax.sharding.AbstractMesh):  # device-free plans
+        return jax.sharding.AbstractMesh((n // t, 1, t), MESH_AXES)
+    grid = np.asarray(mesh.devices).reshape(n // t, 1, t)
+    return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
 def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
                            process_id: int | None = None, local_device_ids: Sequence[int] | None = None,
                            *, mode: str = "auto") -> None:

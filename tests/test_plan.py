@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from microcoder_jax import cli
-from microcoder_jax.plan import analytic, hlo, planner, programs
+from microcoder_jax.plan import analytic, hlo, planner, programs, suggest
 from microcoder_jax.plan.topologies import TopologyError, parse_topology
 
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -93,6 +93,18 @@ def test_large_copies_from_hlo():
 
     assert hlo.large_copies(jax.jit(looped).lower(arg).compile().as_text(), size) >= 1
     assert hlo.large_copies(jax.jit(lambda x: x.T * 2).lower(arg).compile().as_text(), size) == 0
+    # a prefetch into another memory space (VMEM, S(1)) inside a loop is not a layout copy
+    prefetch = """%body (p: (bf16[1920,16,128])) -> (bf16[1920,16,128]) {
+  %c = (bf16[1920,16,128]{2,1,0:T(8,128)(2,1)}, bf16[1920,16,128]{2,1,0:T(8,128)(2,1)S(1)}, u32[]{:S(2)}) copy-start(%x)
+}
+%cond (p: (bf16[1920,16,128])) -> pred[] {
+}
+ENTRY %main () -> bf16[1920,16,128] {
+  %w = (bf16[1920,16,128]) while(%t), condition=%cond, body=%body
+}
+"""
+    assert hlo.large_copies(prefetch, 1) == 0
+    assert hlo.large_copies(prefetch.replace("S(1)", ""), 1) == 1
 
 
 def test_analytic_train_step_memory_tracks_xla():
@@ -196,16 +208,28 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
     # the loop carries the pool in the kernel's layout: no pool-sized copy per layer and step
     assert decode.compiled.large_copies == 0
 
-    # a budget the 64-slot loop does not fit but 32 slots do: the search suggests 32 slots, compiled
+    # the sampler's own mesh (decode_tensor=-1): the demo's 2 KV heads over 2 of the 4 chips and the
+    # slots over the other 2, so each chip holds half the pool and half the weights
+    tp = planner.plan(programs.with_overrides(config, **{"sampling.decode_tensor": -1}), topology,
+                      cache_dir=str(tmp_path), only=("sample decode",), search=False).rows[0]
+    assert dict(tp.program.mesh.shape) == {"data": 2, "fsdp": 1, "tensor": 2}
+    assert tp.estimate.components["page pool (args, donated)"] == pool // 2
+    assert tp.error == "" and tp.total < decode.total, (tp.total, decode.total)
+    assert tp.compiled.large_copies == 0 and tp.compiled.kernels >= config.model.num_layers
+
+    # fewer slots hold less; a budget the 64-slot loop does not fit: the search tries the sampler's
+    # mesh first (the training layout stays), then fewer slots
     half = planner.plan(programs.with_overrides(config, **{"sampling.slots": 32}), topology,
                         cache_dir=str(tmp_path), only=("sample decode",), search=False).rows[0].total
     assert half < decode.total, (half, decode.total)
-    hbm = int(decode.total / planner.HEADROOM * 0.98)  # just short for 64 slots; the model's guess for 32 in reach
+    labels = [label for label, _ in suggest.candidates(config, "sample decode", result.mesh_shape)]
+    assert labels[:2] == ["the sampler's KV heads over every chip", "32 slots"], labels
+    hbm = int(decode.total / planner.HEADROOM * 0.98)  # just short for the 64-slot loop on the training mesh
     small = dataclasses.replace(topology, chip=dataclasses.replace(topology.chip, hbm_bytes=hbm))
     tight = planner.plan(config, small, cache_dir=str(tmp_path), only=("sample decode",))
     assert not tight.fits
-    assert len(tight.suggestions) == 1 and "32 slots fits" in tight.suggestions[0], tight.suggestions
-    assert "--config.sampling.slots=32" in tight.suggestions[0]
+    assert len(tight.suggestions) == 1 and "KV heads over every chip fits" in tight.suggestions[0], tight.suggestions
+    assert "--config.sampling.decode_tensor=-1" in tight.suggestions[0]
 
 
 def test_paged_dapo_counts_its_open_session_beside_the_old_logprobs():

@@ -33,8 +33,9 @@ def tiny(tmp_path_factory):
     return saved_tiny_model(tmp_path_factory.mktemp("tiny_qwen3_paged"), seed=0)
 
 
-def _paged(tiny, engine_shape, prompts=PROMPTS, **kw):
-    _, config, params = tiny
+def _paged(tiny, engine_shape, prompts=PROMPTS, params=None, **kw):
+    _, config, stored = tiny
+    params = stored if params is None else params
     slots, page_size, refill_every, tail_slots = engine_shape
     kw = {"temperature": 1.0, "rng": jax.random.key(0), **kw}
     return generate_paged(params, config, prompts, num_samples=G, max_new_tokens=MAX_NEW, stop_token_ids=STOPS,
@@ -227,6 +228,36 @@ def test_sharded_matches_single_device(tiny):
 
     single = _paged(tiny, ENGINES[0], **SAMPLING)
     sharded = _paged(tiny, ENGINES[0], mesh=make_mesh(data=2, fsdp=2, tensor=2), **SAMPLING)
+    np.testing.assert_array_equal(sharded.tokens, single.tokens)
+    np.testing.assert_array_equal(sharded.lengths, single.lengths)
+    np.testing.assert_allclose(sharded.logprobs, single.logprobs, atol=1e-5)
+
+
+def test_decode_tensor_mesh_from_fsdp_params_matches_single_device(tiny):
+    """Params FSDP-sharded on the training mesh, sampled on `sampler_mesh` (KV heads and weights split
+    over tensor, slots over data): the same tokens as one device, the pool split over the heads."""
+    from microcoder_jax.models import param_logical_axes, param_shapes
+    from microcoder_jax.sharding import logical_to_sharding, make_mesh, sampler_mesh
+
+    _, config, params = tiny
+    train = make_mesh(data=1, fsdp=8, tensor=1)
+    mesh = sampler_mesh(train, -1, config.num_kv_heads)
+    assert dict(mesh.shape) == {"data": 4, "fsdp": 1, "tensor": 2}
+    assert list(mesh.devices.flat) == list(train.devices.flat)
+    placed = jax.device_put(params, logical_to_sharding(param_logical_axes(config), train, param_shapes(config)))
+    single = _paged(tiny, ENGINES[0], **SAMPLING)
+    rng, sampling = SAMPLING["rng"], {k: v for k, v in SAMPLING.items() if k != "rng"}
+    session = PagedSession(placed, config, num_samples=G, max_prompts=len(PROMPTS), max_new_tokens=MAX_NEW,
+                           prompt_width=32, stop_token_ids=STOPS, pad_id=PAD, rng=rng, slots=ROWS, page_size=16,
+                           mesh=mesh)
+    assert all(x.sharding.mesh.shape == mesh.shape for x in jax.tree.leaves(session.params))
+    session.push(PROMPTS, **sampling)
+    while not session.done:
+        session.run(None)
+    pool = session.state["pool"].k[0]
+    assert pool.sharding.shard_shape(pool.shape)[0] == config.num_kv_heads // 2  # heads split, not replicated
+    session.close()
+    sharded = session.output()
     np.testing.assert_array_equal(sharded.tokens, single.tokens)
     np.testing.assert_array_equal(sharded.lengths, single.lengths)
     np.testing.assert_allclose(sharded.logprobs, single.logprobs, atol=1e-5)

@@ -170,3 +170,17 @@ def test_initialize_distributed_single_process_is_a_no_op():
     with pytest.raises(ValueError, match="auto, always or never"):
         shd.initialize_distributed(mode="sometimes")
     assert jax.process_count() == 1
+
+
+def test_sampler_mesh_splits_kv_heads_over_the_same_devices():
+    train = shd.make_mesh(data=1, fsdp=8, tensor=1)
+    assert shd.sampler_mesh(train, 0, 8) is train and shd.sampler_mesh(None, -1, 8) is None
+    for tensor, kv_heads, shape in ((-1, 8, (1, 1, 8)), (-1, 2, (4, 1, 2)), (4, 8, (2, 1, 4)), (-1, 3, (8, 1, 1))):
+        mesh = shd.sampler_mesh(train, tensor, kv_heads)
+        assert tuple(mesh.shape.values()) == shape and list(mesh.devices.flat) == list(train.devices.flat)
+    tp = shd.make_mesh(data=1, fsdp=1, tensor=8)
+    assert shd.sampler_mesh(tp, -1, 8) is tp
+    with pytest.raises(ValueError, match="sampling.decode_tensor=3: 3 must divide both the 8 devices.*use -1"):
+        shd.sampler_mesh(train, 3, 8)
+    with pytest.raises(ValueError, match="model's 2 KV heads"):
+        shd.sampler_mesh(train, 4, 2)

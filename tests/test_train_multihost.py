@@ -159,13 +159,16 @@ def test_two_process_demo_run_matches_one_process(tmp_path):
 def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
     """The paged engine under DAPO across two processes: every host pushes refills and finishes
     generation batches on the same all-gathered verdicts (no host waits on another forever), and
-    the run gives the rollouts and params of one process driving the same 4 devices."""
+    the run gives the rollouts and params of one process driving the same 4 devices. The sampler
+    runs on its own mesh (decode_tensor=-1: the demo's 2 KV heads over 2 devices, slots over 2)
+    while training keeps FSDP over all 4."""
     import json
     import socket
 
     import numpy as np
 
-    extra = ["sampling.engine=paged", "rl.dynamic_sampling=True", "rl.max_refills=2", "sampling.slots=2", "train.steps=1"]
+    extra = ["sampling.engine=paged", "rl.dynamic_sampling=True", "rl.max_refills=2", "sampling.slots=2", "train.steps=1",
+             "sampling.decode_tensor=-1"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -17,6 +17,8 @@ _HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _OP = re.compile(r"=\s*(.*?)\s(" + "|".join(KINDS) + r")(-start)?\(")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _NAME = re.compile(r"%([\w.\-]+)")
+_MEMORY_SPACE = re.compile(r"S\(\d+\)")
+_LAYOUT = re.compile(r"\w+\[[\d,]*\]\{[^}]*\}")
 _COPY = re.compile(r"=\s*\(?(\w+\[[\d,]*\]).*\scopy(?:-start)?\(")
 
 
@@ -142,7 +144,8 @@ def _enclosing(container: str, whiles: dict, calls: dict) -> str | None:
 def large_copies(text: str, min_bytes: int) -> int:
     """Copies (sync or async) inside loop bodies whose result holds at least ``min_bytes``: a buffer
     the size of the KV pool copied every step (a layout change XLA inserted) costs its bytes in
-    memory and in time. Copies outside loops (a weight laid out once per call) are not counted."""
+    memory and in time. Copies outside loops (a weight laid out once per call) and prefetches (async
+    copies that change only the memory space, ``S(n)``: VMEM on a TPU) are not counted."""
     comps = _computations(text)
     calls, stack, inside = _call_graph(comps), list(_whiles(comps)), set()
     while stack:
@@ -151,4 +154,13 @@ def large_copies(text: str, min_bytes: int) -> int:
             inside.add(c)
             stack += list(calls.get(c, ()))
     found = (_COPY.search(line) for c in inside for line in comps.get(c, ()))
-    return sum(1 for m in found if m and _shape_bytes(m.group(1))[0] >= min_bytes)
+    return sum(1 for m in found if m and _shape_bytes(m.group(1))[0] >= min_bytes and not _is_prefetch(m.string))
+
+
+def _is_prefetch(line: str) -> bool:
+    """An async copy whose source and destination differ only in memory space (same layout)."""
+    if " copy-start(" not in line:
+        return False
+    shapes = _LAYOUT.findall(line.split("copy-start(")[0])
+    strip = lambda x: _MEMORY_SPACE.sub("", x)  # noqa: E731
+    return len(shapes) >= 2 and strip(shapes[0]) == strip(shapes[1]) and shapes[0] != shapes[1]

@@ -61,10 +61,10 @@ def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new) -> lis
     admit_args = (state, params, _sds((a, width), jnp.int32, rep), _sds((a, width), jnp.int32, rep),
                   _sds((), jnp.int32, rep), row(jnp.int32), row(jnp.float32), row(jnp.float32), row(jnp.int32),
                   row(jnp.int32))
-    admit = Program(f"{tag} admit", engine.admit, admit_args, dict(config=mc, shape=shape), mc)
+    admit = Program(f"{tag} admit", engine.admit, admit_args, dict(config=mc, shape=shape), mc, mesh)
     run_args = (state, params, _sds((2,), jnp.int32, rep), _sds((), jnp.int32, rep), _sds((2,), jnp.uint32, rep),
                 _sds((), jnp.int32, rep))
-    run = Program(f"{tag} decode", engine.run, run_args, dict(config=mc, shape=shape), mc)
+    run = Program(f"{tag} decode", engine.run, run_args, dict(config=mc, shape=shape), mc, mesh)
     return [admit, run]
 
 
@@ -128,9 +128,10 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
     sh = programs.shapes_of(config, rl_config, mesh)
     mc = paged_model_config(config, tpu)
     prompts = session_prompts(config.data.num_prompts, rl_config)  # DAPO: room for a refill batch too
-    layout = programs.decode_layout_program(mc, mesh)  # PagedSession reshards once per session
-    return ([layout] + paged_programs("sample", config, mc, mesh, prompts, sh.group, sh.prompt_width, sh.max_new)
+    on = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, mc.num_kv_heads)  # the sampler's mesh
+    layout = programs.decode_layout_program(mc, mesh, on)  # PagedSession reshards once per session
+    return ([layout] + paged_programs("sample", config, mc, on, prompts, sh.group, sh.prompt_width, sh.max_new)
             + [programs.logprob_program(config, rl_config, mesh, sh, tpu),
                programs.train_program(config, rl_config, mesh, sh, tpu)]
-            + paged_programs("eval", config, mc, mesh, config.eval.batch_problems, sh.eval_samples, sh.prompt_width,
+            + paged_programs("eval", config, mc, on, config.eval.batch_problems, sh.eval_samples, sh.prompt_width,
                              sh.eval_max_new))

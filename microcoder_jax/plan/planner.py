@@ -101,9 +101,10 @@ def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tupl
     rows = []
     for prog in progs:
         log(f"{'compiling' if compile_ else 'modelling'} {prog.name} ...")
-        compiled = programs.compile_program(prog, mesh, cache_dir, topology.aot_name or "") if compile_ else None
+        on = prog.mesh if prog.mesh is not None else mesh
+        compiled = programs.compile_program(prog, on, cache_dir, topology.aot_name or "") if compile_ else None
         gathers = _gathers_weights(compiled, mc) if compiled is not None else _sampler_gathers()
-        est = (paged.estimate(prog, mesh) if paged.is_paged(prog)
+        est = (paged.estimate(prog, on) if paged.is_paged(prog)
                else analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers))
         rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config, open_session)))
     result = Plan(topology, dict(mesh.shape), mc, shapes, rows)

@@ -59,6 +59,7 @@ class Program:
     args: tuple
     kwargs: dict
     model_config: Any
+    mesh: Any = None  # lowered under this mesh (None: the run's); the paged sampler's may differ
 
 
 def model_config_for(config, tpu: bool, seq_len: int):
@@ -131,14 +132,16 @@ def abstract_state(model_config, rl_config, mesh):
     return run_setup.abstract_train_state(run)
 
 
-def decode_layout_program(mc, mesh) -> Program | None:
-    """The sampler's once-per-call reshard of the stored params into its decode layout (if it has one)."""
+def decode_layout_program(mc, mesh, to_mesh=None) -> Program | None:
+    """The sampler's once-per-call reshard of the stored params into its decode layout (if it has one),
+    onto ``to_mesh`` (the paged sampler's, same devices; default ``mesh``)."""
     from microcoder_jax.sampling import sampler
 
     if not hasattr(sampler, "_to_decode_layout"):
         return None
+    to_mesh = mesh if to_mesh is None else to_mesh
     takes_rules = "rules" in inspect.signature(sampler._to_decode_layout).parameters
-    reshard = sampler._to_decode_layout(mc, mesh, None) if takes_rules else sampler._to_decode_layout(mc, mesh)
+    reshard = sampler._to_decode_layout(mc, to_mesh, None) if takes_rules else sampler._to_decode_layout(mc, to_mesh)
     return Program("decode layout", reshard, (abstract_params(mc, mesh),), {}, mc)
 
 

@@ -21,6 +21,9 @@ def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
         if config.model.remat != "full":
             out.append(("remat full", {"model.remat": "full"}))
     else:
+        if config.sampling.engine == "paged" and config.sampling.decode_tensor == 0 and shards > 1:
+            # the pool and weights split over the chips instead of replicated: training is unchanged
+            out.append(("the sampler's KV heads over every chip", {"sampling.decode_tensor": -1}))
         if name.endswith("decode"):
             out += _slot_candidates(config, name)
         if config.sampling.engine == "static":

@@ -56,6 +56,14 @@ def shrink_at(sizes: list[int], slots: int) -> int:
     return max([z for z in sizes if z < slots], default=0)
 
 
+def _on_devices_of(params, mesh) -> bool:
+    """Whether every leaf already lives on ``mesh``'s devices in its order (maybe another mesh shape,
+    e.g. the training mesh): the decode-layout reshard then moves them with no stored-layout copy."""
+    order = tuple(mesh.devices.flat)
+    return all(isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding)
+               and tuple(x.sharding.mesh.devices.flat) == order for x in jax.tree.leaves(params))
+
+
 @jax.jit
 def _take_rows(arrays: dict, rows: jax.Array) -> dict:
     return {k: jnp.take(v, rows, axis=0) for k, v in arrays.items()}
@@ -91,7 +99,7 @@ class PagedSession:
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
         self.pad_id, self.rng = pad_id, rng
         self.stop_ids = jnp.asarray(np.asarray(list(stop_token_ids), np.int32))
-        placed = params if mesh is None else jax.device_put(
+        placed = params if mesh is None or _on_devices_of(params, mesh) else jax.device_put(
             params, shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config)))
         # the decode layout once per session: a step then gathers no weight (close() frees it)
         self.params, self._stored = to_decode_layout(placed, config, mesh), placed
