@@ -15,11 +15,12 @@ constant temperature 1.2, 300 steps, evaluation at 8K. Every key is listed by `t
 from microcoder_jax.config import default_config
 
 MODELS = {  # model-specific knobs: the preset (its shape, when no model.path is given) and memory
-    # 1.7B: a v5p-8 (4 chips x 95 GiB), FSDP over the 4 chips; the paged sampler decodes 64 of the
-    # 512 rows at a time (`python -m microcoder_jax.plan --topology=v5p-8` compiles every program)
+    # 1.7B: training FSDP over every chip; the paged sampler decodes 64 of the 512 rows at a time.
+    # Fits a v5p-8, v5e-8 or v4-8 as is (`python -m microcoder_jax.plan --topology=v5p-8` compiles
+    # every program)
     "qwen3-1.7b": {"model.preset": "qwen3-1.7b", "sampling.slots": 64},
-    # 4B: a v5p-8 with the KV heads over tensor=2 (the sampler's page pool is replicated over the
-    # data axes, split over tensor) and FSDP over the other 2; micro-batch 4 splits over those 2
+    # 4B: a v5p-8, training with FSDP over 2 chips and tensor parallelism over 2; micro-batch 4
+    # splits over the FSDP pair
     "qwen3-4b": {"model.preset": "qwen3-4b-instruct-2507", "rl.micro_batch_size": 4, "mesh.tensor": 2,
                  "sampling.slots": 64},
 }

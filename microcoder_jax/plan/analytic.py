@@ -189,10 +189,10 @@ def decode_layout(program: Program, mesh) -> Estimate:
     """The reshard into the decode layout: the stored params in, their compute-dtype copy out."""
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
-    _, t, _ = _mesh(mesh)
+    _, t, _ = _mesh(program.out_mesh if program.out_mesh is not None else mesh)
     copy = (l * layer + v * d) * 2 // t
     return Estimate({"params (args)": local_bytes(program.args[0]),
-                     "decode copy out (compute dtype, whole per data device)": copy,
+                     "decode copy out (compute dtype, split over tensor only)": copy,
                      "cast / transpose temporaries (about one more copy)": copy},
                     hbm_bytes=local_bytes(program.args[0]) + (l * layer + v * d) * 2 / t)
 

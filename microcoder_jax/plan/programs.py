@@ -60,6 +60,7 @@ class Program:
     kwargs: dict
     model_config: Any
     mesh: Any = None  # lowered under this mesh (None: the run's); the paged sampler's may differ
+    out_mesh: Any = None  # where its output lands, if elsewhere (the decode layout onto the sampler's mesh)
 
 
 def model_config_for(config, tpu: bool, seq_len: int):
@@ -142,7 +143,7 @@ def decode_layout_program(mc, mesh, to_mesh=None) -> Program | None:
     to_mesh = mesh if to_mesh is None else to_mesh
     takes_rules = "rules" in inspect.signature(sampler._to_decode_layout).parameters
     reshard = sampler._to_decode_layout(mc, to_mesh, None) if takes_rules else sampler._to_decode_layout(mc, to_mesh)
-    return Program("decode layout", reshard, (abstract_params(mc, mesh),), {}, mc)
+    return Program("decode layout", reshard, (abstract_params(mc, mesh),), {}, mc, out_mesh=to_mesh)
 
 
 def sampler_params(mc, mesh):
