@@ -68,7 +68,8 @@ def test_sampling_engine_knob_picks_the_paged_sampler_with_the_same_greedy_token
     config.data.prompt_buckets = (16,)
     model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
     params = models.init_params(model_config, jax.random.PRNGKey(0))
-    run = types.SimpleNamespace(model_config=model_config, stop_ids=(1,), pad_id=0, mesh=None, config=config)
+    run = types.SimpleNamespace(model_config=model_config, stop_ids=(1,), pad_id=0, mesh=None, sample_mesh=None,
+                                config=config)
     prompts = [[5, 6, 7], [8, 9, 10, 11, 12]]
     outputs = {}
     for engine in ("static", "paged"):

@@ -43,7 +43,7 @@ def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3):
     config.evaluator.reward = "all"
     model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
     return types.SimpleNamespace(config=config, model_config=model_config, rl_config=make_rl_config(config),
-                                 stop_ids=(1,), pad_id=0, mesh=None, tokenizer=ParityTokenizer())
+                                 stop_ids=(1,), pad_id=0, mesh=None, sample_mesh=None, tokenizer=ParityTokenizer())
 
 
 @pytest.fixture(scope="module")
