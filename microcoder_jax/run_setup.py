@@ -97,6 +97,12 @@ def problem_files(config, *extra) -> list[str]:
 
 def setup(config, workdir: str) -> Run:
     """Tokenizer, problems and prompts, model shape, RL config and mesh (config already validated)."""
+    mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    try:  # before anything is written: the KV heads must split over the sampler's chips
+        sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor,
+                                            model_config_from(config, None).num_kv_heads)
+    except ValueError as e:
+        raise config_lib.ConfigError(str(e)) from None
     os.makedirs(workdir, exist_ok=True)
     if config.data.task == "demo":
         problems, tokenizer = _demo_data(config, workdir)
@@ -108,12 +114,7 @@ def setup(config, workdir: str) -> Run:
     prompt_set = loader.make_prompt_set(problems, tokenizer, config.data, skipped)
     log.info("training prompts: %s", prompt_set.report())
     vocab = None if config.model.path else len(tokenizer)
-    mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     model_config = model_config_from(config, vocab)
-    try:
-        sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, model_config.num_kv_heads)
-    except ValueError as e:
-        raise config_lib.ConfigError(str(e)) from None
     return Run(config, workdir, model_config, config_lib.make_rl_config(config), tokenizer, prompt_set,
                eval_problems, mesh, stop_token_ids(tokenizer), pad_token_id(tokenizer), sample_mesh)
 

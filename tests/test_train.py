@@ -134,6 +134,15 @@ def test_bad_value_is_one_error_line_and_nothing_is_written(tmp_path, capsys, ov
     assert not workdir.exists()
 
 
+def test_kv_heads_that_do_not_split_over_the_sampler_mesh_are_refused_before_writing(tmp_path, capsys):
+    workdir = tmp_path / "run"  # the demo's 2 KV heads cannot split over 4 of the 8 (fake) devices
+    assert train.main(["--config.mesh.fsdp=-1", "--config.sampling.engine=paged", "--config.sampling.decode_tensor=4",
+                       f"--workdir={workdir}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: sampling.decode_tensor=4") and "use -1" in err[0], err
+    assert not workdir.exists()
+
+
 def test_help_lists_every_config_key_with_its_default(capsys):
     with pytest.raises(SystemExit) as e:
         train.main(["--help"])
