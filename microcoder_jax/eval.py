@@ -73,6 +73,7 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     import jax
 
     from microcoder_jax.data.loader import make_prompt_set
+    from microcoder_jax import sharding
     from microcoder_jax.rollout import GroupJudge, generate, verdict_arrays
 
     e = run.config.eval
@@ -86,16 +87,18 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start:start + size], prompts[start:start + size]
         pad = size - len(chunk)  # a full batch every call: one compiled shape
-        # every host judges the real rows (the padding prompts' are dropped); with the paged engine
-        # each problem's samples go to the pool as they finish, overlapping the tail of decoding
-        judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=slice(0, len(chunk) * k), mode="all")
+        # each host judges its share of the real rows (the padding prompts' are dropped) and the
+        # verdicts are all-gathered; with the paged engine each problem's samples go to the pool as
+        # they finish, overlapping the tail of decoding
+        n = len(chunk) * k
+        judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=sharding.host_rows(n), mode="all")
         paged = run.config.sampling.engine == "paged"
         sample = generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k,
                           temperature=e.temperature, max_new_tokens=e.max_new_tokens, top_p=e.top_p,
                           top_k=0, rng=jax.random.fold_in(rng, start), on_group_done=judge.add if paged else None)
         if not paged:
             judge.add(0, sample)
-        _, passed, _, _ = verdict_arrays(*judge.results(), "all")
+        (passed,) = sharding.allgather_rows(verdict_arrays(*judge.results(), "all")[1:2], n)
         passes += [list(map(bool, passed[i * k:(i + 1) * k])) for i in range(len(chunk))]
     report = summarize(kept, passes)
     report["skipped_too_long"] = prompt_set.skipped_too_long

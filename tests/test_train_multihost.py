@@ -131,9 +131,11 @@ def test_two_process_demo_run_matches_one_process(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    multi, procs = _launch(tmp_path, "multi", 2, 2, [f"distributed.coordinator_address=127.0.0.1:{port}",
-                                                     "distributed.num_processes=2", "distributed.process_id={i}"])
-    single, ref_procs = _launch(tmp_path, "single", 1, 4)
+    evaluate = ["train.eval_every=2"]  # each host judges its share of the eval rows; verdicts all-gathered
+    multi, procs = _launch(tmp_path, "multi", 2, 2, evaluate + [f"distributed.coordinator_address=127.0.0.1:{port}",
+                                                                "distributed.num_processes=2",
+                                                                "distributed.process_id={i}"])
+    single, ref_procs = _launch(tmp_path, "single", 1, 4, evaluate)
     _wait(procs + ref_procs)
     ref = np.load(single + ".0.npz")
     got = [np.load(f"{multi}.{pid}.npz") for pid in range(2)]
@@ -146,13 +148,19 @@ def test_two_process_demo_run_matches_one_process(tmp_path):
         assert close.mean() > 0.999, f"leaf {k}: {np.sum(~close)} of {close.size} differ"
         np.testing.assert_allclose(got[0][k], ref[k], atol=4 * 7e-4, err_msg=f"leaf {k}")  # 4 updates
     assert Checkpointer(str(tmp_path / "multi_run" / "checkpoints")).latest_step() == 2
-    rows = [json.loads(r) for r in open(tmp_path / "multi_run" / "metrics.jsonl")]  # process 0 only
-    ref_rows = [json.loads(r) for r in open(tmp_path / "single_run" / "metrics.jsonl")]
+    def records(run):  # (step records, eval records) of process 0's metrics
+        lines = [json.loads(r) for r in open(tmp_path / run / "metrics.jsonl")]
+        return [r for r in lines if "eval_pass@1" not in r], [r for r in lines if "eval_pass@1" in r]
+
+    (rows, evals), (ref_rows, ref_evals) = records("multi_run"), records("single_run")
     assert [r["step"] for r in rows] == [1, 2]
     assert any(r["grad_norm"] > 0 for r in rows)  # the rewards gave a real update
     # Step 1 samples from the same warm-started params: the same rollouts, verdicts from both hosts.
     assert [rows[0][k] for k in ("reward_mean", "no_code_rate", "rows")] == [
         ref_rows[0][k] for k in ("reward_mean", "no_code_rate", "rows")]
+    # step 2's greedy eval of every demo problem: the same pass rate from both hosts' shares
+    assert len(evals) == 1 and evals[0]["step"] == 2 and evals[0]["eval_problems"] == 10, evals
+    assert evals == ref_evals
 
 
 @pytest.mark.slow
