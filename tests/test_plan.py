@@ -246,3 +246,14 @@ def test_paged_dapo_counts_its_open_session_beside_the_old_logprobs():
     assert session > programs.local_bytes(run.args[0]["pool"]) > 0
     assert rows["dapo"]["old log-probs"].resident == rows["microcoder"]["old log-probs"].resident + session
     assert rows["dapo"]["sample decode"].resident == rows["microcoder"]["sample decode"].resident
+
+
+def test_report_names_the_sampler_mesh():
+    from microcoder_jax.plan import report
+
+    config = cli.load_config(DEMO, PAGED + ["sampling.decode_tensor=-1"])
+    result = planner.plan(config, parse_topology("h100", devices=8), search=False)
+    header = report.render(result, "demo").splitlines()[0]
+    assert "mesh data=1 fsdp=8 tensor=1; sampler mesh data=4 fsdp=1 tensor=2;" in header, header
+    decode = next(r for r in result.rows if r.program.name == "sample decode")
+    assert dict(decode.program.mesh.shape) == {"data": 4, "fsdp": 1, "tensor": 2}

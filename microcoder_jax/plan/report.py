@@ -99,6 +99,9 @@ def render(plan, config_name: str) -> str:
     t, mc, sh = plan.topology, plan.model_config, plan.shapes
     params = mc.num_params()
     mesh = " ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
+    own = next((dict(r.program.mesh.shape) for r in plan.rows if r.program.mesh is not None), plan.mesh_shape)
+    if own != plan.mesh_shape:  # the paged sampler on a mesh of its own (sampling.decode_tensor)
+        mesh += "; sampler mesh " + " ".join(f"{k}={v}" for k, v in own.items())
     how = "compiled with libtpu (AOT)" if t.aot_name else "analytic only (no TPU compiler for this device)"
     out = [f"plan: {config_name} on {t.name}: {t.num_devices} x {t.chip.name}, {t.chip.hbm_bytes / GIB:.1f} GiB "
            f"HBM each; mesh {mesh}; {how}",
