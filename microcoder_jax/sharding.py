@@ -1,8 +1,9 @@
 """Devices: the mesh, multi-host start-up, the logical-axis rules, host/device transfers.
 
 The only module that knows devices and processes: `make_mesh` / `mesh_from_sizes` build the one
-mesh, `initialize_distributed` joins a multi-host run, `host_rows` / `allgather_rows` /
-`allgather_counts` / `to_host` / `put_batch` move a batch between this host and the global arrays.
+mesh (`sampler_mesh` lays the same devices out for the paged sampler), `initialize_distributed`
+joins a multi-host run, `host_rows` / `allgather_rows` / `allgather_counts` / `to_host` /
+`put_batch` move a batch between this host and the global arrays.
 It takes logical axes as input (the model's `param_logical_axes(config)`): it never imports the model.
 
 Mesh axes are ``("data", "fsdp", "tensor")``:
