@@ -72,8 +72,8 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     """Sample `eval.samples` answers per problem in the date window, judge them, summarize pass@k."""
     import jax
 
-    from microcoder_jax.data.loader import make_prompt_set
     from microcoder_jax import sharding
+    from microcoder_jax.data.loader import make_prompt_set
     from microcoder_jax.rollout import GroupJudge, generate, verdict_arrays
 
     e = run.config.eval
@@ -98,7 +98,8 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
                           top_k=0, rng=jax.random.fold_in(rng, start), on_group_done=judge.add if paged else None)
         if not paged:
             judge.add(0, sample)
-        (passed,) = sharding.allgather_rows(verdict_arrays(*judge.results(), "all")[1:2], n)
+        _, passed, _, _ = verdict_arrays(*judge.results(), "all")
+        (passed,) = sharding.allgather_rows([passed], n)
         passes += [list(map(bool, passed[i * k:(i + 1) * k])) for i in range(len(chunk))]
     report = summarize(kept, passes)
     report["skipped_too_long"] = prompt_set.skipped_too_long

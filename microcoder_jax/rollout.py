@@ -93,16 +93,17 @@ def generate(run, params, prompts, *, num_samples: int, temperature: float, max_
     s = run.config.sampling
     common = dict(num_samples=num_samples, temperature=temperature, top_p=top_p, top_k=top_k,
                   max_new_tokens=max_new_tokens, stop_token_ids=run.stop_ids, pad_id=run.pad_id, rng=rng,
-                  mesh=run.mesh, prompt_buckets=tuple(run.config.data.prompt_buckets))
+                  prompt_buckets=tuple(run.config.data.prompt_buckets))
     if s.engine == "paged":
         return paged_sampler.generate_paged(params, run.model_config, prompts, slots=s.slots or None,
                                             page_size=s.page_size, refill_every=s.refill_every,
                                             on_group_done=on_group_done,
-                                            report_every=report_every(s, max_new_tokens),
-                                            **{**common, "mesh": run.sample_mesh})
+                                            report_every=report_every(s, max_new_tokens), mesh=run.sample_mesh,
+                                            **common)
     if on_group_done is not None:
         raise ValueError("on_group_done needs sampling.engine=paged (the static sampler returns all rows at once)")
-    return sampler.generate(params, run.model_config, prompts, decode_phases=s.decode_phases, **common)
+    return sampler.generate(params, run.model_config, prompts, decode_phases=s.decode_phases, mesh=run.mesh,
+                            **common)
 
 
 def submit(run, pool, problems, tokens, lengths, mode: str):

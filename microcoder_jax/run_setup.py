@@ -38,11 +38,7 @@ class Run:
     mesh: Any
     stop_ids: list[int]
     pad_id: int
-    sample_mesh: Any = None  # the paged sampler's mesh (sampling.decode_tensor; default: mesh)
-
-    def __post_init__(self):
-        if self.sample_mesh is None:
-            self.sample_mesh = self.mesh
+    sample_mesh: Any  # the paged sampler's mesh: the same devices (sampling.decode_tensor)
 
 
 def key(seed: int, *path: int):
@@ -98,9 +94,9 @@ def problem_files(config, *extra) -> list[str]:
 def setup(config, workdir: str) -> Run:
     """Tokenizer, problems and prompts, model shape, RL config and mesh (config already validated)."""
     mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    shape = model_config_from(config, None)  # the vocabulary may come from the tokenizer below
     try:  # before anything is written: the KV heads must split over the sampler's chips
-        sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor,
-                                            model_config_from(config, None).num_kv_heads)
+        sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, shape.num_kv_heads)
     except ValueError as e:
         raise config_lib.ConfigError(str(e)) from None
     os.makedirs(workdir, exist_ok=True)
@@ -114,7 +110,7 @@ def setup(config, workdir: str) -> Run:
     prompt_set = loader.make_prompt_set(problems, tokenizer, config.data, skipped)
     log.info("training prompts: %s", prompt_set.report())
     vocab = None if config.model.path else len(tokenizer)
-    model_config = model_config_from(config, vocab)
+    model_config = shape if vocab is None else model_config_from(config, vocab)
     return Run(config, workdir, model_config, config_lib.make_rl_config(config), tokenizer, prompt_set,
                eval_problems, mesh, stop_token_ids(tokenizer), pad_token_id(tokenizer), sample_mesh)
 
