@@ -23,8 +23,8 @@ from microcoder_jax import cli
 from microcoder_jax import config as config_lib
 from microcoder_jax.checkpoint import Checkpointer
 from microcoder_jax.evaluator.pool import EvaluatorPool
-from microcoder_jax.rollout import GroupJudge, collect, finish, generate
-from microcoder_jax.run_setup import key, setup, start_state
+from microcoder_jax.trainer.rollout import GroupJudge, collect, finish, generate
+from microcoder_jax.trainer.setup import key, setup, start_state
 
 
 def sequential(run, pool, params, problems, prompts, rng, times):

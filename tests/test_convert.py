@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from microcoder_jax import convert
+from microcoder_jax.models import convert
 from microcoder_jax.models import Qwen3Config, load_hf_params
 from tiny_checkpoint import make_tiny_hf_checkpoint
 

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from microcoder_jax import evaluate
+from microcoder_jax.evaluator import cli as evaluate
 from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
 
 SIX = Problem("six", [TestCase("1\n", "6\n"), TestCase("2\n", "6\n")])

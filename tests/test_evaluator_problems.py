@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from microcoder_jax.evaluator.problems import Problem, TestCase, load_problems, problem_from_row
+from microcoder_jax.problems import Problem, TestCase, load_problems, problem_from_row
 
 
 def _compress(tests):

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from microcoder_jax import config as config_lib
-from microcoder_jax import convert, models, run_setup
+from microcoder_jax import models
+from microcoder_jax.models import convert
+from microcoder_jax.trainer import setup as run_setup
 from microcoder_jax.checkpoint import Checkpointer
 from microcoder_jax.data import demo_task
-from microcoder_jax.resume import record_config
+from microcoder_jax.trainer.resume import record_config
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def demo_run(tmp_path_factory):
     problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, c.seed, d.phrasings)
     tokenizer = demo_task.build_tokenizer(problems, d.ops, c.data, d.vocab_size)
     tokenizer.save_pretrained(os.path.join(workdir, "tokenizer"))
-    params = models.init_params(run_setup.model_config_from(c, len(tokenizer)), jax.random.PRNGKey(1))
+    params = models.init_params(models.model_config_from(c, len(tokenizer)), jax.random.PRNGKey(1))
     ck = Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False)
     ck.save(4, {"params": params, "step": np.int32(4)}, {"step": 4})
     ck.close()
@@ -53,14 +55,14 @@ def test_run_export_loads_in_transformers_and_generates(demo_run, tmp_path, suff
     new = model.generate(ids, max_new_tokens=6, min_new_tokens=6)[0, ids.shape[1]:]
     assert len(new) == 6 and isinstance(tok.decode(new), str)
     # the first greedy token is the one our model picks from the same params
-    logits, _ = models.forward(params, run_setup.model_config_from(config_lib.demo_config(), len(ours)),
+    logits, _ = models.forward(params, models.model_config_from(config_lib.demo_config(), len(ours)),
                             jax.numpy.asarray(ids.numpy()))
     assert int(new[0]) == int(np.argmax(np.asarray(logits)[0, -1]))
 
 
 def test_training_dir_without_any_config_warns_about_the_tokenizer(demo_run, tmp_path, capsys):
     workdir, ours, _ = demo_run
-    shape = run_setup.model_config_from(config_lib.demo_config(), len(ours))
+    shape = models.model_config_from(config_lib.demo_config(), len(ours))
     bare = tmp_path / "bare"
     os.makedirs(bare)
     os.symlink(os.path.join(workdir, "checkpoints"), bare / "checkpoints")

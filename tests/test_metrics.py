@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 
-from microcoder_jax import plot
-from microcoder_jax.metrics import MetricsWriter, progress_postfix, read_metrics
+from microcoder_jax.trainer import plot
+from microcoder_jax.trainer.metrics import MetricsWriter, progress_postfix, read_metrics
 
 
 def _row(step):

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import pytest  # noqa: E402
 
-from microcoder_jax import plot  # noqa: E402
+from microcoder_jax.trainer import plot  # noqa: E402
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def run_dir(tmp_path):
 
 
 def _panels(run_dir):
-    from microcoder_jax.metrics import read_metrics
+    from microcoder_jax.trainer.metrics import read_metrics
 
     return plot.collect_panels(read_metrics(os.path.join(run_dir, "metrics.jsonl")), plot.read_warm_start(run_dir))
 

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from microcoder_jax.checkpoint import Checkpointer
-from microcoder_jax.metrics import read_metrics
-from microcoder_jax.preemption import Guard, Preempted
+from microcoder_jax.trainer.metrics import read_metrics
+from microcoder_jax.trainer.preemption import Guard, Preempted
 
 TINY = ["--config.train.steps=1000", "--config.train.checkpoint_every=0", "--config.train.progress=false",
         "--config.train.warm_start_steps=5", "--config.data.num_prompts=2", "--config.sampling.group_size=4",
@@ -20,7 +20,7 @@ TINY = ["--config.train.steps=1000", "--config.train.checkpoint_every=0", "--con
 # the run's final checkpoint close signals the run itself: a second SIGINT while closing, every time
 SIGNAL_WHILE_CLOSING = """
 import os, signal, sys, time
-from microcoder_jax import train
+from microcoder_jax.trainer import loop as train
 close = train.Checkpointer.close
 def close_after_a_second_sigint(self):
     os.kill(os.getpid(), signal.SIGINT)

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from microcoder_jax import config as config_lib
-from microcoder_jax import resume
+from microcoder_jax.trainer import resume
 
 
 def _demo():
@@ -114,7 +114,7 @@ def test_allowed_changes_are_logged_and_the_original_survives(tmp_path):
 
 
 def test_train_cli_refuses_a_shape_change_before_writing(tmp_path, capsys):
-    from microcoder_jax import train
+    from microcoder_jax.trainer import loop as train
 
     workdir = str(tmp_path)
     resume.record_config(workdir, _demo(), log_fn=lambda m: None)

@@ -3,9 +3,9 @@ from it (the judge's reward_mean kept, the step's shaped one under its own name)
 import jax
 import numpy as np
 
-from microcoder_jax.metrics import step_record
+from microcoder_jax.trainer.metrics import step_record
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts
-from microcoder_jax.rollout import Rollout, sequences
+from microcoder_jax.trainer.rollout import Rollout, sequences
 
 
 def _rollout(n=4, s=6, rewards=(1.0, 0.0, 0.0, 0.0)):
@@ -62,7 +62,7 @@ def test_sampling_engine_knob_picks_the_paged_sampler_with_the_same_greedy_token
 
     from microcoder_jax import models
     from microcoder_jax.config import default_config
-    from microcoder_jax.rollout import generate
+    from microcoder_jax.trainer.rollout import generate
 
     config = default_config()
     config.data.prompt_buckets = (16,)

@@ -12,8 +12,8 @@ from microcoder_jax.config import default_config, make_rl_config
 from microcoder_jax.evaluator import Problem, TestCase, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, informative_groups, refill_certain
-from microcoder_jax.rollout import GroupJudge, collect, generate
-from microcoder_jax.rollout_step import collect_step
+from microcoder_jax.trainer.rollout import GroupJudge, collect, generate
+from microcoder_jax.trainer.step_batch import collect_step
 from microcoder_jax.sampling import paged_sampler
 
 G, MAX_NEW = 4, 12
@@ -179,8 +179,8 @@ def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, po
 def test_eval_judges_each_problem_as_its_samples_finish(params, pool, monkeypatch):
     """Evaluation on the paged engine sends each problem's samples to the pool as they finish (never
     the padding prompt's), the static one a batch at once; both judge the rows they sampled."""
-    from microcoder_jax import eval as ev
-    from microcoder_jax import rollout
+    from microcoder_jax.trainer import evaluation as ev
+    from microcoder_jax.trainer import rollout
     from microcoder_jax.data import loader
 
     problems, prompts = [EVEN, ODD, NEVER], [[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]

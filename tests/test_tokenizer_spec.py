@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from microcoder_jax import cli, run_setup, train
+from microcoder_jax import cli
+from microcoder_jax.trainer import setup as run_setup
+from microcoder_jax.trainer import loop as train
 from microcoder_jax.data import tokenizer as tok_lib
 
 SAMPLES = os.path.join(os.path.dirname(tok_lib.__file__), "samples", "problems.jsonl")

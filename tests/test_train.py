@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from microcoder_jax import config as config_lib
-from microcoder_jax import eval as eval_lib
-from microcoder_jax import plot, train
+from microcoder_jax.trainer import evaluation as eval_lib
+from microcoder_jax.trainer import plot
+from microcoder_jax.trainer import loop as train
 from microcoder_jax.checkpoint import Checkpointer
-from microcoder_jax.metrics import read_metrics
+from microcoder_jax.trainer.metrics import read_metrics
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 pytestmark = pytest.mark.slow  # one shortened demo run (~1-2 min on 2 idle cores) shared by the module

@@ -5,7 +5,7 @@ import pytest
 
 from microcoder_jax import cli, sharding
 from microcoder_jax import config as config_lib
-from microcoder_jax.run_setup import problem_files
+from microcoder_jax.trainer.setup import problem_files
 
 
 def _init(config):
@@ -33,7 +33,7 @@ def test_distributed_init_rejects_unknown_modes():
 
 
 def _write(path, problems):
-    from microcoder_jax.evaluator.problems import save_problems
+    from microcoder_jax.problems import save_problems
 
     save_problems(problems, str(path))
     return str(path)
@@ -79,7 +79,8 @@ import jax
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 import numpy as np
 from jax.experimental import multihost_utils
-from microcoder_jax import cli, sharding, train
+from microcoder_jax import cli, sharding
+from microcoder_jax.trainer import loop as train
 workdir, out, *overrides = sys.argv[1:]
 config = cli.load_config(None, overrides)
 d = config.distributed  # what train.main does first

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from microcoder_jax.checkpoint import load_params
-from microcoder_jax.metrics import read_metrics
+from microcoder_jax.trainer.metrics import read_metrics
 
 STEPS = 5
 ARGS = [f"--config.train.steps={STEPS}", "--config.train.checkpoint_every=1",
@@ -32,7 +32,7 @@ def _env():
 def _final_params(workdir):
     """The params of the run's final checkpoint, as numpy arrays."""
     from microcoder_jax import cli, models
-    from microcoder_jax.run_setup import model_config_from
+    from microcoder_jax.models.presets import model_config_from
     from microcoder_jax.data.tokenizer import load_tokenizer
 
     c = cli.load_config(None, [a[len("--config."):] for a in ARGS])

@@ -11,7 +11,7 @@ import signal
 from typing import Callable
 
 from microcoder_jax.evaluator import compare
-from microcoder_jax.evaluator.problems import Problem, TestCase
+from microcoder_jax.problems import Problem, TestCase
 from microcoder_jax.evaluator.sandbox import EXIT_COMPILE, EXIT_MEMORY, EXIT_SETUP
 
 VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "compile_error",

@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 
 from microcoder_jax.evaluator import channel, worker
 from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
-from microcoder_jax.evaluator.problems import Problem
+from microcoder_jax.problems import Problem
 
 log = logging.getLogger(__name__)
 

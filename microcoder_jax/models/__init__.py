@@ -5,7 +5,7 @@ on demand, so the functional path does not load flax).
 """
 from microcoder_jax.models.hf import Qwen3ForCausalLM, load_hf_params, save_hf_params
 from microcoder_jax.models.decoding import DecodingParams
-from microcoder_jax.models.presets import PRESETS, get_preset
+from microcoder_jax.models.presets import PRESETS, get_preset, model_config_from
 from microcoder_jax.models.qwen3 import (
     KVCache,
     ParamSpec,
@@ -23,6 +23,6 @@ from microcoder_jax.models.qwen3 import (
 
 __all__ = [
     "DecodingParams", "KVCache", "PRESETS", "ParamSpec", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix", "decoding_params", "forward",
-    "get_preset", "init_cache", "init_params", "lm_head", "load_hf_params", "param_logical_axes", "param_shapes",
+    "get_preset", "model_config_from", "init_cache", "init_params", "lm_head", "load_hf_params", "param_logical_axes", "param_shapes",
     "param_specs", "save_hf_params",
 ]

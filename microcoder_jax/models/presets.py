@@ -34,3 +34,16 @@ def get_preset(name: str, **overrides) -> Qwen3Config:
     if key not in PRESETS:
         raise KeyError(f"unknown model preset {name!r}; known: {sorted(PRESETS)}")
     return PRESETS[key].replace(**overrides)
+
+
+def model_config_from(config, vocab_size: int | None) -> Qwen3Config:
+    """The model shape: a HF checkpoint's config.json, or a preset, with the config's overrides."""
+    m = config.model
+    runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
+    shape = {k: m[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
+                               "num_heads", "num_kv_heads", "head_dim") if m[k] is not None}
+    if m.path:
+        return Qwen3Config.from_hf(m.path, **runtime, **shape)
+    if vocab_size is not None and "vocab_size" not in shape:
+        shape["vocab_size"] = vocab_size
+    return get_preset(m.preset, **runtime, **shape)

@@ -123,7 +123,7 @@ def estimate(program: Program, mesh):
 def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]:
     """`programs.rl_step_programs` for `sampling.engine=paged`: admit + run instead of prefill + decode."""
     from microcoder_jax.plan import programs
-    from microcoder_jax.rollout_step import session_prompts
+    from microcoder_jax.trainer.step_batch import session_prompts
 
     sh = programs.shapes_of(config, rl_config, mesh)
     mc = paged_model_config(config, tpu)

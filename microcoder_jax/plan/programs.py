@@ -64,12 +64,12 @@ class Program:
 
 
 def model_config_for(config, tpu: bool, seq_len: int):
-    """The model shape of `config` (run_setup.model_config_from), with `auto` attention resolved for
+    """The model shape of `config` (models.model_config_from), with `auto` attention resolved for
     the target chip, not this host's CPU: the Pallas kernel where the shape allows, else XLA."""
-    from microcoder_jax import run_setup
+    from microcoder_jax.trainer import setup as run_setup
 
     vocab = config.demo.vocab_size if (config.data.task == "demo" and not config.model.path) else None
-    mc = run_setup.model_config_from(config, vocab)
+    mc = models.model_config_from(config, vocab)
     if mc.attention == "auto":
         kernel = tpu and seq_len % 128 == 0 and mc.head_dim % 128 == 0
         mc = mc.replace(attention="splash" if kernel else "xla")
@@ -127,7 +127,7 @@ def abstract_params(model_config, mesh):
 
 
 def abstract_state(model_config, rl_config, mesh):
-    from microcoder_jax import run_setup
+    from microcoder_jax.trainer import setup as run_setup
 
     run = types.SimpleNamespace(model_config=model_config, rl_config=rl_config, mesh=mesh)
     return run_setup.abstract_train_state(run)

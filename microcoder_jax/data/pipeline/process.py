@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from microcoder_jax.data.dates import parse_date  # noqa: F401 (re-exported: the readers' date parser)
-from microcoder_jax.evaluator.problems import Problem, TestCase
+from microcoder_jax.problems import Problem, TestCase
 
 # CodeContests enums (deepmind/code_contests, contest_problem.proto).
 CC_SOURCES = {1: "codechef", 2: "codeforces", 3: "hackerearth", 4: "codejam", 5: "atcoder", 6: "aizu"}

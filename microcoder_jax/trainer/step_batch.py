@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 from microcoder_jax import sharding
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill_certain
-from microcoder_jax.rollout import GroupJudge, Rollout, collect, finish, report_every
+from microcoder_jax.trainer.rollout import GroupJudge, Rollout, collect, finish, report_every
 from microcoder_jax.sampling import paged_sampler
 from microcoder_jax.sampling.sampler import SamplerOutput, prompt_bucket
 

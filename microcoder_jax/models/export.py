@@ -86,7 +86,7 @@ def generation_config(config, tokenizer) -> dict:
 
 def from_run(run_dir: str):
     """(model shape, writers of the tokenizer files and generation config) of a training run."""
-    from microcoder_jax.run_setup import model_config_from
+    from microcoder_jax.models.presets import model_config_from
 
     config = run_config(run_dir)
     if config.model.path and not os.path.exists(os.path.join(config.model.path, "config.json")):

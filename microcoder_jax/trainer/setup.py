@@ -21,7 +21,7 @@ from microcoder_jax.data import demo_task, loader
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
 from microcoder_jax.rl import step as rl_step
 
-log = logging.getLogger("microcoder_jax.run_setup")
+log = logging.getLogger("microcoder_jax.trainer.setup")
 
 
 @dataclasses.dataclass
@@ -47,19 +47,6 @@ def key(seed: int, *path: int):
     for p in path:
         k = jax.random.fold_in(k, p)
     return k
-
-
-def model_config_from(config, vocab_size: int | None) -> models.Qwen3Config:
-    """The model shape: a HF checkpoint's config.json, or a preset, with the config's overrides."""
-    m = config.model
-    runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
-    shape = {k: m[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
-                               "num_heads", "num_kv_heads", "head_dim") if m[k] is not None}
-    if m.path:
-        return models.Qwen3Config.from_hf(m.path, **runtime, **shape)
-    if vocab_size is not None and "vocab_size" not in shape:
-        shape["vocab_size"] = vocab_size
-    return models.get_preset(m.preset, **runtime, **shape)
 
 
 def _demo_data(config, workdir):
@@ -94,7 +81,7 @@ def problem_files(config, *extra) -> list[str]:
 def setup(config, workdir: str) -> Run:
     """Tokenizer, problems and prompts, model shape, RL config and mesh (config already validated)."""
     mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    shape = model_config_from(config, None)  # the vocabulary may come from the tokenizer below
+    shape = models.model_config_from(config, None)  # the vocabulary may come from the tokenizer below
     try:  # before anything is written: the KV heads must split over the sampler's chips
         sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, shape.num_kv_heads)
     except ValueError as e:
@@ -110,7 +97,7 @@ def setup(config, workdir: str) -> Run:
     prompt_set = loader.make_prompt_set(problems, tokenizer, config.data, skipped)
     log.info("training prompts: %s", prompt_set.report())
     vocab = None if config.model.path else len(tokenizer)
-    model_config = shape if vocab is None else model_config_from(config, vocab)
+    model_config = shape if vocab is None else models.model_config_from(config, vocab)
     return Run(config, workdir, model_config, config_lib.make_rl_config(config), tokenizer, prompt_set,
                eval_problems, mesh, stop_token_ids(tokenizer), pad_token_id(tokenizer), sample_mesh)
 

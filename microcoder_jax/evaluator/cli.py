@@ -1,0 +1,142 @@
+"""Judge a file of solutions against a file of problems.
+
+    python -m microcoder_jax.evaluate --problems P.jsonl --solutions S.jsonl --out R.jsonl \\
+        [--workers N] [--timeout S] [--reward all|fraction]
+
+S.jsonl rows are {"question_id", "code"} or {"question_id", "response"} (the program is then
+extracted from the model response); several rows may share a question; other keys are ignored.
+R.jsonl gets one row per solution, in input order, written as results arrive, so an interrupted run
+keeps everything judged so far. A row that cannot be judged (bad JSON, unknown question_id) gets
+the verdict `judge_error` instead of stopping the run.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+
+from microcoder_jax.data.jsonl import BadLine, read_jsonl
+from microcoder_jax.evaluator.extract import extract_code
+from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, judge_error, reward
+from microcoder_jax.evaluator.pool import EvaluatorPool
+from microcoder_jax.problems import load_problems
+
+
+def _parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluate",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--problems", required=True,
+                   help="JSONL, JSON or Parquet rows: LiveCodeBench, APPS/TACO or our own schema")
+    p.add_argument("--solutions", required=True, help="JSONL rows: question_id and code or response")
+    p.add_argument("--out", required=True, help="JSONL results, one per solution, in input order")
+    p.add_argument("--workers", type=int, default=None, help="fork servers (default: one per core)")
+    p.add_argument("--timeout", type=float, default=6.0, help="CPU seconds per test (default 6)")
+    p.add_argument("--memory-mb", type=int, default=1024, help="memory limit per program: resident memory where the "
+                   "judge has cgroups, else address space (default 1024)")
+    p.add_argument("--reward", choices=("all", "fraction"), default="all",
+                   help="all: stop at the first failing test; fraction: run every test")
+    p.add_argument("--skip-malformed", action="store_true", help="skip malformed problem rows")
+    return p.parse_args(argv)
+
+
+def _read_solutions(path: str, problems: dict) -> list[tuple]:
+    """(problem, code, row, None) per good row; (problem or None, None, row, reason) per bad one."""
+    rows = []
+    for line_no, row in read_jsonl(path):
+        if isinstance(row, BadLine):
+            rows.append((None, None, {}, f"line {line_no + 1}: invalid JSON ({row.error})"))
+            continue
+        if not isinstance(row, dict):
+            rows.append((None, None, {}, f"line {line_no + 1}: not a JSON object"))
+            continue
+        qid = str(row.get("question_id"))
+        problem = problems.get(qid)
+        if problem is None:
+            rows.append((None, None, row, f"line {line_no + 1}: unknown question_id {qid!r}"))
+        elif "code" in row:
+            rows.append((problem, row["code"], row, None))
+        elif "response" in row:
+            rows.append((problem, extract_code(row["response"]), row, None))
+        else:
+            rows.append((problem, None, row, f"line {line_no + 1}: neither 'code' nor 'response'"))
+    return rows
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    for name in ("solutions", "problems"):  # checked before anything is opened for writing
+        if _same_file(args.out, getattr(args, name)):
+            print(f"error: --out {args.out} is the --{name} file: it would be overwritten; "
+                  "write the results somewhere else", file=sys.stderr)
+            return 2
+    try:
+        problems = {p.question_id: p for p in load_problems(args.problems, skip_malformed=args.skip_malformed)}
+        rows = _read_solutions(args.solutions, problems)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    todo = [i for i, (_, _, _, err) in enumerate(rows) if err is None]
+    results: dict[int, JudgeResult] = {
+        i: judge_error(problem, err) for i, (problem, _, _, err) in enumerate(rows) if err is not None}
+    start = time.monotonic()
+    # Programs must not read the expected outputs from the problem file, nor the results (which
+    # quote expected tokens): the results file exists first, so that the servers can hide it.
+    with open(args.out, "w", encoding="utf-8") as out, \
+            EvaluatorPool(args.workers, timeout=args.timeout, memory_mb=args.memory_mb,
+                          hide=[args.problems, args.solutions, args.out]) as pool:
+        handle = pool.submit([rows[i][0] for i in todo], [rows[i][1] for i in todo], mode=args.reward)
+        written = _write_ready(out, rows, results, 0, args.reward)
+        progress = _progress(len(rows))
+        progress.update(len(results))
+        for j, result in handle.as_completed():
+            results[todo[j]] = result
+            progress.update(1)
+            written = _write_ready(out, rows, results, written, args.reward)
+        progress.close()
+    _summary(list(results.values()), time.monotonic() - start, args.reward, pool.workers)
+    return 0
+
+
+def _write_ready(out, rows, results, written: int, mode: str) -> int:
+    """Write every result whose turn has come (input order), flushing so nothing is lost."""
+    while written < len(rows) and written in results:
+        problem, _, row, _ = rows[written]
+        result = results[written]
+        qid = problem.question_id if problem is not None else row.get("question_id")
+        record = {"index": written, "question_id": qid, **result.to_json(), "reward": reward(result, mode)}
+        out.write(json.dumps(record) + "\n")
+        written += 1
+    out.flush()
+    return written
+
+
+def _progress(total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="prog", file=sys.stderr, disable=None, dynamic_ncols=True)
+
+
+def _summary(results: list[JudgeResult], seconds: float, mode: str, workers: int) -> None:
+    n = len(results)
+    counts = collections.Counter(r.verdict for r in results)
+    mean_reward = sum(reward(r, mode) for r in results) / n if n else 0.0
+    lines = [
+        f"{'programs':<16}{n:>10}",
+        f"{'pass rate':<16}{(counts['passed'] / n if n else 0):>10.4f}",
+        f"{'mean reward':<16}{mean_reward:>10.4f}  ({mode})",
+        *(f"{'  ' + v:<16}{counts[v]:>10}" for v in VERDICTS if counts[v]),
+        f"{'programs/s':<16}{n / seconds if seconds else 0:>10.1f}  ({workers} workers, {seconds:.1f} s)",
+    ]
+    print("\n".join(lines))

@@ -1,0 +1,210 @@
+"""`python -m microcoder_jax.eval --checkpoint=DIR [--step=N] [--out=FILE] [--config=FILE] [--config.eval.KEY=VALUE ...]`
+
+pass@1, and pass@k for every k up to the samples per problem (the unbiased estimator of Chen et
+al. 2021), overall and by difficulty and platform, printed as a table and written as JSON.
+`--checkpoint` is a training workdir (its newest checkpoint; `--step` picks another) or a Hugging
+Face checkpoint directory. The problems are `eval.files` (the demo's own problems for the demo);
+samples, response cap, sampling and the date window are the `eval.*` config keys.
+The training loop calls `evaluate_at_step` on its eval schedule.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from microcoder_jax.data.dates import in_window
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c passed: 1 - C(n - c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, have {n}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def summarize(problems, passes: list[list[bool]], ks=None) -> dict:
+    """Per-problem pass counts -> pass@k overall, by difficulty and by platform."""
+    n = min((len(p) for p in passes), default=0)
+    ks = [k for k in (ks or (1, 2, 4, 8, 16, 32, 64)) if k <= n] or ([1] if n else [])
+
+    def group(indices):
+        out = {"problems": len(indices)}
+        for k in ks:
+            vals = [pass_at_k(len(passes[i]), sum(passes[i]), k) for i in indices]
+            out[f"pass@{k}"] = float(np.mean(vals)) if vals else float("nan")
+        return out
+
+    by = {"difficulty": defaultdict(list), "platform": defaultdict(list)}
+    for i, p in enumerate(problems):
+        by["difficulty"][p.difficulty or "unknown"].append(i)
+        by["platform"][p.platform or "unknown"].append(i)
+    return {
+        "overall": group(list(range(len(problems)))),
+        "by_difficulty": {k: group(v) for k, v in sorted(by["difficulty"].items())},
+        "by_platform": {k: group(v) for k, v in sorted(by["platform"].items())},
+        "samples_per_problem": n,
+        "per_problem": {p.question_id: int(sum(passes[i])) for i, p in enumerate(problems)},
+    }
+
+
+def format_table(report: dict) -> str:
+    """A plain-text table: one row per group, one column per pass@k."""
+    keys = [k for k in report["overall"] if k.startswith("pass@")]
+    lines = [f"{'group':<28}{'problems':>9}" + "".join(f"{k:>10}" for k in keys)]
+
+    def row(name, g):
+        lines.append(f"{name:<28}{g['problems']:>9}" + "".join(f"{100 * g[k]:>9.1f}%" for k in keys))
+
+    row("overall", report["overall"])
+    for section in ("by_difficulty", "by_platform"):
+        for name, g in report[section].items():
+            row(f"{section[3:]}={name}", g)
+    return "\n".join(lines)
+
+
+def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
+    """Sample `eval.samples` answers per problem in the date window, judge them, summarize pass@k."""
+    import jax
+
+    from microcoder_jax import sharding
+    from microcoder_jax.data.loader import make_prompt_set
+    from microcoder_jax.trainer.rollout import GroupJudge, generate, verdict_arrays
+
+    e = run.config.eval
+    problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)]
+    if e.max_problems:
+        problems = problems[:e.max_problems]
+    prompt_set = make_prompt_set(problems, run.tokenizer, run.config.data)
+    kept, prompts = prompt_set.problems, prompt_set.prompts
+    passes: list[list[bool]] = []
+    size, k = e.batch_problems, e.samples
+    for start in range(0, len(kept), size):
+        chunk, chunk_prompts = kept[start:start + size], prompts[start:start + size]
+        pad = size - len(chunk)  # a full batch every call: one compiled shape
+        # each host judges its share of the real rows (the padding prompts' are dropped) and the
+        # verdicts are all-gathered; with the paged engine each problem's samples go to the pool as
+        # they finish, overlapping the tail of decoding
+        n = len(chunk) * k
+        judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=sharding.host_rows(n), mode="all")
+        paged = run.config.sampling.engine == "paged"
+        sample = generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k,
+                          temperature=e.temperature, max_new_tokens=e.max_new_tokens, top_p=e.top_p,
+                          top_k=0, rng=jax.random.fold_in(rng, start), on_group_done=judge.add if paged else None)
+        if not paged:
+            judge.add(0, sample)
+        _, passed, _, _ = verdict_arrays(*judge.results(), "all")
+        (passed,) = sharding.allgather_rows([passed], n)
+        passes += [list(map(bool, passed[i * k:(i + 1) * k])) for i in range(len(chunk))]
+    report = summarize(kept, passes)
+    report["skipped_too_long"] = prompt_set.skipped_too_long
+    report["date_window"] = [e.date_from, e.date_to]
+    report["max_new_tokens"] = e.max_new_tokens
+    return report
+
+
+def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) -> dict:
+    """The training loop's eval: the report in WORKDIR/eval/step_N.json, its numbers in the metrics."""
+    import jax
+
+    report = evaluate_problems(run, pool, params, run.eval_problems, rng=rng)
+    if jax.process_index() == 0:
+        path = os.path.join(run.workdir, "eval", f"step_{step}.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)
+    log_fn(format_table(report))
+    if writer is not None:
+        writer.write(step, {f"eval_{k}": v for k, v in report["overall"].items()
+                            if isinstance(v, (int, float))})
+        writer.write_text(step, "eval", format_table(report))
+    return report
+
+
+def _is_hf_dir(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "config.json")) and not os.path.isdir(
+        os.path.join(path, "checkpoints"))
+
+
+def _load_params(run, checkpoint: str, step: int | None):
+    """Params from a training workdir / its checkpoints dir, or from a HF checkpoint directory."""
+    from microcoder_jax.checkpoint import load_params
+    from microcoder_jax.trainer.setup import abstract_train_state
+
+    if _is_hf_dir(checkpoint):
+        from microcoder_jax.models import hf
+
+        return hf.load_hf_params(checkpoint, run.model_config, mesh=run.mesh), "hf"
+    directory = os.path.join(checkpoint, "checkpoints") if os.path.isdir(
+        os.path.join(checkpoint, "checkpoints")) else checkpoint
+    return load_params(directory, abstract_train_state(run).params, step)
+
+
+def _define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("checkpoint", None, "training workdir (or its checkpoints/ dir) or a HF checkpoint dir",
+                        flag_values=fv)
+    flags.DEFINE_integer("step", None, "checkpoint step (default: the newest)", flag_values=fv)
+    flags.DEFINE_string("out", None, "JSON report path (default: WORKDIR/eval.json)", flag_values=fv)
+
+
+def _prepare(args):
+    """The validated config and the workdir for `--checkpoint`; raises ConfigError."""
+    from microcoder_jax import config as config_lib
+    from microcoder_jax.config_check import validate
+
+    if not args.checkpoint or not os.path.exists(args.checkpoint):
+        raise config_lib.ConfigError(f"--checkpoint={args.checkpoint!r}: pass an existing training "
+                                     "workdir or Hugging Face checkpoint directory")
+    config = args.config
+    with config.unlocked():
+        if _is_hf_dir(args.checkpoint) and not config.model.path:
+            config.model.path = args.checkpoint
+        if config.data.task == "problems" and not config.data.train_files:
+            config.data.train_files = tuple(config.eval.files)  # setup needs a prompt source
+    if config.data.task == "problems" and not config.eval.files:
+        raise config_lib.ConfigError("eval.files is empty: pass --config.eval.files=FILE[,FILE...]")
+    validate(config)
+    if os.path.isdir(os.path.join(args.checkpoint, "checkpoints")):
+        return config, args.checkpoint  # a training workdir
+    if _is_hf_dir(args.checkpoint):
+        return config, os.getcwd()
+    return config, os.path.dirname(os.path.abspath(args.checkpoint))  # its checkpoints/ dir
+
+
+def main(argv=None) -> int:
+    from microcoder_jax import cli, sharding
+    from microcoder_jax import config as config_lib
+
+    def body() -> int:
+        from microcoder_jax.evaluator.pool import EvaluatorPool
+        from microcoder_jax.trainer.setup import key, problem_files, setup
+
+        args = cli.parse(argv, prog="python -m microcoder_jax.eval", doc=__doc__,
+                         default_file=config_lib.DEFAULT_FILE, define_flags=_define_flags)
+        config, workdir = _prepare(args)
+        d = config.distributed
+        sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)
+        run = setup(config, workdir)
+        params, step = _load_params(run, args.checkpoint, args.step)
+        pool = EvaluatorPool(workers=config.evaluator.workers or None, timeout=config.evaluator.timeout,
+                             memory_mb=config.evaluator.memory_mb, hide=problem_files(config))
+        try:  # the judge hides every problem file: programs cannot read the answers
+            report = evaluate_problems(run, pool, params, run.eval_problems, rng=key(config.seed, 4))
+        finally:
+            pool.close()
+        report["checkpoint"], report["step"] = os.path.abspath(args.checkpoint), step
+        print(format_table(report))
+        out = args.out or os.path.join(workdir, "eval.json")
+        with open(out, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"wrote {out}")
+        return 0
+
+    return cli.main_guard(body)

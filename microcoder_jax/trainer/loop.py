@@ -1,0 +1,194 @@
+"""`python -m microcoder_jax.train [--config=configs/FILE.py[:ARG]] [--config.KEY=VALUE ...] [--workdir=DIR]`
+
+The RL loop. Each step: take a batch of prompts, collect a judged `Rollout` at the scheduler's
+temperature (rollout_step.py, rollout.py: sample, judge this host's rows while the old log-probs
+run on the device, gather; under DAPO, refill until enough groups differ), the jitted GRPO step
+(rl/step.py: every mini-batch update), the scheduler update, the metrics row (metrics.py), and
+checkpoints / evaluation on their schedules. A run restarts from the newest complete checkpoint in
+its workdir and continues exactly (params, optimizer, data position, scheduler, keys).
+Multi-host: every process takes the same global prompt batch; sharding.py holds every device and
+process detail. Without --config it runs the demo (a tiny model learning a
+synthetic task on a CPU in minutes). `--help` lists every config key with its default and meaning.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+import jax
+
+from microcoder_jax import cli, sharding
+from microcoder_jax.trainer import preemption
+from microcoder_jax import config as config_lib
+from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
+from microcoder_jax.config_check import validate
+from microcoder_jax.data import loader
+from microcoder_jax.trainer.metrics import MetricsWriter, progress_postfix, step_record
+from microcoder_jax.trainer.resume import record_config
+from microcoder_jax.trainer.rollout import probe_temperature
+from microcoder_jax.trainer.step_batch import collect_step
+from microcoder_jax.trainer.setup import key, setup, start_state
+
+log = logging.getLogger("microcoder_jax.trainer.loop")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or Inf: the run stops; the last good checkpoint stays the newest."""
+
+
+def train(config, workdir: str, *, log_fn=print, on_step=None):
+    """Run (or resume) training to `config.train.steps`; returns the final TrainState.
+
+    `config` is validated first (nothing is written before). `on_step(step, record)`, if given,
+    is called after each step with its metrics record.
+    """
+    from tqdm import tqdm
+
+    from microcoder_jax.trainer import evaluation as eval_lib
+    from microcoder_jax.evaluator.pool import EvaluatorPool
+    from microcoder_jax.rl import step as rl_step
+    from microcoder_jax.trainer.setup import problem_files
+    from microcoder_jax.sampling.diversity import diversity_metrics
+    from microcoder_jax.sampling.temperature import TemperatureScheduler
+
+    validate(config)
+    workdir = os.path.abspath(workdir)
+    primary = jax.process_index() == 0
+    # before anything is written: a resume with a changed config is checked against config.json,
+    # and set-up (tokenizer, problems, model shape) must succeed before config.json is saved
+    record_config(workdir, config_lib.to_dict(config), write=False, log_fn=lambda message: None)
+    run = setup(config, workdir)
+    record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
+    c, rl, G = config, run.rl_config, config.sampling.group_size
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=c.train.keep_checkpoints,
+                        async_save=c.train.async_checkpoint)
+    scheduler = TemperatureScheduler(c.temperature)
+    begin = start_state(run, ckpt, log_fn)
+    state, start = begin.state, begin.step
+    if begin.scheduler_state is not None:
+        scheduler.load_state_dict(begin.scheduler_state)
+    data = loader.prompt_iterator(len(run.prompt_set.problems), c.data.num_prompts, c.seed, begin.data_state)
+    writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True) if primary else None
+    pool = EvaluatorPool(workers=c.evaluator.workers or None, timeout=c.evaluator.timeout,
+                         memory_mb=c.evaluator.memory_mb, hide=problem_files(c))
+    train_step = rl_step.make_train_step(run.model_config, rl, run.mesh)
+    bar = tqdm(total=c.train.steps, initial=start, desc="train", disable=not (c.train.progress and primary),
+               dynamic_ncols=True)
+    if scheduler.cfg["policy"] == "diversity" and scheduler.cfg["probe"] and not scheduler.probed:
+        first = loader.prompt_iterator(len(run.prompt_set.problems), c.data.num_prompts, c.seed, begin.data_state)
+        decision = probe_temperature(run, scheduler, state.params,
+                                     [run.prompt_set.prompts[i] for i in next(first)], key(c.seed, 2))
+        log_fn(f"temperature probe: {decision.temperature:g} ({decision.reason})")
+        if writer is not None:
+            writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
+
+    def next_prompts():  # the next generation batch: (problems, prompts)
+        indices = next(data)
+        return [run.prompt_set.problems[i] for i in indices], [run.prompt_set.prompts[i] for i in indices]
+
+    guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
+    try:
+        for step in range(start, c.train.steps):
+            t_step, temperature = time.perf_counter(), scheduler.temperature
+            times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
+            got = collect_step(run, pool, state.params, begin.ref_params, next_prompts, temperature=temperature,
+                               key_for=functools.partial(key, c.seed, 1, step), times=times)
+            batch = got.batch
+            t0 = time.perf_counter()
+            state, step_metrics = train_step(state, sharding.put_batch(batch, run.mesh))
+            step_metrics = jax.device_get(step_metrics)
+            times["train"] = time.perf_counter() - t0
+            loss = float(step_metrics["loss"])
+            if not math.isfinite(loss):
+                ckpt.wait()  # let pending saves of good states finish before naming the newest
+                raise NonFiniteLossError(
+                    f"non-finite loss ({loss}) at step {step + 1}; stopping. The newest checkpoint "
+                    f"(step {ckpt.latest_step()}) holds the last good state; lower rl.learning_rate "
+                    f"or check the data before resuming.")
+            div = diversity_metrics(batch.tokens[:, -c.sampling.max_new_tokens:], batch.response_lengths, G,
+                                    entropy=batch.sample_entropy)
+            decision = scheduler.update(step, div)
+            record = step_record(step_metrics, batch, div, signal=scheduler.cfg["signal"],
+                                 temperature=temperature, next_temperature=scheduler.temperature,
+                                 times=times, verdicts=got.verdicts, ds_stats=got.ds_stats,
+                                 generations=got.generations, t_step=t_step)
+            record["sampler_logprob_gap"] = sum(got.gaps) / len(got.gaps)
+            done = step + 1
+            if writer is not None:
+                record = writer.write(done, record)
+                if decision.changed:
+                    writer.write_text(done, "temperature", json.dumps(decision.to_dict()))
+            if decision.changed:
+                log_fn(f"temperature {decision.previous:g} -> {decision.temperature:g} at step {done}: "
+                       f"{decision.reason}")
+            bar.update(1)
+            bar.set_postfix(progress_postfix(record))
+            if on_step is not None:
+                on_step(done, record)
+            if c.train.eval_every and done % c.train.eval_every == 0 and run.eval_problems:
+                eval_lib.evaluate_at_step(run, pool, state.params, done, writer, key(c.seed, 3, done), log_fn)
+            stopping = guard.requested
+            if stopping or done == c.train.steps or (c.train.checkpoint_every and done % c.train.checkpoint_every == 0):
+                ckpt.save(done, state, {"step": done, "data": data.get_state(),
+                                        "scheduler": scheduler.state_dict()})
+            ckpt.poll()  # a failed background save stops the run here, in one line
+            if stopping and done < c.train.steps:
+                raise guard.stop(done, ckpt.directory)
+    finally:
+        try:  # the guard stays up while closing: a second signal during the final save exits at once
+            bar.close()
+            ckpt.close()
+            pool.close()
+            if writer is not None:
+                writer.close()
+        finally:
+            guard.uninstall()
+    return state
+
+
+def _define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("workdir", None, "run directory (default: runs/<config name>)", flag_values=fv)
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("absl", "jax._src", "orbax", "tensorboardX"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    argv = sys.argv[1:] if argv is None else list(argv)
+
+    def body() -> int:
+        args = cli.parse(argv, prog="python -m microcoder_jax.train", doc=__doc__,
+                         default_file=config_lib.DEFAULT_FILE, define_flags=_define_flags)
+        if args.args:
+            raise config_lib.ConfigError(f"unexpected arguments {args.args}; see --help")
+        config = args.config
+        validate(config)  # every value, before anything is written
+        d = config.distributed
+        try:
+            sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id,
+                                            mode=d.initialize)  # before any other JAX call
+        except ValueError as e:
+            raise config_lib.ConfigError(str(e)) from None
+        workdir = args.workdir or os.path.join("runs", cli.run_name(argv, "demo"))
+        try:
+            train(config, workdir)
+        except preemption.Preempted as e:
+            print(e, file=sys.stderr)
+            return e.exit_code
+        except KeyboardInterrupt:
+            print("interrupted before the first RL step: nothing to save", file=sys.stderr)
+            return 130
+        except (NonFiniteLossError, CheckpointWriteError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"done: {workdir}")
+        return 0
+
+    return cli.main_guard(body)
