@@ -32,6 +32,7 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=(), new_root: str | Non
     Not root: the same inside a new user namespace, when the kernel allows unprivileged ones.
     """
     report = {"pid_ns": False, "net_ns": False, "user_ns": False, "mount_ns": False, "ipc_ns": False,
+              "program_net_ns": False,
               "minimal_root": False, "readonly_root": False, "private_tmp": False,
               "private_proc": False, "hidden": 0, "skeleton": []}
     if not (_LINUX and namespaces):
@@ -74,7 +75,8 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=(), new_root: str | Non
             if report["pid_ns"]:
                 report["private_proc"] = _mount_proc("/proc")
         report["hidden"] = sum(not os.path.lexists(p) or _cover(p) for p in hide)
-    report["ipc_ns"] = _ipc_namespace_works()  # each program gets its own (sandbox.py)
+    report["ipc_ns"] = _namespace_works(_CLONE_NEWIPC)  # each program gets its own (sandbox.py)
+    report["program_net_ns"] = _namespace_works(_CLONE_NEWNET)  # and its own network namespace
     return report
 
 
@@ -82,11 +84,11 @@ def _mount_proc(target: str) -> bool:
     return _mount("proc", target, "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
 
 
-def _ipc_namespace_works() -> bool:
-    """Whether a child may unshare an IPC namespace (tried in a throw-away child)."""
+def _namespace_works(flags: int) -> bool:
+    """Whether a child may unshare these namespaces (tried in a throw-away child)."""
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if _LIBC.unshare(_CLONE_NEWIPC) == 0 else 1)
+        os._exit(0 if _LIBC.unshare(flags) == 0 else 1)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 

@@ -17,7 +17,7 @@ import tempfile
 import threading
 from typing import Iterator, Sequence
 
-from microcoder_jax.evaluator import channel, worker
+from microcoder_jax.evaluator import channel, syscall_filter, worker
 from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
 from microcoder_jax.problems import Problem
 
@@ -164,8 +164,12 @@ class EvaluatorPool:
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
         self._closed = False
+        program, note = syscall_filter.build()
+        if program is None:
+            log.warning("judged programs run without a syscall filter: %s", note)
         self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb, "namespaces": namespaces,
-                         "cgroups": cgroups, "hide": [os.path.abspath(p) for p in hide]}
+                         "cgroups": cgroups, "hide": [os.path.abspath(p) for p in hide],
+                         "seccomp": program.hex() if program else None, "seccomp_note": note}
         self._tmpdir = tmpdir or _default_tmpdir()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # Distinct uids per server and per pool, so no two programs running at once share one

@@ -54,7 +54,7 @@ def scrub_environment(workdir: str) -> None:
 
 
 _PR_SET_NO_NEW_PRIVS = 38
-_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWIPC, _CLONE_NEWNET = 0x08000000, 0x40000000
 KEYCTL_GET_KEYRING_ID, KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR, KEYCTL_INVALIDATE = 0, 1, 7, 21
 # keyctl(2) has no libc wrapper: its syscall number per architecture.
 KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 280, "s390x": 280,
@@ -77,14 +77,16 @@ def enter(req: dict, ctx: dict, workdir: str, fds: list, join_cgroup) -> None:
         join_cgroup()  # first: every CPU second and byte of the test is counted from here on
         os.setsid()  # own session and process group, killed whole
         null = os.open(os.devnull, os.O_RDWR)
-        call = req["mode"] == "call"
+        call = req["mode"] in ("call", "assert")
         for fd, target in ((code_r, 5), (in_r, 0), (out_w, 1), (null, 2), (st_w, 3), (null, 4)):
             os.dup2(fd, target)
         os.closerange(6, ctx["max_fd"])  # the server's socket to the judge and cgroup files included
         _apply_limits(req, ctx)
         os.chdir(workdir)
-        if ctx["ipc_ns"]:
-            _unshare(_CLONE_NEWIPC)  # System V and POSIX IPC objects die with the test
+        # System V and POSIX IPC objects, and abstract UNIX sockets, die with the test.
+        flags = (_CLONE_NEWIPC if ctx["ipc_ns"] else 0) | (_CLONE_NEWNET if ctx["program_net_ns"] else 0)
+        if flags:
+            _unshare(flags)
         if ctx["uid"] is not None:
             _drop_to(ctx["uid"])
         elif _LINUX:
@@ -93,9 +95,11 @@ def enter(req: dict, ctx: dict, workdir: str, fds: list, join_cgroup) -> None:
             _keyctl(KEYCTL_JOIN_SESSION_KEYRING, 0)  # a fresh, empty session keyring
         if _LINUX:
             _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries to climb back
+        if ctx["syscall_filter"] is not None:
+            ctx["syscall_filter"]()  # last: from here on no key, namespace or mount can be made
         req["code"] = _read_all(5, MAX_CODE).decode("utf-8", errors="surrogateescape")
         os.close(5)
-        if call:  # the arguments come on stdin; the program's own stdin/stdout are not judged
+        if call:  # the arguments (or test code) come on stdin; the program's stdin/stdout are not judged
             req["input"] = _read_all(0, MAX_CODE).decode("utf-8", errors="replace")
             os.dup2(4, 0)
             os.dup2(4, 1)
@@ -202,11 +206,11 @@ def _run_program(req: dict) -> int:
     atexit._clear()
     status, code = {"status": "ok"}, 0
     try:
-        compiled = compile(req["code"], "solution.py", "exec", dont_inherit=True)
+        compiled = _compile(req)
     except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
         _report({"status": "compile_error", "error": _describe(e)})
         return EXIT_COMPILE
-    call = req["mode"] == "call"
+    call = req["mode"] in ("call", "assert")
     module = types.ModuleType("solution" if call else "__main__")
     module.__file__ = "solution.py"
     if call:
@@ -214,10 +218,22 @@ def _run_program(req: dict) -> int:
         module.__dict__["__name__"] = "solution"
         sys.setrecursionlimit(50000)
     sys.modules[module.__name__] = module
+    if req.get("harness") == "apps":
+        module.__dict__["__top_level_return__"] = _TopLevelReturn
     try:
-        exec(compiled, module.__dict__)
-        if call:
+        check = _load_check(req["input"], module.__dict__) if req["mode"] == "assert" else None
+    except BaseException as e:  # noqa: BLE001 - the problem's own test code is broken
+        _report({"status": "test_error", "error": _describe(e)})
+        return 1
+    try:
+        try:
+            exec(compiled, module.__dict__)
+        except _TopLevelReturn:  # the "apps" harness: a top-level `return` ends the program
+            pass
+        if req["mode"] == "call":
             status["result"] = _call(module.__dict__, req)
+        elif req["mode"] == "assert":
+            status["result"] = _run_check(check, module.__dict__, req)
         elif req["mode"] == "check":
             status["result"] = _check(module.__dict__)
         _join_threads()
@@ -241,16 +257,71 @@ def _run_program(req: dict) -> int:
     return code
 
 
-def _call(namespace: dict, req: dict) -> str:
-    """Call Solution().func_name (a fresh instance) or a plain function with the JSON arguments."""
-    name = req["func_name"]
+class _TopLevelReturn(BaseException):
+    """What a top-level `return` raises under the "apps" harness (see _compile)."""
+
+
+def _compile(req: dict):
+    """The program's code object. Harness "apps" (APPS/TACO rows: their harness runs a stdin
+    program inside a function) also accepts a top-level `return`: each one becomes a raise of
+    _TopLevelReturn (its value still evaluated), which ends the program normally. Programs that
+    compile as they are run exactly as under harness "plain"."""
+    try:
+        return compile(req["code"], "solution.py", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        if req.get("harness") != "apps" or req["mode"] != "stdin" or "outside function" not in str(e.msg):
+            raise
+    import ast
+
+    class TopLevelReturns(ast.NodeTransformer):
+        def visit_Return(self, node):
+            exc = ast.Call(ast.Name("__top_level_return__", ast.Load()), [node.value] if node.value else [], [])
+            return ast.copy_location(ast.Raise(exc=exc, cause=None), node)
+
+        def skip(self, node):  # a return inside a def, lambda or class body is an ordinary one
+            return node
+
+        visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = skip
+
+    tree = ast.fix_missing_locations(TopLevelReturns().visit(ast.parse(req["code"], "solution.py")))
+    return compile(tree, "solution.py", "exec", dont_inherit=True)
+
+
+def _load_check(test_code: str, namespace: dict):
+    """An assert test's `check(candidate)`: the test code runs in its own namespace (LeetCode
+    names preloaded); the helpers it defines (ListNode, tree_node ...) are copied to the program's."""
+    tests = dict(PRELUDE)
+    exec(compile(test_code, "test.py", "exec", dont_inherit=True, optimize=0), tests)
+    check = tests.get("check")
+    if not callable(check):
+        raise NameError("the test code defines no check(candidate)")
+    namespace.update({k: v for k, v in tests.items() if k not in PRELUDE and k != "check"
+                      and not k.startswith("__")})
+    return check
+
+
+def _run_check(check, namespace: dict, req: dict) -> list:
+    """["pass"], or ["fail", reason] when an assertion of check(candidate) fails."""
+    try:
+        check(_entry_point(namespace, req["func_name"]))
+    except AssertionError as e:
+        return ["fail", _describe(e)]
+    return ["pass"]
+
+
+def _entry_point(namespace: dict, name: str):
+    """Solution().name (a fresh instance), or the plain function `name`."""
     cls = namespace.get("Solution")
     if isinstance(cls, type) and hasattr(cls, name):
-        fn = getattr(cls(), name)
-    elif callable(namespace.get(name)):
-        fn = namespace[name]
-    else:
-        raise NameError(f"no Solution.{name} or function {name} defined")
+        return getattr(cls(), name)
+    if callable(namespace.get(name)):
+        return namespace[name]
+    raise NameError(f"no Solution.{name} or function {name} defined")
+
+
+def _call(namespace: dict, req: dict) -> str:
+    """Call the entry point with the JSON arguments."""
+    fn = _entry_point(namespace, req["func_name"])
     args = [json.loads(line) for line in req["input"].split("\n") if line.strip()]
     result = fn(*args)
     try:

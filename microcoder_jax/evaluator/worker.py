@@ -57,10 +57,10 @@ def _sibling(name: str):
 
 
 if __package__:  # imported by the pool, for the wire format
-    from microcoder_jax.evaluator import cgroups, cleanup, isolation, sandbox
+    from microcoder_jax.evaluator import cgroups, cleanup, isolation, sandbox, syscall_filter
 else:  # run by the pool as a script
     isolation, sandbox, cgroups = _sibling("isolation"), _sibling("sandbox"), _sibling("cgroups")
-    cleanup = _sibling("cleanup")
+    cleanup, syscall_filter = _sibling("cleanup"), _sibling("syscall_filter")
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def socketpair() -> tuple:
 def run_request(req: dict, fds: list, ctx: dict, sock: socket.socket) -> dict:
     """Fork a child for `req` on the judge's pipes `fds`, watch it, clean up after it.
 
-    req: mode ("stdin" | "call" | "check"), func_name, timeout (CPU seconds), wall_timeout
+    req: mode ("stdin" | "call" | "assert" | "check"), harness, func_name, timeout (CPU seconds), wall_timeout
     (seconds), memory_mb, output_limit (bytes). fds: the program's stdin (read end), stdout
     (write end), status pipe (write end) and code pipe (read end).
     """
@@ -277,6 +277,13 @@ def main() -> None:
         raise
     uids = config["uids"]
     private = report["private_tmp"]
+    prepared, report["seccomp_note"] = None, config["seccomp_note"]
+    if config["seccomp"]:  # the judge's libseccomp built it; installed in each child (sandbox.py)
+        prepared = syscall_filter.prepare(bytes.fromhex(config["seccomp"]))
+        failed = syscall_filter.probe(prepared, sandbox.KEYCTL_SYSCALL)
+        prepared = None if failed else prepared
+        report["seccomp_note"] = failed or report["seccomp_note"]
+    report["seccomp"] = prepared is not None
     report.update(uid=isolation.probe_uid(uids), platform=sys.platform,
                   cgroup=groups["version"] if groups else None,
                   cgroup_controllers=groups["controllers"] if groups else [],
@@ -293,6 +300,8 @@ def main() -> None:
         "subreaper": not report["pid_ns"] and isolation.become_subreaper(),
         "pid_ns": report["pid_ns"],
         "ipc_ns": report["ipc_ns"],
+        "program_net_ns": report["program_net_ns"],
+        "syscall_filter": None if prepared is None else lambda: syscall_filter.install(prepared),
         "keyring": report["keyring"],
         "clear_keyrings": sandbox.clear_user_keyrings if report["keyring"] else None,
         "groups": groups,
