@@ -5,7 +5,7 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ["README.md", "ARCHITECTURE.md", "docs/method.md"]
+DOCS = ["README.md", "ARCHITECTURE.md", "docs/method.md", "docs/benchmarks.md"]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -24,3 +24,8 @@ def test_relative_links_stay_inside_the_repository(doc):
 
 def test_readme_links_the_method_document():
     assert "](docs/method.md)" in open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+
+
+def test_readme_links_the_benchmarks_and_the_architecture():
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert "](docs/benchmarks.md)" in readme and "](ARCHITECTURE.md)" in readme
