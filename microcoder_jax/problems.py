@@ -2,10 +2,13 @@
 
 One `Problem` holds what the judge needs (tests, call-based entry point, checker, tolerance) plus
 the prompt-side fields (statement, starter code) and provenance. Readers convert LiveCodeBench
-`code_generation_lite` rows, APPS/TACO `input_output` rows and our own `to_json()` rows.
+`code_generation_lite` rows, APPS/TACO `input_output` rows and our own `to_json()` rows (the
+dataset pipeline, data/pipeline/readers.py, reads the other public layouts).
 
 Call-based tests use the LiveCodeBench convention throughout: `input` is one JSON value per
-argument, newline-separated; `output` is one JSON value (the return value).
+argument, newline-separated; `output` is one JSON value (the return value). An `assert` test is
+Python test code defining `check(candidate)` (LeetCode/HumanEval style), run in the sandbox with
+the entry point as `candidate`; its `output` is empty.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import zlib
 from typing import Any, Iterator
 
@@ -23,7 +27,11 @@ from microcoder_jax.data.jsonl import BadLine, read_jsonl
 
 log = logging.getLogger(__name__)
 
-TEST_KINDS = ("stdin", "functional")
+TEST_KINDS = ("stdin", "functional", "assert")
+CALL_KINDS = ("functional", "assert")  # test kinds that call the entry point `func_name`
+# How a stdin program is run: "plain" (ours, LiveCodeBench: the file as __main__) or "apps" (also
+# accepts a top-level `return`, as the APPS/TACO harness does by running the program in a function).
+STDIN_HARNESSES = ("plain", "apps")
 
 
 @dataclasses.dataclass
@@ -107,8 +115,11 @@ class Problem:
         if not tests:
             raise ValueError("no test cases")
         func_name = meta.get("func_name") or None
-        if func_name is None and any(t.kind == "functional" for t in tests):
-            raise ValueError("functional tests but no func_name in metadata")
+        if func_name is None and any(t.kind in CALL_KINDS for t in tests):
+            func_name = func_name_from_starter(row.get("starter_code") or "")
+            if func_name is None:
+                raise ValueError("functional tests but no func_name in metadata or starter code")
+            meta = {**meta, "func_name_from_starter": True}
         problem = cls(
             question_id=str(row["question_id"]),
             tests=tests,
@@ -177,6 +188,26 @@ class Problem:
             source=str(row.get("source") or "apps"),
             metadata=metadata,
         )
+
+
+_CLASS_RE = re.compile(r"^class\s+Solution\b[^\n]*:", re.MULTILINE)
+_DEF_RE = re.compile(r"^([ \t]*)def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
+
+
+def func_name_from_starter(starter_code: str) -> str | None:
+    """The entry point a starter code declares: the first public method of `class Solution`
+    (`class Solution:\\n    def countSeniors(self, ...`), else its first top-level function."""
+    match = _CLASS_RE.search(starter_code)
+    if match:
+        for m in _DEF_RE.finditer(starter_code, match.end()):
+            if m.group(1) and not m.group(2).startswith("_"):
+                return m.group(2)
+            if not m.group(1):
+                break
+    for m in _DEF_RE.finditer(starter_code):
+        if not m.group(1) and not m.group(2).startswith("_"):
+            return m.group(2)
+    return None
 
 
 def problem_from_row(row: dict, index: int | None = None) -> Problem:
@@ -332,5 +363,5 @@ def _check_kinds(problem: Problem) -> None:
         raise ValueError(f"mixed test kinds {sorted(kinds)}")
     if problem.call_based and kinds == {"stdin"}:
         raise ValueError("func_name given but tests are stdin")
-    if not problem.call_based and kinds == {"functional"}:
+    if not problem.call_based and kinds and kinds <= set(CALL_KINDS):
         raise ValueError("functional tests but no func_name")

@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from microcoder_jax.problems import Problem, TestCase, load_problems, problem_from_row
+from microcoder_jax.problems import Problem, TestCase, func_name_from_starter, load_problems, problem_from_row
 
 
 def _compress(tests):
@@ -94,10 +94,19 @@ def test_own_schema_round_trip_and_unknown_keys():
     assert q.metadata == {"k": 1, "extra_field": "x"}
 
 
+def test_func_name_from_the_starter_code_when_metadata_lacks_it():
+    p = problem_from_row(dict(LCB_CALL, metadata="{}"))  # rllm-style LCB rows keep it only there
+    assert p.func_name == "add" and p.metadata == {"func_name_from_starter": True}
+    assert func_name_from_starter("class ListNode:\n    def __init__(self): pass\n\nclass Solution:\n"
+                                  "    def _h(self): pass\n    def go(self, x):\n        ") == "go"
+    assert func_name_from_starter("import math\n\ndef solve(a, b):\n    ") == "solve"
+    assert func_name_from_starter("x = 1\n") is None
+
+
 @pytest.mark.parametrize("row, match", [
     (dict(LCB_STDIN, public_test_cases="[{\"input\": \"1\"}]", private_test_cases=""), "input' and 'output"),
     (dict(LCB_STDIN, public_test_cases="[]", private_test_cases="[]"), "no test cases"),
-    (dict(LCB_CALL, metadata="{}"), "no func_name"),
+    (dict(LCB_CALL, metadata="{}", starter_code=""), "no func_name"),
     ({"input_output": json.dumps({"inputs": ["1"], "outputs": []}), "problem_id": 1}, "1 inputs but 0 outputs"),
     ({"foo": 1}, "unknown row format"),
     ({"question_id": "x", "tests": [{"input": "1", "output": "1", "kind": "bogus"}]}, "kind"),

@@ -32,7 +32,9 @@ def run_program(sock: socket.socket, request: dict) -> dict | None:
     mine = [in_w, out_r, st_r, code_w]
     try:
         try:
-            worker.send_msg(sock, {k: request[k] for k in _HEADER}, [in_r, out_w, st_w, code_r])
+            header = {k: request[k] for k in _HEADER}
+            header["harness"] = request.get("harness", "plain")  # how a stdin program is run
+            worker.send_msg(sock, header, [in_r, out_w, st_w, code_r])
         finally:
             for fd in (in_r, out_w, st_w, code_r):
                 os.close(fd)

@@ -108,7 +108,8 @@ def judge(problem: Problem, code: str | None, run: Run, limits: Limits = Limits(
 def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeout: float) -> dict:
     call = problem.call_based
     return {
-        "mode": "call" if call else "stdin",
+        "mode": ("assert" if test.kind == "assert" else "call") if call else "stdin",
+        "harness": problem.metadata.get("stdin_harness") or "plain",  # problems.STDIN_HARNESSES
         "code": code,
         "input": test.input if call else test.input.encode(),
         "func_name": problem.func_name,
@@ -135,6 +136,8 @@ def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[s
         return "runtime_error", f"output limit exceeded ({limits.output_limit_mb} MiB)"
     if code == EXIT_COMPILE and status.get("status") == "compile_error":
         return "compile_error", str(status.get("error", ""))
+    if test.kind == "assert" and status.get("status") == "test_error":
+        raise ValueError(f"the assert test code fails by itself: {status.get('error', '')}")
     # The server's own CPU measurement (every process of the test, from its cgroup where there is
     # one); RLIMIT_CPU's SIGXCPU is a backstop set above the limit.
     if reply["killed"] == "cpu" or reply["cpu"] > timeout or sig == signal.SIGXCPU:
@@ -150,6 +153,11 @@ def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[s
     if code != 0:
         return "runtime_error", str(status.get("error") or f"exit code {code}")
     tolerance = problem.float_tolerance
+    if test.kind == "assert":  # check(candidate) ran in the program's process: see docs/datasets.md
+        result = status.get("result")
+        if status.get("status") != "ok" or not isinstance(result, list) or not result:
+            return "runtime_error", "no verdict from the assert test"
+        return ("passed", "") if result == ["pass"] else ("wrong_answer", f"assert test: {result[-1]}"[:300])
     if problem.call_based:
         result = status.get("result")
         if status.get("status") != "ok" or not isinstance(result, str):
