@@ -1,39 +1,17 @@
 """Batched sampling from Qwen3 on a KV cache, with per-row temperature, top-p and top-k.
 
-Two jitted programs per shape:
-- `_prefill` runs each prompt once into a prompt-sized KV cache, one copy per prompt;
-- `_decode` runs a `lax.while_loop` that writes one token per step, in place, into a cache of
-  max_new slots per row, stopping as soon as every row has hit a stop token or the cap. Every row
-  attends to its prompt's cache as a `SharedPrefix`: the G samples of a prompt share one copy,
-  which is stored and read once per prompt, not once per row.
-
-What is static (part of the compiled shape): the model config, the number of prompts, G, the prompt
-bucket width P and `max_new_tokens`. Prompts are left-padded to a bucket (powers of two from 32 to
-1024, then multiples of 1024, or a list you pass) so a new prompt length rarely compiles a new
-program. Everything else is data: temperature, top-p and top-k are per-row arrays, stop ids and the
-pad id are arrays, so changing them never recompiles.
-
-Sampling semantics, per row: temperature 0 is greedy (argmax of the logits). Otherwise the token is
-drawn by inverse CDF (one uniform per row, resolution 2^-23 of the row's mass) from
-softmax(logits / T) after top-k (top_k = 0: off) and then top-p (top_p = 1: off) masking; tokens
-tied with the last kept one are kept too. Both thresholds come from a 32-pass radix select over
-the vocabulary, not a sort (sorting 150k logits per row and step costs more than the rest of
-sampling on CPU and TPU alike). The returned log-probability and entropy are those of the untruncated softmax(logits / T), the quantity the
-trainer recomputes; greedy rows report them at T = 1. Randomness comes only from the `rng` key
-(step i uses fold_in(rng, i)), and with JAX's partitionable threefry the draws do not depend on
-how rows are sharded.
-
-Weights: `generate` puts the params once per call into the decode layout, a `DecodingParams`
-(compute dtype, 2-D (out, in) matrices, layers split; see `models.decoding`) placed by
-`DECODE_AXIS_RULES`: replicated over `data` and `fsdp`, heads, MLP and vocab split over `tensor`.
-Prefill and every decode step then read their local weights as they are; with the training
-layout (FSDP-sharded) the compiled decode loop re-gathered every layer's weights at every token.
-The copy is freed before `generate` returns, so the train step gets its memory back.
-
-Decode-loop costs, measured on CPU: each layer's KV cache is its own head-first buffer written in
-place (see `models.KVCache`); the decode phases keep a step's attention to about the filled slots.
-Still paid: rows that have finished keep computing until the last row finishes or the cap is
-reached.
+`_prefill` runs each prompt once into a cache its G samples share (`SharedPrefix`); `_decode` is
+one `lax.while_loop` over per-layer caches that grow in phases, so a step reads about the filled
+slots. Only shapes are static (model config, prompts, G, prompt bucket, `max_new_tokens`);
+temperature, top-p, top-k, stop and pad ids are per-row data, so changing them never recompiles.
+A token is drawn by inverse CDF (one uniform per row) after top-k then top-p masking, whose
+thresholds come from a radix select over the vocabulary rather than a sort; the returned
+log-prob and entropy are those of the untruncated softmax(logits / T), the quantity the trainer
+recomputes (greedy rows, T = 0, report them at T = 1). Step i draws with fold_in(rng, i), so the
+draws do not depend on how rows are sharded. `generate` reshards the params once per call into
+the decode layout (`DECODE_AXIS_RULES`: weights whole over `data` and `fsdp`), so the loop gathers
+no weight, and frees that copy before it returns. Rows that finish early keep computing until the
+last one does (the paged engine refills them instead).
 """
 from __future__ import annotations
 
