@@ -2,9 +2,8 @@
 
 The temperature scheduler (`sampling.temperature`) reads one of these numbers as its signal.
 Everything here is host-side numpy over the sampler's outputs and exact (no n-gram hashing):
-n-grams get dense integer ids by repeatedly ranking (id of the (n-1)-gram, next token) pairs.
-It costs about one second per million response tokens on one CPU core (2 s for a full
-64 prompts x 8 samples x 4096-token batch), small next to sampling that batch.
+n-grams get dense integer ids by repeatedly ranking (id of the (n-1)-gram, next token) pairs,
+which is cheap next to sampling the batch (docs/benchmarks.md).
 
 Definitions (a response is the first `lengths[i]` tokens of row i; rows are prompt-major,
 row = prompt * group_size + sample):
