@@ -3,6 +3,8 @@
 Shapes: ``q [B, T, H, D]``, ``k, v [B, S, K, D]`` with ``H = K * G`` (grouped-query attention).
 ``mask [B, T, S]`` is a boolean "query may see key"; rows with no visible key give finite garbage
 (uniform weights over masked keys), never NaN — they are padding and get ignored downstream.
+``segment_ids [B, T]`` (packed rows, see rl.packing): a query sees earlier keys of its own
+segment only (block-diagonal causal); segment 0 is padding.
 """
 from __future__ import annotations
 
@@ -42,6 +44,9 @@ def head_first_attention(q, k, v, mask):
 
 def flash_attention(q, k, v, token_mask):
     """Pallas TPU flash attention, causal, for the no-cache case; padding via segment ids.
+
+    ``token_mask [B, T]`` is 0/1 (padding) or packed rows' segment ids (0 = padding): the kernel
+    takes it as its segment ids either way, so a query sees keys of its own segment only.
 
     Under a mesh (``jax.set_mesh``) the kernel runs inside ``jax.shard_map``, since Mosaic kernels
     cannot be partitioned automatically: rows over ``data`` + ``fsdp`` (as far as they divide the
@@ -90,10 +95,15 @@ def _flash_kernel(q, k, v, token_mask):
     return out.transpose(0, 2, 1, 3)
 
 
-def fused_attention(q, k, v, token_mask, implementation: str = "cudnn"):
-    """``jax.nn.dot_product_attention`` (cuDNN on GPU): causal flag + key-padding mask, GQA native."""
-    return jax.nn.dot_product_attention(q, k, v, mask=token_mask[:, None, None, :].astype(bool), is_causal=True,
-                                        implementation=implementation)
+def fused_attention(q, k, v, token_mask, implementation: str = "cudnn", segment_ids=None):
+    """``jax.nn.dot_product_attention`` (cuDNN on GPU): causal flag + key-padding mask, GQA native.
+
+    With ``segment_ids`` the mask is the dense block-diagonal one ``[B, 1, T, T]`` (cuDNN takes it
+    as a bias: correct, not the fastest; the padded path keeps the cheap key mask)."""
+    mask = token_mask[:, None, None, :].astype(bool)
+    if segment_ids is not None:
+        mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
 
 
 def platform() -> str:
@@ -162,14 +172,22 @@ def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int, dt
     return "xla"
 
 
-def causal_attention(q, k, v, token_mask, implementation: str = "auto"):
-    """Self-attention over one sequence block, causal and with ``token_mask [B, T]`` (1 = real token)."""
+def causal_attention(q, k, v, token_mask, implementation: str = "auto", segment_ids=None):
+    """Self-attention over one sequence block, causal and with ``token_mask [B, T]`` (1 = real token).
+
+    ``segment_ids [B, T]`` (packed rows): block-diagonal causal, 0 = padding (``token_mask`` must
+    then be ``segment_ids > 0``)."""
     t = q.shape[1]
     impl = choose(implementation, cached=False, seq_len=t, head_dim=q.shape[-1], dtype=q.dtype)
     if impl == "xla":
         mask = jnp.tril(jnp.ones((t, t), bool))[None] & token_mask[:, None, :].astype(bool)
+        if segment_ids is not None:
+            mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
         return xla_attention(q, k, v, mask)
-    out = flash_attention(q, k, v, token_mask) if impl == "splash" else fused_attention(q, k, v, token_mask)
+    if impl == "splash":
+        out = flash_attention(q, k, v, token_mask if segment_ids is None else segment_ids)
+    else:
+        out = fused_attention(q, k, v, token_mask, segment_ids=segment_ids)
     # Padding queries can have no visible key in a kernel: zero them so no NaN reaches later layers.
     return jnp.where(token_mask[:, :, None, None].astype(bool), out, 0).astype(q.dtype)
 

@@ -250,7 +250,7 @@ def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
 def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
             positions: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, prefix: SharedPrefix | None = None,
-            return_hidden: bool = False):
+            return_hidden: bool = False, segment_ids: jax.Array | None = None):
     """Logits (float32 ``[B, T, vocab]``) or final hidden states, and the updated cache.
 
     Without a cache ``attention_mask [B, T]`` marks real tokens (left padding = 0) and positions
@@ -259,6 +259,8 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
     ``positions [B, T]`` are required; a query at slot ``s`` sees valid keys at slots ``<= s``;
     there ``params`` may also be ``DecodingParams`` (``decoding_params(params, config)``), and every query also sees the
     valid slots of ``prefix`` (a ``SharedPrefix``: ``cache`` slots then come after the prompt).
+    ``segment_ids [B, T]`` (no cache; packed rows, see rl.packing): tokens attend within their
+    segment only, 0 = padding; ``positions`` (restarting per segment) are then required.
     """
     dtype = jnp.dtype(config.dtype)
     b, t = input_ids.shape
@@ -267,12 +269,17 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
 
     if cache is None:
         mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
+        if segment_ids is not None:
+            if positions is None:
+                raise ValueError("forward with segment_ids needs the positions of each segment [B, T]")
+            mask = segment_ids > 0
         if positions is None:
             positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
         rope = rope_tables(positions, config)
 
         def body(x, p):
-            attend = lambda q, k, v: (attn_lib.causal_attention(q, k, v, mask, config.attention), None)  # noqa: E731
+            attend = lambda q, k, v: (attn_lib.causal_attention(q, k, v, mask, config.attention,  # noqa: E731
+                                                                 segment_ids=segment_ids), None)
             return _layer(config, x, p, rope, attend)[0], None
 
         if is_decoding(params):

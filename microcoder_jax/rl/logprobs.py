@@ -5,6 +5,8 @@ over sequence chunks of `chunk` positions inside a rematerialised scan, so at mo
 [rows, chunk, vocab] fp32 logits exist at once, in the forward and in the backward pass. (A
 sequence that fits in one chunk is not rematerialised: that would only add a vocab projection.)
 Outputs are aligned with `tokens`: out[:, t] = log p(tokens[:, t] | tokens[:, :t]); out[:, 0] = 0.
+Packed rows (rl.packing: segment ids and per-segment positions, a temperature per token) run the
+same chunks; a segment's first token and padding get 0.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from microcoder_jax import models, sharding
 def _chunk_stats(params, model_config, hidden, targets, inv_temp):
     """log p(target) and entropy at temperature for one chunk: hidden [B, C, H] -> 2 x [B, C]."""
     logits = models.lm_head(params, model_config, hidden).astype(jnp.float32)
-    logits = logits * inv_temp[:, None, None]
+    logits = logits * inv_temp[..., None]
     logz = jax.nn.logsumexp(logits, axis=-1)
     target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     # Entropy is a metric only: computed off the gradient path so backward skips it.
@@ -30,55 +32,81 @@ def _chunk_stats(params, model_config, hidden, targets, inv_temp):
     return target_logit - logz, entropy
 
 
-def sequence_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512):
-    """Differentiable (log p(token), entropy) per position, both [B, S] f32, zero at position 0."""
+def sequence_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
+                      positions=None, segment_ids=None):
+    """Differentiable (log p(token), entropy) per position, both [B, S] f32, zero at position 0.
+
+    `temperature` is per row [B] or per token [B, S]; with `segment_ids` (and `positions`) the rows
+    are packed: attention stays within a segment, and a segment's first token and padding get 0.
+    """
     hidden, _ = models.forward(params, model_config, tokens, attention_mask=attention_mask,
-                               return_hidden=True)
+                               positions=positions, segment_ids=segment_ids, return_hidden=True)
     b, s = tokens.shape
-    hidden, targets = hidden[:, :-1], tokens[:, 1:]
+    inv_temp = 1.0 / temperature.astype(jnp.float32)
+    inv_temp = jnp.broadcast_to(inv_temp[:, None] if inv_temp.ndim == 1 else inv_temp, (b, s))
+    hidden, targets, inv_temp = hidden[:, :-1], tokens[:, 1:], inv_temp[:, 1:]
     chunk = min(chunk, s - 1)
     n_chunks = -(-(s - 1) // chunk)
     pad = n_chunks * chunk - (s - 1)
     hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
     targets = jnp.pad(targets, ((0, 0), (0, pad)))
+    inv_temp = jnp.pad(inv_temp, ((0, 0), (0, pad)), constant_values=1.0)
     # [n_chunks, B, C, ...]: scan over chunks; remat so backward recomputes each chunk's logits.
-    hidden = hidden.reshape(b, n_chunks, chunk, -1).swapaxes(0, 1)
-    targets = targets.reshape(b, n_chunks, chunk).swapaxes(0, 1)
-    inv_temp = 1.0 / temperature.astype(jnp.float32)
+    to_chunks = lambda x: x.reshape(b, n_chunks, chunk, *x.shape[2:]).swapaxes(0, 1)  # noqa: E731
     stats = functools.partial(_chunk_stats, model_config=model_config)
     if n_chunks > 1:  # one chunk holds the same logits either way: recomputing them would only cost time
         stats = jax.checkpoint(stats)
 
     def body(_, xs):
-        return None, stats(params, hidden=xs[0], targets=xs[1], inv_temp=inv_temp)
+        return None, stats(params, hidden=xs[0], targets=xs[1], inv_temp=xs[2])
 
-    _, (logp, ent) = jax.lax.scan(body, None, (hidden, targets))
-    unchunk = lambda x: jnp.pad(x.swapaxes(0, 1).reshape(b, -1)[:, : s - 1], ((0, 0), (1, 0)))
-    return unchunk(logp), unchunk(ent)
+    _, (logp, ent) = jax.lax.scan(body, None, tuple(map(to_chunks, (hidden, targets, inv_temp))))
+    unchunk = lambda x: jnp.pad(x.swapaxes(0, 1).reshape(b, -1)[:, : s - 1], ((0, 0), (1, 0)))  # noqa: E731
+    logp, ent = unchunk(logp), unchunk(ent)
+    if segment_ids is not None:  # a segment's first token has no context in its row; padding none
+        same = jnp.pad(segment_ids[:, 1:] == segment_ids[:, :-1], ((0, 0), (1, 0))) & (segment_ids > 0)
+        logp, ent = jnp.where(same, logp, 0.0), jnp.where(same, ent, 0.0)
+    return logp, ent
 
 
 def micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature,
-                           chunk: int = 512, micro_batch: int | None = None):
+                           chunk: int = 512, micro_batch: int | None = None, positions=None,
+                           segment_ids=None):
     """`sequence_logprobs`' log-probs, `micro_batch` rows at a time (lax.map) to bound memory.
 
     Traceable inside a larger jit (the train step computes old log-probs with it); each micro-batch
-    keeps its rows split over the mesh's batch axes.
+    keeps its rows split over the mesh's batch axes. Packed rows: pass `positions`, `segment_ids`.
     """
-    def one(t, m, temp):
-        t, m, temp = (sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) for x in (t, m, temp))
-        return sequence_logprobs(params, model_config, t, m, temp, chunk)[0]
+    def one(xs):
+        xs = {k: sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) for k, x in xs.items()}
+        return sequence_logprobs(params, model_config, xs["t"], xs["m"], xs["temp"], chunk,
+                                 xs.get("pos"), xs.get("seg"))[0]
 
+    xs = {"t": tokens, "m": attention_mask, "temp": temperature}
+    if segment_ids is not None:
+        xs.update(pos=positions, seg=segment_ids)
     n = tokens.shape[0]
     if micro_batch is None or micro_batch >= n:
-        return one(tokens, attention_mask, temperature)
+        return one(xs)
     if n % micro_batch:
         raise ValueError(f"{n} rows are not divisible by micro_batch={micro_batch}")
     split = lambda x: x.reshape(n // micro_batch, micro_batch, *x.shape[1:])  # noqa: E731
-    out = jax.lax.map(lambda xs: one(*xs), (split(tokens), split(attention_mask), split(temperature)))
+    out = jax.lax.map(one, jax.tree.map(split, xs))
     return out.reshape(n, -1)
 
 
-_jit_logprobs = jax.jit(micro_batched_logprobs, static_argnames=("model_config", "chunk", "micro_batch"))
+def _logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
+              micro_batch: int | None = None, packing=None):
+    if packing is None:
+        return micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature,
+                                      chunk, micro_batch)
+    from microcoder_jax.rl import packing as packing_lib
+
+    return packing_lib.packed_logprobs(params, model_config, tokens, temperature, packing, chunk,
+                                       micro_batch)
+
+
+_jit_logprobs = jax.jit(_logprobs, static_argnames=("model_config", "chunk", "micro_batch"))
 
 
 def check_temperature(temperature) -> None:
@@ -100,15 +128,17 @@ def check_temperature(temperature) -> None:
 
 
 def compute_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
-                     micro_batch: int | None = None):
+                     micro_batch: int | None = None, packing=None):
     """log p(tokens[:, t] | tokens[:, :t]) at each row's temperature, [N, S] f32 (column 0 = 0).
 
     Jitted; rows run `micro_batch` at a time to bound activation memory. Used for old log-probs at
     the rollout temperature and for reference log-probs when the KL term is on. Raises on T <= 0.
+    `packing` (an rl.packing.Packing of these rows): the forward runs on the packed rows, then the
+    result goes back to the [N, S] layout (0 outside the rows' real tokens and at their first).
     """
     check_temperature(temperature)
     return _jit_logprobs(params, model_config, tokens, attention_mask, temperature, chunk=chunk,
-                         micro_batch=micro_batch)
+                         micro_batch=micro_batch, packing=packing)
 
 
 compute_logprobs.jitted = _jit_logprobs  # the jitted program itself: AOT lowering, compile counts
