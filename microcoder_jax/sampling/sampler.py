@@ -5,9 +5,10 @@ one `lax.while_loop` over per-layer caches that grow in phases, so a step reads 
 slots. Only shapes are static (model config, prompts, G, prompt bucket, `max_new_tokens`);
 temperature, top-p, top-k, stop and pad ids are per-row data, so changing them never recompiles.
 A token is drawn by inverse CDF (one uniform per row) after top-k then top-p masking (ties
-with the last kept token kept), whose thresholds come from a radix select over the vocabulary rather than a sort; the returned
-log-prob and entropy are those of the untruncated softmax(logits / T), the quantity the trainer
-recomputes (greedy rows, T = 0, report them at T = 1). Step i draws with fold_in(rng, i), so the
+with the last kept token kept), whose thresholds come from a radix select over the vocabulary
+rather than a sort; the returned log-prob and entropy are those of the untruncated
+softmax(logits / T), the quantity the trainer recomputes (greedy rows, T = 0, report them at
+T = 1). Step i draws with fold_in(rng, i), so the
 draws do not depend on how rows are sharded. `generate` reshards the params once per call into
 the decode layout (`DECODE_AXIS_RULES`: weights whole over `data` and `fsdp`), so the loop gathers
 no weight, and frees that copy before it returns. Rows that finish early keep computing until the
