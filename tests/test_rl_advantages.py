@@ -1,4 +1,4 @@
-"""rl.advantages and rl.dynamic_sampling against NumPy references written from MICROCODER.md s.2."""
+"""rl.advantages and rl.dynamic_sampling against NumPy references written from docs/method.md."""
 import logging
 
 import jax

@@ -5,7 +5,7 @@ For Flax and Tunix code: ``Qwen3(config, params)`` wraps the arrays of a params 
 copying them, each carrying its logical axes (``param_specs``) as ``out_sharding`` metadata;
 calling it runs ``qwen3.forward``. ``to_params`` gives the dict back, again without copies, so
 the module, ``nnx.Optimizer`` and our optax state, Orbax checkpoints and converters all share one
-params tree. Training here stays on the functional core (rl.step): see the README's model section.
+params tree. Training here stays on the functional core (rl.step): see ARCHITECTURE.md.
 For speed, jit over ``nnx.split(model)`` state: ``nnx.jit`` returns the module's whole state, a
 copy of every param per call.
 

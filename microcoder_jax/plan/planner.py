@@ -76,7 +76,7 @@ def _resident(program, state_bytes: int, params_bytes: int, rl_config, open_sess
 
 def _open_session_bytes(config, rl_config, progs) -> int:
     """Per-device bytes of the paged session a DAPO step keeps open through the old log-probs
-    (rollout_step: a batch is scored while refills still decode); 0 without one."""
+    (trainer.step_batch: a batch is scored while refills still decode); 0 without one."""
     if config.sampling.engine != "paged" or not rl_config.dynamic_sampling:
         return 0
     run = next(p for p in progs if p.name == "sample decode")

@@ -14,7 +14,7 @@ DECAY = ("cosine", "constant", "linear")
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-    """Algorithm settings of one run. Defaults are MicroCoder-GRPO (MICROCODER.md section 2).
+    """Algorithm settings of one run. Defaults are MicroCoder-GRPO (docs/method.md, the objective).
 
     Steps (`warmup_steps`, `total_steps`) count rollout batches, i.e. calls of the train step, as
     the paper does ("300 steps"); each call makes `num_minibatches` optimizer updates.

@@ -1,7 +1,7 @@
 """`python -m microcoder_jax.train [--config=configs/FILE.py[:ARG]] [--config.KEY=VALUE ...] [--workdir=DIR]`
 
 The RL loop. Each step: take a batch of prompts, collect a judged `Rollout` at the scheduler's
-temperature (rollout_step.py, rollout.py: sample, judge this host's rows while the old log-probs
+temperature (step_batch.py, rollout.py: sample, judge this host's rows while the old log-probs
 run on the device, gather; under DAPO, refill until enough groups differ), the jitted GRPO step
 (rl/step.py: every mini-batch update), the scheduler update, the metrics row (metrics.py), and
 checkpoints / evaluation on their schedules. A run restarts from the newest complete checkpoint in

@@ -7,7 +7,7 @@ soon as the sampler reports it finished, so judging overlaps the tail of decodin
 old log-probs on the device while the pool judges (the training forward at the sampling params;
 see ARCHITECTURE.md "Old log-probs"), then all-gathers the verdicts so every host holds the same
 global rows. `GroupJudge` and `finish` are those two halves, for callers that drive the sampler
-themselves (rollout_step.py: DAPO refills pushed into one running paged session).
+themselves (step_batch.py: DAPO refills pushed into one running paged session).
 """
 from __future__ import annotations
 

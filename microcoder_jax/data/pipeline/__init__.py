@@ -2,7 +2,7 @@
 
 Stages (each in its own module): `collect` (readers: LiveCodeBench, APPS/TACO, CodeContests,
 DeepCoder, problem folders; JSONL/JSON/Parquet/HF-cache Arrow), `process` (one schema:
-`evaluator.problems.Problem`), `filters` (+ `dedup`: MinHash/LSH, n-gram contamination),
+`microcoder_jax.problems.Problem`), `filters` (+ `dedup`: MinHash/LSH, n-gram contamination),
 `verify` (reference solutions under the evaluator), `report`; `stages` runs them resumably.
 
     from microcoder_jax.data.pipeline import run_pipeline, shard_paths

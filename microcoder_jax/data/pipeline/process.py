@@ -1,4 +1,4 @@
-"""Process: raw collected rows -> `evaluator.problems.Problem` (the one schema of the project).
+"""Process: raw collected rows -> `microcoder_jax.problems.Problem` (the one schema of the project).
 
 Per row: convert by format (LiveCodeBench and APPS/TACO through the schema's own readers;
 CodeContests, DeepCoder and problem folders here), decode tests, keep Python reference solutions in
