@@ -283,7 +283,7 @@ def run_pipeline(cfg, stages=STAGES, *, force: bool = False, **kw) -> dict[str, 
 
 
 def shard_paths(cfg) -> list[str]:
-    """The exported shard files (what the trainer reads with microcoder_jax.problems.load_problems)."""
+    """The exported shard files (what the trainer reads with problems.load_problems)."""
     done = stage_done(cfg.workdir, "export")
     if done is None:
         raise RuntimeError(f"no finished export in {cfg.workdir}")
