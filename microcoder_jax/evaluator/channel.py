@@ -18,28 +18,33 @@ _HEADER = ("mode", "func_name", "timeout", "wall_timeout", "memory_mb", "output_
 def run_program(sock: socket.socket, request: dict) -> dict | None:
     """Run `request` (judge.py's request: code, input and limits) on the server behind `sock`.
 
-    The server's reply (exit_code, signal, cpu, wall, killed, oom) plus stdout and status bytes;
-    None when the server is gone.
+    The server's reply (exit_code, signal, cpu, wall, killed, oom) plus the status bytes (at
+    most `status_limit`) and stdout: fed as it arrives to a fresh `request["stdout_sink"]()`
+    where there is one (its `finish()` is then reply["stdout_match"] and no stdout is kept), else
+    the bytes themselves (at most `output_limit`). reply["overflow"] names the pipe that went
+    over its cap ("stdout" or "status"; the program is killed). None when the server is gone.
     """
     code = request["code"].encode("utf-8", errors="surrogateescape")
     data = request["input"]
     data = data.encode() if isinstance(data, str) else bytes(data)
-    limit = request["output_limit"]
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     st_r, st_w = os.pipe()
     code_r, code_w = os.pipe()
     mine = [in_w, out_r, st_r, code_w]
+    make_sink = request.get("stdout_sink")
+    outputs = {out_r: _Output(request["output_limit"], make_sink() if make_sink else None),
+               st_r: _Output(request.get("status_limit", request["output_limit"]), None)}
     try:
         try:
             header = {k: request[k] for k in _HEADER}
             header["harness"] = request.get("harness", "plain")  # how a stdin program is run
+            header["return_limit"] = request.get("return_limit", request["output_limit"])
             worker.send_msg(sock, header, [in_r, out_w, st_w, code_r])
         finally:
             for fd in (in_r, out_w, st_w, code_r):
                 os.close(fd)
-        return _exchange(sock, limit, {in_w: memoryview(data), code_w: memoryview(code)},
-                         out_r, st_r, mine)
+        reply = _exchange(sock, {in_w: memoryview(data), code_w: memoryview(code)}, outputs, mine)
     except (OSError, EOFError):
         return None
     finally:
@@ -48,14 +53,54 @@ def run_program(sock: socket.socket, request: dict) -> dict | None:
                 os.close(fd)
             except OSError:
                 pass
+    if reply is None:
+        return None
+    out, status = outputs[out_r], outputs[st_r]
+    over = [name for name, o in (("stdout", out), ("status", status)) if o.over]
+    if over:
+        reply["killed"], reply["overflow"] = "output", over[0]
+    reply["status"] = status.value()
+    if out.sink is not None:
+        reply["stdout"], reply["stdout_match"] = b"", out.sink.finish()
+    else:
+        reply["stdout"] = out.value()
+    return reply
 
 
-def _exchange(sock, limit: int, pending: dict, out_r: int, st_r: int, mine: list) -> dict | None:
+class _Output:
+    """One pipe from the program: its bytes up to `limit`, kept or fed to `sink`; past the limit
+    only counted (the program is then killed)."""
+
+    def __init__(self, limit: int, sink):
+        self.limit, self.sink, self.size = limit, sink, 0
+        self._chunks: list = []
+
+    @property
+    def over(self) -> bool:
+        return self.size > self.limit
+
+    def add(self, chunk: bytes) -> None:
+        room = self.limit - self.size
+        self.size += len(chunk)
+        if room <= 0:
+            return
+        chunk = chunk[:room] if len(chunk) > room else chunk
+        if self.sink is not None:
+            self.sink.feed(chunk)
+        else:
+            self._chunks.append(chunk)
+
+    def value(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+_CHUNK = 1 << 16  # a pipe's default capacity: one read, at most this much held per pipe
+
+
+def _exchange(sock, pending: dict, outputs: dict, mine: list) -> dict | None:
     """Feed stdin and the code, collect capped stdout and status, until the server replies."""
-    buffers = {out_r: [], st_r: []}
-    sizes = {out_r: 0, st_r: 0}
     poller = select.poll()
-    for fd in (out_r, st_r):
+    for fd in outputs:
         os.set_blocking(fd, False)
         poller.register(fd, select.POLLIN)
     for fd, view in pending.items():
@@ -74,7 +119,7 @@ def _exchange(sock, limit: int, pending: dict, out_r: int, st_r: int, mine: list
                     return None
             elif fd in pending:
                 try:
-                    pending[fd] = pending[fd][os.write(fd, pending[fd][:1 << 16]):]
+                    pending[fd] = pending[fd][os.write(fd, pending[fd][:_CHUNK]):]
                 except BlockingIOError:
                     pass
                 except BrokenPipeError:
@@ -83,17 +128,13 @@ def _exchange(sock, limit: int, pending: dict, out_r: int, st_r: int, mine: list
                     poller.unregister(fd)
                     _done(fd, mine)
                     del pending[fd]
-            elif fd in buffers:
-                if _read_some(fd, buffers, sizes, poller) > limit and not asked_to_kill:
+            elif fd in outputs:
+                if _read_some(fd, outputs[fd], poller) and outputs[fd].over and not asked_to_kill:
                     worker.send_msg(sock, {"kill": "output"})
                     asked_to_kill = True
-    for fd in buffers:  # every writer is dead now: what is left in the pipes, up to the cap
-        while sizes[fd] <= limit and _read_some(fd, buffers, sizes, None, drain=True):
+    for fd, out in outputs.items():  # every writer is dead now: what is left in the pipes
+        while not out.over and _read_some(fd, out, None):
             pass
-    if max(sizes.values()) > limit:
-        reply["killed"] = "output"
-    reply["stdout"] = b"".join(buffers[out_r])[:limit]
-    reply["status"] = b"".join(buffers[st_r])[:limit]
     return reply
 
 
@@ -102,16 +143,15 @@ def _done(fd: int, mine: list) -> None:
     mine.remove(fd)
 
 
-def _read_some(fd, buffers, sizes, poller, drain=False) -> int:
-    """Read one chunk from `fd` into its buffer; the new size (0 when drained or at EOF)."""
+def _read_some(fd: int, out: _Output, poller) -> bool:
+    """Read one chunk from `fd` into `out`; False when there was nothing (drained, or EOF)."""
     try:
-        chunk = os.read(fd, 1 << 20)
+        chunk = os.read(fd, _CHUNK)
     except BlockingIOError:
-        return 0 if drain else sizes[fd]
+        return False
     if not chunk:
         if poller is not None:
             poller.unregister(fd)
-        return 0 if drain else sizes[fd]
-    buffers[fd].append(chunk)
-    sizes[fd] += len(chunk)
-    return sizes[fd]
+        return False
+    out.add(chunk)
+    return True

@@ -47,13 +47,126 @@ def compare_stdout(expected: str, actual: str, *, tolerance: float = 1e-6,
     """(matches, short reason when it does not) for a stdin problem's output."""
     if expected == actual:
         return True, ""
-    want, got = _TOKEN.findall(expected), _TOKEN.findall(actual)
-    for i, (e, a) in enumerate(zip(want, got)):
-        if not tokens_equal(e, a, tolerance, case_sensitive):
-            return False, f"token {i + 1}: expected {_clip(e)}, got {_clip(a)}"
-    if len(want) != len(got):
-        return False, f"expected {len(want)} tokens, got {len(got)}"
-    return True, ""
+    matcher = StdoutMatcher(expected, tolerance=tolerance, case_sensitive=case_sensitive)
+    matcher.feed(actual.encode("utf-8", errors="surrogateescape"))
+    return matcher.finish()
+
+
+_RUN = re.compile(rb"[ \t\r\n]+")
+_BTOKEN = re.compile(rb"[^ \t\r\n]+")
+_CLASS = bytes(0x20 if b in b" \t\r\n" else 0x78 for b in range(256))  # whitespace -> " ", else "x"
+TOKEN_SLACK = 4096  # bytes an output token may exceed the expected one by (longer: a mismatch)
+
+
+class StdoutMatcher:
+    """Compares stdout with the expected output as its bytes arrive (`feed`), then `finish`.
+
+    Memory is bounded by one chunk plus one token, whatever the program prints: the expected text
+    is kept once with single spaces between tokens; each chunk (cut at its last whitespace) is
+    normalised the same way and compared as bytes against the next stretch of it, and only where
+    they differ token by token (numbers within the tolerance, case). After the first mismatch
+    nothing more is looked at; past the last expected token, tokens are only counted (C speed).
+    A token longer than the expected one by over TOKEN_SLACK bytes is a mismatch.
+    """
+
+    def __init__(self, expected: str, *, tolerance: float = 1e-6, case_sensitive: bool = True):
+        self._want = _RUN.sub(b" ", expected.encode("utf-8", errors="surrogateescape")).strip(b" ")
+        self._total = self._want.count(b" ") + 1 if self._want else 0
+        self._tolerance, self._case_sensitive = tolerance, case_sensitive
+        self._pos = 0  # offset in _want of the next expected token
+        self._matched = 0  # tokens matched so far
+        self._extra = 0  # tokens past the expected ones
+        self._tail = b""  # an unfinished token (no whitespace after it yet)
+        self._after_space = True  # counting mode: the last byte seen was whitespace
+        self.reason: str | None = None
+
+    def feed(self, chunk) -> None:
+        if self.reason is not None or not chunk:
+            return
+        if self._extra:  # the answer is already too long: count, keep nothing
+            self._count(chunk)
+            return
+        data = self._tail + chunk
+        cut = max(data.rfind(b" "), data.rfind(b"\n"), data.rfind(b"\t"), data.rfind(b"\r"))
+        self._tail = data[cut + 1:]
+        if cut >= 0:
+            self._window(data[:cut + 1])
+        if self._extra and self._tail:  # _window switched to counting: the tail starts a token
+            tail, self._tail = self._tail, b""
+            self._count(tail)
+        elif self.reason is None and self._tail:
+            self._check_long_tail()
+
+    def finish(self) -> tuple[bool, str]:
+        if self.reason is None and self._tail:
+            tail, self._tail = self._tail, b""
+            self._window(tail + b" ")
+        if self.reason is not None:
+            return False, self.reason
+        got = self._matched + self._extra
+        if got != self._total:
+            return False, f"expected {self._total} tokens, got {got}"
+        return True, ""
+
+    def _window(self, window: bytes) -> None:
+        """Whole tokens (the window ends with whitespace)."""
+        norm = _RUN.sub(b" ", window).strip(b" ")
+        if not norm:
+            return
+        want, pos = self._want, self._pos
+        if pos >= len(want):
+            self._extra += norm.count(b" ") + 1
+            self._after_space = True
+            return
+        end = pos + len(norm)
+        if want[pos:end] == norm and (end >= len(want) or want[end] == 0x20):  # the common case
+            self._matched += norm.count(b" ") + 1
+            self._pos = end + 1
+            return
+        for m in _BTOKEN.finditer(norm):  # the slow path: each step uses up one expected token
+            if self._pos >= len(want):
+                self._extra += norm.count(b" ", m.start()) + 1
+                self._after_space = True
+                return
+            nxt = want.find(b" ", self._pos)
+            nxt = len(want) if nxt < 0 else nxt
+            expected, actual = want[self._pos:nxt], m.group()
+            if not _bytes_tokens_equal(expected, actual, self._tolerance, self._case_sensitive):
+                self.reason = f"token {self._matched + 1}: expected {_clip(_text(expected))}, got {_clip(_text(actual))}"
+                return
+            self._matched += 1
+            self._pos = nxt + 1
+
+    def _check_long_tail(self) -> None:
+        want, pos = self._want, self._pos
+        if pos >= len(want):
+            limit = TOKEN_SLACK
+        else:
+            nxt = want.find(b" ", pos)
+            limit = (len(want) if nxt < 0 else nxt) - pos + TOKEN_SLACK
+        if len(self._tail) <= limit:
+            return
+        if pos >= len(want):  # one more token, too many: count it and whatever follows
+            tail, self._tail = self._tail, b""
+            self._count(tail)
+            return
+        shown = _text(self._tail[:_SHOW])
+        self._tail = b""
+        self.reason = (f"token {self._matched + 1}: expected {_clip(_text(want[pos:nxt if nxt >= 0 else None]))}, "
+                       f"got {_clip(shown + '...')} (over {limit} bytes)")
+
+    def _count(self, data) -> None:
+        classes = data.translate(_CLASS)
+        self._extra += classes.count(b" x") + (self._after_space and classes[:1] == b"x")
+        self._after_space = classes[-1:] == b" "
+
+
+def _bytes_tokens_equal(expected: bytes, actual: bytes, tolerance: float, case_sensitive: bool) -> bool:
+    return expected == actual or tokens_equal(_text(expected), _text(actual), tolerance, case_sensitive)
+
+
+def _text(token: bytes) -> str:
+    return token.decode("utf-8", errors="replace")
 
 
 class _Int(str):

@@ -6,6 +6,7 @@ sees an expected output, and nothing it returns is trusted beyond bytes and JSON
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import signal
 from typing import Callable
@@ -19,6 +20,9 @@ VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit"
 REWARD_MODES = ("all", "fraction")
 
 Run = Callable[[dict], dict]  # a fork-server round trip: request -> reply
+# A call-based return value (its JSON text) longer than this is "output limit exceeded": parsed,
+# 1 MiB of small integers costs the judge ~50 MiB for a moment; stdout is compared as it arrives.
+RETURN_LIMIT = 1 << 20
 
 
 @dataclasses.dataclass
@@ -117,6 +121,13 @@ def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeou
         "wall_timeout": limits.wall_timeout(timeout),
         "memory_mb": limits.memory_mb,
         "output_limit": limits.output_limit_mb << 20,
+        "return_limit": min(RETURN_LIMIT, limits.output_limit_mb << 20),
+        # the status line holds the return value escaped once more: at most twice as long
+        "status_limit": 2 * min(RETURN_LIMIT, limits.output_limit_mb << 20) + (64 << 10),
+        # stdin tests are compared as the bytes arrive (a checker needs the whole output)
+        "stdout_sink": None if call or problem.checker is not None else functools.partial(
+            compare.StdoutMatcher, test.output, tolerance=problem.float_tolerance,
+            case_sensitive=problem.metadata.get("case_sensitive", True)),
     }
 
 
@@ -132,8 +143,12 @@ def _status(reply: dict) -> dict:
 def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[str, str]:
     status = _status(reply)
     code, sig = reply["exit_code"], reply["signal"]
+    if reply["killed"] == "output" and reply.get("overflow") == "status":
+        return "runtime_error", f"output limit exceeded (return value over {_return_mb(limits)} MiB)"
     if reply["killed"] == "output":
         return "runtime_error", f"output limit exceeded ({limits.output_limit_mb} MiB)"
+    if status.get("status") == "output_limit":
+        return "runtime_error", f"output limit exceeded (return value over {_return_mb(limits)} MiB)"
     if code == EXIT_COMPILE and status.get("status") == "compile_error":
         return "compile_error", str(status.get("error", ""))
     if test.kind == "assert" and status.get("status") == "test_error":
@@ -163,6 +178,9 @@ def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[s
         if status.get("status") != "ok" or not isinstance(result, str):
             return "runtime_error", "no return value"
         actual = result
+    elif "stdout_match" in reply:  # compared as it arrived (channel.py)
+        ok, reason = reply["stdout_match"]
+        return ("passed", "") if ok else ("wrong_answer", reason)
     else:
         actual = reply["stdout"].decode("utf-8", errors="replace")
     if problem.checker is not None:
@@ -189,6 +207,10 @@ def _run_checker(problem, test, actual, run_checker) -> tuple[str, str]:
     if status.get("status") != "ok" or not isinstance(result, list) or len(result) != 2:
         raise ValueError(f"checker failed: {status.get('error') or reply.get('error') or 'no verdict'}")
     return ("passed", "") if result[0] is True else ("wrong_answer", f"checker: {result[1]}")
+
+
+def _return_mb(limits: Limits) -> str:
+    return f"{min(RETURN_LIMIT, limits.output_limit_mb << 20) / (1 << 20):g}"
 
 
 def _signal_name(sig: int) -> str:

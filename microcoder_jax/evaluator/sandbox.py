@@ -232,6 +232,8 @@ def _run_program(req: dict) -> int:
             pass
         if req["mode"] == "call":
             status["result"] = _call(module.__dict__, req)
+            if len(status["result"]) > req.get("return_limit", MAX_CODE):  # the judge caps it too
+                status = {"status": "output_limit", "error": "return value over the limit"}
         elif req["mode"] == "assert":
             status["result"] = _run_check(check, module.__dict__, req)
         elif req["mode"] == "check":
