@@ -1,6 +1,6 @@
 """The sampling-temperature scheduler: constant, staged, or driven by the batch's diversity.
 
-MICROCODER.md section 4. The paper observed that a constant low temperature lets Qwen3's output
+docs/method.md (temperature). The paper observed that a constant low temperature lets Qwen3's output
 diversity collapse, that a staged switch beats every constant temperature, and that continuous
 ramps destabilise training. So the temperature only ever moves in discrete stages, at most one
 stage per `min_interval` steps, and every decision is returned and logged with its reason.
