@@ -29,7 +29,8 @@ def kill_all(pid: int, ctx: dict) -> None:
     signal_group(pid)
     own_uid = ctx["uid"] is not None and ctx["uid"] == ctx["own_uid"]
     if own_uid:  # setsid daemons left the group (never for a shared fallback uid such as nobody)
-        kill_uid(ctx["uid"], ctx["clear_keyrings"])
+        if not kill_uid(ctx["uid"], ctx["clear_keyrings"]):
+            ctx["keyrings_failed"] = True  # read (and reset) by the server after the test
     while True:  # as a subreaper, orphans are ours to reap; with our own uid all of them are dying
         try:
             if os.waitpid(-1, 0 if own_uid and ctx["subreaper"] else os.WNOHANG)[0] == 0:
@@ -38,11 +39,13 @@ def kill_all(pid: int, ctx: dict) -> None:
             return
 
 
-def kill_uid(uid: int, then=None) -> None:
+def kill_uid(uid: int, then=None) -> bool:
     """Kill every process of this server's sandbox uid, from a helper that has become that uid
-    (which then calls `then`, if given, as that uid)."""
+    (which then calls `then`, if given, as that uid); False when `then` returned False or the
+    helper could not become the uid."""
     helper = os.fork()
     if helper == 0:
+        code = 1
         try:
             os.setgroups([])
             os.setgid(uid)
@@ -56,13 +59,12 @@ def kill_uid(uid: int, then=None) -> None:
                         os.kill(-1, signal.SIGKILL)
                     except ProcessLookupError:  # nothing (left) to kill
                         pass
-                if then is not None:
-                    then()
+                code = 0 if then is None or then() else 1
         except BaseException:  # noqa: BLE001
             pass
         finally:
-            os._exit(0)
-    os.waitpid(helper, 0)
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(helper, 0)[1]) == 0
 
 
 def remove(path: str) -> None:

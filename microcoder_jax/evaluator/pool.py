@@ -37,6 +37,7 @@ class _Server:
         self._tmp_parent = tmp_parent
         self._proc = None
         self.isolation: dict = {}
+        self.keyring_failures = 0  # tests after which the sandbox uid's keyrings were not cleared
         if start:
             self._start()
 
@@ -72,6 +73,10 @@ class _Server:
             if self._proc is None:
                 self._start()
             reply = channel.run_program(self._sock, request)
+            if reply is not None and reply.get("keyrings_not_cleared"):
+                self.keyring_failures += 1
+                log.warning("the judge could not clear the sandbox uid's keyrings after a test "
+                            "(%d so far on this server)", self.keyring_failures)
             if reply is not None:
                 return reply
             log.warning("judge fork server died (exit %s); restarting it", self._proc.poll())
@@ -199,6 +204,11 @@ class EvaluatorPool:
         sandbox uid (None: none), cgroup (1, 2 or None) with cgroup_controllers and cgroup_dirs,
         and keyring (fresh session keyrings per program)."""
         return dict(self._servers[0].isolation)
+
+    @property
+    def keyring_failures(self) -> int:
+        """Tests after which a server could not clear its sandbox uid's keyrings (logged too)."""
+        return sum(s.keyring_failures for s in [*self._servers, *self._checkers] if s is not None)
 
     @property
     def server_pids(self) -> list[int]:

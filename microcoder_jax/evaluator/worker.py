@@ -119,7 +119,7 @@ def run_request(req: dict, fds: list, ctx: dict, sock: socket.socket) -> dict:
         os.chown(workdir, ctx["uid"], ctx["uid"])
     os.chmod(workdir, 0o700)
     groups = ctx["groups"]
-    pid, watched, procs = -1, False, []
+    pid, watched, procs, reply = -1, False, [], None
     try:
         if groups is not None:
             procs = cgroups.start_test(groups, int(req["memory_mb"]) << 20, ctx["max_processes"])
@@ -156,7 +156,10 @@ def run_request(req: dict, fds: list, ctx: dict, sock: socket.socket) -> dict:
         for scratch in ctx["scratch"]:  # private tmpfs mounts: whatever the program left there
             cleanup.clean(scratch, ctx["skeleton"])
         if ctx["keyring"]:
-            _clear_keyrings(ctx)
+            helper_failed = ctx.pop("keyrings_failed", False)
+            cleared = _clear_keyrings(ctx) and not helper_failed
+            if not cleared and reply is not None:
+                reply["keyrings_not_cleared"] = True  # the judge logs and counts it
 
 
 def _watch(pid, req, ctx, start, sock) -> tuple:
@@ -222,19 +225,22 @@ def _cpu_so_far(pid: int, ctx: dict) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _clear_keyrings(ctx: dict) -> None:
-    """Discard the keyrings a program of our sandbox uid (or, without one, of our own) filled.
-    Without a PID namespace the helper that kills the uid's processes has done it already."""
+def _clear_keyrings(ctx: dict) -> bool:
+    """Discard the keyrings a program of our sandbox uid (or, without one, of our own) filled;
+    False when that failed. Without a PID namespace the helper that kills the uid's processes
+    has done it already (and said so in ctx["keyrings_failed"]); a shared fallback uid's are
+    left alone (other users' keys)."""
     if ctx["uid"] is None:
-        sandbox.clear_user_keyrings()
-    elif ctx["uid"] == ctx["own_uid"] and ctx["pid_ns"]:
+        return sandbox.clear_user_keyrings()
+    if ctx["uid"] == ctx["own_uid"] and ctx["pid_ns"]:
         # Every process of the uid is dead (it lives only in our namespace), so for a moment we
         # may be it ourselves, without a fork: the kernel finds user keyrings by the real uid.
         os.setresuid(ctx["uid"], ctx["uid"], 0)
         try:
-            sandbox.clear_user_keyrings()
+            return sandbox.clear_user_keyrings()
         finally:
             os.setresuid(0, 0, 0)
+    return True
 
 
 def _close(fd: int) -> None:
