@@ -15,17 +15,22 @@ import microcoder_jax
 SAMPLES = os.path.join(os.path.dirname(microcoder_jax.__file__), "data", "samples", "problems.jsonl")
 
 
-def source(path: str, fmt: str = "auto", priority: int = 100, limit: int = 0) -> ml_collections.ConfigDict:
+def source(path: str, fmt: str = "auto", priority: int = 100, limit: int = 0,
+           harness: str = "") -> ml_collections.ConfigDict:
     """One input dump.
     path: a file, a glob, or a directory (searched recursively for .jsonl/.json/.parquet and the
       .arrow files of a local Hugging Face datasets cache); for fmt="dir" the folder of problem
-      folders (statement.md, *.in/*.out, solution*.py, optional meta.json and checker.py).
+      folders: ours (statement.md, *.in/*.out, solution*.py, optional meta.json and checker.py),
+      raw APPS folders or Kattis packages (docs/datasets.md).
     fmt: auto (detect per row) | lcb (LiveCodeBench code_generation_lite) | apps (APPS/TACO) |
-      codecontests (deepmind/code_contests) | deepcoder (DeepCoder-Preview style) | ours | dir.
+      codecontests (deepmind/code_contests) | deepcoder (DeepCoder/rllm style) | leetcode
+      (check(candidate) assert tests) | ours | dir.
     priority: lower wins when two sources hold the same problem (dedup keeps the first).
-    limit: read at most this many rows (0 = all); handy for smoke runs.
+    limit: read at most this many rows, dropped ones included (0 = all); handy for smoke runs.
+    harness: how stdin programs run: "plain" (ours, LiveCodeBench) or "apps" (a top-level
+      `return` ends the program, as in the APPS/TACO harness); "" = by format (apps -> "apps").
     """
-    return ml_collections.ConfigDict(dict(path=path, format=fmt, priority=priority, limit=limit))
+    return ml_collections.ConfigDict(dict(path=path, format=fmt, priority=priority, limit=limit, harness=harness))
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -199,7 +199,7 @@ def _collect(dumps, name, path, fmt="auto"):
 def test_jsonl_reader_skips_malformed_rows(dumps):
     records, stats = _collect(dumps, "lcb", dumps / "lcb.jsonl")
     assert [r["format"] for r in records] == ["lcb", "lcb"]
-    assert stats == {"rows": 2, "malformed": 2}  # the broken JSON line and the unknown row
+    assert stats == {"rows": 2, "dropped": {"invalid_json": 1, "unknown_format": 1}}
 
 
 def test_lcb_rows_decode_compressed_tests(dumps):
@@ -255,7 +255,7 @@ def test_deepcoder_shapes(dumps):
 
 def test_problem_folders(dumps):
     records, stats = _collect(dumps, "dir", dumps / "folders", "dir")
-    assert stats == {"rows": 1, "malformed": 1}  # "broken" lacks an answer; "notes" has no tests
+    assert stats == {"rows": 1, "dropped": {"test_without_answer": 1}}  # "notes" has no tests: not a problem
     p = process.to_problem(records[0])
     assert p.question_id == "dir/twice" and [t.output for t in p.tests] == ["2\n", "8\n"]
     assert p.solutions == ["print(2 * int(input()))\n"] and p.difficulty == "easy"
@@ -552,7 +552,9 @@ def test_pipeline_end_to_end_and_resume(pipeline_cfg):
     records = stages.run_pipeline(cfg, pool=pool)
     assert records["collect"]["rows"] == 14  # format "lcb" is forced: the unrelated row passes here
     assert records["process"]["problems"] == 12  # ... and fails here, as does DeepCoder's "weird" test
-    assert [records["process"]["per_source"][s]["malformed"] for s in ("lcb", "dc")] == [1, 1]
+    assert records["process"]["per_source"]["lcb"]["dropped"] == {"no_tests": 1}  # forced "lcb"
+    assert records["process"]["per_source"]["dc"]["dropped"] == {"bad_tests": 1}
+    assert records["collect"]["dropped"] == 2 and records["process"]["dropped"] == 2  # bad JSON, folder
     assert records["filter"]["removed"] == {"eval_window": 1, "no_tests": 1}  # lcb/3000 dated 2024-09
     assert records["verify"]["failed"] == 4 and records["verify"]["no_reference"] == 6  # no "OK" marker
     shards = stages.shard_paths(cfg)

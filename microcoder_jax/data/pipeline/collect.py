@@ -2,9 +2,9 @@
 
 A source is a file, a glob, or a directory searched recursively for JSONL/JSON/Parquet files and
 the Arrow files of a local Hugging Face `datasets` cache (read with pyarrow; `datasets` is not
-needed). Format `dir` instead reads a directory of problems with `.in`/`.out` test files.
-Rows stay raw here; `process` turns them into `Problem`s. A row that cannot be read is logged and
-counted, never fatal.
+needed). Format `dir` instead reads a directory of problem folders (folders.py: ours, raw APPS,
+Kattis packages). Rows stay raw here; `process` turns them into `Problem`s. A row that cannot be
+read is counted by reason (drops.py) and logged once per source and reason, never fatal.
 """
 from __future__ import annotations
 
@@ -17,27 +17,31 @@ import os
 from typing import Any, Iterator
 
 from microcoder_jax.data.jsonl import BadLine, read_jsonl
+from microcoder_jax.data.pipeline.drops import Drops, RowError
+from microcoder_jax.data.pipeline.folders import read_problem_dir
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("auto", "lcb", "apps", "codecontests", "deepcoder", "ours", "dir")
+FORMATS = ("auto", "lcb", "apps", "codecontests", "deepcoder", "leetcode", "ours", "dir")
 ROW_FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
-STATEMENT_FILES = ("statement.md", "statement.txt", "problem.md", "problem.txt", "README.md")
+_CC_TESTS = ("public_tests", "private_tests", "generated_tests")
 
 
 def detect_format(row: dict) -> str:
-    """The row format from its keys; raises ValueError for an unknown shape."""
+    """The row format from its keys; raises RowError("unknown_format") for an unknown shape."""
     if "public_test_cases" in row or "private_test_cases" in row:
         return "lcb"
-    if "description" in row and any(k in row for k in ("public_tests", "private_tests", "generated_tests")):
+    if ("description" in row or "problem" in row) and any(k in row for k in _CC_TESTS):
         return "codecontests"
+    if "test" in row and ("entry_point" in row or "completion" in row):
+        return "leetcode"  # LeetCodeDataset / human-eval: check(candidate) assert tests
     if "input_output" in row:
         return "apps"
     if "question_id" in row and isinstance(row.get("tests"), list):
         return "ours"
-    if "problem" in row and "tests" in row:
+    if "problem" in row and ("tests" in row or "test_cases" in row):
         return "deepcoder"
-    raise ValueError(f"unknown row format (keys: {sorted(row)[:12]})")
+    raise RowError("unknown_format", f"unknown row format (keys: {sorted(row)[:12]})")
 
 
 def row_files(path: str) -> list[str]:
@@ -60,8 +64,9 @@ def _is_row_file(name: str) -> bool:
     return name.endswith(ROW_FILE_SUFFIXES) and not name.startswith(("cache-", "state.json", "dataset_info"))
 
 
-def iter_file_rows(path: str, stats: dict) -> Iterator[tuple[int, dict]]:
-    """(row index, row dict) of one file; unreadable rows bump stats['malformed'] and are skipped."""
+def iter_file_rows(path: str, drop) -> Iterator[tuple[int, dict | None]]:
+    """(row index, row dict) of one file; a row that is not an object is passed to
+    `drop(index, RowError)` and yielded as None (it still counts toward a source's limit)."""
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
@@ -76,25 +81,28 @@ def iter_file_rows(path: str, stats: dict) -> Iterator[tuple[int, dict]]:
         with open(path, encoding="utf-8") as f:
             rows = json.load(f)
         for index, row in enumerate(rows if isinstance(rows, list) else [rows]):
-            if isinstance(row, dict):
-                yield index, row
-            else:
-                _malformed(stats, path, index, f"row is a {type(row).__name__}")
+            yield index, _object(row, index, drop)
     else:
         for index, row in read_jsonl(path, errors="replace"):
             if isinstance(row, BadLine):
-                _malformed(stats, path, index, f"invalid JSON: {row.error}")
-            elif isinstance(row, dict):
-                yield index, row
+                drop(index, RowError("invalid_json", f"invalid JSON: {row.error}"))
+                yield index, None
             else:
-                _malformed(stats, path, index, f"row is a {type(row).__name__}")
+                yield index, _object(row, index, drop)
 
 
-def _guarded(path: str, stats: dict) -> Iterator[tuple[int, dict]]:
+def _object(row, index: int, drop) -> dict | None:
+    if isinstance(row, dict):
+        return row
+    drop(index, RowError("not_an_object", f"row is a {type(row).__name__}"))
+    return None
+
+
+def _guarded(path: str, stats: dict, drop) -> Iterator[tuple[int, dict | None]]:
     """The rows of one file; a file that cannot be read (corrupt, truncated, not UTF-8) is logged
     and counted in stats['unreadable_files'], keeping the rows read before the damage."""
     try:
-        yield from iter_file_rows(path, stats)
+        yield from iter_file_rows(path, drop)
     except (OSError, ValueError, UnicodeDecodeError) as e:  # pyarrow errors subclass these
         stats["unreadable_files"] = stats.get("unreadable_files", 0) + 1
         log.error("%s: unreadable, skipped: %s: %s", path, type(e).__name__, e)
@@ -117,98 +125,51 @@ def _arrow_rows(path: str) -> Iterator[dict]:
             yield from batch.to_pylist()
 
 
-def _malformed(stats: dict, path: str, index: int, why: str) -> None:
-    stats["malformed"] = stats.get("malformed", 0) + 1
-    log.warning("%s: row %d skipped: %s", path, index, why)
+def iter_source(source: dict, stats: dict, drops: Drops | None = None) -> Iterator[dict]:
+    """Raw records of one configured source: {"source", "format", "origin", "row"} (+ "harness").
 
-
-def read_problem_dir(root: str, stats: dict) -> Iterator[tuple[int, dict]]:
-    """Problems laid out one per folder: a statement file, `*.in` tests with `.out` (or `.ans`)
-    answers anywhere below, optional `solution*.py` / `solutions/*.py`, `checker.py`, and a
-    `meta.json` whose keys (difficulty, func_name, starter_code, platform, contest_date...) are
-    copied into the row. A folder without `.in` files is not a problem; one with a `.in` missing its
-    answer is malformed."""
-    index = 0
-    for folder in sorted(os.listdir(root)):
-        path = os.path.join(root, folder)
-        if not os.path.isdir(path) or folder.startswith("."):
-            continue
-        try:
-            row = _problem_folder(path)
-        except (OSError, ValueError, UnicodeDecodeError) as e:
-            _malformed(stats, path, index, str(e))
-            index += 1
-            continue
-        if row is not None:
-            yield index, row
-        index += 1
-
-
-def _problem_folder(path: str) -> dict | None:
-    inputs = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        inputs += [os.path.join(root, f) for f in sorted(files) if f.endswith(".in")]
-    if not inputs:
-        return None
-    tests = []
-    for inp in inputs:
-        stem = inp[: -len(".in")]
-        answer = next((stem + s for s in (".out", ".ans") if os.path.isfile(stem + s)), None)
-        if answer is None:
-            raise ValueError(f"{os.path.relpath(inp, path)} has no .out/.ans file")
-        tests.append({"input": _read(inp), "output": _read(answer), "name": os.path.relpath(stem, path)})
-    row: dict[str, Any] = {"question_id": os.path.basename(path), "tests": tests}
-    for name in STATEMENT_FILES:
-        if os.path.isfile(os.path.join(path, name)):
-            row["statement"] = _read(os.path.join(path, name))
-            break
-    solutions = sorted(glob.glob(os.path.join(path, "solution*.py")))
-    solutions += sorted(glob.glob(os.path.join(path, "solutions", "*.py")))
-    row["solutions"] = [_read(s) for s in solutions]
-    if os.path.isfile(os.path.join(path, "checker.py")):
-        row["checker"] = _read(os.path.join(path, "checker.py"))
-    if os.path.isfile(os.path.join(path, "meta.json")):
-        meta = json.loads(_read(os.path.join(path, "meta.json")))
-        if not isinstance(meta, dict):
-            raise ValueError("meta.json is not an object")
-        row.update({k: v for k, v in meta.items() if k not in row})
-    return row
-
-
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read()
-
-
-def iter_source(source: dict, stats: dict) -> Iterator[dict]:
-    """Raw records of one configured source: {"source", "format", "origin", "row"}.
-
-    `source` has `name`, `path`, `format` (one of FORMATS; `auto` detects it per row) and `limit`
-    (max rows, 0 = all). Rows of an unknown format are counted as malformed and skipped.
+    `source` has `name`, `path`, `format` (one of FORMATS; `auto` detects it per row), `limit`
+    (max rows read, dropped ones included; 0 = all; reading stops there) and `harness` (how stdin
+    programs run, problems.STDIN_HARNESSES; "" = by format). Dropped rows are counted in
+    stats["dropped"] by reason and logged once per reason when the source is done.
     """
     name, fmt, limit = source["name"], source.get("format", "auto"), int(source.get("limit", 0) or 0)
     if fmt not in FORMATS:
         raise ValueError(f"source {name}: unknown format {fmt!r}; expected one of {FORMATS}")
+    drops = drops or Drops("collect")
+    harness = source.get("harness") or ""
     if fmt == "dir":
         if not os.path.isdir(source["path"]):
             raise FileNotFoundError(f"source {name}: not a directory: {source['path']}")
-        rows = ((source["path"], i, row) for i, row in read_problem_dir(source["path"], stats))
+        found = read_problem_dir(source["path"], lambda path, e: drops.error(name, path, e))
+        rows = ((path, None, row, row_format) for path, row, row_format in found)
     else:
-        rows = ((f, i, row) for f in row_files(source["path"]) for i, row in _guarded(f, stats))
-    count = 0
-    for path, index, row in rows:
-        if limit and count >= limit:
-            break
-        origin = f"{path}:{index}"
-        try:
-            row_format = fmt if fmt != "auto" else detect_format(row)
-        except ValueError as e:
-            _malformed(stats, path, index, str(e))
-            continue
-        count += 1
-        yield {"source": name, "format": row_format, "origin": origin, "row": jsonable(row)}
+        def file_rows(f):
+            for i, row in _guarded(f, stats, lambda i, e: drops.error(name, f"{f}:{i}", e)):
+                yield f, i, row, None
+
+        rows = (item for f in row_files(source["path"]) for item in file_rows(f))
+    count = read = 0
+    for path, index, row, row_format in rows:
+        read += 1
+        if row is not None:
+            origin = path if index is None else f"{path}:{index}"
+            try:
+                row_format = row_format or (fmt if fmt != "auto" else detect_format(row))
+            except RowError as e:
+                drops.error(name, origin, e)
+            else:
+                count += 1
+                record = {"source": name, "format": row_format, "origin": origin, "row": jsonable(row)}
+                if harness:
+                    record["harness"] = harness
+                yield record
+        if limit and read >= limit:
+            break  # stops reading the file too
     stats["rows"] = stats.get("rows", 0) + count
+    if drops.of(name):
+        stats["dropped"] = drops.of(name)
+    drops.log(name)
 
 
 def jsonable(value: Any) -> Any:

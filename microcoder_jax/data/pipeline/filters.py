@@ -84,7 +84,8 @@ def check_problem(problem: Problem, cfg) -> str | None:
         return "interactive"
     if cfg.drop_file_io and problem.metadata.get("file_io"):
         return "file_io"
-    if cfg.drop_multi_answer_without_checker and problem.checker is None and is_multi_answer(problem):
+    if cfg.drop_multi_answer_without_checker and problem.checker is None and (
+            problem.metadata.get("custom_validation") or is_multi_answer(problem)):
         return "multi_answer_no_checker"
     if len(problem.tests) < cfg.min_tests:
         return "too_few_tests"

@@ -61,13 +61,19 @@ def _markdown(summary: dict, stages: dict) -> str:
             lines.append(f"| {name} | {json.dumps(counts, sort_keys=True)} |")
     collected = (stages.get("collect") or {}).get("per_source", {})
     processed = (stages.get("process") or {}).get("per_source", {})
-    lines += ["", "| source | rows | unreadable | problems | malformed | kept |", "|---|---|---|---|---|---|"]
+    lines += ["", "| source | rows collected | unreadable files | dropped at collect | problems | dropped at process | kept |",
+              "|---|---|---|---|---|---|---|"]
     for source in sorted(set(collected) | set(processed) | set(summary["per_source"])):
         c, p = collected.get(source, {}), processed.get(source, {})
         lines.append(
-            f"| {source} | {c.get('rows', 0)} | {c.get('malformed', 0)} | {p.get('problems', 0)} | "
-            f"{p.get('malformed', 0)} | {summary['per_source'].get(source, 0)} |"
+            f"| {source} | {c.get('rows', 0)} | {c.get('unreadable_files', 0)} | {sum(c.get('dropped', {}).values())} | "
+            f"{p.get('problems', 0)} | {sum(p.get('dropped', {}).values())} | {summary['per_source'].get(source, 0)} |"
         )
+    lines += ["", "| stage | source | drop reason | rows |", "|---|---|---|---|"]
+    for stage, per_source in (("collect", collected), ("process", processed)):
+        for source in sorted(per_source):
+            lines += [f"| {stage} | {source} | {reason} | {n} |"
+                      for reason, n in sorted(per_source[source].get("dropped", {}).items())]
     removed = (stages.get("filter") or {}).get("removed", {})
     lines += ["", "| filter rule | problems |", "|---|---|"]
     lines += [f"| {rule} | {n} |" for rule, n in sorted(removed.items())]

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from microcoder_jax.data.jsonl import BadLine, read_jsonl
 from microcoder_jax.data.pipeline import collect, filters, process, report, verify
+from microcoder_jax.data.pipeline.drops import Drops
 from microcoder_jax.problems import Problem, load_problems
 
 log = logging.getLogger(__name__)
@@ -121,40 +122,49 @@ def _read_problems(path: str) -> Iterator[Problem]:
 
 def run_collect(cfg, out: _StageDir, **_) -> dict:
     per_source = {}
+    drops = Drops("collect")
 
     def records():
         for source in sources_of(cfg):
             stats: dict = {}
-            yield from collect.iter_source(source, stats)  # a missing source path fails the stage
+            yield from collect.iter_source(source, stats, drops)  # a missing source path fails the stage
             per_source[source["name"]] = stats
             log.info("collected %s: %s", source["name"], stats)
 
     total = _write_jsonl(out.file("rows.jsonl"), records())
-    return {"rows": total, "per_source": per_source}
+    dropped = sum(n for per in drops.counts.values() for n in per.values())
+    return {"rows": total, "dropped": dropped, "per_source": per_source}
 
 
 def run_process(cfg, out: _StageDir, **_) -> dict:
+    """Records -> problems; per source the problems made and the rows dropped, by reason."""
     per_source: dict[str, dict] = {}
     seen_ids: set[str] = set()
+    drops = Drops("process")
 
     def problems():
         for record in _read_jsonl(os.path.join(cfg.workdir, "collect", "rows.jsonl")):
-            stats = per_source.setdefault(record["source"], {"problems": 0, "malformed": 0, "duplicate_id": 0})
+            source, origin = record["source"], record.get("origin", "")
+            stats = per_source.setdefault(source, {"problems": 0})
             try:
                 problem = process.to_problem(record, cfg.process.max_solutions)
             except Exception as e:  # noqa: BLE001 - one bad row never stops the stage
-                stats["malformed"] += 1
-                log.warning("%s: skipped: %s: %s", record.get("origin"), type(e).__name__, e)
+                drops.error(source, origin, e)
                 continue
             if problem.question_id in seen_ids:
-                stats["duplicate_id"] += 1
+                drops.add(source, "duplicate_id", origin, problem.question_id)
                 continue
             seen_ids.add(problem.question_id)
             stats["problems"] += 1
             yield problem.to_json()
 
     total = _write_jsonl(out.file("problems.jsonl"), problems())
-    return {"problems": total, "per_source": per_source}
+    for source, stats in per_source.items():
+        if drops.of(source):
+            stats["dropped"] = drops.of(source)
+    drops.log()
+    dropped = sum(n for per in drops.counts.values() for n in per.values())
+    return {"problems": total, "dropped": dropped, "per_source": per_source}
 
 
 def resolve_pass_rate_fn(cfg) -> filters.PassRateFn | None:

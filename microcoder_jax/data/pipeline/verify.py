@@ -36,6 +36,8 @@ def verdict_key(problem: Problem, code: str, limits: tuple) -> str:
     """Digest of the inputs that decide a verdict; equal keys give equal verdicts."""
     spec = [code, [(t.input, t.output, t.kind) for t in problem.tests], problem.func_name, problem.checker,
             problem.float_tolerance, problem.metadata.get("timeout"), list(limits)]
+    if problem.metadata.get("stdin_harness"):  # (absent from older keys, so their cache stays valid)
+        spec.append(problem.metadata["stdin_harness"])
     return hashlib.sha1(json.dumps(spec).encode()).hexdigest()
 
 
