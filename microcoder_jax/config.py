@@ -1,12 +1,13 @@
-"""The configuration of a run: every knob, its default and its meaning in one table (`KEYS`).
+"""The configuration of a run: the typed blocks' keys as one `ml_collections.ConfigDict`.
 
-`default_config()` builds an `ml_collections.ConfigDict` from the table; `demo_config()` is the
-bundled demo; `configs/*.py` files return one from `get_config(arg)`. The `rl` block is made from
-`RLConfig`'s fields (its defaults, its types): a key a preset sets is None there (= the preset's
-value). The temperature scheduler reads its defaults from the `temperature` block.
-`config_check.validate(config)` checks every value (type, range, choices, existing paths) and
-raises `ConfigError` naming the key and what is valid; `describe(config)` is what `--help` prints.
-Command lines are parsed by `microcoder_jax.cli` (ml_collections `config_flags`).
+Each block is a frozen dataclass owned by its package (`block_types()`: `SamplingConfig` in
+sampling/, `EvaluatorConfig` in evaluator/, `RLConfig` in rl/, ...); its fields give the keys,
+defaults and meanings. `default_config()` builds the ConfigDict (what `--config.KEY=VALUE`
+overrides), `demo_config()` is the bundled demo, `configs/*.py` files return one from
+`get_config(arg)`. In the `rl` block a key a preset sets is None (= the preset's value).
+`config_check.validate(config)` builds every typed block (`blocks(config)`), which checks each
+value, and raises `ConfigError` naming the key and what is valid; `describe(config)` is what
+`--help` prints. Command lines are parsed by `microcoder_jax.cli`.
 """
 from __future__ import annotations
 
@@ -16,107 +17,28 @@ import typing
 import ml_collections
 from ml_collections import config_dict
 
+from microcoder_jax.blocks import ConfigError
 from microcoder_jax.rl.config import RLConfig
 
-INSTRUCTION_STDIN = (
-    "Write a Python 3 program that solves the problem. It reads from standard input and writes to "
-    "standard output. Answer with exactly one fenced code block: ```python ... ```."
-)
-INSTRUCTION_CALL = (
-    "Complete the starter code below in Python 3. Answer with exactly one fenced code block: "
-    "```python ... ``` containing the full solution."
-)
-_INT, _STR = int, str  # a type as the default: None, of that type (a typed placeholder)
+__all__ = ["ConfigError"]  # re-exported: every CLI catches it from here
 
-# (key, default, meaning). A type as the default means None of that type.
-KEYS: tuple[tuple[str, object, str], ...] = (
-    ("seed", 0, "seeds model init, data order, sampling keys and the truncation-mask uniforms"),
-    ("model.path", "", "HF checkpoint dir (config.json + *.safetensors); '' = random init from model.preset"),
-    ("model.preset", "tiny", "shape when model.path is '': qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-4b-instruct-2507, qwen3-8b, qwen3-14b, qwen3-32b, tiny"),
-    ("model.vocab_size", _INT, "shape override (None = preset/checkpoint; a random init takes the tokenizer's)"),
-    ("model.hidden_size", _INT, "shape override (None = preset / checkpoint value)"),
-    ("model.intermediate_size", _INT, "shape override (None = preset / checkpoint value)"),
-    ("model.num_layers", _INT, "shape override (None = preset / checkpoint value)"),
-    ("model.num_heads", _INT, "shape override (None = preset / checkpoint value)"),
-    ("model.num_kv_heads", _INT, "shape override (None = preset / checkpoint value)"),
-    ("model.head_dim", _INT, "shape override (None = preset / checkpoint value)"),
-    ("model.dtype", "bfloat16", "compute dtype: bfloat16, float32, float16 (softmax and norms always float32)"),
-    ("model.param_dtype", "float32", "master weights and optimizer state dtype"),
-    ("model.remat", "full", "layer rematerialisation: none, full, dots, dots_saveable"),
-    ("model.attention", "auto", "attention: auto (TPU: Pallas flash, GPU: cuDNN for bf16, else XLA), xla, cudnn, splash"),
-    ("tokenizer.path", "", "tokenizer dir; '' = model.path (the demo builds and saves its own)"),
-    ("data.task", "problems", "problems (data.train_files) or demo (the bundled synthetic task)"),
-    ("data.train_files", (), "problem files (JSONL/JSON/Parquet: LiveCodeBench, APPS/TACO or ours): "
-                             "paths or globs; 'a.jsonl,b-*.jsonl' on the command line"),
-    ("data.num_prompts", 64, "prompts per rollout batch, global over hosts (paper: 64)"),
-    ("data.max_prompt_tokens", 1024, "longer prompts are skipped and counted, never truncated"),
-    ("data.prompt_buckets", (256, 512, 1024), "static padded prompt lengths, the smallest that fits (a new length never compiles a new program)"),
-    ("data.enable_thinking", False, "Qwen3 chat template thinking switch"),
-    ("data.instruction_stdin", INSTRUCTION_STDIN, "appended to stdin problems' statements"),
-    ("data.instruction_call", INSTRUCTION_CALL, "appended to call-based ones (then the starter code)"),
-    ("sampling.group_size", 8, "G: responses per prompt"),
-    ("sampling.max_new_tokens", 4096, "training response cap (paper: 4K); static shape"),
-    ("sampling.top_p", 1.0, "nucleus filter (1.0 = off)"),
-    ("sampling.top_k", 0, "top-k filter (0 = off)"),
-    ("sampling.engine", "static", "static: one batch of all rows over a dense cache (the default); paged: "
-     "continuous batching of sampling.slots sequences over a paged KV cache, refilled as rows finish"),
-    ("sampling.slots", 0, "paged: sequences decoded at once (0 = every row, up to 256)"),
-    ("sampling.page_size", 16, "paged: KV-cache slots per page (prompt buckets must be multiples of it)"),
-    ("sampling.refill_every", 4, "paged: decode steps between refills of finished slots"),
-    ("sampling.decode_tensor", 0, "paged: chips the sampler splits KV heads and weights over (the rest split "
-     "the slots); 0 = the training mesh, -1 = as many as the KV heads allow"),
-    ("sampling.decode_phases", 4, "decode stages whose KV caches grow to max_new_tokens, so a step reads about the filled slots (1 = one loop; each stage compiles its own body)"),
-    ("temperature.policy", "constant", "constant, staged (schedule) or diversity (stages, signal, band)"),
-    ("temperature.temperature", 1.2, "start temperature (paper: 1.2 is stable for Qwen3)"),
-    ("temperature.schedule", (), "staged: ((step, temperature), ...), e.g. ((0, 0.6), (140, 1.8))"),
-    ("temperature.stages", (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8), "diversity: the allowed ladder, ascending"),
-    ("temperature.signal", "group_distinct_4", "diversity: the metric that drives it (any key of sampling.diversity.diversity_metrics)"),
-    ("temperature.target_low", 0.55, "diversity: up a stage below this on a falling trend"),
-    ("temperature.target_high", 0.75, "diversity: down a stage on swings above this"),
-    ("temperature.window", 10, "diversity: steps a trend / swing is measured over"),
-    ("temperature.min_interval", 20, "diversity: fewest steps between two changes"),
-    ("temperature.min_slope", 0.0, "diversity: 'up' needs a slope below -min_slope"),
-    ("temperature.swing_std", 0.08, "diversity: 'down' needs the window's std above this"),
-    ("temperature.probe", True, "diversity: probe the ladder on the first batch's prompts and start at the lowest stage in the band"),
-    ("rl.preset", "microcoder", "algorithm preset: microcoder, grpo, dapo (rl.presets.PRESETS)"),
-    ("evaluator.workers", 0, "judge processes (0 = number of CPU cores)"),
-    ("evaluator.timeout", 6.0, "CPU seconds per test (wall-clock backstop 3x)"),
-    ("evaluator.memory_mb", 1024, "address-space limit per program, MiB"),
-    ("evaluator.reward", "all", "all (1 iff every test passes) or fraction (tests passed / total)"),
-    ("train.steps", 300, "RL steps (one rollout batch each)"),
-    ("train.checkpoint_every", 10, "steps between checkpoints (0 = only at the end)"),
-    ("train.keep_checkpoints", 3, "newest N checkpoints kept"),
-    ("train.async_checkpoint", True, "write checkpoints in the background"),
-    ("train.eval_every", 50, "steps between evaluations (0 = never)"),
-    ("train.warm_start_steps", 0, "supervised next-token steps before RL (demo task only)"),
-    ("train.progress", True, "tqdm progress bar"),
-    ("train.allow_config_change", False, "resume although algorithm keys differ from the run's "
-     "config.json (logged in its history; shape changes are always refused)"),
-    ("eval.files", (), "evaluation problem files (paths or globs, like data.train_files)"),
-    ("eval.max_new_tokens", 8192, "evaluation response cap (paper: 8K)"),
-    ("eval.samples", 1, "samples per problem; pass@k for every k <= samples"),
-    ("eval.temperature", 0.6, "evaluation sampling temperature (Qwen3's recommendation)"),
-    ("eval.top_p", 0.95, "evaluation nucleus filter"),
-    ("eval.batch_problems", 16, "problems per sampler call (one compiled shape)"),
-    ("eval.max_problems", 0, "cap on evaluated problems (0 = all)"),
-    ("eval.date_from", "", "contest-date window start, ISO date, inclusive ('' = open)"),
-    ("eval.date_to", "", "contest-date window end, ISO date, inclusive ('' = open)"),
-    ("mesh.data", 1, "pure data-parallel axis (-1 = all remaining devices)"),
-    ("mesh.fsdp", -1, "FSDP axis: params, grads, optimizer state sharded (-1 = the rest)"),
-    ("mesh.tensor", 1, "tensor-parallel axis over heads / MLP / vocab"),
-    ("distributed.initialize", "auto", "multi-host JAX: auto (a cluster JAX detects, or the keys below), "
-                                       "always, never"),
-    ("distributed.coordinator_address", _STR, "host:port of process 0 (None = autodetect)"),
-    ("distributed.num_processes", _INT, "process count (None = autodetect; 1 = single process)"),
-    ("distributed.process_id", _INT, "this process's index (None = autodetect)"),
-    ("demo.ops", ("sum", "difference", "product", "maximum", "minimum"), "the synthetic task's operations"),
-    ("demo.problems_per_op", 8, "synthetic problems per operation"),
-    ("demo.phrasings", 1, "statement variants per operation"),
-    ("demo.tests_per_problem", 3, "stdin tests per problem"),
-    ("demo.vocab_size", 384, "BPE vocabulary trained on the task text"),
-    ("demo.warm_start_lr", 3e-3, "warm-start learning rate"),
-    ("demo.warm_start_batch", 32, "warm-start rows per step"),
-)
+SEED_KEY = ("seed", 0, "seeds model init, data order, sampling keys and the truncation-mask uniforms")
+
+
+def block_types() -> dict:
+    """Block key -> its typed block class, in the order `--help` lists them (`rl` is `RLConfig`)."""
+    from microcoder_jax.data.config import DataConfig, DemoConfig, TokenizerConfig
+    from microcoder_jax.evaluator.config import EvaluatorConfig
+    from microcoder_jax.models.presets import ModelConfig
+    from microcoder_jax.sampling.config import SamplingConfig
+    from microcoder_jax.sampling.temperature import TemperatureConfig
+    from microcoder_jax.sharding import DistributedConfig, MeshConfig
+    from microcoder_jax.trainer.config import EvalConfig, TrainConfig
+
+    return {"model": ModelConfig, "tokenizer": TokenizerConfig, "data": DataConfig, "sampling": SamplingConfig,
+            "temperature": TemperatureConfig, "rl": RLConfig, "evaluator": EvaluatorConfig, "train": TrainConfig,
+            "eval": EvalConfig, "mesh": MeshConfig, "distributed": DistributedConfig, "demo": DemoConfig}
+
 
 # RLConfig fields the run fills in from other blocks, and what each remaining field means.
 RL_FROM_RUN = {"group_size": "sampling.group_size", "prompts_per_batch": "data.num_prompts",
@@ -146,10 +68,6 @@ RL_MEANINGS = {
 }
 
 
-class ConfigError(ValueError):
-    """A bad config file, key or value (the message names the key and what is valid)."""
-
-
 def _rl_keys() -> list[tuple[str, object, str]]:
     """The `rl` block from RLConfig: its defaults, except a None placeholder where a preset sets it."""
     from microcoder_jax.rl.presets import PRESETS
@@ -172,10 +90,28 @@ def _rl_keys() -> list[tuple[str, object, str]]:
 
 
 def all_keys() -> list[tuple[str, object, str]]:
-    """Every (key, default, meaning), in the order `--help` shows them."""
-    keys = list(KEYS)
-    at = next(i for i, (k, _, _) in enumerate(keys) if k == "rl.preset") + 1
-    return keys[:at] + _rl_keys() + keys[at:]
+    """Every (key, default, meaning), in the order `--help` shows them, from the typed blocks."""
+    from microcoder_jax.blocks import block_keys
+
+    keys = [SEED_KEY]
+    for name, cls in block_types().items():
+        if cls is RLConfig:
+            keys.append(("rl.preset", "microcoder", "algorithm preset: microcoder, grpo, dapo (rl.presets.PRESETS)"))
+            keys += _rl_keys()
+        else:
+            keys += block_keys(cls)
+    return keys
+
+
+def blocks(config: ml_collections.ConfigDict) -> dict:
+    """Block key -> the typed block built from `config`; a bad value raises ConfigError naming it."""
+    typed = {}
+    for name, cls in block_types().items():
+        try:
+            typed[name] = make_rl_config(config) if cls is RLConfig else cls.from_node(config[name])
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"rl: {e}" if cls is RLConfig else str(e)) from None
+    return typed
 
 
 def default_config() -> ml_collections.ConfigDict:

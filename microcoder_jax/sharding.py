@@ -27,14 +27,46 @@ size is not divisible by the mesh axes' size (e.g. ``kv_heads=2`` on ``tensor=4`
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from microcoder_jax.blocks import Block, knob
+
 MESH_AXES = ("data", "fsdp", "tensor")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig(Block):
+    """The `mesh.*` block: the training mesh's axis sizes."""
+
+    PREFIX = "mesh"
+
+    data: int = knob(1, "pure data-parallel axis (-1 = all remaining devices)")
+    fsdp: int = knob(-1, "FSDP axis: params, grads, optimizer state sharded (-1 = the rest)")
+    tensor: int = knob(1, "tensor-parallel axis over heads / MLP / vocab")
+
+    def check(self) -> None:
+        sizes = [self.data, self.fsdp, self.tensor]
+        if any(s != -1 and s < 1 for s in sizes) or sizes.count(-1) > 1:
+            raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))!r}: sizes are >= 1, at most one is -1")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig(Block):
+    """The `distributed.*` block: how a multi-host run finds its processes."""
+
+    PREFIX = "distributed"
+
+    initialize: str = knob("auto", "multi-host JAX: auto (a cluster JAX detects, or the keys below), always, never",
+                           choices=("auto", "always", "never"))
+    coordinator_address: Optional[str] = knob(None, "host:port of process 0 (None = autodetect)")
+    num_processes: Optional[int] = knob(None, "process count (None = autodetect; 1 = single process)", at_least=1)
+    process_id: Optional[int] = knob(None, "this process's index (None = autodetect)", at_least=0)
 
 LOGICAL_AXIS_RULES: dict[str, tuple[str, ...] | str | None] = {
     "batch": ("data", "fsdp"),

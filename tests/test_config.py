@@ -122,13 +122,15 @@ def test_every_key_has_a_meaning_and_help_lists_it(capsys):
 
 
 def test_defaults_have_one_source():
-    """The rl block is RLConfig's defaults (None where a preset sets the field); the scheduler's
-    defaults are the temperature block."""
+    """The rl block is RLConfig's defaults (None where a preset sets the field); every other block
+    is its typed block's defaults, and a block built from the default config equals its defaults."""
     c = config_lib.default_config()
     preset_set = {k for p in PRESETS.values() for k in p}
     for f in dataclasses.fields(RLConfig):
         if f.name in config_lib.RL_FROM_RUN or f.name == "preset":
             continue
         assert c.rl[f.name] == (None if f.name in preset_set else f.default), f.name
-    assert temperature.DEFAULTS == c.temperature.to_dict()
-    assert temperature.TemperatureScheduler().temperature == c.temperature.temperature
+    for name, cls in config_lib.block_types().items():
+        if cls is not RLConfig:
+            assert cls.from_node(c[name]) == cls(), name
+    assert temperature.TemperatureScheduler().temperature == c.temperature.temperature == 1.2

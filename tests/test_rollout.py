@@ -63,18 +63,19 @@ def test_sampling_engine_knob_picks_the_paged_sampler_with_the_same_greedy_token
     from microcoder_jax import models
     from microcoder_jax.config import default_config
     from microcoder_jax.trainer.rollout import generate
+    from microcoder_jax.trainer.setup import block_fields
 
     config = default_config()
     config.data.prompt_buckets = (16,)
     model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
     params = models.init_params(model_config, jax.random.PRNGKey(0))
-    run = types.SimpleNamespace(model_config=model_config, stop_ids=(1,), pad_id=0, mesh=None, sample_mesh=None,
-                                config=config)
     prompts = [[5, 6, 7], [8, 9, 10, 11, 12]]
     outputs = {}
     for engine in ("static", "paged"):
         config.sampling.engine = engine
         config.sampling.slots = 3  # fewer slots than rows: the paged engine refills
+        run = types.SimpleNamespace(model_config=model_config, stop_ids=(1,), pad_id=0, mesh=None, sample_mesh=None,
+                                    config=config, **block_fields(config))
         outputs[engine] = generate(run, params, prompts, num_samples=2, temperature=0.0, max_new_tokens=12,
                                    top_p=1.0, top_k=0, rng=jax.random.PRNGKey(1))
     np.testing.assert_array_equal(outputs["paged"].tokens, outputs["static"].tokens)

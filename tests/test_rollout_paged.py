@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from microcoder_jax import models
-from microcoder_jax.config import default_config, make_rl_config
+from microcoder_jax.config import default_config
 from microcoder_jax.evaluator import Problem, TestCase, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, informative_groups, refill_certain
 from microcoder_jax.trainer.rollout import GroupJudge, collect, generate
+from microcoder_jax.trainer.setup import block_fields
 from microcoder_jax.trainer.step_batch import collect_step
 from microcoder_jax.sampling import paged_sampler
 
@@ -42,7 +43,7 @@ def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3):
     config.rl.dynamic_sampling, config.rl.max_refills, config.rl.micro_batch_size = dynamic, max_refills, 4
     config.evaluator.reward = "all"
     model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
-    return types.SimpleNamespace(config=config, model_config=model_config, rl_config=make_rl_config(config),
+    return types.SimpleNamespace(config=config, model_config=model_config, **block_fields(config),
                                  stop_ids=(1,), pad_id=0, mesh=None, sample_mesh=None, tokenizer=ParityTokenizer())
 
 
@@ -193,7 +194,7 @@ def test_eval_judges_each_problem_as_its_samples_finish(params, pool, monkeypatc
     answers = {"even": 0, "odd": 1, "never": 2}
     for engine, calls in (("paged", 3), ("static", 2)):  # batches of 2 problems: [even, odd], [never + pad]
         run = make_run(engine)
-        run.config.eval.batch_problems, run.config.eval.samples, run.config.eval.max_new_tokens = 2, G, MAX_NEW
+        run.eval = run.eval.replace(batch_problems=2, samples=G, max_new_tokens=MAX_NEW)
         counting = CountingPool(pool)
         samples.clear()
         ev.evaluate_problems(run, counting, params, problems, rng=jax.random.key(3))

@@ -10,7 +10,14 @@ from typing import Sequence
 
 import numpy as np
 
-from microcoder_jax.config import INSTRUCTION_CALL, INSTRUCTION_STDIN
+INSTRUCTION_STDIN = (
+    "Write a Python 3 program that solves the problem. It reads from standard input and writes to "
+    "standard output. Answer with exactly one fenced code block: ```python ... ```."
+)
+INSTRUCTION_CALL = (
+    "Complete the starter code below in Python 3. Answer with exactly one fenced code block: "
+    "```python ... ``` containing the full solution."
+)
 
 
 def user_message(problem, *, instruction_stdin: str = INSTRUCTION_STDIN,

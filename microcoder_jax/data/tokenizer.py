@@ -10,7 +10,7 @@ import base64
 import os
 from typing import Iterable
 
-from microcoder_jax.config import ConfigError
+from microcoder_jax.blocks import ConfigError
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 THINK, END_THINK = "<think>", "</think>"

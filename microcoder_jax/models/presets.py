@@ -1,6 +1,11 @@
 """Named Qwen3 shapes, copied from the released ``config.json`` files, plus tiny test shapes."""
 from __future__ import annotations
 
+import dataclasses
+import os
+from typing import Optional
+
+from microcoder_jax.blocks import Block, knob
 from microcoder_jax.models.qwen3 import Qwen3Config
 
 _QWEN3 = dict(vocab_size=151936, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
@@ -36,12 +41,51 @@ def get_preset(name: str, **overrides) -> Qwen3Config:
     return PRESETS[key].replace(**overrides)
 
 
+_SHAPE = "shape override (None = preset / checkpoint value)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(Block):
+    """The `model.*` block: which weights (a HF checkpoint or a preset's random init), shape
+    overrides and numerics."""
+
+    PREFIX = "model"
+
+    path: str = knob("", "HF checkpoint dir (config.json + *.safetensors); '' = random init from model.preset")
+    preset: str = knob("tiny", f"shape when model.path is '': {', '.join(PRESETS)}")
+    vocab_size: Optional[int] = knob(None, "shape override (None = preset/checkpoint; a random init takes the "
+                                     "tokenizer's)", at_least=1)
+    hidden_size: Optional[int] = knob(None, _SHAPE, at_least=1)
+    intermediate_size: Optional[int] = knob(None, _SHAPE, at_least=1)
+    num_layers: Optional[int] = knob(None, _SHAPE, at_least=1)
+    num_heads: Optional[int] = knob(None, _SHAPE, at_least=1)
+    num_kv_heads: Optional[int] = knob(None, _SHAPE, at_least=1)
+    head_dim: Optional[int] = knob(None, _SHAPE, at_least=1)
+    dtype: str = knob("bfloat16", "compute dtype: bfloat16, float32, float16 (softmax and norms always float32)",
+                      choices=("bfloat16", "float32", "float16"))
+    param_dtype: str = knob("float32", "master weights and optimizer state dtype", choices=("float32", "bfloat16"))
+    remat: str = knob("full", "layer rematerialisation: none, full, dots, dots_saveable",
+                      choices=("none", "full", "dots", "dots_saveable"))
+    attention: str = knob("auto", "attention: auto (TPU: Pallas flash, GPU: cuDNN for bf16, else XLA), xla, cudnn, "
+                          "splash", choices=("auto", "xla", "cudnn", "splash"))
+
+    def check(self) -> None:
+        if not self.path and self.preset.lower() not in PRESETS:
+            self.fail("preset", self.preset, f"must be one of {', '.join(sorted(PRESETS))}")
+        if self.path and not os.path.exists(os.path.join(self.path, "config.json")):
+            self.fail("path", self.path, "has no config.json (a Hugging Face checkpoint directory)")
+
+
+SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+              "head_dim")
+
+
 def model_config_from(config, vocab_size: int | None) -> Qwen3Config:
-    """The model shape: a HF checkpoint's config.json, or a preset, with the config's overrides."""
-    m = config.model
+    """The model shape: a HF checkpoint's config.json, or a preset, with the run config's overrides
+    (`config` is a run config with a `model` block, or a `ModelConfig`)."""
+    m = config if isinstance(config, ModelConfig) else getattr(config, "model")
     runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
-    shape = {k: m[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
-                               "num_heads", "num_kv_heads", "head_dim") if m[k] is not None}
+    shape = {k: getattr(m, k) for k in SHAPE_KEYS if getattr(m, k) is not None}
     if m.path:
         return Qwen3Config.from_hf(m.path, **runtime, **shape)
     if vocab_size is not None and "vocab_size" not in shape:

@@ -5,25 +5,8 @@ diversity collapse, that a staged switch beats every constant temperature, and t
 ramps destabilise training. So the temperature only ever moves in discrete stages, at most one
 stage per `min_interval` steps, and every decision is returned and logged with its reason.
 
-Knobs (a plain dict or an ml_collections ConfigDict; unknown keys are an error; defaults from
-`config.default_config().temperature`):
-- `policy`: "constant" | "staged" | "diversity". Default "constant".
-- `temperature`: the starting (and, for "constant", the only) temperature. Default 1.2, the
-  paper's stable setting. For "diversity" it must be one of `stages`.
-- `schedule`: "staged" only: list of (step, temperature) pairs; from each step on, that
-  temperature (the first pair applies before its step too). E.g. [(0, 0.6), (140, 1.8)].
-- `stages`: "diversity" only: the ladder of allowed temperatures, ascending.
-  Default (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8), the paper's explored range.
-- `signal`: which `diversity_metrics` key drives "diversity". Default "group_distinct_4": unique
-  4-grams across the G responses of a prompt / all of them. It drops both when responses repeat
-  themselves and when the G responses copy one another, and unlike entropy it is not raised
-  mechanically by the temperature that produced it.
-- `target_low`, `target_high`: the target band of the signal. Default 0.55 / 0.75.
-- `window`: observations (steps) looked at for a trend or a swing. Default 10.
-- `min_interval`: the fewest steps between two changes (also after the probe). Default 20.
-- `min_slope`: "up" needs the least-squares slope over the window below -min_slope. Default 0.0.
-- `swing_std`: "down" needs the window's standard deviation above this. Default 0.08.
-- `probe`: whether "diversity" probes candidates at the start (`probe()`). Default True.
+Knobs: `TemperatureConfig` below (the `temperature.*` block; a dict or ConfigDict of its fields
+is accepted too, unknown keys are an error).
 
 Rules of the "diversity" policy, after each step's `update(step, metrics)`:
 - up one stage when every value in the window is below `target_low` and the trend is falling;
@@ -39,13 +22,51 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from microcoder_jax.config import default_config
+from microcoder_jax.blocks import Block, knob
 from microcoder_jax.sampling.diversity import diversity_metrics
 
 logger = logging.getLogger(__name__)
 
 POLICIES = ("constant", "staged", "diversity")
-DEFAULTS = default_config().temperature.to_dict()  # the config is the one source of defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class TemperatureConfig(Block):
+    """The `temperature.*` block: the policy and its knobs (validated together)."""
+
+    PREFIX = "temperature"
+
+    policy: str = knob("constant", "constant, staged (schedule) or diversity (stages, signal, band)",
+                       choices=POLICIES)
+    temperature: float = knob(1.2, "start temperature (paper: 1.2 is stable for Qwen3)", at_least=0.0)
+    schedule: tuple = knob((), "staged: ((step, temperature), ...), e.g. ((0, 0.6), (140, 1.8)); from each "
+                           "step on that temperature (the first pair applies before its step too)")
+    stages: tuple = knob((0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8), "diversity: the allowed ladder, ascending")
+    signal: str = knob("group_distinct_4", "diversity: the metric that drives it (any key of "
+                       "sampling.diversity.diversity_metrics)")
+    target_low: float = knob(0.55, "diversity: up a stage below this on a falling trend")
+    target_high: float = knob(0.75, "diversity: down a stage on swings above this")
+    window: int = knob(10, "diversity: steps a trend / swing is measured over")
+    min_interval: int = knob(20, "diversity: fewest steps between two changes")
+    min_slope: float = knob(0.0, "diversity: 'up' needs a slope below -min_slope")
+    swing_std: float = knob(0.08, "diversity: 'down' needs the window's std above this")
+    probe: bool = knob(True, "diversity: probe the ladder on the first batch's prompts and start at the lowest "
+                       "stage in the band")
+
+    def check(self) -> None:
+        if self.policy == "staged" and not self.schedule:
+            self.fail("schedule", self.schedule, "policy 'staged' needs a non-empty schedule of (step, temperature)")
+        if self.policy != "diversity":
+            return
+        stages = tuple(float(t) for t in self.stages)
+        if not stages or list(stages) != sorted(set(stages)):
+            self.fail("stages", self.stages, "stages must be ascending and distinct")
+        if float(self.temperature) not in stages:
+            self.fail("temperature", self.temperature, f"is not one of the stages {stages}")
+        if not self.target_low <= self.target_high:
+            self.fail("target_low", self.target_low, f"must be <= target_high={self.target_high}")
+        if self.window < 2 or self.min_interval < 1:
+            self.fail("window", self.window, "window must be >= 2 and min_interval >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,14 +87,6 @@ class Decision:
         return dataclasses.asdict(self)
 
 
-def _as_dict(config) -> dict:
-    if config is None:
-        return {}
-    if hasattr(config, "to_dict"):
-        return config.to_dict()
-    return dict(config)
-
-
 def _slope(values: np.ndarray) -> float:
     x = np.arange(len(values), dtype=np.float64)
     return float(np.polyfit(x, values, 1)[0])
@@ -82,28 +95,12 @@ def _slope(values: np.ndarray) -> float:
 class TemperatureScheduler:
     """Holds the current temperature and moves it by the configured policy; see the module doc."""
 
-    def __init__(self, config: Mapping[str, Any] | None = None):
-        knobs = _as_dict(config)
-        unknown = set(knobs) - set(DEFAULTS)
-        if unknown:
-            raise ValueError(f"unknown temperature-scheduler knobs: {sorted(unknown)}")
-        self.cfg = {**DEFAULTS, **knobs}
+    def __init__(self, config: TemperatureConfig | Mapping[str, Any] | None = None):
+        self.config = config if isinstance(config, TemperatureConfig) else TemperatureConfig.from_node(config)
+        self.cfg = dataclasses.asdict(self.config)  # the knobs by name
         c = self.cfg
-        if c["policy"] not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {c['policy']!r}")
         self.schedule = sorted((int(s), float(t)) for s, t in c["schedule"])
         self.stages = tuple(float(t) for t in c["stages"])
-        if c["policy"] == "staged" and not self.schedule:
-            raise ValueError("policy 'staged' needs a non-empty schedule of (step, temperature)")
-        if c["policy"] == "diversity":
-            if list(self.stages) != sorted(set(self.stages)) or not self.stages:
-                raise ValueError(f"stages must be ascending and distinct, got {self.stages}")
-            if float(c["temperature"]) not in self.stages:
-                raise ValueError(f"temperature {c['temperature']} is not one of the stages {self.stages}")
-            if not c["target_low"] <= c["target_high"]:
-                raise ValueError("target_low must be <= target_high")
-            if c["window"] < 2 or c["min_interval"] < 1:
-                raise ValueError("window must be >= 2 and min_interval >= 1")
         self.temperature = float(self.schedule[0][1] if c["policy"] == "staged" else c["temperature"])
         self.last_change_step: int | None = None
         self.observations: list[tuple[int, float]] = []  # (step, signal) since the last change

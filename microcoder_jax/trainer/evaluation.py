@@ -76,11 +76,11 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     from microcoder_jax.data.loader import make_prompt_set
     from microcoder_jax.trainer.rollout import GroupJudge, generate, verdict_arrays
 
-    e = run.config.eval
+    e = run.eval
     problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)]
     if e.max_problems:
         problems = problems[:e.max_problems]
-    prompt_set = make_prompt_set(problems, run.tokenizer, run.config.data)
+    prompt_set = make_prompt_set(problems, run.tokenizer, run.data)
     kept, prompts = prompt_set.problems, prompt_set.prompts
     passes: list[list[bool]] = []
     size, k = e.batch_problems, e.samples
@@ -92,7 +92,7 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
         # they finish, overlapping the tail of decoding
         n = len(chunk) * k
         judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=sharding.host_rows(n), mode="all")
-        paged = run.config.sampling.engine == "paged"
+        paged = run.sampling.engine == "paged"
         sample = generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k,
                           temperature=e.temperature, max_new_tokens=e.max_new_tokens, top_p=e.top_p,
                           top_k=0, rng=jax.random.fold_in(rng, start), on_group_done=judge.add if paged else None)
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
     from microcoder_jax import config as config_lib
 
     def body() -> int:
-        from microcoder_jax.evaluator.pool import EvaluatorPool
+        from microcoder_jax.evaluator.config import open_pool
         from microcoder_jax.trainer.setup import key, problem_files, setup
 
         args = cli.parse(argv, prog="python -m microcoder_jax.eval", doc=__doc__,
@@ -193,10 +193,9 @@ def main(argv=None) -> int:
         sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)
         run = setup(config, workdir)
         params, step = _load_params(run, args.checkpoint, args.step)
-        pool = EvaluatorPool(workers=config.evaluator.workers or None, timeout=config.evaluator.timeout,
-                             memory_mb=config.evaluator.memory_mb, hide=problem_files(config))
+        pool = open_pool(run.evaluator, hide=problem_files(run))
         try:  # the judge hides every problem file: programs cannot read the answers
-            report = evaluate_problems(run, pool, params, run.eval_problems, rng=key(config.seed, 4))
+            report = evaluate_problems(run, pool, params, run.eval_problems, rng=key(run.seed, 4))
         finally:
             pool.close()
         report["checkpoint"], report["step"] = os.path.abspath(args.checkpoint), step

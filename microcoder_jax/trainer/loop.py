@@ -50,7 +50,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     from tqdm import tqdm
 
     from microcoder_jax.trainer import evaluation as eval_lib
-    from microcoder_jax.evaluator.pool import EvaluatorPool
+    from microcoder_jax.evaluator.config import open_pool
     from microcoder_jax.rl import step as rl_step
     from microcoder_jax.trainer.setup import problem_files
     from microcoder_jax.sampling.diversity import diversity_metrics
@@ -64,25 +64,24 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     record_config(workdir, config_lib.to_dict(config), write=False, log_fn=lambda message: None)
     run = setup(config, workdir)
     record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
-    c, rl, G = config, run.rl_config, config.sampling.group_size
-    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=c.train.keep_checkpoints,
-                        async_save=c.train.async_checkpoint)
-    scheduler = TemperatureScheduler(c.temperature)
+    rl, G = run.rl_config, run.sampling.group_size
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=run.train.keep_checkpoints,
+                        async_save=run.train.async_checkpoint)
+    scheduler = TemperatureScheduler(run.temperature)
     begin = start_state(run, ckpt, log_fn)
     state, start = begin.state, begin.step
     if begin.scheduler_state is not None:
         scheduler.load_state_dict(begin.scheduler_state)
-    data = loader.prompt_iterator(len(run.prompt_set.problems), c.data.num_prompts, c.seed, begin.data_state)
+    data = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
     writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True) if primary else None
-    pool = EvaluatorPool(workers=c.evaluator.workers or None, timeout=c.evaluator.timeout,
-                         memory_mb=c.evaluator.memory_mb, hide=problem_files(c))
+    pool = open_pool(run.evaluator, hide=problem_files(run))
     train_step = rl_step.make_train_step(run.model_config, rl, run.mesh)
-    bar = tqdm(total=c.train.steps, initial=start, desc="train", disable=not (c.train.progress and primary),
+    bar = tqdm(total=run.train.steps, initial=start, desc="train", disable=not (run.train.progress and primary),
                dynamic_ncols=True)
-    if scheduler.cfg["policy"] == "diversity" and scheduler.cfg["probe"] and not scheduler.probed:
-        first = loader.prompt_iterator(len(run.prompt_set.problems), c.data.num_prompts, c.seed, begin.data_state)
+    if run.temperature.policy == "diversity" and run.temperature.probe and not scheduler.probed:
+        first = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
         decision = probe_temperature(run, scheduler, state.params,
-                                     [run.prompt_set.prompts[i] for i in next(first)], key(c.seed, 2))
+                                     [run.prompt_set.prompts[i] for i in next(first)], key(run.seed, 2))
         log_fn(f"temperature probe: {decision.temperature:g} ({decision.reason})")
         if writer is not None:
             writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
@@ -93,11 +92,11 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
 
     guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
     try:
-        for step in range(start, c.train.steps):
+        for step in range(start, run.train.steps):
             t_step, temperature = time.perf_counter(), scheduler.temperature
             times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
             got = collect_step(run, pool, state.params, begin.ref_params, next_prompts, temperature=temperature,
-                               key_for=functools.partial(key, c.seed, 1, step), times=times)
+                               key_for=functools.partial(key, run.seed, 1, step), times=times)
             batch = got.batch
             t0 = time.perf_counter()
             state, step_metrics = train_step(state, sharding.put_batch(batch, run.mesh))
@@ -110,10 +109,10 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                     f"non-finite loss ({loss}) at step {step + 1}; stopping. The newest checkpoint "
                     f"(step {ckpt.latest_step()}) holds the last good state; lower rl.learning_rate "
                     f"or check the data before resuming.")
-            div = diversity_metrics(batch.tokens[:, -c.sampling.max_new_tokens:], batch.response_lengths, G,
+            div = diversity_metrics(batch.tokens[:, -run.sampling.max_new_tokens:], batch.response_lengths, G,
                                     entropy=batch.sample_entropy)
             decision = scheduler.update(step, div)
-            record = step_record(step_metrics, batch, div, signal=scheduler.cfg["signal"],
+            record = step_record(step_metrics, batch, div, signal=run.temperature.signal,
                                  temperature=temperature, next_temperature=scheduler.temperature,
                                  times=times, verdicts=got.verdicts, ds_stats=got.ds_stats,
                                  generations=got.generations, t_step=t_step)
@@ -130,14 +129,14 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             bar.set_postfix(progress_postfix(record))
             if on_step is not None:
                 on_step(done, record)
-            if c.train.eval_every and done % c.train.eval_every == 0 and run.eval_problems:
-                eval_lib.evaluate_at_step(run, pool, state.params, done, writer, key(c.seed, 3, done), log_fn)
+            if run.train.eval_every and done % run.train.eval_every == 0 and run.eval_problems:
+                eval_lib.evaluate_at_step(run, pool, state.params, done, writer, key(run.seed, 3, done), log_fn)
             stopping = guard.requested
-            if stopping or done == c.train.steps or (c.train.checkpoint_every and done % c.train.checkpoint_every == 0):
+            if stopping or done == run.train.steps or (run.train.checkpoint_every and done % run.train.checkpoint_every == 0):
                 ckpt.save(done, state, {"step": done, "data": data.get_state(),
                                         "scheduler": scheduler.state_dict()})
             ckpt.poll()  # a failed background save stops the run here, in one line
-            if stopping and done < c.train.steps:
+            if stopping and done < run.train.steps:
                 raise guard.stop(done, ckpt.directory)
     finally:
         try:  # the guard stays up while closing: a second signal during the final save exits at once

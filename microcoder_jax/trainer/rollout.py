@@ -90,10 +90,10 @@ def generate(run, params, prompts, *, num_samples: int, temperature: float, max_
     """The sampler (`sampling.engine`) on the run's model, mesh, stop ids and prompt buckets, one
     temperature for all rows. `on_group_done(prompt_index, SamplerOutput of its G rows)` (paged
     engine only) is called as each prompt's samples finish."""
-    s = run.config.sampling
+    s = run.sampling
     common = dict(num_samples=num_samples, temperature=temperature, top_p=top_p, top_k=top_k,
                   max_new_tokens=max_new_tokens, stop_token_ids=run.stop_ids, pad_id=run.pad_id, rng=rng,
-                  prompt_buckets=tuple(run.config.data.prompt_buckets))
+                  prompt_buckets=run.data.prompt_buckets)
     if s.engine == "paged":
         return paged_sampler.generate_paged(params, run.model_config, prompts, slots=s.slots or None,
                                             page_size=s.page_size, refill_every=s.refill_every,
@@ -147,7 +147,7 @@ class GroupJudge:
     def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None,
                  mode: Optional[str] = None):
         self.run, self.pool, self.problems, self.G = run, pool, list(problems), group_size
-        self.mode = mode or run.config.evaluator.reward
+        self.mode = mode or run.evaluator.reward
         self.n = len(self.problems) * group_size
         self.rows = sharding.host_rows(self.n) if rows is None else rows
         self.parts: list[tuple[int, Any, list]] = []  # (first global row, handle, codes)
@@ -200,7 +200,7 @@ def finish(run, judge: GroupJudge, sample, params, ref_params, *, on_host: bool,
     """The rollout of a sampled batch whose rows `judge` holds: old (and reference) log-probs
     dispatched to the device, then the verdicts waited for and all-gathered.
     Returns (rollout, verdict counts over all hosts, logprob_gap)."""
-    c, n = run.config, len(sample.lengths)
+    n = len(sample.lengths)
     t0 = time.perf_counter()
     seq = sequences(sample)
     temps = np.asarray(sample.temperature, np.float32)
@@ -222,7 +222,7 @@ def finish(run, judge: GroupJudge, sample, params, ref_params, *, on_host: bool,
     check = sharding.put_batch({"lp": np.asarray(sample.logprobs, np.float32), "mask": seq["response_mask"]},
                                run.mesh)
     gap = float(logprob_gap(old, check["lp"], check["mask"]))
-    rewards, passed, no_code, counts = verdict_arrays(results, codes, c.evaluator.reward)
+    rewards, passed, no_code, counts = verdict_arrays(results, codes, run.evaluator.reward)
     rewards, passed, no_code = sharding.allgather_rows((rewards, passed, no_code), n)
     rollout = Rollout(
         **seq, response_lengths=np.asarray(sample.lengths, np.int32),
@@ -243,13 +243,12 @@ def collect(run, pool, params, ref_params, problems, prompts, *, temperature: fl
     devices. `times` accumulates sample / judge / judge_wait seconds (judge: from the end of
     sampling to the last verdict; judge_wait: the part spent blocked on the pool).
     """
-    c, G = run.config, run.config.sampling.group_size
+    s, G = run.sampling, run.sampling.group_size
     judge = GroupJudge(run, pool, problems, G)
-    paged = c.sampling.engine == "paged"
+    paged = s.engine == "paged"
     t0 = time.perf_counter()
     sample = generate(run, params, prompts, num_samples=G, temperature=temperature,
-                      max_new_tokens=c.sampling.max_new_tokens, top_p=c.sampling.top_p,
-                      top_k=c.sampling.top_k, rng=rng, on_group_done=judge.add if paged else None)
+                      max_new_tokens=s.max_new_tokens, top_p=s.top_p, top_k=s.top_k, rng=rng, on_group_done=judge.add if paged else None)
     times["sample"] += time.perf_counter() - t0
     if not paged:
         judge.add(0, sample)
@@ -258,12 +257,11 @@ def collect(run, pool, params, ref_params, problems, prompts, *, temperature: fl
 
 def probe_temperature(run, scheduler, params, prompts, key):
     """The diversity policy's start-up probe on these prompts; returns the scheduler's Decision."""
-    c = run.config
+    s = run.sampling
 
     def sample_fn(temperature):
-        out = generate(run, params, prompts, num_samples=c.sampling.group_size, temperature=temperature,
-                       max_new_tokens=c.sampling.max_new_tokens, top_p=c.sampling.top_p,
-                       top_k=c.sampling.top_k, rng=jax.random.fold_in(key, int(temperature * 1000)))
+        out = generate(run, params, prompts, num_samples=s.group_size, temperature=temperature,
+                       max_new_tokens=s.max_new_tokens, top_p=s.top_p, top_k=s.top_k, rng=jax.random.fold_in(key, int(temperature * 1000)))
         return out.tokens, out.lengths, out.entropy
 
-    return scheduler.probe(sample_fn, c.sampling.group_size)
+    return scheduler.probe(sample_fn, s.group_size)

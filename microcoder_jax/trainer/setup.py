@@ -14,11 +14,20 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
+from jax.sharding import Mesh
 
 from microcoder_jax import config as config_lib
 from microcoder_jax import models, sharding
 from microcoder_jax.data import demo_task, loader
+from microcoder_jax.data.config import DataConfig
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
+from microcoder_jax.evaluator.config import EvaluatorConfig
+from microcoder_jax.problems import Problem
+from microcoder_jax.rl.config import RLConfig
+from microcoder_jax.sampling.config import SamplingConfig
+from microcoder_jax.sampling.temperature import TemperatureConfig
+from microcoder_jax.trainer.config import EvalConfig, TrainConfig
 from microcoder_jax.rl import step as rl_step
 
 log = logging.getLogger("microcoder_jax.trainer.setup")
@@ -26,19 +35,27 @@ log = logging.getLogger("microcoder_jax.trainer.setup")
 
 @dataclasses.dataclass
 class Run:
-    """Everything a run builds once before its first step."""
+    """Everything a run builds once before its first step: the typed config blocks consumers read,
+    the model shape, tokenizer, prompts and meshes."""
 
-    config: Any
+    config: ml_collections.ConfigDict  # as given (saved as config.json; the planner re-derives from it)
     workdir: str
     model_config: models.Qwen3Config
-    rl_config: Any
-    tokenizer: Any
+    rl_config: RLConfig
+    data: DataConfig
+    sampling: SamplingConfig
+    temperature: TemperatureConfig
+    evaluator: EvaluatorConfig
+    train: TrainConfig
+    eval: EvalConfig
+    tokenizer: Any  # a transformers tokenizer
     prompt_set: loader.PromptSet
-    eval_problems: list
-    mesh: Any
+    eval_problems: list[Problem]
+    mesh: Mesh | None  # the training mesh (None on one device)
+    sample_mesh: Mesh | None  # the paged sampler's mesh: the same devices (sampling.decode_tensor)
     stop_ids: list[int]
     pad_id: int
-    sample_mesh: Any  # the paged sampler's mesh: the same devices (sampling.decode_tensor)
+    seed: int
 
 
 def key(seed: int, *path: int):
@@ -78,8 +95,16 @@ def problem_files(config, *extra) -> list[str]:
     return sorted(set(paths))
 
 
+def block_fields(config) -> dict:
+    """The Run's typed-block fields from a config (`config.blocks`): what consumers read."""
+    typed = config_lib.blocks(config)
+    return dict(rl_config=typed["rl"], data=typed["data"], sampling=typed["sampling"],
+                temperature=typed["temperature"], evaluator=typed["evaluator"], train=typed["train"],
+                eval=typed["eval"], seed=config.seed)
+
+
 def setup(config, workdir: str) -> Run:
-    """Tokenizer, problems and prompts, model shape, RL config and mesh (config already validated)."""
+    """Tokenizer, problems and prompts, model shape, typed blocks and meshes (config already validated)."""
     mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     shape = models.model_config_from(config, None)  # the vocabulary may come from the tokenizer below
     try:  # before anything is written: the KV heads must split over the sampler's chips
@@ -98,8 +123,9 @@ def setup(config, workdir: str) -> Run:
     log.info("training prompts: %s", prompt_set.report())
     vocab = None if config.model.path else len(tokenizer)
     model_config = shape if vocab is None else models.model_config_from(config, vocab)
-    return Run(config, workdir, model_config, config_lib.make_rl_config(config), tokenizer, prompt_set,
-               eval_problems, mesh, stop_token_ids(tokenizer), pad_token_id(tokenizer), sample_mesh)
+    return Run(config=config, workdir=workdir, model_config=model_config, tokenizer=tokenizer,
+               prompt_set=prompt_set, eval_problems=eval_problems, mesh=mesh, sample_mesh=sample_mesh,
+               stop_ids=stop_token_ids(tokenizer), pad_id=pad_token_id(tokenizer), **block_fields(config))
 
 
 def initial_params(run: Run, log_fn=print):

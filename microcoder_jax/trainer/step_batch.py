@@ -59,7 +59,7 @@ def collect_step(run, pool, params, ref_params, next_prompts: Callable[[], tuple
     """The step's batch; `next_prompts()` gives the next generation batch's (problems, prompts),
     `key_for(k)` the sampling key of generation batch k (see the module doc)."""
     rl = run.rl_config
-    if rl.dynamic_sampling and run.config.sampling.engine == "paged":
+    if rl.dynamic_sampling and run.sampling.engine == "paged":
         return _paged_dynamic(run, pool, params, ref_params, next_prompts, temperature=temperature,
                               key_for=key_for, times=times)
     buffer, verdicts, gaps = GroupBuffer(), {}, []
@@ -71,7 +71,7 @@ def collect_step(run, pool, params, ref_params, next_prompts: Callable[[], tuple
         gaps.append(gap)
         if not rl.dynamic_sampling:
             return StepRollout(rollout, verdicts, {}, 1, gaps)
-        buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=run.config.sampling.group_size,
+        buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=run.sampling.group_size,
                                               num_prompts=len(prompts), max_refills=rl.max_refills)
         if full is not None:
             return StepRollout(Rollout(**full), verdicts, ds_stats, len(gaps), gaps)
@@ -94,17 +94,17 @@ class _Batch:
 
 
 def _open_session(run, params, prompt_width: int, max_prompts: int, rng) -> paged_sampler.PagedSession:
-    c, s = run.config, run.config.sampling
+    s = run.sampling
     return paged_sampler.PagedSession(
         params, run.model_config, num_samples=s.group_size, max_prompts=max_prompts,
         max_new_tokens=s.max_new_tokens, prompt_width=prompt_width, stop_token_ids=run.stop_ids,
-        pad_id=run.pad_id, rng=rng, slots=paged_sampler.call_slots(s.slots or None, c.data.num_prompts * s.group_size),
+        pad_id=run.pad_id, rng=rng, slots=paged_sampler.call_slots(s.slots or None, run.data.num_prompts * s.group_size),
         page_size=s.page_size, refill_every=s.refill_every, mesh=run.sample_mesh)
 
 
 def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, key_for, times) -> StepRollout:
-    c, rl, G = run.config, run.rl_config, run.config.sampling.group_size
-    total, every = 1 + rl.max_refills, report_every(c.sampling, c.sampling.max_new_tokens)
+    s, rl, G = run.sampling, run.rl_config, run.sampling.group_size
+    total, every = 1 + rl.max_refills, report_every(s, s.max_new_tokens)
     buffer, verdicts, gaps, pending = GroupBuffer(), {}, [], []
     state = {"session": None, "pushed": 0, "sessions": 0, "early": 0}
 
@@ -122,7 +122,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
 
     def push(problems, prompts):
         session = state["session"]
-        width = prompt_bucket(max(len(p) for p in prompts), tuple(c.data.prompt_buckets))
+        width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
         if session is None or width > session.shape.prompt_width or (
                 session.num_prompts + len(prompts) > session.shape.max_prompts):
             while session is not None and not session.done:  # drain it: one session decodes at a time
@@ -134,7 +134,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
             session = state["session"] = _open_session(run, params, width, room, key_for(state["pushed"]))
             state["sessions"] += 1
         t0 = time.perf_counter()
-        first = session.push(prompts, temperature=temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k).start
+        first = session.push(prompts, temperature=temperature, top_p=s.top_p, top_k=s.top_k).start
         times["sample"] += time.perf_counter() - t0
         state["early"] += bool(pending)  # a refill queued before the batches before it were added
         pending.append(_Batch(session, first, GroupJudge(run, pool, problems, G)))
@@ -144,7 +144,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
     while True:
         # every host decides on the same all-gathered verdicts, so all push and finish in lockstep
         known = [sharding.allgather_rows(b.judge.known(), b.judge.n) for b in pending]
-        if state["pushed"] < total and refill_certain(buffer, known, group_size=G, num_prompts=c.data.num_prompts):
+        if state["pushed"] < total and refill_certain(buffer, known, group_size=G, num_prompts=run.data.num_prompts):
             push(*next_prompts())
             continue
         session = state["session"]
@@ -156,7 +156,7 @@ def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, 
             _add_counts(verdicts, counts)
             gaps.append(gap)
             buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=G,
-                                                  num_prompts=c.data.num_prompts, max_refills=rl.max_refills)
+                                                  num_prompts=run.data.num_prompts, max_refills=rl.max_refills)
             if full is not None:
                 if pending or not session.done:
                     raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")

@@ -1,0 +1,58 @@
+"""The data blocks: `DataConfig` (`data.*`: problem files, prompt batch, buckets, instructions),
+`TokenizerConfig` (`tokenizer.*`) and `DemoConfig` (`demo.*`: the bundled synthetic task)."""
+from __future__ import annotations
+
+import dataclasses
+
+from microcoder_jax.blocks import Block, knob
+from microcoder_jax.data.prompts import INSTRUCTION_CALL, INSTRUCTION_STDIN
+
+TASKS = ("problems", "demo")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(Block):
+    PREFIX = "data"
+
+    task: str = knob("problems", "problems (data.train_files) or demo (the bundled synthetic task)", choices=TASKS)
+    train_files: tuple = knob((), "problem files (JSONL/JSON/Parquet: LiveCodeBench, APPS/TACO or ours): paths "
+                              "or globs; 'a.jsonl,b-*.jsonl' on the command line", path="files")
+    num_prompts: int = knob(64, "prompts per rollout batch, global over hosts (paper: 64)", at_least=1)
+    max_prompt_tokens: int = knob(1024, "longer prompts are skipped and counted, never truncated", at_least=1)
+    prompt_buckets: tuple = knob((256, 512, 1024), "static padded prompt lengths, the smallest that fits (a new "
+                                 "length never compiles a new program)")
+    enable_thinking: bool = knob(False, "Qwen3 chat template thinking switch")
+    instruction_stdin: str = knob(INSTRUCTION_STDIN, "appended to stdin problems' statements")
+    instruction_call: str = knob(INSTRUCTION_CALL, "appended to call-based ones (then the starter code)")
+
+    def check(self) -> None:
+        b = self.prompt_buckets
+        if not b or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in b):
+            self.fail("prompt_buckets", b, "expected a non-empty tuple of positive ints")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerConfig(Block):
+    PREFIX = "tokenizer"
+
+    path: str = knob("", "tokenizer dir; '' = model.path (the demo builds and saves its own)", path="dir")
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig(Block):
+    PREFIX = "demo"
+
+    ops: tuple = knob(("sum", "difference", "product", "maximum", "minimum"), "the synthetic task's operations")
+    problems_per_op: int = knob(8, "synthetic problems per operation", at_least=1)
+    phrasings: int = knob(1, "statement variants per operation", at_least=1)
+    tests_per_problem: int = knob(3, "stdin tests per problem", at_least=1)
+    vocab_size: int = knob(384, "BPE vocabulary trained on the task text", at_least=1)
+    warm_start_lr: float = knob(3e-3, "warm-start learning rate", at_least=0.0)
+    warm_start_batch: int = knob(32, "warm-start rows per step", at_least=1)
+
+    def check(self) -> None:
+        from microcoder_jax.data import demo_task
+
+        unknown = [op for op in self.ops if op not in demo_task.OPS]
+        if unknown:
+            self.fail("ops", self.ops, f"unknown {unknown}; known: {', '.join(demo_task.OPS)}")

@@ -1,0 +1,25 @@
+"""`EvaluatorConfig`: the `evaluator.*` block (the judge pool's size, limits and reward)."""
+from __future__ import annotations
+
+import dataclasses
+
+from microcoder_jax.blocks import Block, knob
+
+REWARDS = ("all", "fraction")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatorConfig(Block):
+    PREFIX = "evaluator"
+
+    workers: int = knob(0, "judge processes (0 = number of CPU cores)", at_least=0)
+    timeout: float = knob(6.0, "CPU seconds per test (wall-clock backstop 3x)", at_least=1e-3)
+    memory_mb: int = knob(1024, "address-space limit per program, MiB", at_least=1)
+    reward: str = knob("all", "all (1 iff every test passes) or fraction (tests passed / total)", choices=REWARDS)
+
+
+def open_pool(cfg: EvaluatorConfig, hide=()):
+    """The judge pool this block describes; `hide`: files programs must not read (the problem files)."""
+    from microcoder_jax.evaluator.pool import EvaluatorPool
+
+    return EvaluatorPool(workers=cfg.workers or None, timeout=cfg.timeout, memory_mb=cfg.memory_mb, hide=hide)

@@ -1,0 +1,46 @@
+"""The loop's blocks: `TrainConfig` (`train.*`: steps, checkpoints, schedule) and `EvalConfig` (`eval.*`)."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from microcoder_jax.blocks import Block, knob
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(Block):
+    PREFIX = "train"
+
+    steps: int = knob(300, "RL steps (one rollout batch each)", at_least=0)
+    checkpoint_every: int = knob(10, "steps between checkpoints (0 = only at the end)", at_least=0)
+    keep_checkpoints: int = knob(3, "newest N checkpoints kept", at_least=1)
+    async_checkpoint: bool = knob(True, "write checkpoints in the background")
+    eval_every: int = knob(50, "steps between evaluations (0 = never)", at_least=0)
+    warm_start_steps: int = knob(0, "supervised next-token steps before RL (demo task only)", at_least=0)
+    progress: bool = knob(True, "tqdm progress bar")
+    allow_config_change: bool = knob(False, "resume although algorithm keys differ from the run's config.json "
+                                     "(logged in its history; shape changes are always refused)")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig(Block):
+    PREFIX = "eval"
+
+    files: tuple = knob((), "evaluation problem files (paths or globs, like data.train_files)", path="files")
+    max_new_tokens: int = knob(8192, "evaluation response cap (paper: 8K)", at_least=1)
+    samples: int = knob(1, "samples per problem; pass@k for every k <= samples", at_least=1)
+    temperature: float = knob(0.6, "evaluation sampling temperature (Qwen3's recommendation)", at_least=0.0)
+    top_p: float = knob(0.95, "evaluation nucleus filter", probability=True)
+    batch_problems: int = knob(16, "problems per sampler call (one compiled shape)", at_least=1)
+    max_problems: int = knob(0, "cap on evaluated problems (0 = all)", at_least=0)
+    date_from: str = knob("", "contest-date window start, ISO date, inclusive ('' = open)")
+    date_to: str = knob("", "contest-date window end, ISO date, inclusive ('' = open)")
+
+    def check(self) -> None:
+        for name in ("date_from", "date_to"):
+            value = getattr(self, name)
+            if value:
+                try:
+                    datetime.date.fromisoformat(value)
+                except ValueError:
+                    self.fail(name, value, "expected an ISO date (YYYY-MM-DD) or ''")
