@@ -226,6 +226,8 @@ def drop_dump(tmp_path):
     (folders / "badmeta" / "1.in").write_text("1\n")
     (folders / "badmeta" / "1.out").write_text("1\n")
     (folders / "badmeta" / "meta.json").write_text("{not json")  # bad_folder
+    (folders / "badyaml").mkdir()
+    (folders / "badyaml" / "problem.yaml").write_text("name: [unclosed\n")  # bad_folder too
     return tmp_path
 
 
@@ -237,16 +239,16 @@ def test_every_drop_reason_is_counted_and_reported(drop_dump, tmp_path, caplog):
         records = stages.run_pipeline(cfg, ("collect", "process"))
     collected, processed = records["collect"]["per_source"], records["process"]["per_source"]
     assert collected["rows"]["dropped"] == {"invalid_json": 1, "not_an_object": 1, "unknown_format": 1}
-    assert collected["dirs"]["dropped"] == {"bad_folder": 1, "test_without_answer": 1}
+    assert collected["dirs"]["dropped"] == {"bad_folder": 2, "test_without_answer": 1}
     assert processed["rows"]["dropped"] == {**{reason: 1 for reason in PROCESS_DROPS}, "duplicate_id": 1}
     assert processed["rows"]["problems"] == 1 and records["process"]["problems"] == 1
-    assert records["collect"]["dropped"] == 5 and records["process"]["dropped"] == len(PROCESS_DROPS) + 1
+    assert records["collect"]["dropped"] == 6 and records["process"]["dropped"] == len(PROCESS_DROPS) + 1
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 5 + len(PROCESS_DROPS) + 1  # one line per (source, reason)
     report.write_report(str(tmp_path), [], {"collect": records["collect"], "process": records["process"]})
     md = open(os.path.join(tmp_path, "report.md")).read()
     assert "| rows | 9 | 0 | 3 | 1 | 8 | 0 |" in md  # collected, unreadable files, dropped, problems...
-    assert "| dirs | 0 | 0 | 2 | 0 | 0 | 0 |" in md
+    assert "| dirs | 0 | 0 | 3 | 0 | 0 | 0 |" in md
     table = [line.split(" | ") for line in md.splitlines() if line.startswith(("| collect |", "| process |"))]
     counted = sum(int(cells[-1].rstrip(" |")) for cells in table if len(cells) == 4)
     assert counted == records["collect"]["dropped"] + records["process"]["dropped"]

@@ -81,3 +81,31 @@ def test_pipeline_verifies_samples_and_drops_broken_problem(samples, pool, tmp_p
     assert len(kept) == 24 and all(p.metadata["verified"] for p in kept)
     failed = [json.loads(line) for line in open(os.path.join(cfg.workdir, "verify", "failed.jsonl"))]
     assert [f["question_id"] for f in failed] == ["mine/broken"]
+
+
+def test_verify_runs_apps_references_and_assert_tests_as_their_datasets_do(pool):
+    """An APPS reference with a top-level `return` verifies (APPS harness); a LeetCode row whose
+    tests need its helpers runs as an assert test: its reference passes, a wrong one fails."""
+    from test_data_pipeline_readers import REFERENCE, STARTER
+
+    apps = process.to_problem({"source": "apps", "format": "apps", "origin": "", "row": {
+        "problem_id": 1, "question": "Double n, or print neg for a negative n. " * 3,
+        "input_output": json.dumps({"inputs": ["2\n", "-1\n"], "outputs": ["4\n", "neg\n"]}),
+        "solutions": json.dumps(["n = int(input())\nif n < 0:\n    print('neg')\n    return\nprint(2 * n)\n"])}})
+    helpers = "def as_list(n):\n    return [1] * n\n"
+    leet = process.to_problem({"source": "lc", "format": "leetcode", "origin": "", "row": {
+        "task_id": "ones", "starter_code": STARTER, "entry_point": "Solution().pairSum", "prompt": helpers,
+        "test": "def check(candidate):\n    assert candidate(as_list(3), 2) == 3\n    assert candidate([1], 2) == 0\n",
+        "completion": REFERENCE}})
+    wrong = REFERENCE.replace("== k", "!= k")
+    apps_ok, plain, leet_ok, leet_wrong = pool.judge(
+        [apps, _without_harness(apps), leet, leet],
+        [apps.solutions[0], apps.solutions[0], leet.solutions[0], wrong])
+    assert apps_ok.passed and plain.verdict == "compile_error"
+    assert leet.tests[0].kind == "assert" and leet_ok.passed and leet_wrong.verdict == "wrong_answer"
+
+
+def _without_harness(problem):
+    other = copy.deepcopy(problem)
+    other.metadata.pop("stdin_harness")
+    return other

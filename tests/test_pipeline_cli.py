@@ -18,6 +18,9 @@ def test_help_names_inputs_and_outputs():
                          text=True, cwd=ROOT, timeout=60).stdout
     assert "Reads:" in out and "Writes:" in out and "--source" in out
     assert "./data_pipeline" in out and "export/train-" in out
+    assert "cannot list" not in out  # its own keys, not the run config's
+    assert "--config.filter.max_tests=32  larger test sets are sampled down" in out
+    assert "--config.sources.samples.harness=''" in out and "--config.verify.timeout=6.0" in out
 
 
 def test_default_output_folder_is_git_ignored():

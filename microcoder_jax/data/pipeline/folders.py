@@ -139,7 +139,10 @@ def _kattis_folder(path: str) -> dict:
 
     config = {}
     if os.path.isfile(os.path.join(path, "problem.yaml")):
-        config = yaml.safe_load(_read(os.path.join(path, "problem.yaml"))) or {}
+        try:
+            config = yaml.safe_load(_read(os.path.join(path, "problem.yaml"))) or {}
+        except yaml.YAMLError as e:
+            raise ValueError(f"problem.yaml: {e}") from None
         if not isinstance(config, dict):
             raise ValueError("problem.yaml is not a mapping")
     tests = _tests(os.path.join(path, "data"), answers=(".ans",)) if os.path.isdir(os.path.join(path, "data")) else []
