@@ -266,3 +266,16 @@ def test_one_warning_per_reason_and_limit_stops_the_scan(tmp_path, caplog):
     stats = {}
     limited = list(collect.iter_source({"name": "s", "path": str(tmp_path / "r.jsonl"), "limit": 4}, stats))
     assert len(limited) == 1 and stats == {"rows": 1, "dropped": {"unknown_format": 3}}  # the 4 first rows only
+
+
+def test_kattis_custom_validation_needs_a_checker(folders):
+    from microcoder_jax.data.pipeline import filters
+
+    package = folders / "kattis" / "addtwo"
+    (package / "problem.yaml").write_text("name: Add Two\nvalidation: custom\n")
+    (package / ".timelimit").write_text("3\n")
+    (p,) = [process.to_problem(r) for r in collect.iter_source({"name": "kt", "path": str(folders / "kattis"),
+                                                                "format": "dir"}, {})]
+    assert p.metadata["custom_validation"] and p.metadata["time_limit"] == 3.0
+    _, counts, _ = filters.filter_problems([p], load_cfg().filter)
+    assert counts == {"multi_answer_no_checker": 1}
