@@ -6,7 +6,10 @@ The batch is small correct and wrong programs (stdin and call-based) over 5 test
 designs stop a program at its first failing test and must agree on every verdict. Prints a table:
 programs/s, tests/s and cost per test per worker (wall time x workers / tests run), what the
 pool's sandbox was granted (`pool.isolation`), and the targets: per-test overhead <= 5 ms CPU,
-throughput >= 10x one fresh python per test.
+throughput >= 10x one fresh python per test. Then the overhead with and without the syscall
+filter and the per-program network namespace, and a flood row: the judge's peak RSS and CPU
+for one program printing 60 MiB of two-letter tokens (`--before REV` measures a git revision
+too, e.g. one from before streaming comparison).
 """
 from __future__ import annotations
 
@@ -112,9 +115,9 @@ def _server_processes(pool) -> list[int]:
     return pids
 
 
-def pool_judge(problems, codes, workers: int, timeout: float):
+def pool_judge(problems, codes, workers: int, timeout: float, **options):
     """Verdicts, tests run, wall s, judge CPU s (all processes), and the same for a do-nothing batch."""
-    with EvaluatorPool(workers, timeout=timeout) as pool:
+    with EvaluatorPool(workers, timeout=timeout, **options) as pool:
         pool.judge(problems[:workers], codes[:workers])  # servers are up and warm, as in training
         servers = _server_processes(pool)
 
@@ -144,6 +147,7 @@ def main(argv=None) -> None:
     ap.add_argument("--programs", type=int, default=200)
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--timeout", type=float, default=2.0)
+    ap.add_argument("--before", help="a git revision whose flood row to print too")
     args = ap.parse_args(argv)
     problems, codes = make_batch(args.programs)
 
@@ -178,6 +182,57 @@ def main(argv=None) -> None:
     print(f"targets: per-test overhead {overhead:.2f} ms CPU (<= 5: {'met' if overhead <= 5 else 'MISSED'}); "
           f"throughput {slow_wall / fast_wall:.1f}x one fresh python per test "
           f"(>= 10: {'met' if slow_wall / fast_wall >= 10 else 'MISSED'})")
+
+    print("per-test overhead (print(input()) only, CPU ms/test of every process of the judge):")
+    for label, options in (("no filter, no per-program netns", {"seccomp": False, "program_net_ns": False}),
+                           ("filter only", {"program_net_ns": False}),
+                           ("per-program netns only", {"seccomp": False}),
+                           ("filter + per-program netns", {})):
+        *_, (_, cpu, ran), granted = pool_judge(problems[:40], codes[:40], w, args.timeout, **options)
+        print(f"  {label:<34}{cpu / ran * 1e3:>7.2f} ms  (seccomp {granted['seccomp']}, "
+              f"program_net_ns {granted['program_net_ns']})")
+    print(f"flood: one program printing 60 MiB of 'ab ' tokens against expected '6' ({w} workers idle)")
+    for label, tree in [("this tree", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))] + (
+            [(f"--before {args.before}", _tree_at(args.before))] if args.before else []):
+        print(f"  {label:<34}{_flood_row(tree)}")
+
+
+FLOOD = """
+import json, resource, sys
+from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
+mib = lambda key: int(open('/proc/self/status').read().split(key + ':')[1].split()[0]) >> 10
+six = Problem('six', [TestCase('', '6\\n')])
+with EvaluatorPool(1, timeout=10.0, memory_mb=1024, output_limit_mb=64) as pool:
+    pool.judge([six], ['print(6)'])
+    open('/proc/self/clear_refs', 'w').write('5')
+    base, r0 = mib('VmRSS'), resource.getrusage(resource.RUSAGE_SELF)
+    result = pool.judge([six], ["import sys\\nsys.stdout.write('ab ' * (20 << 20))"])[0]
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps([mib('VmHWM') - base, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime,
+                  result.verdict]))
+"""
+
+
+def _flood_row(tree: str) -> str:
+    """The judge's peak RSS above its baseline and its CPU for the flood, in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run([sys.executable, "-c", FLOOD], env=env, capture_output=True, text=True,
+                         cwd=tree, timeout=600)
+    if out.returncode != 0:
+        return f"failed: {out.stderr.strip().splitlines()[-1:]}"
+    peak, cpu, verdict = __import__("json").loads(out.stdout.splitlines()[-1])
+    return f"judge peak RSS +{peak} MiB, judge CPU {cpu:.2f} s, verdict {verdict}"
+
+
+def _tree_at(rev: str) -> str:
+    """The package as of git revision `rev`, unpacked into a temporary directory."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tmp = tempfile.mkdtemp(prefix="mcj-before-")
+    archive = subprocess.run(["git", "-C", root, "archive", rev, "microcoder_jax"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+    return tmp
+
 
 if __name__ == "__main__":
     main()

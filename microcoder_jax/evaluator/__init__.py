@@ -12,8 +12,11 @@ Isolation of each program (`EvaluatorPool(...).isolation` reports what the OS gr
   library directories, the loader cache and the judge's Python wherever it lives (a venv under
   /tmp included), with private /tmp and /dev/shm (emptied per test), a minimal /dev and a /proc
   of its own: no judge file, result, host socket or other path is reachable. Each program gets
-  its own IPC namespace (SysV and POSIX IPC die with the test) and a fresh session keyring (user
-  keyrings are emptied and discarded after each test). Where the machine has cgroups (v2, or v1
+  its own IPC and network namespaces (SysV and POSIX IPC and abstract sockets die with the test)
+  and a fresh session keyring, and runs under a seccomp filter (syscall_filter.py, built with
+  libseccomp where pyseccomp and libseccomp2 are installed) that refuses with EPERM kernel keys,
+  namespaces, mounts, ptrace, bpf, perf events, userfaultfd and io_uring; user keyrings are also
+  emptied after each test (failures logged and counted). Where the machine has cgroups (v2, or v1
   memory/pids/cpuacct hierarchies) and we may write there: a fresh group per test, so CPU of
   every process is counted, memory is limited as resident memory and processes by count; the
   group is killed and removed after the test. Without cgroups: RLIMIT_AS (address space).
@@ -26,6 +29,8 @@ Isolation of each program (`EvaluatorPool(...).isolation` reports what the OS gr
   uid; network, IPC, /tmp and `hide` are not isolated.
 - macOS and other POSIX: no namespaces, no memory limit (RLIMIT_AS is not enforced), no network
   isolation; a root judge still drops the program to an unprivileged uid.
+- Output: stdout is compared as it arrives, in bounded memory (compare.StdoutMatcher); a
+  call-based return value over 1 MiB is an output-limit runtime_error.
 - Not protected anywhere: the program's own inputs (not secret); without a minimal root, files
   the program's identity may read unless hidden.
 """

@@ -158,22 +158,26 @@ class EvaluatorPool:
     the servers' roots, or work directories without them, are made; hide: files or directories
     programs must not read even where there is no minimal root, such as the problem files with
     expected outputs (covered in the servers' mount namespaces); namespaces=False and
-    cgroups=False skip those (debugging, or to see what hosts refusing them get).
+    cgroups=False skip those (debugging, or to see what hosts refusing them get), and
+    seccomp=False and program_net_ns=False the syscall filter and the network namespace of each
+    program (to measure what they cost).
     """
 
     def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
                  output_limit_mb: int = 64, wall_factor: float = 3.0, max_processes: int = 64,
                  tmpfs_mb: int = 256, tmpdir: str | None = None, hide: Sequence[str] = (),
-                 namespaces: bool = True, cgroups: bool = True):
+                 namespaces: bool = True, cgroups: bool = True, seccomp: bool = True,
+                 program_net_ns: bool = True):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
         self._closed = False
-        program, note = syscall_filter.build()
+        program, note = syscall_filter.build() if seccomp else (None, "turned off (seccomp=False)")
         if program is None:
             log.warning("judged programs run without a syscall filter: %s", note)
         self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb, "namespaces": namespaces,
                          "cgroups": cgroups, "hide": [os.path.abspath(p) for p in hide],
+                         "program_net_ns": program_net_ns,
                          "seccomp": program.hex() if program else None, "seccomp_note": note}
         self._tmpdir = tmpdir or _default_tmpdir()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -202,7 +206,9 @@ class EvaluatorPool:
         """What the OS granted (see the package docstring): namespaces (pid_ns, net_ns, mount_ns,
         ipc_ns, user_ns), minimal_root, readonly_root, private_tmp, private_proc, hidden, the
         sandbox uid (None: none), cgroup (1, 2 or None) with cgroup_controllers and cgroup_dirs,
-        and keyring (fresh session keyrings per program)."""
+        keyring (fresh session keyrings per program), program_net_ns (a network namespace per
+        program), seccomp (the syscall filter of syscall_filter.py) and seccomp_note (why not,
+        or the syscalls this libseccomp does not know)."""
         return dict(self._servers[0].isolation)
 
     @property

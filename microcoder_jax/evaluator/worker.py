@@ -277,6 +277,7 @@ def main() -> None:
     try:
         report = isolation.isolate(config["tmpfs_mb"], config["namespaces"], config["hide"],
                                    new_root=config["tmpdir"])
+        report["program_net_ns"] = report["program_net_ns"] and config["program_net_ns"]
     except BaseException:
         if groups is not None:  # never leave a group behind on the host
             cgroups.close_groups(groups)
