@@ -54,6 +54,11 @@ class RLConfig:
     num_minibatches: int = 4
     micro_batch_size: int = 8
     logprob_chunk: int = 512  # sequence positions per chunk of the vocab projection
+    # Sequence packing (rl.packing): the old-log-prob pass and the train step run on rows laid end
+    # to end in packed rows of `pack_width` tokens (None: the batch's padded width) instead of
+    # padded rows; a micro-batch then holds micro_batch_size padded rows' tokens. Same update.
+    packing: bool = False
+    pack_width: Optional[int] = None
     # Optimizer: AdamW, warmup then decay, global-norm clipping.
     learning_rate: float = 1e-6
     warmup_steps: int = 0
@@ -94,6 +99,12 @@ class RLConfig:
             raise ValueError("num_minibatches and micro_batch_size must be positive")
         if self.kl_beta < 0:
             raise ValueError("kl_beta must be >= 0")
+        if not isinstance(self.packing, bool):
+            raise ValueError(f"RLConfig.packing={self.packing!r} must be True or False")
+        if self.pack_width is not None and (isinstance(self.pack_width, bool) or not isinstance(
+                self.pack_width, int) or self.pack_width < 2):
+            raise ValueError(f"RLConfig.pack_width={self.pack_width!r} must be an int >= 2 (tokens "
+                             "per packed row; a multiple of 128 keeps the TPU flash kernel) or None")
 
     @property
     def uses_reference(self) -> bool:

@@ -147,3 +147,31 @@ def packed_logprobs(params, model_config, tokens, temperature, packing: Packing,
                                  micro_batch, positions=packing.positions, segment_ids=seg)
     return scatter(out, packing, tokens.shape)
 
+
+
+# ------------------------------------------------------------------ the two passes' layouts
+
+def batch_devices(mesh) -> int:
+    """Devices the rows of a batch split over (the data axes), 1 without a mesh."""
+    return 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def micro_rows(micro_batch: int, padded_width: int, width: int | None) -> int:
+    """Packed rows per micro-batch: the tokens of `micro_batch` padded rows (same memory)."""
+    return max(1, micro_batch * padded_width // (width or padded_width))
+
+
+def for_step(attention_mask, cfg, mesh=None, min_micro: int = 0) -> Packing:
+    """The train step's layout: one group per mini-batch, micro-batches of the step's tokens."""
+    n, s = np.shape(attention_mask)
+    micro = micro_rows(min(cfg.micro_batch_size, n // cfg.num_minibatches), s, cfg.pack_width)
+    return plan(attention_mask, groups=cfg.num_minibatches, width=cfg.pack_width, micro_rows=micro,
+                devices=batch_devices(mesh), min_micro=min_micro)
+
+
+def for_logprobs(attention_mask, cfg, mesh=None) -> tuple[Packing, int]:
+    """The log-prob pass's layout (all rows one group) and its micro-batch of packed rows."""
+    n, s = np.shape(attention_mask)
+    micro = micro_rows(min(cfg.micro_batch_size, n), s, cfg.pack_width)
+    return plan(attention_mask, width=cfg.pack_width, micro_rows=micro,
+                devices=batch_devices(mesh)), micro

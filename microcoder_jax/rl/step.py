@@ -11,6 +11,12 @@ The state is donated. Everything that changes between calls (rewards, flags, tem
 masks, rho's uniforms drawn from `state.rng`) is data, so the step compiles once per batch shape.
 With kl_beta = 0 no reference model exists anywhere; with kl_beta > 0 the loop passes
 `ref_logprobs` (from `compute_logprobs` on its frozen reference params) in the batch.
+
+Packed (`batch["packing"]`, an rl.packing.Packing of the batch per mini-batch): advantages and
+each mini-batch's loss weights are computed on the padded rows exactly as without it, then every
+per-token input is gathered into the packed rows, which the forward and backward run on; the
+micro-batches are the packed rows that hold as many tokens as `micro_batch_size` padded rows.
+Same loss and update, to float rounding.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from microcoder_jax import models, sharding
+from microcoder_jax.rl import packing as packing_lib
 from microcoder_jax.rl.advantages import compute_advantages
 from microcoder_jax.rl.config import RLConfig
 from microcoder_jax.rl.logprobs import micro_batched_logprobs, sequence_logprobs
@@ -96,11 +103,12 @@ def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=Non
 def _micro_loss(params, mb, model_config, cfg: RLConfig):
     """Loss contribution of one micro-batch (its share of the mini-batch's weighted sum) + sums."""
     logp, entropy = sequence_logprobs(params, model_config, mb["tokens"], mb["attention_mask"],
-                                      mb["temperature"], cfg.logprob_chunk)
+                                      mb["temperature"], cfg.logprob_chunk, mb.get("positions"),
+                                      mb.get("segment_ids"))
     mask = mb["loss_mask"]
+    adv = mb["advantages"] if mb["advantages"].ndim == 2 else mb["advantages"][:, None]
     per_token, ratio, clip_low, clip_high = clipped_surrogate(
-        logp, mb["old_logprobs"], mb["advantages"][:, None], cfg.eps_low, cfg.eps_high,
-        cfg.dual_clip)
+        logp, mb["old_logprobs"], adv, cfg.eps_low, cfg.eps_high, cfg.dual_clip)
     sums = {}
     if cfg.kl_beta > 0:
         kl_ref = k3_kl(logp, mb["ref_logprobs"])
@@ -125,12 +133,16 @@ def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_
 
     `minibatch` holds tokens, attention_mask, loss_mask, advantages, old_logprobs, temperature
     (and ref_logprobs when kl_beta > 0) with `rows` leading; returns (grads, loss, sums, ratio_max).
+    Packed rows also hold segment_ids, positions, per-token advantages / temperature and the
+    loss_weights (computed on the padded rows before packing).
     """
     rows = minibatch["tokens"].shape[0]
     if rows % micro_batch_size:
         raise ValueError(f"mini-batch of {rows} rows is not divisible by micro_batch_size="
                          f"{micro_batch_size}")
-    weights = loss_weights(minibatch["loss_mask"], cfg.aggregation, cfg.loss_constant)
+    weights = minibatch.get("loss_weights")
+    if weights is None:
+        weights = loss_weights(minibatch["loss_mask"], cfg.aggregation, cfg.loss_constant)
     micro = jax.tree.map(
         lambda x: x.reshape(rows // micro_batch_size, micro_batch_size, *x.shape[1:]),
         {**minibatch, "loss_weights": weights})
@@ -166,6 +178,39 @@ def _check_shapes(n: int, cfg: RLConfig) -> int:
     return micro
 
 
+def _packed_data(params, batch, pk, loss_mask, advantages, model_config, cfg: RLConfig, micro: int):
+    """The step's per-token inputs on the packed rows [M * R, W] (see the module doc)."""
+    n, s = batch["tokens"].shape
+    m = cfg.num_minibatches
+    if pk.src.shape[0] % (m * micro):
+        raise ValueError(f"{pk.src.shape[0]} packed rows are not {m} mini-batches of whole "
+                         f"micro-batches of {micro}: pack with rl.packing.for_step")
+    weights = jax.vmap(lambda x: loss_weights(x, cfg.aggregation, cfg.loss_constant))(
+        loss_mask.reshape(m, n // m, s)).reshape(n, s)
+    gather = lambda x: packing_lib.gather(x.astype(jnp.float32), pk)  # noqa: E731
+    temperature = packing_lib.row_values(batch["temperature"].astype(jnp.float32), pk, s)
+    data = {
+        "tokens": packing_lib.gather(batch["tokens"], pk),
+        "attention_mask": pk.segment_ids > 0,
+        "segment_ids": pk.segment_ids,
+        "positions": pk.positions,
+        "loss_mask": gather(loss_mask),
+        "loss_weights": gather(weights),
+        "advantages": jnp.where(pk.segment_ids > 0, packing_lib.row_values(advantages, pk, s), 0.0),
+        "temperature": temperature,
+    }
+    old = batch.get("old_logprobs")
+    if old is None:  # the incoming params are the policy that sampled the batch
+        data["old_logprobs"] = jax.lax.stop_gradient(micro_batched_logprobs(
+            params, model_config, data["tokens"], data["attention_mask"], temperature,
+            cfg.logprob_chunk, micro, positions=pk.positions, segment_ids=pk.segment_ids))
+    else:
+        data["old_logprobs"] = gather(old)
+    if cfg.kl_beta > 0:
+        data["ref_logprobs"] = gather(batch["ref_logprobs"])
+    return data
+
+
 def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
                param_sh=None) -> tuple[TrainState, dict]:
     """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation."""
@@ -178,24 +223,31 @@ def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
     uniforms = jax.random.uniform(mask_key, (n,))
     advantages, row_weight, adv_stats = compute_advantages(cfg, batch, uniforms)
 
-    old = batch.get("old_logprobs")
-    if old is None:  # the incoming params are the policy that sampled the batch
-        old = jax.lax.stop_gradient(micro_batched_logprobs(
-            state.params, model_config, batch["tokens"], batch["attention_mask"],
-            batch["temperature"], cfg.logprob_chunk, micro))
-    data = {
-        "tokens": batch["tokens"],
-        "attention_mask": batch["attention_mask"],
-        "loss_mask": batch["response_mask"].astype(jnp.float32) * row_weight[:, None],
-        "advantages": advantages,
-        "old_logprobs": old.astype(jnp.float32),
-        "temperature": batch["temperature"].astype(jnp.float32),
-    }
-    if cfg.kl_beta > 0:
-        data["ref_logprobs"] = batch["ref_logprobs"].astype(jnp.float32)
     m = cfg.num_minibatches
+    loss_mask = batch["response_mask"].astype(jnp.float32) * row_weight[:, None]
+    pk = batch.get("packing")
+    if pk is not None:  # micro-batches of packed rows holding as many tokens as `micro` rows
+        micro = packing_lib.micro_rows(micro, batch["tokens"].shape[1], pk.src.shape[1])
+        data = _packed_data(state.params, batch, pk, loss_mask, advantages, model_config, cfg, micro)
+    else:
+        old = batch.get("old_logprobs")
+        if old is None:  # the incoming params are the policy that sampled the batch
+            old = jax.lax.stop_gradient(micro_batched_logprobs(
+                state.params, model_config, batch["tokens"], batch["attention_mask"],
+                batch["temperature"], cfg.logprob_chunk, micro))
+        data = {
+            "tokens": batch["tokens"],
+            "attention_mask": batch["attention_mask"],
+            "loss_mask": loss_mask,
+            "advantages": advantages,
+            "old_logprobs": old.astype(jnp.float32),
+            "temperature": batch["temperature"].astype(jnp.float32),
+        }
+        if cfg.kl_beta > 0:
+            data["ref_logprobs"] = batch["ref_logprobs"].astype(jnp.float32)
+    rows = data["tokens"].shape[0]
     minis = jax.tree.map(lambda x: sharding.constrain(
-        x.reshape(m, n // m, *x.shape[1:]), (None, "batch") + (None,) * (x.ndim - 1)), data)
+        x.reshape(m, rows // m, *x.shape[1:]), (None, "batch") + (None,) * (x.ndim - 1)), data)
 
     def update(carry, mini):
         params, opt_state = carry

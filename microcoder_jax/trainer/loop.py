@@ -28,7 +28,8 @@ from microcoder_jax import config as config_lib
 from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
 from microcoder_jax.config_check import validate
 from microcoder_jax.data import loader
-from microcoder_jax.trainer.metrics import MetricsWriter, progress_postfix, step_record
+from microcoder_jax.rl import packing
+from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix, step_record
 from microcoder_jax.trainer.resume import record_config
 from microcoder_jax.trainer.rollout import probe_temperature
 from microcoder_jax.trainer.step_batch import collect_step
@@ -74,7 +75,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
         scheduler.load_state_dict(begin.scheduler_state)
     data = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
     writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True) if primary else None
-    pool = open_pool(run.evaluator, hide=problem_files(run))
+    pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
     train_step = rl_step.make_train_step(run.model_config, rl, run.mesh)
     bar = tqdm(total=run.train.steps, initial=start, desc="train", disable=not (run.train.progress and primary),
                dynamic_ncols=True)
@@ -95,11 +96,15 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
         for step in range(start, run.train.steps):
             t_step, temperature = time.perf_counter(), scheduler.temperature
             times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
+            pool.take()  # tests an evaluation ran are not this step's
             got = collect_step(run, pool, state.params, begin.ref_params, next_prompts, temperature=temperature,
                                key_for=functools.partial(key, run.seed, 1, step), times=times)
             batch = got.batch
             t0 = time.perf_counter()
-            state, step_metrics = train_step(state, sharding.put_batch(batch, run.mesh))
+            step_in = batch
+            if rl.packing:  # rl.packing: the step runs on each mini-batch's rows laid end to end
+                step_in = {**batch.as_dict(), "packing": packing.for_step(batch.attention_mask, rl, run.mesh)}
+            state, step_metrics = train_step(state, sharding.put_batch(step_in, run.mesh))
             step_metrics = jax.device_get(step_metrics)
             times["train"] = time.perf_counter() - t0
             loss = float(step_metrics["loss"])
@@ -115,7 +120,9 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             record = step_record(step_metrics, batch, div, signal=run.temperature.signal,
                                  temperature=temperature, next_temperature=scheduler.temperature,
                                  times=times, verdicts=got.verdicts, ds_stats=got.ds_stats,
-                                 generations=got.generations, t_step=t_step)
+                                 generations=got.generations, t_step=t_step, group_size=G,
+                                 devices=jax.device_count(), judge_tests=sharding.allgather_counts(
+                                     {"tests": pool.take()}, ("tests",)).get("tests", 0))
             record["sampler_logprob_gap"] = sum(got.gaps) / len(got.gaps)
             done = step + 1
             if writer is not None:

@@ -21,10 +21,9 @@ import numpy as np
 
 from microcoder_jax import sharding
 from microcoder_jax.evaluator import VERDICTS, extract_code, reward
+from microcoder_jax.rl import packing
 from microcoder_jax.rl.logprobs import compute_logprobs
-from microcoder_jax.sampling import paged_sampler, sampler
-
-REPORTS_PER_RESPONSE = 16  # paged engine: host checks for finished groups per response at the cap
+from microcoder_jax.sampling.samplers import make_sampler
 
 
 @jax.tree_util.register_dataclass
@@ -79,31 +78,19 @@ def sequences(sample) -> dict[str, np.ndarray]:
             "response_mask": np.concatenate([np.zeros_like(prompt_mask), response], 1)}
 
 
-def report_every(sampling_config, max_new_tokens: int) -> int:
-    """Paged engine: decode steps between the host's checks for finished groups, about 16 per
-    response at the cap (256 at 4096 tokens), never more often than the engine refills its slots."""
-    return max(sampling_config.refill_every, max_new_tokens // REPORTS_PER_RESPONSE)
+def sampler_for(run):
+    """The run's sampler (`sampling.engine`) on its model, stop ids, prompt buckets and mesh."""
+    return make_sampler(run.sampling, run.model_config, stop_ids=run.stop_ids, pad_id=run.pad_id,
+                        prompt_buckets=run.data.prompt_buckets, mesh=run.mesh, sample_mesh=run.sample_mesh)
 
 
 def generate(run, params, prompts, *, num_samples: int, temperature: float, max_new_tokens: int,
              top_p: float, top_k: int, rng, on_group_done=None):
-    """The sampler (`sampling.engine`) on the run's model, mesh, stop ids and prompt buckets, one
-    temperature for all rows. `on_group_done(prompt_index, SamplerOutput of its G rows)` (paged
-    engine only) is called as each prompt's samples finish."""
-    s = run.sampling
-    common = dict(num_samples=num_samples, temperature=temperature, top_p=top_p, top_k=top_k,
-                  max_new_tokens=max_new_tokens, stop_token_ids=run.stop_ids, pad_id=run.pad_id, rng=rng,
-                  prompt_buckets=run.data.prompt_buckets)
-    if s.engine == "paged":
-        return paged_sampler.generate_paged(params, run.model_config, prompts, slots=s.slots or None,
-                                            page_size=s.page_size, refill_every=s.refill_every,
-                                            on_group_done=on_group_done,
-                                            report_every=report_every(s, max_new_tokens), mesh=run.sample_mesh,
-                                            **common)
-    if on_group_done is not None:
-        raise ValueError("on_group_done needs sampling.engine=paged (the static sampler returns all rows at once)")
-    return sampler.generate(params, run.model_config, prompts, decode_phases=s.decode_phases, mesh=run.mesh,
-                            **common)
+    """The run's sampler on these prompts, one temperature for all rows; `on_group_done(first_prompt,
+    SamplerOutput of whole groups)` is called as groups finish (see sampling/samplers.py)."""
+    return sampler_for(run).generate(params, prompts, num_samples=num_samples, temperature=temperature,
+                                     max_new_tokens=max_new_tokens, top_p=top_p, top_k=top_k, rng=rng,
+                                     on_group_done=on_group_done)
 
 
 def submit(run, pool, problems, tokens, lengths, mode: str):
@@ -206,12 +193,16 @@ def finish(run, judge: GroupJudge, sample, params, ref_params, *, on_host: bool,
     temps = np.asarray(sample.temperature, np.float32)
     on_device = sharding.put_batch({"tokens": seq["tokens"], "mask": seq["attention_mask"], "t": temps}, run.mesh)
     micro = min(run.rl_config.micro_batch_size, n)
+    micro, pack = (micro if n % micro == 0 else None), None
+    if run.rl_config.packing:  # rl.packing: the pass runs on the rows laid end to end
+        pack, micro = packing.for_logprobs(seq["attention_mask"], run.rl_config, run.mesh)
+        pack = sharding.put_batch(pack, run.mesh)
     keep = sharding.to_host if on_host else (lambda x: x)
 
     def logprobs(p):  # dispatched now, runs on the device while the pool judges
         return keep(compute_logprobs(p, run.model_config, on_device["tokens"], on_device["mask"],
                                      on_device["t"], chunk=run.rl_config.logprob_chunk,
-                                     micro_batch=micro if n % micro == 0 else None))
+                                     micro_batch=micro, packing=pack))
 
     old = logprobs(params)
     ref = logprobs(ref_params) if ref_params is not None else None
@@ -245,13 +236,10 @@ def collect(run, pool, params, ref_params, problems, prompts, *, temperature: fl
     """
     s, G = run.sampling, run.sampling.group_size
     judge = GroupJudge(run, pool, problems, G)
-    paged = s.engine == "paged"
     t0 = time.perf_counter()
-    sample = generate(run, params, prompts, num_samples=G, temperature=temperature,
-                      max_new_tokens=s.max_new_tokens, top_p=s.top_p, top_k=s.top_k, rng=rng, on_group_done=judge.add if paged else None)
+    sample = generate(run, params, prompts, num_samples=G, temperature=temperature, max_new_tokens=s.max_new_tokens,
+                      top_p=s.top_p, top_k=s.top_k, rng=rng, on_group_done=judge.add)
     times["sample"] += time.perf_counter() - t0
-    if not paged:
-        judge.add(0, sample)
     return finish(run, judge, sample, params, ref_params, on_host=on_host, times=times)
 
 
