@@ -33,11 +33,8 @@ def demo_plan():
 
 
 def test_demo_plan_compiles_every_program_and_fits(demo_plan):
-    from microcoder_jax.sampling import sampler
-
     names = [r.program.name for r in demo_plan.rows]
-    layout = ["decode layout"] if hasattr(sampler, "_to_decode_layout") else []
-    assert names == layout + ["sample prefill", "sample decode", "old log-probs", "train step", "eval prefill",
+    assert names == ["decode layout", "sample prefill", "sample decode", "old log-probs", "train step", "eval prefill",
                               "eval decode"]
     assert demo_plan.mesh_shape == {"data": 1, "fsdp": 4, "tensor": 1}
     for row in demo_plan.rows:

@@ -84,13 +84,13 @@ def test_logprobs_and_entropy_match_full_forward(tiny):
 
 def test_temperature_changes_do_not_recompile_and_key_reproduces(tiny):
     _generate(tiny)  # make sure this shape is compiled
-    sizes = (sampler._prefill._cache_size(), sampler._decode._cache_size())
+    sizes = (sampler.prefill._cache_size(), sampler.decode._cache_size())
     outs = []
     for i, temperature in enumerate(np.linspace(0.3, 2.0, 10)):
         prompts = [p[: 3 + i % 4] for p in PROMPTS]  # new prompt lengths, same bucket
         outs.append(_generate(tiny, prompts, temperature=float(temperature), top_p=1.0 - 0.05 * i,
                               top_k=i, rng=jax.random.key(i)))
-    assert (sampler._prefill._cache_size(), sampler._decode._cache_size()) == sizes
+    assert (sampler.prefill._cache_size(), sampler.decode._cache_size()) == sizes
     again = _generate(tiny, [p[:3] for p in PROMPTS], temperature=0.3, top_p=1.0, top_k=0, rng=jax.random.key(0))
     np.testing.assert_array_equal(again.tokens, outs[0].tokens)
     np.testing.assert_array_equal(again.logprobs, outs[0].logprobs)

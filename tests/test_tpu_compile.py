@@ -53,12 +53,12 @@ def compile_sampler(config, mesh, prompts: int, samples: int, width: int, max_ne
     key = jax.eval_shape(lambda: jax.random.key(0))
     rep = shd.replicated(mesh)
     with jax.set_mesh(mesh):
-        prefill = sampler._prefill.lower(params, ids, ids, config=config, num_samples=samples).compile()
-        cache, logits = jax.eval_shape(functools.partial(sampler._prefill, config=config, num_samples=samples),
+        prefill = sampler.prefill.lower(params, ids, ids, config=config, num_samples=samples).compile()
+        cache, logits = jax.eval_shape(functools.partial(sampler.prefill, config=config, num_samples=samples),
                                        params, ids, ids)
         cache = jax.tree.map(lambda s, sh: _spec(s.shape, s.dtype, sh), cache, prefill.output_shardings[0])
         logits = _spec(logits.shape, logits.dtype, prefill.output_shardings[1])
-        decode = sampler._decode.lower(
+        decode = sampler.decode.lower(
             params, cache, logits, ids, _rows(mesh, (rows,), jnp.float32), _rows(mesh, (rows,), jnp.float32),
             _rows(mesh, (rows,), jnp.int32), _spec((8,), jnp.int32, rep), _spec((), jnp.int32, rep),
             _spec(key.shape, key.dtype, rep), config=config, max_new_tokens=max_new, phases=phases).compile()

@@ -52,7 +52,7 @@ def _state(mc, shape, mesh):
 
 def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new) -> list[Program]:
     """`engine.admit` (one block of min(prompts, 64) prompts) and `engine.run` of one paged call."""
-    from microcoder_jax.sampling import engine
+    from microcoder_jax.sampling.samplers import PagedSampler
 
     shape = engine_shape(config, prompts, group, width, max_new)
     state, params, rep = _state(mc, shape, mesh), sampler_params(mc, mesh), sharding.replicated(mesh)
@@ -61,10 +61,10 @@ def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new) -> lis
     admit_args = (state, params, _sds((a, width), jnp.int32, rep), _sds((a, width), jnp.int32, rep),
                   _sds((), jnp.int32, rep), row(jnp.int32), row(jnp.float32), row(jnp.float32), row(jnp.int32),
                   row(jnp.int32))
-    admit = Program(f"{tag} admit", engine.admit, admit_args, dict(config=mc, shape=shape), mc, mesh)
+    admit = Program(f"{tag} admit", PagedSampler.programs["admit"], admit_args, dict(config=mc, shape=shape), mc, mesh)
     run_args = (state, params, _sds((2,), jnp.int32, rep), _sds((), jnp.int32, rep), _sds((2,), jnp.uint32, rep),
                 _sds((), jnp.int32, rep))
-    run = Program(f"{tag} decode", engine.run, run_args, dict(config=mc, shape=shape), mc, mesh)
+    run = Program(f"{tag} decode", PagedSampler.programs["decode"], run_args, dict(config=mc, shape=shape), mc, mesh)
     return [admit, run]
 
 

@@ -103,7 +103,7 @@ def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tupl
         log(f"{'compiling' if compile_ else 'modelling'} {prog.name} ...")
         on = prog.mesh if prog.mesh is not None else mesh
         compiled = programs.compile_program(prog, on, cache_dir, topology.aot_name or "") if compile_ else None
-        gathers = _gathers_weights(compiled, mc) if compiled is not None else _sampler_gathers()
+        gathers = _gathers_weights(compiled, mc) if compiled is not None else False  # the decode layout
         est = (paged.estimate(prog, on) if paged.is_paged(prog)
                else analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers))
         rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config, open_session)))
@@ -122,11 +122,3 @@ def _gathers_weights(compiled, mc) -> bool:
         if loop["data_dependent"] and count >= mc.num_layers:
             return True
     return False
-
-
-def _sampler_gathers() -> bool:
-    """Off TPU: does today's sampler decode from FSDP-sharded weights (no decode layout)?"""
-    from microcoder_jax.sampling import sampler
-
-    return not any(hasattr(sampler, n) for n in ("decode_layout", "to_decode_layout", "DecodeParams",
-                                                 "decode_params"))

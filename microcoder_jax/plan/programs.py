@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -133,36 +132,32 @@ def abstract_state(model_config, rl_config, mesh):
     return run_setup.abstract_train_state(run)
 
 
-def decode_layout_program(mc, mesh, to_mesh=None) -> Program | None:
-    """The sampler's once-per-call reshard of the stored params into its decode layout (if it has one),
+def decode_layout_program(mc, mesh, to_mesh=None) -> Program:
+    """The sampler's once-per-call reshard of the stored params into its decode layout,
     onto ``to_mesh`` (the paged sampler's, same devices; default ``mesh``)."""
-    from microcoder_jax.sampling import sampler
+    from microcoder_jax.sampling.samplers import StaticSampler
 
-    if not hasattr(sampler, "_to_decode_layout"):
-        return None
     to_mesh = mesh if to_mesh is None else to_mesh
-    takes_rules = "rules" in inspect.signature(sampler._to_decode_layout).parameters
-    reshard = sampler._to_decode_layout(mc, to_mesh, None) if takes_rules else sampler._to_decode_layout(mc, to_mesh)
+    reshard = StaticSampler.programs["decode layout"](mc, to_mesh, None)
     return Program("decode layout", reshard, (abstract_params(mc, mesh),), {}, mc, out_mesh=to_mesh)
 
 
 def sampler_params(mc, mesh):
-    """What prefill and decode read: the decode layout where the sampler has one, else the stored params."""
+    """What prefill and decode read: the stored params in the decode layout."""
     from microcoder_jax.sampling import sampler
 
-    if hasattr(sampler, "decode_param_specs"):
-        return sampler.decode_param_specs(mc, mesh)
-    return abstract_params(mc, mesh)
+    return sampler.decode_param_specs(mc, mesh)
 
 
 def sampler_programs(tag, config, mc, mesh, prompts, group, width, max_new, phases):
     """Prefill and decode of one `sampler.generate` call (its two jitted programs)."""
     from microcoder_jax.sampling import sampler
+    from microcoder_jax.sampling.samplers import StaticSampler
 
     params = sampler_params(mc, mesh)
     rows = prompts * group
     ids, mask = (_rows(mesh, (prompts, width), jnp.int32) for _ in range(2))
-    prefill = Program(f"{tag} prefill", sampler._prefill, (params, ids, mask),
+    prefill = Program(f"{tag} prefill", StaticSampler.programs["prefill"], (params, ids, mask),
                       dict(config=mc, num_samples=group), mc)
     layer = _logical(mesh, (prompts, mc.num_kv_heads, width, mc.head_dim), mc.dtype, sampler.CACHE_AXES)
     cache = models.KVCache(k=(layer,) * mc.num_layers, v=(layer,) * mc.num_layers)
@@ -171,7 +166,7 @@ def sampler_programs(tag, config, mc, mesh, prompts, group, width, max_new, phas
     rep = sharding.replicated(mesh)
     decode_args = (params, cache, logits, mask, *per_row, _sds((2,), jnp.int32, rep), _sds((), jnp.int32, rep),
                    _sds((2,), jnp.uint32, rep))
-    decode = Program(f"{tag} decode", sampler._decode, decode_args,
+    decode = Program(f"{tag} decode", StaticSampler.programs["decode"], decode_args,
                      dict(config=mc, max_new_tokens=max_new, phases=phases), mc)
     return [prefill, decode]
 
@@ -208,8 +203,7 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
     """Every program of one RL step plus eval sampling, in the order the loop runs them."""
     sh = shapes_of(config, rl_config, mesh)
     mc_prompt = model_config_for(config, tpu, sh.prompt_width)
-    layout = decode_layout_program(mc_prompt, mesh)
-    out = [layout] if layout is not None else []
+    out = [decode_layout_program(mc_prompt, mesh)]
     out += sampler_programs("sample", config, mc_prompt, mesh, sh.prompts, sh.group, sh.prompt_width, sh.max_new,
                            sh.phases)
     out += [logprob_program(config, rl_config, mesh, sh, tpu), train_program(config, rl_config, mesh, sh, tpu)]

@@ -6,7 +6,6 @@ import dataclasses
 from microcoder_jax.blocks import Block, knob
 
 ENGINES = ("static", "paged")
-MAX_DEFAULT_SLOTS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +19,7 @@ class SamplingConfig(Block):
     engine: str = knob("static", "static: one batch of all rows over a dense cache (the default); paged: "
                        "continuous batching of sampling.slots sequences over a paged KV cache, refilled as "
                        "rows finish", choices=ENGINES)
-    slots: int = knob(0, f"paged: sequences decoded at once (0 = every row, up to {MAX_DEFAULT_SLOTS})",
+    slots: int = knob(0, "paged: sequences decoded at once (0 = every row, up to 256)",
                       at_least=0)
     page_size: int = knob(16, "paged: KV-cache slots per page (prompt buckets must be multiples of it)",
                           at_least=1)
@@ -32,5 +31,7 @@ class SamplingConfig(Block):
                               "the filled slots (1 = one loop; each stage compiles its own body)", at_least=1)
 
     def slots_for(self, rows: int) -> int:
-        """S for a call of `rows` rows: `slots`, or every row up to 256 when 0; never more than the rows."""
-        return min(self.slots or min(rows, MAX_DEFAULT_SLOTS), rows)
+        """S for a call of `rows` rows (`paged_sampler.call_slots`: 0 = every row up to 256)."""
+        from microcoder_jax.sampling.paged_sampler import call_slots
+
+        return call_slots(self.slots, rows)

@@ -1,6 +1,6 @@
 """Batched sampling from Qwen3 on a KV cache, with per-row temperature, top-p and top-k.
 
-`_prefill` runs each prompt once into a cache its G samples share (`SharedPrefix`); `_decode` is
+`prefill` runs each prompt once into a cache its G samples share (`SharedPrefix`); `decode` is
 one `lax.while_loop` over per-layer caches that grow in phases, so a step reads about the filled
 slots. Only shapes are static (model config, prompts, G, prompt bucket, `max_new_tokens`);
 temperature, top-p, top-k, stop and pad ids are per-row data, so changing them never recompiles.
@@ -187,7 +187,7 @@ def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top
 
 
 @functools.partial(jax.jit, static_argnames=("config", "num_samples"))
-def _prefill(params: DecodingParams, prompt_ids, prompt_mask, *, config: Qwen3Config, num_samples: int):
+def prefill(params: DecodingParams, prompt_ids, prompt_mask, *, config: Qwen3Config, num_samples: int):
     """Prompts [B, P] -> (their KV cache, one copy per prompt; next-token logits [B * G, V])."""
     batch, width = prompt_ids.shape
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
@@ -204,7 +204,7 @@ def phase_ends(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int
 
 
 @functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "phases"))
-def _decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
+def decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
             config: Qwen3Config, max_new_tokens: int, phases: int):
     """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy).
 
@@ -281,7 +281,7 @@ def decode_param_specs(config: Qwen3Config, mesh=None, rules: dict | None = None
 
 
 @functools.lru_cache(maxsize=8)
-def _to_decode_layout(config: Qwen3Config, mesh, rules: tuple | None):
+def decode_layout_fn(config: Qwen3Config, mesh, rules: tuple | None):
     """The jitted stored-params -> ``DecodingParams`` reshard, one per (config, mesh, rules)."""
     out = None if mesh is None else decode_shardings(config, mesh, None if rules is None else dict(rules))
     return jax.jit(functools.partial(decoding_params, config=config), out_shardings=out)
@@ -290,7 +290,7 @@ def _to_decode_layout(config: Qwen3Config, mesh, rules: tuple | None):
 def to_decode_layout(params, config: Qwen3Config, mesh=None, rules: dict | None = None) -> DecodingParams:
     """The stored params (placed on ``mesh``) -> ``DecodingParams`` in the decode layout, once per call:
     a decode loop then reads replicated compute-dtype weights and gathers none per step."""
-    return _to_decode_layout(config, mesh, None if rules is None else tuple(sorted(rules.items())))(params)
+    return decode_layout_fn(config, mesh, None if rules is None else tuple(sorted(rules.items())))(params)
 
 
 # ------------------------------------------------------------------------------ entry point
@@ -302,7 +302,7 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
     """Sample `num_samples` responses for every prompt; see the module doc and `SamplerOutput`.
 
     temperature / top_p / top_k: a scalar or one value per row [num_prompts * num_samples].
-    max_new_tokens and decode_phases (see `_decode`) are static (a new value compiles new programs). With a `mesh`, rows are split over
+    max_new_tokens and decode_phases (see `decode`) are static (a new value compiles new programs). With a `mesh`, rows are split over
     its data axes (the prompt count is padded to a multiple of them with copies, then cut off) and
     heads over its tensor axis; the weights are resharded once into the decode layout (module doc).
     decode_rules: logical-axis rules of that layout (default ``DECODE_AXIS_RULES``); pass
@@ -337,9 +337,9 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
 
     prepared = to_decode_layout(params, config, mesh, decode_rules)  # once per call: no per-step weight traffic
     with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-        cache, logits = _prefill(prepared, args["prompt_ids"], args["prompt_mask"], config=config,
+        cache, logits = prefill(prepared, args["prompt_ids"], args["prompt_mask"], config=config,
                                  num_samples=num_samples)
-        results = _decode(
+        results = decode(
             prepared, cache, logits, args["prompt_mask"], row_args["temperature"], row_args["top_p"],
             row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config, max_new_tokens=max_new_tokens,
             phases=decode_phases)

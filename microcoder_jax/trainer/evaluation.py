@@ -92,12 +92,9 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
         # they finish, overlapping the tail of decoding
         n = len(chunk) * k
         judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=sharding.host_rows(n), mode="all")
-        paged = run.sampling.engine == "paged"
-        sample = generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k,
-                          temperature=e.temperature, max_new_tokens=e.max_new_tokens, top_p=e.top_p,
-                          top_k=0, rng=jax.random.fold_in(rng, start), on_group_done=judge.add if paged else None)
-        if not paged:
-            judge.add(0, sample)
+        generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k, temperature=e.temperature,
+                 max_new_tokens=e.max_new_tokens, top_p=e.top_p, top_k=0, rng=jax.random.fold_in(rng, start),
+                 on_group_done=judge.add)
         _, passed, _, _ = verdict_arrays(*judge.results(), "all")
         (passed,) = sharding.allgather_rows([passed], n)
         passes += [list(map(bool, passed[i * k:(i + 1) * k])) for i in range(len(chunk))]

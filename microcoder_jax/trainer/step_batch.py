@@ -4,7 +4,8 @@
 With it, generation batches of `data.num_prompts` prompts are judged and fed to
 `rl.dynamic_sampling.add_rollouts` until it returns a full batch:
 - static engine: one `collect` per generation batch; batch k samples with key `key_for(k)`;
-- paged engine: generation batches are pushed into a running `PagedSession`, each group judged
+- a sampler with sessions (the paged engine): generation batches are pushed into a running session
+  (`RefillLoop`), each group judged
   as it finishes, and a refill is pushed as soon as `refill_certain` says the groups in hand
   cannot fill the batch, so it decodes beside the tail of the batch before it. Same batches in
   the same order as refilling after each batch is judged. `ds_early_refills` in the stats counts
@@ -25,13 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from microcoder_jax import sharding
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill_certain
-from microcoder_jax.trainer.rollout import GroupJudge, Rollout, collect, finish, report_every
-from microcoder_jax.sampling import paged_sampler
+from microcoder_jax.sampling.paged_sampler import PagedSession
 from microcoder_jax.sampling.sampler import SamplerOutput, prompt_bucket
+from microcoder_jax.trainer.rollout import GroupJudge, Rollout, collect, finish, sampler_for
 
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
 
@@ -58,10 +59,9 @@ def collect_step(run, pool, params, ref_params, next_prompts: Callable[[], tuple
                  temperature: float, key_for: Callable[[int], object], times: dict) -> StepRollout:
     """The step's batch; `next_prompts()` gives the next generation batch's (problems, prompts),
     `key_for(k)` the sampling key of generation batch k (see the module doc)."""
-    rl = run.rl_config
-    if rl.dynamic_sampling and run.sampling.engine == "paged":
-        return _paged_dynamic(run, pool, params, ref_params, next_prompts, temperature=temperature,
-                              key_for=key_for, times=times)
+    rl, sampler = run.rl_config, sampler_for(run)
+    if rl.dynamic_sampling and sampler.sessions:
+        return RefillLoop(run, pool, sampler, params, ref_params, temperature, key_for, times).collect(next_prompts)
     buffer, verdicts, gaps = GroupBuffer(), {}, []
     while True:
         problems, prompts = next_prompts()
@@ -87,83 +87,102 @@ class _Batch:
     """A generation batch pushed into a session: its prompt indices there, its judge, and its
     rows on the host once every group is in (the session is then let go, so a drained one is freed)."""
 
-    session: Optional[paged_sampler.PagedSession]
+    session: Optional[PagedSession]
     first: int
     judge: GroupJudge
     sample: Optional[SamplerOutput] = None
 
 
-def _open_session(run, params, prompt_width: int, max_prompts: int, rng) -> paged_sampler.PagedSession:
-    s = run.sampling
-    return paged_sampler.PagedSession(
-        params, run.model_config, num_samples=s.group_size, max_prompts=max_prompts,
-        max_new_tokens=s.max_new_tokens, prompt_width=prompt_width, stop_token_ids=run.stop_ids,
-        pad_id=run.pad_id, rng=rng, slots=paged_sampler.call_slots(s.slots or None, run.data.num_prompts * s.group_size),
-        page_size=s.page_size, refill_every=s.refill_every, mesh=run.sample_mesh)
+@dataclasses.dataclass
+class RefillLoop:
+    """DAPO on a session sampler: generation batches pushed into a running session, judged group by
+    group, a refill pushed as soon as the groups in hand cannot fill the batch (see the module doc)."""
 
+    run: Any
+    pool: Any
+    sampler: Any  # a sampler with sessions (sampling/samplers.py)
+    params: Any
+    ref_params: Any
+    temperature: float
+    key_for: Callable[[int], object]
+    times: dict
+    session: Optional[PagedSession] = None
+    pending: list = dataclasses.field(default_factory=list)  # _Batch, oldest first
+    buffer: GroupBuffer = dataclasses.field(default_factory=GroupBuffer)
+    verdicts: dict = dataclasses.field(default_factory=dict)
+    gaps: list = dataclasses.field(default_factory=list)
+    pushed: int = 0  # generation batches pushed
+    sessions: int = 0  # sessions opened
+    early: int = 0  # refills pushed before the batches before them were added
 
-def _paged_dynamic(run, pool, params, ref_params, next_prompts, *, temperature, key_for, times) -> StepRollout:
-    s, rl, G = run.sampling, run.rl_config, run.sampling.group_size
-    total, every = 1 + rl.max_refills, report_every(s, s.max_new_tokens)
-    buffer, verdicts, gaps, pending = GroupBuffer(), {}, [], []
-    state = {"session": None, "pushed": 0, "sessions": 0, "early": 0}
-
-    def run_session(steps):
-        session = state["session"]
+    def run_session(self, steps: Optional[int]) -> None:
+        """Decode `steps` steps (None: to the end), handing each finished group to its batch's judge."""
+        session = self.session
         t0 = time.perf_counter()
         finished = session.run(steps)
-        times["sample"] += time.perf_counter() - t0
+        self.times["sample"] += time.perf_counter() - t0
         for index in finished:
-            batch = [b for b in pending if b.session is session and b.first <= index][-1]
+            batch = [b for b in self.pending if b.session is session and b.first <= index][-1]
             batch.judge.add(index - batch.first, session.output([index]))
             if batch.judge.complete:
                 batch.sample = session.output(range(batch.first, batch.first + len(batch.judge.problems)))
                 batch.session = None
 
-    def push(problems, prompts):
-        session = state["session"]
+    def push(self, problems, prompts) -> None:
+        """Queue a generation batch: into the running session, or a new one of the same shape once
+        the running one has drained (full, or too narrow a prompt bucket)."""
+        run, s = self.run, self.run.sampling
         width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
+        session = self.session
         if session is None or width > session.shape.prompt_width or (
                 session.num_prompts + len(prompts) > session.shape.max_prompts):
             while session is not None and not session.done:  # drain it: one session decodes at a time
-                run_session(None)
+                self.run_session(None)
             if session is not None:
                 session.close()
-            session = state["session"] = None  # freed before the next one is made
-            room = session_prompts(len(prompts), rl)  # one shape for every session: no recompile
-            session = state["session"] = _open_session(run, params, width, room, key_for(state["pushed"]))
-            state["sessions"] += 1
+            self.session = None  # freed before the next one is made
+            room = session_prompts(len(prompts), run.rl_config)  # one shape for every session: no recompile
+            self.session = session = self.sampler.open_session(
+                self.params, max_prompts=room, prompt_width=width, rng=self.key_for(self.pushed),
+                rows=run.data.num_prompts * s.group_size)
+            self.sessions += 1
         t0 = time.perf_counter()
-        first = session.push(prompts, temperature=temperature, top_p=s.top_p, top_k=s.top_k).start
-        times["sample"] += time.perf_counter() - t0
-        state["early"] += bool(pending)  # a refill queued before the batches before it were added
-        pending.append(_Batch(session, first, GroupJudge(run, pool, problems, G)))
-        state["pushed"] += 1
+        first = session.push(prompts, temperature=self.temperature, top_p=s.top_p, top_k=s.top_k).start
+        self.times["sample"] += time.perf_counter() - t0
+        self.early += bool(self.pending)
+        self.pending.append(_Batch(session, first, GroupJudge(run, self.pool, problems, s.group_size)))
+        self.pushed += 1
 
-    push(*next_prompts())
-    while True:
-        # every host decides on the same all-gathered verdicts, so all push and finish in lockstep
-        known = [sharding.allgather_rows(b.judge.known(), b.judge.n) for b in pending]
-        if state["pushed"] < total and refill_certain(buffer, known, group_size=G, num_prompts=run.data.num_prompts):
-            push(*next_prompts())
-            continue
-        session = state["session"]
-        while pending and pending[0].judge.complete and (session.done or known[0][0].all()):
-            batch = pending.pop(0)
-            known.pop(0)
-            rollout, counts, gap = finish(run, batch.judge, batch.sample, params, ref_params, on_host=True,
-                                          times=times)
-            _add_counts(verdicts, counts)
-            gaps.append(gap)
-            buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=G,
-                                                  num_prompts=run.data.num_prompts, max_refills=rl.max_refills)
-            if full is not None:
-                if pending or not session.done:
-                    raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
-                session.close()
-                ds_stats = {**ds_stats, "ds_early_refills": state["early"], "ds_sessions": state["sessions"]}
-                return StepRollout(Rollout(**full), verdicts, ds_stats, len(gaps), gaps, state["sessions"])
-        if not session.done:
-            run_session(every)
-        elif not pending and state["pushed"] >= total:  # add_rollouts fills the last one: never here
-            raise RuntimeError("dynamic sampling: every generation batch was added without a full batch")
+    def collect(self, next_prompts: Callable[[], tuple[list, list]]) -> StepRollout:
+        run, rl, G = self.run, self.run.rl_config, self.run.sampling.group_size
+        total, every = 1 + rl.max_refills, self.sampler.report_every(run.sampling.max_new_tokens)
+        self.push(*next_prompts())
+        while True:
+            # every host decides on the same all-gathered verdicts, so all push and finish in lockstep
+            known = [sharding.allgather_rows(b.judge.known(), b.judge.n) for b in self.pending]
+            if self.pushed < total and refill_certain(self.buffer, known, group_size=G,
+                                                      num_prompts=run.data.num_prompts):
+                self.push(*next_prompts())
+                continue
+            session = self.session
+            while self.pending and self.pending[0].judge.complete and (session.done or known[0][0].all()):
+                batch = self.pending.pop(0)
+                known.pop(0)
+                rollout, counts, gap = finish(run, batch.judge, batch.sample, self.params, self.ref_params,
+                                              on_host=True, times=self.times)
+                _add_counts(self.verdicts, counts)
+                self.gaps.append(gap)
+                self.buffer, full, ds_stats = add_rollouts(self.buffer, rollout.as_dict(), group_size=G,
+                                                           num_prompts=run.data.num_prompts,
+                                                           max_refills=rl.max_refills)
+                if full is not None:
+                    if self.pending or not session.done:
+                        raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
+                    session.close()
+                    ds_stats = {**ds_stats, "ds_early_refills": self.early, "ds_sessions": self.sessions}
+                    return StepRollout(Rollout(**full), self.verdicts, ds_stats, len(self.gaps), self.gaps,
+                                       self.sessions)
+            if not session.done:
+                self.run_session(every)
+            elif not self.pending and self.pushed >= total:  # add_rollouts fills the last one: never here
+                raise RuntimeError("dynamic sampling: every generation batch was added without a full batch")
