@@ -61,3 +61,84 @@ def test_plot_writes_pngs(tmp_path):
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     plot.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "p2")])
     assert os.path.exists(tmp_path / "p2" / "overview.png")
+
+
+class _Rollout:
+    """The fields `throughput` reads: 2 prompts x G=3; prompt 0 solved by one response."""
+
+    response_lengths = np.array([10, 20, 30, 5, 5, 5])
+    attention_mask = np.ones((6, 50), np.int32)
+    passed = np.array([False, True, False, False, False, False])
+
+
+def test_throughput_rates_shares_and_chip_seconds():
+    from microcoder_jax.trainer.metrics import throughput
+
+    times = {"sample": 2.0, "judge": 0.5, "train": 1.0}
+    out = throughput(_Rollout(), times, time_step=4.0, group_size=3, devices=8, programs=6, tests=30,
+                     generations=1)
+    assert out["gen_tokens"] == 75 and out["train_tokens"] == 300
+    assert out["throughput/gen_tokens_per_s"] == 37.5 and out["throughput/train_tokens_per_s"] == 300
+    assert out["throughput/judge_programs_per_s"] == 12 and out["throughput/judge_tests_per_s"] == 60
+    assert (out["share/sample"], out["share/judge"], out["share/train"], out["share/other"]) == (0.5, 0.125, 0.25, 0.125)
+    assert out["cost/chip_s"] == 32 and out["solved_problems"] == 1 and out["passing_responses"] == 1
+    assert out["cost/chip_s_per_solved_problem"] == 32 and out["cost/chip_s_per_passing_response"] == 32
+    dapo = throughput(_Rollout(), times, time_step=4.0, group_size=3, devices=1, programs=12, tests=None,
+                      generations=2)  # refills: the sampler made 12 responses of ~12.5 tokens
+    assert dapo["gen_tokens"] == 150 and dapo["throughput/judge_tests_per_s"] is None
+    unsolved = type("R", (_Rollout,), {"passed": np.zeros(6, bool)})()
+    none = throughput(unsolved, times, time_step=4.0, group_size=3, devices=1, programs=6, tests=0, generations=1)
+    assert none["cost/chip_s_per_solved_problem"] is None and none["cost/chip_s_per_passing_response"] is None
+
+
+def test_judge_counter_counts_the_tests_each_program_ran_once():
+    from microcoder_jax.evaluator.judge import JudgeResult
+    from microcoder_jax.trainer.metrics import JudgeCounter, tests_run
+
+    results = [JudgeResult(True, "passed", 5, 5), JudgeResult(False, "wrong_answer", 1, 5, 1),
+               JudgeResult(False, "no_code", 0, 5, 0), JudgeResult(False, "compile_error", 0, 5, 0)]
+    assert [tests_run(r, "all") for r in results] == [5, 2, 0, 1]
+    assert [tests_run(r, "fraction") for r in results] == [5, 5, 0, 1]
+
+    class Handle:
+        def result(self):
+            return results
+
+        def done(self):
+            return True
+
+    class Pool:
+        closed = False
+
+        def submit(self, problems, codes, mode="all"):
+            return Handle()
+
+        def close(self):
+            Pool.closed = True
+
+    counter = JudgeCounter(Pool())
+    handle = counter.submit([None] * 4, ["x"] * 4, mode="all")
+    assert handle.done() and handle.result() == results and handle.result() == results  # counted once
+    assert counter.take() == 8 and counter.take() == 0
+    counter.close()
+    assert Pool.closed
+
+
+def test_plot_draws_throughput_share_and_cost_without_step_one(tmp_path):
+    w = MetricsWriter(str(tmp_path), tensorboard=False)
+    for s in range(1, 8):
+        w.write(s, {**_row(s), "throughput/gen_tokens_per_s": 1e3 * s, "throughput/train_tokens_per_s": 5e2 * s,
+                    "throughput/judge_programs_per_s": 10.0 + s, "throughput/judge_tests_per_s": 40.0 + s,
+                    "share/sample": 0.5 - s / 100, "share/judge": 0.1, "share/train": 0.3 + s / 100,
+                    "share/other": 0.1, "cost/chip_s_per_solved_problem": None if s == 3 else 9.0 / s,
+                    "cost/chip_s_per_passing_response": 3.0 / s})
+    w.close()
+    panels, constants = plot.collect_panels(read_metrics(str(tmp_path / "metrics.jsonl")), [])
+    by_name = {name: (ylabel, curves) for name, _, ylabel, curves in panels}
+    ylabel, curves = by_name["throughput_tokens"]
+    assert "tokens per second" in ylabel and curves["throughput/gen_tokens_per_s"][0] == [2, 3, 4, 5, 6, 7]
+    assert set(by_name["share"][1]) == {"share/sample", "share/train"} and constants["share/judge"] == 0.1
+    assert by_name["cost"][1]["cost/chip_s_per_solved_problem"][0] == [2, 4, 5, 6, 7]  # None: no point
+    assert "chip-seconds" in by_name["cost"][0] and "throughput_judge" in by_name
+    names = {os.path.basename(p) for p in plot.plot_run(str(tmp_path))}
+    assert {"throughput_tokens.png", "throughput_judge.png", "share.png", "cost.png"} <= names

@@ -2,6 +2,14 @@
 
 The JSONL file is the record the plots and tests read. On resume, rows logged after the checkpoint
 the run restarts from are dropped first, so each step appears once and the curves stay continuous.
+
+Throughput and cost (`throughput`, in every row): gen_tokens (response tokens sampled; under
+DAPO with refills, estimated as the trained rows' mean length x every judged response),
+train_tokens (real tokens through the train step's forward and backward), judge_programs /
+judge_tests (programs judged, tests run), their rates per second of their phase
+(`throughput/*_per_s`), each phase's share of the step (`share/*`, the rest is `share/other`),
+and `cost/chip_s` = devices x step seconds, per solved problem (a group with a passing response)
+and per passing response (None when there is none).
 """
 from __future__ import annotations
 
@@ -32,8 +40,10 @@ def read_metrics(path: str) -> list[dict]:
 
 def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperature: float,
                 next_temperature: float, times: dict, verdicts: dict, ds_stats: dict,
-                generations: int, t_step: float) -> dict:
-    """The metrics.jsonl row of one step, from the step's metrics and the Rollout it trained on."""
+                generations: int, t_step: float, group_size: int | None = None, devices: int = 1,
+                judge_tests: int | None = None) -> dict:
+    """The metrics.jsonl row of one step, from the step's metrics and the Rollout it trained on;
+    with `group_size`, the throughput and cost keys too (`judge_tests`: tests run, all hosts)."""
     m = step_metrics
     record = {
         "reward_mean": float(np.mean(rollout.rewards)),
@@ -62,7 +72,87 @@ def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperat
     record.update({f"verdict/{k}": v / total for k, v in verdicts.items()})
     record.update(ds_stats)
     record["rows"] = len(rollout.rewards)
+    if group_size is not None:
+        record.update(throughput(rollout, times, time_step=record["time_step_s"], group_size=group_size,
+                                 devices=devices, programs=sum(verdicts.values()), tests=judge_tests,
+                                 generations=generations))
     return record
+
+
+def _rate(count, seconds):
+    return count / seconds if count is not None and seconds > 0 else None
+
+
+def throughput(rollout, times: dict, *, time_step: float, group_size: int, devices: int, programs: int,
+               tests: int | None, generations: int) -> dict:
+    """Rates, phase shares and chip-seconds of one step (see the module doc)."""
+    lengths = np.asarray(rollout.response_lengths)
+    gen_tokens = int(lengths.sum()) if generations <= 1 else int(round(float(lengths.mean()) * programs))
+    train_tokens = int(np.asarray(rollout.attention_mask).sum())
+    passed = np.asarray(rollout.passed, bool)
+    solved = int(passed.reshape(-1, group_size).any(1).sum())
+    chip_s = devices * time_step
+    out = {"gen_tokens": gen_tokens, "train_tokens": train_tokens, "judge_programs": programs,
+           "judge_tests": tests, "solved_problems": solved, "passing_responses": int(passed.sum()),
+           "throughput/gen_tokens_per_s": _rate(gen_tokens, times["sample"]),
+           "throughput/train_tokens_per_s": _rate(train_tokens, times["train"]),
+           "throughput/judge_programs_per_s": _rate(programs, times["judge"]),
+           "throughput/judge_tests_per_s": _rate(tests, times["judge"]),
+           "cost/chip_s": chip_s, "cost/chip_s_per_solved_problem": chip_s / solved if solved else None,
+           "cost/chip_s_per_passing_response": chip_s / passed.sum() if passed.any() else None}
+    phases = {k: times[k] for k in ("sample", "judge", "train")}
+    for name, seconds in phases.items():
+        out[f"share/{name}"] = seconds / time_step if time_step > 0 else None
+    out["share/other"] = max(0.0, 1.0 - sum(phases.values()) / time_step) if time_step > 0 else None
+    return out
+
+
+def tests_run(result, mode: str) -> int:
+    """Tests a JudgeResult ran: all of them when it passed or (fraction mode) was judged to the end,
+    up to the first failure in "all" mode or on a compile error, none without a program."""
+    if result.verdict in ("no_code", "judge_error"):
+        return 0
+    if result.passed or (mode != "all" and result.verdict != "compile_error") or result.first_failure is None:
+        return result.tests_total
+    return result.first_failure + 1
+
+
+class _CountedHandle:
+    """A JudgeHandle whose results add their tests to the counter, once."""
+
+    def __init__(self, handle, counter: "JudgeCounter", mode: str):
+        self._handle, self._counter, self._mode, self._counted = handle, counter, mode, False
+
+    def result(self, *args, **kwargs):
+        results = self._handle.result(*args, **kwargs)
+        if not self._counted:
+            self._counted = True
+            self._counter.tests += sum(tests_run(r, self._mode) for r in results)
+        return results
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+
+class JudgeCounter:
+    """The judge pool, counting the tests its programs run (this host's); `take()` returns the
+    count since the last take and starts again (the loop takes it at each step's start and end)."""
+
+    def __init__(self, pool):
+        self._pool, self.tests = pool, 0
+
+    def submit(self, problems, codes, *, mode: str = "all"):
+        return _CountedHandle(self._pool.submit(problems, codes, mode=mode), self, mode)
+
+    def judge(self, problems, codes, *, mode: str = "all"):
+        return self.submit(problems, codes, mode=mode).result()
+
+    def take(self) -> int:
+        tests, self.tests = self.tests, 0
+        return tests
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
 
 
 def _plain(value):

@@ -2,7 +2,7 @@
 
 One panel per quantity family, each with its unit on the y axis: the raw per-step values drawn
 thin and a moving mean over N steps drawn thick (the legend says which); step 1 (it includes
-compilation) is left out of the time panel; small fractions (clip fraction, KL) get their own
+compilation) is left out of the time, throughput, phase-share and cost panels; small fractions (clip fraction, KL) get their own
 axes; a quantity that never changes gets no panel but is listed under the title. Reads
 `metrics.jsonl` (and `warm_start.jsonl` for the demo's supervised warm start) from the workdir;
 writes one PNG per panel plus `overview.png` to `DIR/plots/`.
@@ -35,7 +35,16 @@ PANELS = (
     ("learning_rate", "learning rate", "learning rate", ("learning_rate",)),
     ("time", "time per step (step 1, with compilation, left out)", "seconds",
      ("time_sample_s", "time_judge_s", "time_train_s", "time_step_s")),
+    ("throughput_tokens", "token throughput (step 1 left out)", "tokens per second of the phase",
+     ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s")),
+    ("throughput_judge", "judge throughput (step 1 left out)", "programs or tests per second of judging",
+     ("throughput/judge_programs_per_s", "throughput/judge_tests_per_s")),
+    ("share", "share of the step per phase (step 1 left out)", "fraction of the step's seconds",
+     ("share/sample", "share/judge", "share/train", "share/other")),
+    ("cost", "cost per result (step 1 left out)", "chip-seconds (devices x step seconds)",
+     ("cost/chip_s_per_solved_problem", "cost/chip_s_per_passing_response")),
 )
+_SKIP_FIRST = {"time", "throughput_tokens", "throughput_judge", "share", "cost"}  # step 1 compiles
 _NO_SMOOTHING = {"eval", "temperature", "learning_rate"}  # sparse points or stepwise by design
 
 
@@ -83,7 +92,7 @@ def collect_panels(rows, warm_rows):
         source = warm_rows if name == "warm_start" else rows
         curves = {}
         for key in keys:
-            x, y = _series(source, key, skip_first=name == "time")
+            x, y = _series(source, key, skip_first=name in _SKIP_FIRST)
             if not x:
                 continue
             same = next((k for k, v in curves.items() if v == (x, y)), None)
