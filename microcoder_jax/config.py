@@ -34,10 +34,12 @@ def block_types() -> dict:
     from microcoder_jax.sampling.temperature import TemperatureConfig
     from microcoder_jax.sharding import DistributedConfig, MeshConfig
     from microcoder_jax.trainer.config import EvalConfig, TrainConfig
+    from microcoder_jax.trainer.wandb_writer import WandbConfig
 
     return {"model": ModelConfig, "tokenizer": TokenizerConfig, "data": DataConfig, "sampling": SamplingConfig,
             "temperature": TemperatureConfig, "rl": RLConfig, "evaluator": EvaluatorConfig, "train": TrainConfig,
-            "eval": EvalConfig, "mesh": MeshConfig, "distributed": DistributedConfig, "demo": DemoConfig}
+            "eval": EvalConfig, "wandb": WandbConfig, "mesh": MeshConfig, "distributed": DistributedConfig,
+            "demo": DemoConfig}
 
 
 # RLConfig fields the run fills in from other blocks, and what each remaining field means.

@@ -12,6 +12,7 @@ synthetic task on a CPU in minutes). `--help` lists every config key with its de
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -23,7 +24,7 @@ import time
 import jax
 
 from microcoder_jax import cli, sharding
-from microcoder_jax.trainer import preemption
+from microcoder_jax.trainer import preemption, wandb_writer
 from microcoder_jax import config as config_lib
 from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
 from microcoder_jax.config_check import validate
@@ -74,7 +75,8 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     if begin.scheduler_state is not None:
         scheduler.load_state_dict(begin.scheduler_state)
     data = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
-    writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True) if primary else None
+    writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True, extra=wandb_writer.open_writer(
+        config, workdir, resume=bool(start), extra_config={"rl_resolved": dataclasses.asdict(rl)})) if primary else None
     pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
     train_step = rl_step.make_train_step(run.model_config, rl, run.mesh)
     bar = tqdm(total=run.train.steps, initial=start, desc="train", disable=not (run.train.progress and primary),

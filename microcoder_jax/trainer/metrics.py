@@ -166,9 +166,12 @@ def _plain(value):
 
 
 class MetricsWriter:
-    """Appends step records to metrics.jsonl and TensorBoard; only the writing process should hold one."""
+    """Appends step records to metrics.jsonl and TensorBoard, and to `extra` (a writer with
+    write / write_text / close, e.g. W&B); only the writing process should hold one."""
 
-    def __init__(self, workdir: str, *, resume_step: int | None = None, tensorboard: bool = True):
+    def __init__(self, workdir: str, *, resume_step: int | None = None, tensorboard: bool = True,
+                 extra=None):
+        self._extra = extra
         os.makedirs(workdir, exist_ok=True)
         self.path = os.path.join(workdir, "metrics.jsonl")
         kept = [r for r in read_metrics(self.path)
@@ -192,17 +195,23 @@ class MetricsWriter:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tb.add_scalar(key, value, step)
+        if self._extra is not None:
+            self._extra.write(step, record)
         return record
 
     def write_text(self, step: int, tag: str, text: str) -> None:
         """A text event (temperature decisions, evaluation tables) in TensorBoard."""
         if self._tb is not None:
             self._tb.add_text(tag, text, step)
+        if self._extra is not None:
+            self._extra.write_text(step, tag, text)
 
     def close(self) -> None:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._extra is not None:
+            self._extra.close()
 
 
 def progress_postfix(record: dict, keys: Iterable[tuple[str, str]] = PROGRESS_KEYS) -> dict:

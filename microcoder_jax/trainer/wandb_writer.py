@@ -1,0 +1,94 @@
+"""Weights & Biases: the `wandb` block and a writer that mirrors the metrics rows to a W&B run.
+
+Off by default (`wandb.mode=disabled`: wandb is never imported). `online` streams to W&B,
+`offline` writes the run under `<dir>/wandb/` for `wandb sync` later (and for tests). Only the
+process that writes metrics.jsonl (process 0) opens a run. The run id is saved in
+`<workdir>/wandb_run_id`: a run resumed from its checkpoint continues the same W&B run; a fresh
+start in the workdir gets a new one. W&B keeps the first value logged at a step, so after a
+resume the steps the previous process logged past its last checkpoint keep their old values
+there (metrics.jsonl and TensorBoard hold the resumed ones).
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import importlib.util
+import os
+import secrets
+
+from microcoder_jax.blocks import Block, knob
+
+RUN_ID_FILE = "wandb_run_id"
+MODES = ("disabled", "online", "offline")
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbConfig(Block):
+    PREFIX = "wandb"
+
+    mode: str = knob("disabled", "Weights & Biases: disabled (never imported), online, or offline (a local "
+                     "run for `wandb sync`); needs pip install 'microcoder_jax[wandb]'", choices=MODES)
+    project: str = knob("microcoder_jax", "W&B project")
+    entity: str = knob("", "W&B entity, a team or user ('' = your default)")
+    name: str = knob("", "W&B run name ('' = the workdir's name)")
+    group: str = knob("", "W&B run group, e.g. one sweep ('' = none)")
+    tags: tuple = knob((), "W&B run tags")
+    notes: str = knob("", "W&B run notes")
+    dir: str = knob("", "where wandb keeps its files, under DIR/wandb ('' = the workdir)")
+
+    def check(self) -> None:
+        if self.mode != "disabled" and importlib.util.find_spec("wandb") is None:
+            self.fail("mode", self.mode, "wandb is not installed: pip install 'microcoder_jax[wandb]'")
+        if not self.project.strip():
+            self.fail("project", self.project, "a W&B project name is required")
+        for tag in self.tags:
+            if not isinstance(tag, str) or not tag.strip() or len(tag) > 64:
+                self.fail("tags", self.tags, "every tag must be a non-empty string of at most 64 characters")
+        if self.dir and not os.path.isdir(self.dir):
+            self.fail("dir", self.dir, "no such directory")
+
+
+class WandbWriter:
+    """One W&B run: numbers of each metrics row at its step, text events as HTML, the config once."""
+
+    def __init__(self, cfg: WandbConfig, workdir: str, config: dict, *, resume: bool):
+        import wandb
+
+        self._wandb = wandb
+        path = os.path.join(workdir, RUN_ID_FILE)
+        run_id = None
+        if resume and os.path.exists(path):
+            with open(path) as f:
+                run_id = f.read().strip() or None
+        run_id = run_id or secrets.token_hex(6)  # W&B ids: lowercase letters and digits
+        with open(path + ".tmp", "w") as f:
+            f.write(run_id + "\n")
+        os.replace(path + ".tmp", path)
+        self.run_id = run_id
+        self.run = wandb.init(
+            project=cfg.project, entity=cfg.entity or None, name=cfg.name or os.path.basename(workdir),
+            group=cfg.group or None, tags=list(cfg.tags) or None, notes=cfg.notes or None, mode=cfg.mode,
+            dir=cfg.dir or workdir, id=run_id, resume="allow", config=config,
+            settings=wandb.Settings(console="off"))  # metrics only: stdout stays untouched
+
+    def write(self, step: int, record: dict) -> None:
+        numbers = {k: v for k, v in record.items()
+                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.run.log(numbers, step=int(step))
+
+    def write_text(self, step: int, tag: str, text: str) -> None:
+        self.run.log({tag: self._wandb.Html(f"<pre>{html.escape(text)}</pre>")}, step=int(step))
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def open_writer(config, workdir: str, *, resume: bool, extra_config: dict | None = None) -> WandbWriter | None:
+    """The run's W&B writer from `config.wandb` (a ConfigDict), or None when it is disabled.
+    The full config is logged, with `extra_config` (resolved values) beside it."""
+    from microcoder_jax import config as config_lib
+
+    cfg = WandbConfig.from_node(config.wandb)
+    if cfg.mode == "disabled":
+        return None
+    return WandbWriter(cfg, workdir, {**config_lib.to_dict(config), **(extra_config or {})}, resume=resume)
