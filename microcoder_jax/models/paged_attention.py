@@ -6,7 +6,13 @@ JAX's TPU paged-attention kernel. A slot's keys are contiguous in its page table
 valid. The prompt's full pages are shared by its G samples; a partly filled last prompt page is
 copied into each sample's first own page when it takes a slot, so no sample writes a shared page.
 
-On TPU (bf16 pool, head_dim a multiple of 128) attention is JAX's Pallas paged kernel
+An int8 pool (``kv_dtype="int8"``) holds each layer as ``QuantizedPages``: int8 keys (values) and
+one float32 scale per (head, page, offset), i.e. per (token, head): a key is quantized as it is
+written (prefill and every decode step) with its own absmax over ``head_dim``, so appending a token
+never rescales a page. Attention reads int8 blocks and applies the scales to the scores (keys) and
+to the probabilities (values), exactly ``q . (s k) = s (q . k)``: no dequantized pool exists.
+
+On TPU (bf16 or int8 pool, head_dim a multiple of 128) attention is a Pallas paged kernel
 (``models.paged_kernel``), which reads each slot's own pages only. Elsewhere the XLA path reads
 pages in blocks of ``block_pages`` with an online softmax, and only as many blocks as the longest
 live slot needs this step (a ``fori_loop`` with a traced trip count), not the whole table. Idle
@@ -27,22 +33,69 @@ from microcoder_jax.sharding import constrain
 POOL_AXES = ("kv_heads", None, None, "head_dim")
 
 
+INT8_MAX = 127.0
+
+
 class PagePool(NamedTuple):
-    """Keys and values: one ``[kv_heads, pages, page_size, head_dim]`` array per layer."""
+    """Keys and values: one ``[kv_heads, pages, page_size, head_dim]`` array (or ``QuantizedPages``) per layer."""
 
     k: tuple
     v: tuple
+
+
+class QuantizedPages(NamedTuple):
+    """An int8 layer of the pool: ``data [K, pages, page_size, D]`` int8, ``scale [K, pages, page_size]`` f32;
+    the value is ``data * scale``."""
+
+    data: jax.Array
+    scale: jax.Array
+
+
+def quantize(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``x [..., D]`` -> (int8 ``[..., D]``, f32 scale ``[...]``): symmetric, absmax over the last axis.
+
+    ``|dequantize(q, s) - x| <= s / 2 = max|x| / 254`` per element (round to nearest, no clipping).
+    """
+    x = x.astype(jnp.float32)
+    scale = jnp.max(jnp.abs(x), axis=-1) / INT8_MAX
+    safe = jnp.where(scale > 0, scale, 1.0)
+    q = jnp.clip(jnp.round(x / safe[..., None]), -INT8_MAX, INT8_MAX).astype(jnp.int8)
+    return q, scale
+
+
+def dequantize(q: jax.Array, scale: jax.Array, dtype=jnp.float32) -> jax.Array:
+    return (q.astype(jnp.float32) * scale[..., None]).astype(dtype)
 
 
 def pool_shape(config: qwen3.Qwen3Config, num_pages: int, page_size: int) -> tuple[int, ...]:
     return (config.num_kv_heads, num_pages, page_size, config.head_dim)
 
 
+def pool_dtype(kv_dtype: str | None, config: qwen3.Qwen3Config):
+    """The element dtype of a pool for ``sampling.kv_dtype`` (``model``/None: the model's dtype)."""
+    return jnp.dtype(config.dtype if kv_dtype in (None, "model") else kv_dtype)
+
+
 def init_pool(config: qwen3.Qwen3Config, num_pages: int, page_size: int, dtype=None) -> PagePool:
     shape = pool_shape(config, num_pages, page_size)
-    dtype = jnp.dtype(dtype or config.dtype)
-    zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))  # noqa: E731
-    return PagePool(zeros(), zeros())
+    dtype = pool_dtype(dtype, config)
+    if dtype == jnp.int8:
+        layer = lambda: QuantizedPages(jnp.zeros(shape, jnp.int8), jnp.zeros(shape[:3], jnp.float32))  # noqa: E731
+    else:
+        layer = lambda: jnp.zeros(shape, dtype)  # noqa: E731
+    return PagePool(tuple(layer() for _ in range(config.num_layers)), tuple(layer() for _ in range(config.num_layers)))
+
+
+def element_dtype(layer) -> jnp.dtype:
+    """The dtype pages are stored in (int8 for ``QuantizedPages``)."""
+    return (layer.data if isinstance(layer, QuantizedPages) else layer).dtype
+
+
+def constrain_pool(layer):
+    """``constrain`` for one layer of the pool (its scales: the same axes less ``head_dim``)."""
+    if isinstance(layer, QuantizedPages):
+        return QuantizedPages(constrain(layer.data, POOL_AXES), constrain(layer.scale, POOL_AXES[:3]))
+    return constrain(layer, POOL_AXES)
 
 
 class SlotView(NamedTuple):
@@ -58,28 +111,36 @@ def blocks_needed(lengths: jax.Array, page_size: int, block_pages: int) -> jax.A
     return jnp.maximum(-(-jnp.max(lengths) // (page_size * block_pages)), 1)
 
 
-def write_prompt_pages(pool_layer: jax.Array, cache_layer: jax.Array, prompt_len: jax.Array,
-                       page_ids: jax.Array) -> jax.Array:
+def write_prompt_pages(pool_layer, cache_layer: jax.Array, prompt_len: jax.Array, page_ids: jax.Array):
     """Left-padded prompt keys ``[B, K, P, D]`` -> their pages (``page_ids [B, P / page_size]``).
 
     Each prompt's real tokens are moved to the front first; ids out of range (pages a short prompt
     does not need, or prompts not admitted) are dropped.
     """
     b, kv, width, d = cache_layer.shape
-    page_size = pool_layer.shape[2]
+    page_size = pool_layer.scale.shape[2] if isinstance(pool_layer, QuantizedPages) else pool_layer.shape[2]
     src = jnp.minimum(jnp.arange(width)[None, :] + (width - prompt_len)[:, None], width - 1)  # [B, P]
     aligned = jnp.take_along_axis(cache_layer, src[:, None, :, None], axis=2)
     pages = aligned.transpose(1, 0, 2, 3).reshape(kv, b * (width // page_size), page_size, d)
-    return pool_layer.at[:, page_ids.reshape(-1)].set(pages.astype(pool_layer.dtype), mode="drop")
+    ids = page_ids.reshape(-1)
+    if isinstance(pool_layer, QuantizedPages):
+        q, scale = quantize(pages)
+        return QuantizedPages(pool_layer.data.at[:, ids].set(q, mode="drop"),
+                              pool_layer.scale.at[:, ids].set(scale, mode="drop"))
+    return pool_layer.at[:, ids].set(pages.astype(pool_layer.dtype), mode="drop")
 
 
-def write_keys(pool_layer: jax.Array, page: jax.Array, offset: jax.Array, new: jax.Array) -> jax.Array:
+def write_keys(pool_layer, page: jax.Array, offset: jax.Array, new: jax.Array):
     """Each slot's new key ``new [S, K, D]`` -> page ``page[s]`` at ``offset[s]`` (ids out of range: dropped).
 
     Indexed by (head, page, offset) so each write is one contiguous ``head_dim`` row: a slice over
     the heads instead makes TPU layout assignment carry the pool heads-minor and copy the whole
-    pool to the kernel's layout every layer and step.
+    pool to the kernel's layout every layer and step. An int8 layer quantizes ``new`` first.
     """
+    if isinstance(pool_layer, QuantizedPages):
+        q, scale = quantize(new)
+        return QuantizedPages(write_keys(pool_layer.data, page, offset, q), write_keys(pool_layer.scale, page, offset,
+                                                                                     scale))
     heads = jnp.arange(pool_layer.shape[0])[None, :]
     return pool_layer.at[heads, page[:, None], offset[:, None]].set(new.astype(pool_layer.dtype), mode="drop")
 
@@ -90,37 +151,48 @@ def copy_pages(pool: PagePool, src: jax.Array, dst: jax.Array) -> PagePool:
     # shard): nothing to all-gather
     src, dst = constrain(src, (None,)), constrain(dst, (None,))
     copy = lambda x: x.at[:, dst].set(jnp.take(x, src, axis=1, mode="clip"), mode="drop")  # noqa: E731
-    return PagePool(tuple(map(copy, pool.k)), tuple(map(copy, pool.v)))
+    return jax.tree.map(copy, pool)
 
 
-def paged_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, view: SlotView,
-                    block_pages: int) -> jax.Array:
+def paged_attention(q: jax.Array, pool_k, pool_v, view: SlotView, block_pages: int) -> jax.Array:
     """One query per slot ``q [S, H, D]`` over its pages -> ``[S, H, D]`` (plain XLA, online softmax).
 
     Each block's pages are gathered into a ``[K, S, slots, D]`` copy (no transpose: the pool is
     kv-head first) and read by broadcast multiply-reduces as in ``attention.cached_attention``.
+    ``QuantizedPages`` are gathered as int8 with their scales and scaled inside the block.
     """
     s, h, d = q.shape
-    kv, page_size = pool_k.shape[0], pool_k.shape[2]
+    quantized = isinstance(pool_k, QuantizedPages)
+    kv, page_size = (pool_k.data if quantized else pool_k).shape[0], (pool_k.data if quantized else pool_k).shape[2]
     width = block_pages * page_size
     qk = q.reshape(s, kv, h // kv, d).transpose(1, 0, 2, 3).astype(jnp.float32)  # [K, S, G, D]
     low = jnp.finfo(jnp.float32).min
 
-    def gather(pool, ids):  # [S, bp] page ids -> [K, S, bp * page_size, D]
-        return jnp.take(pool, ids, axis=1, mode="clip").astype(jnp.float32).reshape(kv, s, width, d)
+    def gather(pool, ids):  # [S, bp] page ids -> [K, S, bp * page_size, D] (int8 stays int8)
+        return jnp.take(pool, ids, axis=1, mode="clip").reshape(kv, s, width, *pool.shape[3:])
+
+    def load(pool, ids):  # -> (f32 [K, S, width, D], f32 scales [K, S, width] or 1)
+        if quantized:
+            x, sc = jax.lax.optimization_barrier((gather(pool.data, ids), gather(pool.scale, ids)))
+            return x.astype(jnp.float32), sc
+        return gather(pool, ids).astype(jnp.float32), jnp.float32(1)
 
     def block(j, carry):
         top, total, acc = carry
         ids = jax.lax.dynamic_slice_in_dim(view.table, j * block_pages, block_pages, axis=1)
-        kb, vb = jax.lax.optimization_barrier((gather(pool_k, ids), gather(pool_v, ids)))
+        (kb, ks), (vb, vs) = load(pool_k, ids), load(pool_v, ids)
+        if not quantized:
+            kb, vb = jax.lax.optimization_barrier((kb, vb))
         valid = j * width + jnp.arange(width)[None, :] < view.lengths[:, None]  # [S, width]
-        scores = jnp.sum(qk[:, :, :, None] * kb[:, :, None], axis=-1) * (d ** -0.5)  # [K, S, G, width]
+        scores = jnp.sum(qk[:, :, :, None] * kb[:, :, None], axis=-1)  # [K, S, G, width]
+        scores = scores * (ks[:, :, None] * (d ** -0.5) if quantized else d ** -0.5)
         scores = jnp.where(valid[None, :, None], scores, low)
         new_top = jnp.maximum(top, jnp.max(scores, axis=-1))
         scale = jnp.exp(top - new_top)
         e = jnp.exp(scores - new_top[..., None])
         total = total * scale + jnp.sum(e, axis=-1)
-        acc = acc * scale[..., None] + jnp.sum(e[..., None] * vb[:, :, None], axis=-2)
+        p = e * vs[:, :, None] if quantized else e  # the value scales weight the probabilities
+        acc = acc * scale[..., None] + jnp.sum(p[..., None] * vb[:, :, None], axis=-2)
         return new_top, total, acc
 
     init = (jnp.full((kv, s, h // kv), low), jnp.zeros((kv, s, h // kv)), jnp.zeros((kv, s, h // kv, d)))
@@ -150,7 +222,7 @@ def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array
     ``write_page`` at ``write_offset`` (ids out of range are dropped: idle slots) before it attends.
     """
     dtype = jnp.dtype(config.dtype)
-    kernel = choose(config.attention, config.head_dim, pool.k[0].dtype) == "kernel"
+    kernel = choose(config.attention, config.head_dim, element_dtype(pool.k[0])) == "kernel"
     x = jnp.take(params.embed, tokens[:, None], axis=0).astype(dtype)  # [S, 1, E]
     x = constrain(x, ("batch", "length", None))
     rope = qwen3.rope_tables(positions[:, None], config)
@@ -161,7 +233,7 @@ def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array
         def attend(q, k, v, pk=pk, pv=pv):
             pk = write_keys(pk, write_page, write_offset, k[:, 0])
             pv = write_keys(pv, write_page, write_offset, v[:, 0])
-            pk, pv = constrain(pk, POOL_AXES), constrain(pv, POOL_AXES)
+            pk, pv = constrain_pool(pk), constrain_pool(pv)
             if kernel:
                 out = paged_kernel_attention(q[:, 0], pk, pv, view.lengths, view.table, pages_per_block=block_pages)
             else:

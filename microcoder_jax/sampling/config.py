@@ -6,6 +6,7 @@ import dataclasses
 from microcoder_jax.blocks import Block, knob
 
 ENGINES = ("static", "paged")
+KV_DTYPES = ("model", "bfloat16", "float32", "int8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +28,9 @@ class SamplingConfig(Block):
     decode_tensor: int = knob(0, "paged: chips the sampler splits KV heads and weights over (the rest split "
                               "the slots); 0 = the training mesh, -1 = as many as the KV heads allow",
                               at_least=-1)
+    kv_dtype: str = knob("model", "paged: the page pool's dtype. model: the model's (bfloat16 in the paper "
+                         "configs); int8: int8 keys and values with a float32 scale per (token, kv head), "
+                         "quantized as written, about half the bytes a decode step reads", choices=KV_DTYPES)
     decode_phases: int = knob(4, "decode stages whose KV caches grow to max_new_tokens, so a step reads about "
                               "the filled slots (1 = one loop; each stage compiles its own body)", at_least=1)
 

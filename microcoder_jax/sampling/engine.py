@@ -15,8 +15,10 @@ Everything per row is data: cap (<= the static output width), temperature, top-p
 sequence r is drawn with key fold_in(fold_in(rng, r), t), so the tokens do not depend on S, the
 slot a sequence got or when it was admitted. A sequence's keys are contiguous in its page table
 (the prompt's full pages shared, a partly filled last prompt page copied into the sequence's first
-own page as it takes a slot). A slot is only admitted when the free pages cover every live slot's
-remaining need up to its cap plus its own, so the pool can never run out.
+own page as it takes a slot). An int8 pool (``kv_dtype``) quantizes keys and values as they are
+written, in admit and in every step (`paged_attention.QuantizedPages`). A slot is only admitted
+when the free pages cover every live slot's remaining need up to its cap plus its own, so the pool
+can never run out.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ class EngineShape:
     block_pages: int    # pages read per attention block
     refill_every: int
     shrink_at: int      # once the queue is empty, `run` returns when this few slots are live (0: never)
+    kv_dtype: str = "model"  # the pool's dtype (`sampling.kv_dtype`): model (the model's), bfloat16, float32, int8
 
     @property
     def rows(self) -> int:
@@ -83,7 +86,8 @@ def init_state(config: Qwen3Config, shape: EngineShape, pad_id) -> dict:
     n, s, w = shape.rows, shape.slots, shape.max_new
     none = jnp.int32(shape.num_pages)
     return dict(
-        pool=pa.init_pool(config, shape.num_pages, shape.page_size), pages=pg.init_pages(shape.num_pages),
+        pool=pa.init_pool(config, shape.num_pages, shape.page_size, shape.kv_dtype),
+        pages=pg.init_pages(shape.num_pages),
         prompt_pages=jnp.full((shape.max_prompts, shape.prompt_pages), none), prompt_len=jnp.zeros(
             (shape.max_prompts,), jnp.int32),
         prompt_logits=jnp.zeros((shape.max_prompts, config.vocab_size), jnp.float32), prompts_used=jnp.int32(0),

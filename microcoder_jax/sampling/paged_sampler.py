@@ -1,7 +1,7 @@
 """The paged sampler's host side: push prompts, run the engine, hand finished groups on as they end.
 
 `generate_paged` has `sampler.generate`'s signature and returns the same `SamplerOutput`
-(rows prompt-major) plus the engine knobs: `slots` (S), `page_size`, `refill_every`, per-row
+(rows prompt-major) plus the engine knobs: `slots` (S), `page_size`, `refill_every`, `kv_dtype`, per-row
 `caps`, and `on_group_done(prompt_index, SamplerOutput of its G rows)`, called as each group
 finishes (the engine returns to the host every `report_every` steps to check), so judging can
 overlap the tail. `PagedSession` is the same machinery for callers that push more prompts while
@@ -75,7 +75,8 @@ class PagedSession:
     def __init__(self, params, config: Qwen3Config, *, num_samples: int, max_prompts: int, max_new_tokens: int,
                  prompt_width: int, stop_token_ids: Sequence[int], pad_id: int, rng: jax.Array, slots: int,
                  page_size: int = 16, refill_every: int = 4, tail_slots: int | None = None,
-                 block_pages: int | None = None, num_pages: int | None = None, max_admit: int = 64, mesh=None):
+                 block_pages: int | None = None, num_pages: int | None = None, max_admit: int = 64, mesh=None,
+                 kv_dtype: str = "model"):
         tail_slots = default_tail_slots(slots) if tail_slots is None else tail_slots
         if min(num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, max_admit, tail_slots) < 1:
             raise ValueError("num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, "
@@ -94,7 +95,7 @@ class PagedSession:
         self.shape = engine.EngineShape(slots=slots, samples=num_samples, max_prompts=max_prompts,
                                         prompt_width=prompt_width, max_new=max_new_tokens, page_size=page_size,
                                         num_pages=num_pages, block_pages=block_pages, refill_every=refill_every,
-                                        shrink_at=shrink_at(self.sizes, slots))
+                                        shrink_at=shrink_at(self.sizes, slots), kv_dtype=kv_dtype)
         self.full_shape = self.shape
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
         self.pad_id, self.rng = pad_id, rng
@@ -241,7 +242,7 @@ def generate_paged(params, config: Qwen3Config, prompts: Sequence[Sequence[int]]
                    tail_slots: int | None = None, caps=None,
                    on_group_done: Callable[[int, SamplerOutput], None] | None = None, report_every: int = 256,
                    queue_order: Sequence[int] | None = None, num_pages: int | None = None,
-                   stats: dict | None = None) -> SamplerOutput:
+                   stats: dict | None = None, kv_dtype: str = "model") -> SamplerOutput:
     """`sampler.generate` on the paged engine; see the module doc. Returns all rows, prompt-major.
 
     ``stats``: a dict to fill with `PagedSession.stats()` (steps, slot-steps, attention reads).
@@ -253,7 +254,7 @@ def generate_paged(params, config: Qwen3Config, prompts: Sequence[Sequence[int]]
                            max_new_tokens=max_new_tokens, prompt_width=width, stop_token_ids=stop_token_ids,
                            pad_id=pad_id, rng=rng, slots=call_slots(slots, len(prompts) * num_samples),
                            page_size=page_size, refill_every=refill_every, tail_slots=tail_slots,
-                           num_pages=num_pages,
+                           num_pages=num_pages, kv_dtype=kv_dtype,
                            max_admit=max(64, len(prompts)) if queue_order is not None else 64, mesh=mesh)
     session.push(prompts, temperature=temperature, top_p=top_p, top_k=top_k, caps=caps, queue_order=queue_order)
     while not session.done:

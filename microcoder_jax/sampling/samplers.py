@@ -77,7 +77,7 @@ class PagedSampler(_Common):
         c = self.config
         return paged_sampler.generate_paged(
             params, self.model_config, prompts, slots=c.slots_for(len(prompts) * num_samples),
-            page_size=c.page_size, refill_every=c.refill_every, on_group_done=on_group_done,
+            page_size=c.page_size, refill_every=c.refill_every, kv_dtype=c.kv_dtype, on_group_done=on_group_done,
             report_every=self.report_every(max_new_tokens),
             **self._kwargs(num_samples, temperature, max_new_tokens, top_p, top_k, rng))
 
@@ -90,7 +90,7 @@ class PagedSampler(_Common):
             params, self.model_config, num_samples=c.group_size, max_prompts=max_prompts,
             max_new_tokens=c.max_new_tokens, prompt_width=prompt_width, stop_token_ids=self.stop_ids,
             pad_id=self.pad_id, rng=rng, slots=c.slots_for(rows), page_size=c.page_size,
-            refill_every=c.refill_every, mesh=self.mesh)
+            refill_every=c.refill_every, kv_dtype=c.kv_dtype, mesh=self.mesh)
 
 
 ENGINES = {"static": StaticSampler, "paged": PagedSampler}
