@@ -206,3 +206,62 @@ def test_the_paged_engine_takes_the_kernel_where_it_serves_and_matches_xla():
     assert spy.call_count >= config.num_layers
     np.testing.assert_array_equal(kernel.tokens, xla.tokens)
     np.testing.assert_allclose(kernel.logprobs, xla.logprobs, atol=2e-2)
+
+
+# ---------------------------------------------------------------- int8 pages (models.paged_kernel_int8)
+
+def _quantized(args):
+    """The inputs with int8 pools (``QuantizedPages``) and the float64 pages they stand for."""
+    from microcoder_jax.models import paged_attention as pa
+
+    q, pool_k, pool_v, lengths, table = args
+    pools, exact = [], []
+    for p in (pool_k, pool_v):
+        data, scale = pa.quantize(p)
+        pools.append(pa.QuantizedPages(data, scale))
+        exact.append(np.asarray(pa.dequantize(data, scale), np.float64))
+    return (q, *pools, lengths, table), exact
+
+
+def _reference64(q, k, v, lengths, table):
+    """_reference without its bfloat16 rounding (the int8 kernel reads the int8 values exactly)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jnp, "bfloat16", jnp.float32)
+        return _reference(q, k, v, lengths, table)
+
+
+@pytest.mark.parametrize("heads,kv_heads,pages_per_block", [(2, 2, 4), (4, 2, 2), (8, 2, 3), (16, 8, 1)])
+def test_int8_kernel_interpreted_matches_float64(heads, kv_heads, pages_per_block):
+    """Ragged lengths, an idle slot, a page shared by two slots, "no page" entries, GQA 1..4: equal to
+    float64 attention over the dequantized pages (1e-5), and within the quantization drift of the
+    float pages (|q|_1 max|dk| / sqrt(D) per score, max|dv| per value)."""
+    args = _inputs(heads, kv_heads, seed=3)
+    qargs, (k_deq, v_deq) = _quantized(args)
+    got = np.asarray(_kernel(*qargs, pages_per_block=pages_per_block))
+    live = np.asarray(args[3]) > 0
+    assert np.isfinite(got).all() and (got[~live] == 0).all()
+    q = np.asarray(args[0], np.float64)
+    want = _reference64(q, k_deq, v_deq, args[3], args[4])
+    np.testing.assert_allclose(got[live], want[live], rtol=1e-5, atol=1e-5)
+    k, v = (np.asarray(a, np.float64) for a in args[1:3])
+    err = np.abs(got[live] - _reference64(q, k, v, args[3], args[4])[live]).max()
+    delta = np.abs(q).sum(-1).max() * np.abs(k_deq - k).max() / np.sqrt(D)
+    assert 0 < err <= np.abs(v_deq - v).max() + np.expm1(2 * delta) * np.abs(v).max(), err
+
+
+def test_int8_kernel_under_a_mesh_equals_one_device():
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from microcoder_jax.sharding import make_mesh
+
+    mesh = make_mesh(data=2, fsdp=2, tensor=2)
+    lengths = LENGTHS + (2, 2 * PAGE, 5)
+    qargs, _ = _quantized(_inputs(4, 2, lengths=lengths, seed=4))
+    want = _kernel(*qargs, pages_per_block=2)
+    rows, pool, scale = P(("data", "fsdp")), P("tensor", None, None, None), P("tensor", None, None)
+    specs = (P(("data", "fsdp"), "tensor", None), (pool, scale), (pool, scale), rows, P(("data", "fsdp"), None))
+    placed = jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), qargs,
+                          tuple(type(a)(*s) if isinstance(a, tuple) else s for a, s in zip(qargs, specs)))
+    with jax.set_mesh(mesh):
+        got = _kernel(*placed, pages_per_block=2)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from microcoder_jax.models import qwen3
 from microcoder_jax.models.attention import _fall_back, platform
 from microcoder_jax.models.paged_kernel import paged_kernel_attention, paged_kernel_unsupported
+from microcoder_jax.models.paged_kernel_int8 import QuantizedPages
 from microcoder_jax.sharding import constrain
 
 POOL_AXES = ("kv_heads", None, None, "head_dim")
@@ -41,14 +42,6 @@ class PagePool(NamedTuple):
 
     k: tuple
     v: tuple
-
-
-class QuantizedPages(NamedTuple):
-    """An int8 layer of the pool: ``data [K, pages, page_size, D]`` int8, ``scale [K, pages, page_size]`` f32;
-    the value is ``data * scale``."""
-
-    data: jax.Array
-    scale: jax.Array
 
 
 def quantize(x: jax.Array) -> tuple[jax.Array, jax.Array]:

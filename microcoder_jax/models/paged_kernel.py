@@ -4,7 +4,9 @@ Pools are K-first, ``[kv_heads, pages, page_size, head_dim]`` per layer (the ker
 slot's keys ``[0, lengths[s])`` sit at page ``table[s, c // page_size]``, offset ``c % page_size``.
 The kernel reads only the blocks of ``pages_per_block`` table entries that hold a slot's keys
 (``cdiv(length, page_size * pages_per_block)`` of them), so an idle slot (length 0) reads nothing
-and gives zeros. It always reads keys and values as bfloat16 (an fp32 pool is rounded).
+and gives zeros. It always reads keys and values as bfloat16 (an fp32 pool is rounded). An int8
+pool (``QuantizedPages``) goes to our int8 kernel (``models.paged_kernel_int8``) instead, under the
+same shard_map.
 
 ``megacore_mode`` stays None: v5e has one TensorCore per chip, and the kernel's own docs warn
 that "batch" or "kv_head" can hang where megacore is off; on v4/v5p "batch" might use both cores
@@ -12,11 +14,14 @@ that "batch" or "kv_head" can hang where megacore is off; on v4/v5p "batch" migh
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from microcoder_jax.models.attention import _tpu_interpret_mode
+from microcoder_jax.models.paged_kernel_int8 import QuantizedPages, int8_paged_attention
 
 LANES = 128  # the kernel's blocks keep head_dim whole in VMEM: it must be a multiple of the lane width
 
@@ -27,14 +32,14 @@ def paged_kernel_unsupported(head_dim: int, pool_dtype, on: str) -> str | None:
         return f"platform is {on}, not tpu"
     if head_dim % LANES:
         return f"head_dim {head_dim} must be a multiple of {LANES} for the paged TPU kernel"
-    if jnp.dtype(pool_dtype) != jnp.dtype(jnp.bfloat16):
-        return (f"the paged TPU kernel reads keys and values as bfloat16, the pool is "
+    if jnp.dtype(pool_dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.int8)):
+        return (f"the paged TPU kernels read keys and values as bfloat16 or int8, the pool is "
                 f"{jnp.dtype(pool_dtype).name}")
     return None
 
 
-def paged_kernel_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, lengths: jax.Array,
-                           table: jax.Array, *, pages_per_block: int) -> jax.Array:
+def paged_kernel_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, table: jax.Array, *,
+                           pages_per_block: int) -> jax.Array:
     """One query per slot ``q [S, H, D]`` over its first ``lengths[s]`` paged keys -> ``[S, H, D]``.
 
     Under a mesh (``jax.set_mesh``) the kernel runs inside ``jax.shard_map`` (Mosaic kernels cannot
@@ -43,10 +48,12 @@ def paged_kernel_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, l
     expected replicated over the data axes: each shard reads its slots' pages from its own copy.
     """
     s, h, d = q.shape
-    kv, num_pages = pool_k.shape[0], pool_k.shape[1]
-    if pool_k.shape != pool_v.shape or h % kv or pool_k.shape[3] != d:
+    quantized = isinstance(pool_k, QuantizedPages)
+    kshape, vshape = (pool_k.data.shape, pool_v.data.shape) if quantized else (pool_k.shape, pool_v.shape)
+    kv, num_pages = kshape[0], kshape[1]
+    if kshape != vshape or h % kv or kshape[3] != d:
         raise ValueError(f"paged kernel: q {q.shape} needs pools [kv_heads, pages, page_size, {d}] with heads a "
-                         f"multiple of kv_heads, got keys {pool_k.shape} and values {pool_v.shape}")
+                         f"multiple of kv_heads, got keys {kshape} and values {vshape}")
     if lengths.shape != (s,) or table.ndim != 2 or table.shape[0] != s:
         raise ValueError(f"paged kernel: lengths must be [{s}] and table [{s}, pages], got "
                          f"{lengths.shape} and {table.shape}")
@@ -58,11 +65,14 @@ def paged_kernel_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, l
     # last block, then masked: clip them to a real page so the copy stays in bounds.
     table = jnp.clip(jnp.pad(table.astype(jnp.int32), ((0, 0), (0, pad))), 0, num_pages - 1)
     lengths = lengths.astype(jnp.int32)
-    run = lambda q, k, v, n, t: _kernel(q, k, v, n, t, block)  # noqa: E731
+    run = _kernel8 if quantized else _kernel
+    run = functools.partial(run, pages_per_block=block)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return run(q, pool_k, pool_v, lengths, table)
     q_spec, pool_spec, slot_spec = _specs(mesh, s, kv)
+    if quantized:
+        pool_spec = QuantizedPages(pool_spec, P(*pool_spec[:3]))
     return jax.shard_map(run, in_specs=(q_spec, pool_spec, pool_spec, slot_spec, P(slot_spec[0], None)),
                          out_specs=q_spec, check_vma=False)(q, pool_k, pool_v, lengths, table)
 
@@ -79,6 +89,14 @@ def _specs(mesh, slots: int, kv_heads: int):
     tensor = dict(mesh.shape).get("tensor", 1)
     heads = "tensor" if tensor > 1 and kv_heads % tensor == 0 else None
     return P(rows, heads, None), P(heads, None, None, None), P(rows)
+
+
+def _kernel8(q, pool_k, pool_v, lengths, table, pages_per_block):
+    """The int8 kernel on one shard (q in fp32, pre-scaled)."""
+    scaled = q.astype(jnp.float32) * (q.shape[-1] ** -0.5)
+    out = int8_paged_attention(scaled, pool_k.data, pool_k.scale, pool_v.data, pool_v.scale, lengths, table,
+                               pages_per_block=pages_per_block)
+    return out.astype(q.dtype)
 
 
 def _kernel(q, pool_k, pool_v, lengths, table, pages_per_block):
