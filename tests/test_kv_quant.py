@@ -4,12 +4,16 @@ pages against a float64 reference, and the engine with an int8 pool against the 
 The engine comparison prints what it measured (greedy agreement, log-prob gap): on the tiny fp32
 model (4 prompts x G=2, 24 new tokens) it is recorded in the issue's report.
 """
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
+import os
 
-from microcoder_jax.models import paged_attention as pa
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other processes may hold libtpu
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from microcoder_jax.models import paged_attention as pa  # noqa: E402
 
 PAGE, PAGES, D = 8, 12, 16
 LENGTHS = (1, PAGE - 1, PAGE, 3 * PAGE + 2, 0)  # one key, a page less one, a page, several pages, idle
@@ -158,3 +162,76 @@ def test_engine_int8_pool_against_model_dtype_pool(tiny):
     print(f"int8 vs fp32 pool, T=1: {prefix.mean():.3f} of tokens before the first difference; |log-prob gap| "
           f"mean {gap.mean():.2e} max {gap.max():.2e}")
     assert prefix.mean() >= 0.5 and gap.max() < 0.05
+
+
+# ---------------------------------------------------------------- TPU ahead-of-time compile, planner
+
+PAGED = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.max_new_tokens=448", "data.prompt_buckets=(64,)",
+         "sampling.slots=64", "model.dtype=bfloat16", "model.head_dim=128", "model.attention=auto",
+         "sampling.decode_tensor=-1"]
+
+
+def _paged_programs(topology_name, extra):
+    from microcoder_jax import cli
+    from microcoder_jax.config import make_rl_config
+    from microcoder_jax.plan import paged, programs
+    from microcoder_jax.plan.topologies import parse_topology
+
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py")
+    config = cli.load_config(demo, PAGED + extra)
+    try:
+        devices = parse_topology(topology_name).devices()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"libtpu cannot make AOT devices here ({str(e).splitlines()[0][:100]})")
+    mesh = programs.make_mesh(config, devices)
+    return config, paged.rl_step_programs(config, make_rl_config(config), mesh, tpu=True)
+
+
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v4:2x2x1"])
+def test_int8_engine_run_compiles_for_tpu(topology):
+    """The decode loop with an int8 pool: the int8 kernel in every layer, no pool-sized copy inside the
+    loop, no float array of the pool's shape (no dequantized pool) anywhere in the program."""
+    import re
+
+    from microcoder_jax.plan import hlo
+
+    config, progs = _paged_programs(topology, ["sampling.kv_dtype=int8"])
+    prog = next(p for p in progs if p.name == "sample decode")
+    shape, mc = prog.kwargs["shape"], prog.model_config
+    assert shape.kv_dtype == "int8" and mc.attention == "splash"
+    layer = prog.args[0]["pool"].k[0]
+    assert layer.data.dtype == jnp.int8 and layer.scale.shape == layer.data.shape[:3]
+    with jax.set_mesh(prog.mesh):
+        text = prog.fn.lower(*prog.args, **prog.kwargs).compile().as_text()
+    assert len(re.findall(r'custom_call_target="tpu_custom_call"', text)) >= mc.num_layers
+    local = layer.data.sharding.shard_shape(layer.data.shape)
+    assert hlo.large_copies(text, (local[0] * local[1] * local[2] * local[3]) // 2) == 0
+    dims = ",".join(map(str, local))
+    assert not re.search(rf"(f32|bf16|f16)\[{dims}\]", text), "a dequantized pool"
+    assert not re.search(rf"(f32|bf16)\[{','.join(map(str, local[:3]))},{local[3]}\]", text)
+
+
+def test_planner_counts_the_pool_at_its_dtype():
+    from microcoder_jax.plan import paged
+    from microcoder_jax.plan.planner import abstract_mesh  # noqa: F401
+
+    config, progs = _paged_programs("v5e:2x2", [])
+    _, progs8 = _paged_programs("v5e:2x2", ["sampling.kv_dtype=int8"])
+    dec, dec8 = (next(p for p in ps if p.name == "sample decode") for ps in (progs, progs8))
+    mc, shape = dec.model_config, dec.kwargs["shape"]
+    t = dec.mesh.shape["tensor"]
+    bf16, int8 = paged.pool_bytes(mc, shape, t), paged.pool_bytes(mc, dec8.kwargs["shape"], t)
+    assert int8 / bf16 == pytest.approx((mc.head_dim + 4) / (2 * mc.head_dim))
+    assert int8 == programs_local_bytes(dec8.args[0]["pool"])
+    e, e8 = paged.estimate(dec, dec.mesh), paged.estimate(dec8, dec8.mesh)
+    assert e8.components["page pool (args, donated)"] == int8
+    assert e8.hbm_bytes < e.hbm_bytes and e8.flops == e.flops
+    more = paged.slots_in_same_pool(mc, shape, "int8")
+    assert shape.slots * 1.8 < more < shape.slots * 2
+    assert paged.slots_in_same_pool(mc, shape, "model") == shape.slots
+
+
+def programs_local_bytes(tree):
+    from microcoder_jax.plan.programs import local_bytes
+
+    return local_bytes(tree)

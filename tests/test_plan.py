@@ -220,7 +220,7 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
                         cache_dir=str(tmp_path), only=("sample decode",), search=False).rows[0].total
     assert half < decode.total, (half, decode.total)
     labels = [label for label, _ in suggest.candidates(config, "sample decode", result.mesh_shape)]
-    assert labels[:2] == ["the sampler's KV heads over every chip", "32 slots"], labels
+    assert labels[:3] == ["the sampler's KV heads over every chip", "int8 KV pool, 64 slots", "32 slots"], labels
     hbm = int(decode.total / planner.HEADROOM * 0.98)  # just short for the 64-slot loop on the training mesh
     small = dataclasses.replace(topology, chip=dataclasses.replace(topology.chip, hbm_bytes=hbm))
     tight = planner.plan(config, small, cache_dir=str(tmp_path), only=("sample decode",))

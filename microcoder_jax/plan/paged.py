@@ -6,7 +6,9 @@ One sampler call of the paged engine reshards the weights into the decode layout
 (the decode loop over S slots).
 They are planned at the sizes `paged_sampler.PagedSession` would pick: S = `sampling.slots` (or its
 default), a pool of every prompt's pages plus S sequences at the cap. The engine's state (pool,
-queue, outputs) is replicated over the data axes and its KV heads split over `tensor`.
+queue, outputs) is replicated over the data axes and its KV heads split over `tensor`. The pool is
+counted at its dtype (`sampling.kv_dtype`: int8 keys and values plus a float32 scale per token and
+head); `kv_dtype_rows` gives each decode program's bytes and roofline time at both dtypes.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
                               page_size=ps, num_pages=engine.default_num_pages(prompts, width, slots, max_new, ps),
                               block_pages=max(1, 64 // ps), refill_every=s.refill_every,
                               shrink_at=paged_sampler.shrink_at(paged_sampler.tail_sizes(
-                                  slots, paged_sampler.default_tail_slots(slots)), slots))
+                                  slots, paged_sampler.default_tail_slots(slots)), slots), kv_dtype=s.kv_dtype)
 
 
 def _state(mc, shape, mesh):
@@ -43,10 +45,10 @@ def _state(mc, shape, mesh):
 
     state = jax.eval_shape(lambda: engine.init_state(mc, shape, 0))
     rep = sharding.replicated(mesh)
-    pool_sh = jax.sharding.NamedSharding(mesh, sharding.logical_to_spec(
-        pa.POOL_AXES, mesh, pa.pool_shape(mc, shape.num_pages, shape.page_size)))
+    spec = sharding.logical_to_spec(pa.POOL_AXES, mesh, pa.pool_shape(mc, shape.num_pages, shape.page_size))
+    pool_sh = lambda a: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec[:a.ndim]))  # noqa: E731
     out = jax.tree.map(lambda a: _sds(a.shape, a.dtype, rep), state)
-    out["pool"] = jax.tree.map(lambda a: _sds(a.shape, a.dtype, pool_sh), state["pool"])
+    out["pool"] = jax.tree.map(lambda a: _sds(a.shape, a.dtype, pool_sh(a)), state["pool"])
     return out
 
 
@@ -72,10 +74,33 @@ def is_paged(program: Program) -> bool:
     return "shape" in program.kwargs and hasattr(program.kwargs["shape"], "num_pages")
 
 
+def token_head_bytes(mc, kv_dtype) -> int:
+    """Bytes one token's key (or value) of one head takes in the pool: head_dim x dtype bytes, plus
+    the float32 scale of an int8 pool."""
+    from microcoder_jax.models import paged_attention as pa
+
+    dtype = pa.pool_dtype(kv_dtype, mc)
+    return mc.head_dim * dtype.itemsize + (4 if dtype == jnp.int8 else 0)
+
+
+def _local_kv_heads(mc, tensor: int) -> int:
+    return mc.num_kv_heads // tensor if mc.num_kv_heads % tensor == 0 else mc.num_kv_heads
+
+
 def pool_bytes(mc, shape, tensor: int) -> int:
-    """pages x page_size x layers x 2 (K, V) x kv_heads (per device) x head_dim x dtype bytes."""
-    kv = mc.num_kv_heads // tensor if mc.num_kv_heads % tensor == 0 else mc.num_kv_heads
-    return shape.num_pages * shape.page_size * mc.num_layers * 2 * kv * mc.head_dim * jnp.dtype(mc.dtype).itemsize
+    """pages x page_size x layers x 2 (K, V) x kv_heads (per device) x the token-head bytes of the dtype."""
+    return (shape.num_pages * shape.page_size * mc.num_layers * 2 * _local_kv_heads(mc, tensor)
+            * token_head_bytes(mc, shape.kv_dtype))
+
+
+def slots_in_same_pool(mc, shape, kv_dtype: str) -> int:
+    """The most slots a ``kv_dtype`` pool holds in the bytes of ``shape``'s pool (prompt pages kept)."""
+    from microcoder_jax.sampling import engine
+
+    budget = pool_bytes(mc, shape, 1)
+    per_page = shape.page_size * mc.num_layers * 2 * mc.num_kv_heads * token_head_bytes(mc, kv_dtype)
+    pages = int(budget // per_page) - shape.max_prompts * shape.prompt_pages
+    return max(0, pages // engine.max_own_pages(shape.max_new, shape.page_size))
 
 
 def paged_model_config(config, tpu: bool):
@@ -85,7 +110,8 @@ def paged_model_config(config, tpu: bool):
     from microcoder_jax.plan import programs
 
     mc = programs.model_config_for(config, False, 0)  # the shape; attention is set below
-    kernel = pa.choose(config.model.attention, mc.head_dim, mc.dtype, on="tpu" if tpu else "gpu") == "kernel"
+    dtype = pa.pool_dtype(config.sampling.kv_dtype, mc)
+    kernel = pa.choose(config.model.attention, mc.head_dim, dtype, on="tpu" if tpu else "gpu") == "kernel"
     return mc.replace(attention="splash" if kernel else "xla")
 
 
@@ -109,15 +135,53 @@ def estimate(program: Program, mesh):
         flops = 2.0 * l * layer * a * width + analytic._attention_flops(mc, a, width, width, False)
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
     s, reads = shape.slots, shape.table_width * shape.page_size
+    kvh, token = max(k // t, 1), token_head_bytes(mc, shape.kv_dtype)
+    int8 = pa_dtype(mc, shape) == jnp.int8
     if mc.attention != "splash":  # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
-        comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * max(k // t, 1) * shape.block_pages * \
+        comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * kvh * shape.block_pages * \
             shape.page_size * hd * 4 * 2
+    elif int8:  # the int8 kernel takes each slot's scales gathered in table order
+        comp["one layer's slot-table scales (int8 kernel)"] = s * 2 * kvh * reads * 4
     comp["sampling temporaries (logits, probs x4)"] = s * v * 4 * 4
     steps = -(-shape.rows // s) * shape.max_new  # every slot busy to the cap: the worst case
     flops = steps * (2.0 * (l * layer + v * d) * s + analytic._attention_flops(mc, s, 1, reads // 2, False))
     local = analytic._split(s, mesh.shape["data"] * mesh.shape["fsdp"])  # each device reads its slots' pages
-    hbm = steps * ((l * layer + v * d) * 2 / t + local * l * 2 * max(k // t, 1) * hd * 2 * reads / 2)
+    # the live pages (half the table on average) at the pool's bytes per token and head; the int8
+    # kernel also gathers the whole table's scales (read, written, read again)
+    kv_step = local * l * 2 * kvh * (token * reads / 2 + (3 * 4 * reads if int8 and mc.attention == "splash" else 0))
+    hbm = steps * ((l * layer + v * d) * 2 / t + kv_step)
     return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=shape.rows * shape.max_new)
+
+
+def pa_dtype(mc, shape):
+    from microcoder_jax.models import paged_attention as pa
+
+    return pa.pool_dtype(shape.kv_dtype, mc)
+
+
+def kv_dtype_rows(plan) -> list[dict]:
+    """Per paged decode program: pool GiB, HBM GB per device and roofline seconds at the model's dtype
+    and at int8 (attention as `paged_model_config` picks it for each), and the slots an int8 pool
+    holds in the model-dtype pool's bytes."""
+    import dataclasses
+
+    chip, n = plan.topology.chip, plan.topology.num_devices
+    out = []
+    for row in plan.rows:
+        p = row.program
+        if not (is_paged(p) and p.name.endswith("decode")):
+            continue
+        t = p.mesh.shape["tensor"]
+        got = {}
+        for dtype in ("model", "int8"):
+            shape = dataclasses.replace(p.kwargs["shape"], kv_dtype=dtype)
+            mc = p.model_config  # the kernel, where it serves, takes both dtypes
+            est = estimate(dataclasses.replace(p, kwargs=dict(p.kwargs, shape=shape), model_config=mc), p.mesh)
+            got[dtype] = dict(pool=pool_bytes(mc, shape, t), hbm=est.hbm_bytes, seconds=est.seconds(chip, n))
+        base = dataclasses.replace(p.kwargs["shape"], kv_dtype="model")
+        out.append(dict(name=p.name, slots=base.slots, int8_slots=slots_in_same_pool(p.model_config, base, "int8"),
+                        **{f"{k}_{d}": v for d, r in got.items() for k, v in r.items()}))
+    return out
 
 
 def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]:

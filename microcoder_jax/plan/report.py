@@ -95,6 +95,25 @@ def time_lines(plan) -> list[str]:
     return lines
 
 
+def kv_dtype_lines(plan) -> list[str]:
+    """The paged decode programs at both pool dtypes (`sampling.kv_dtype`), from the analytic model."""
+    from microcoder_jax.plan.paged import kv_dtype_rows
+
+    rows = kv_dtype_rows(plan)
+    if not rows:
+        return []
+    lines = [f"{'program':<15}{'pool GiB':>17}{'HBM GB/dev':>22}{'est. s':>17}{'slots':>13}",
+             f"{'':<15}{'model':>9}{'int8':>8}{'model':>12}{'int8':>10}{'model':>9}{'int8':>8}{'model':>7}"
+             f"{'int8':>6}"]
+    for r in rows:
+        lines.append(f"{r['name']:<15}{r['pool_model'] / GIB:9.2f}{r['pool_int8'] / GIB:8.2f}"
+                     f"{r['hbm_model'] / 1e9:12.1f}{r['hbm_int8'] / 1e9:10.1f}{r['seconds_model']:9.2f}"
+                     f"{r['seconds_int8']:8.2f}{r['slots']:7d}{r['int8_slots']:6d}")
+    lines.append("(int8: keys and values in int8 plus a float32 scale per token and head; slots int8 = the "
+                 "slots an int8 pool holds in the model-dtype pool's bytes; a roofline until measured on a TPU)")
+    return lines
+
+
 def render(plan, config_name: str) -> str:
     t, mc, sh = plan.topology, plan.model_config, plan.shapes
     params = mc.num_params()
@@ -118,6 +137,9 @@ def render(plan, config_name: str) -> str:
     if copies:
         out += ["", "== large copies", *copies]
     out += ["", "== analytic breakdown", *breakdown_lines(plan), "", "== time", *time_lines(plan), ""]
+    kv = kv_dtype_lines(plan)
+    if kv:
+        out += ["== paged decode at each KV pool dtype (sampling.kv_dtype)", *kv, ""]
     if plan.fits:
         out.append(f"verdict: every program fits {t.name}")
     else:
