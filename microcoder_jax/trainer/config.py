@@ -20,6 +20,16 @@ class TrainConfig(Block):
     progress: bool = knob(True, "tqdm progress bar")
     allow_config_change: bool = knob(False, "resume although algorithm keys differ from the run's config.json "
                                      "(logged in its history; shape changes are always refused)")
+    compile_cache: str = knob("{workdir}/compile_cache", "JAX persistent compilation cache: a restart loads "
+                              "compiled programs instead of compiling ({workdir} = the run's workdir; '' = off; "
+                              "several hosts: JAX writes from process 0 only, so use a path every host reads)")
+
+    def check(self) -> None:
+        from microcoder_jax.trainer.compile_cache import template_error
+
+        error = template_error(self.compile_cache)
+        if error:
+            self.fail("compile_cache", self.compile_cache, error)
 
 
 @dataclasses.dataclass(frozen=True)

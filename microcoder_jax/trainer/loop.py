@@ -24,7 +24,7 @@ import time
 import jax
 
 from microcoder_jax import cli, sharding
-from microcoder_jax.trainer import preemption, wandb_writer
+from microcoder_jax.trainer import compile_cache, preemption, wandb_writer
 from microcoder_jax import config as config_lib
 from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
 from microcoder_jax.config_check import validate
@@ -58,8 +58,9 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     from microcoder_jax.sampling.diversity import diversity_metrics
     from microcoder_jax.sampling.temperature import TemperatureScheduler
 
-    validate(config)
+    train_config = validate(config)["train"]
     workdir = os.path.abspath(workdir)
+    compile_cache.enable(train_config.compile_cache, workdir)  # before the first compile
     primary = jax.process_index() == 0
     # before anything is written: a resume with a changed config is checked against config.json,
     # and set-up (tokenizer, problems, model shape) must succeed before config.json is saved
