@@ -23,6 +23,11 @@ class TrainConfig(Block):
     compile_cache: str = knob("{workdir}/compile_cache", "JAX persistent compilation cache: a restart loads "
                               "compiled programs instead of compiling ({workdir} = the run's workdir; '' = off; "
                               "several hosts: JAX writes from process 0 only, so use a path every host reads)")
+    save_rollouts: tuple = knob((), "steps (as in metrics.jsonl) whose rollout batch and starting state are saved "
+                                "under WORKDIR/rollouts for `python -m microcoder_jax.replay`")
+    save_rollouts_every: int = knob(0, "also save every N-th step's rollout for replay (0 = only save_rollouts)",
+                                    at_least=0)
+
 
     def check(self) -> None:
         from microcoder_jax.trainer.compile_cache import template_error
@@ -30,6 +35,9 @@ class TrainConfig(Block):
         error = template_error(self.compile_cache)
         if error:
             self.fail("compile_cache", self.compile_cache, error)
+        for step in self.save_rollouts:
+            if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+                self.fail("save_rollouts", self.save_rollouts, "expected steps, ints >= 1, e.g. (1, 120)")
 
 
 @dataclasses.dataclass(frozen=True)

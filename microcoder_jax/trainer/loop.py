@@ -31,6 +31,7 @@ from microcoder_jax.config_check import validate
 from microcoder_jax.data import loader
 from microcoder_jax.rl import packing
 from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix, step_record
+from microcoder_jax.trainer.replay import RolloutSaver
 from microcoder_jax.trainer.resume import record_config
 from microcoder_jax.trainer.rollout import probe_temperature
 from microcoder_jax.trainer.step_batch import collect_step
@@ -80,6 +81,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
         config, workdir, resume=bool(start), extra_config={"rl_resolved": dataclasses.asdict(rl)})) if primary else None
     pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
     train_step = rl_step.make_train_step(run.model_config, rl, run.mesh)
+    saver = RolloutSaver(run, workdir)  # train.save_rollouts: batches kept for replay.py
     bar = tqdm(total=run.train.steps, initial=start, desc="train", disable=not (run.train.progress and primary),
                dynamic_ncols=True)
     if run.temperature.policy == "diversity" and run.temperature.probe and not scheduler.probed:
@@ -103,6 +105,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             got = collect_step(run, pool, state.params, begin.ref_params, next_prompts, temperature=temperature,
                                key_for=functools.partial(key, run.seed, 1, step), times=times)
             batch = got.batch
+            saver.save_state(step + 1, state)  # before the step donates it
             t0 = time.perf_counter()
             step_in = batch
             if rl.packing:  # rl.packing: the step runs on each mini-batch's rows laid end to end
@@ -110,6 +113,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             state, step_metrics = train_step(state, sharding.put_batch(step_in, run.mesh))
             step_metrics = jax.device_get(step_metrics)
             times["train"] = time.perf_counter() - t0
+            saver.save_rollout(step + 1, got, times, temperature)  # a non-finite step too
             loss = float(step_metrics["loss"])
             if not math.isfinite(loss):
                 ckpt.wait()  # let pending saves of good states finish before naming the newest
@@ -132,6 +136,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                 record = writer.write(done, record)
                 if decision.changed:
                     writer.write_text(done, "temperature", json.dumps(decision.to_dict()))
+            saver.save_record(done, record, scheduler.temperature)
             if decision.changed:
                 log_fn(f"temperature {decision.previous:g} -> {decision.temperature:g} at step {done}: "
                        f"{decision.reason}")
@@ -152,6 +157,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
         try:  # the guard stays up while closing: a second signal during the final save exits at once
             bar.close()
             ckpt.close()
+            saver.close()
             pool.close()
             if writer is not None:
                 writer.close()

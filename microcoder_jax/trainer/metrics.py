@@ -165,6 +165,11 @@ def _plain(value):
     return value if math.isfinite(value) else repr(value)
 
 
+def plain_row(step: int, metrics: dict) -> dict:
+    """The JSON-ready row of a step, as metrics.jsonl holds it."""
+    return {"step": int(step), **{k: _plain(v) for k, v in metrics.items() if k != "step"}}
+
+
 class MetricsWriter:
     """Appends step records to metrics.jsonl and TensorBoard, and to `extra` (a writer with
     write / write_text / close, e.g. W&B); only the writing process should hold one."""
@@ -188,7 +193,7 @@ class MetricsWriter:
 
     def write(self, step: int, metrics: dict) -> dict:
         """Record one step; returns the plain record written."""
-        record = {"step": int(step), **{k: _plain(v) for k, v in metrics.items() if k != "step"}}
+        record = plain_row(step, metrics)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._tb is not None:

@@ -33,7 +33,7 @@ FATAL_KEYS = frozenset({
 FREE_KEYS = ("train.steps", "train.checkpoint_every", "train.keep_checkpoints",
              "train.async_checkpoint", "train.eval_every", "train.progress", ALLOW_KEY,
              "evaluator.workers", "model.attention", "model.remat", "mesh.", "distributed.", "eval.",
-             "train.compile_cache", "wandb.")
+             "train.compile_cache", "train.save_rollouts", "train.save_rollouts_every", "wandb.")
 
 
 class ConfigChangeError(ConfigError):

@@ -1,0 +1,8 @@
+"""`python -m microcoder_jax.replay --workdir DIR --step N`: re-run a saved step's train step (the
+code is `microcoder_jax.trainer.replay`)."""
+import sys
+
+from microcoder_jax.trainer.replay import main, replay
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Replay a rollout batch: `python -m microcoder_jax.replay --workdir DIR --step N`.
+
+When a step misbehaves (a loss spike, a KL jump) it can be re-run. With `train.save_rollouts`
+(steps) or `train.save_rollouts_every` (every N-th step) the loop saves, for step N (the `step`
+of metrics.jsonl), the train state it started from (`DIR/rollouts/states/`, a checkpoint of
+step N-1, written before the step donates it) and, after the step, its Rollout (tokens, masks,
+rewards, passed / no_code / truncated, temperatures, sampler entropy, old log-probs of the
+sampling policy, reference log-probs under KL) as `rollouts/step_N.npz` beside
+`rollouts/step_N.json` (the policy's step, temperature, verdict counts, DAPO stats, phase
+times, the sampler log-prob gaps and the logged row). A step whose loss is not finite is saved
+too, before the run stops.
+
+`replay` restores that state, runs the jitted train step on the saved batch and builds the row
+as the loop does. On the same devices and config it equals the logged row bitwise, except the
+keys that depend on time (`time_*`, `throughput/*`, `share/*`, `cost/*`: sampling and judging
+are not re-run, their saved seconds are used). The command prints the row as one JSON line and
+which keys differ; exit status 0 when none does, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+
+from microcoder_jax import sharding
+
+ROLLOUTS_DIR = "rollouts"
+TIMED_PREFIXES = ("time_", "throughput/", "share/", "cost/")
+
+
+def is_timed(key: str) -> bool:
+    """Whether a row key depends on wall-clock time (never compared by a replay)."""
+    return key.startswith(TIMED_PREFIXES)
+
+
+def _paths(workdir: str, step: int) -> tuple[str, str]:
+    base = os.path.join(workdir, ROLLOUTS_DIR, f"step_{step:06d}")
+    return base + ".npz", base + ".json"
+
+
+def saved_steps(workdir: str) -> list[int]:
+    folder = os.path.join(workdir, ROLLOUTS_DIR)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(int(n[5:-4]) for n in names if n.startswith("step_") and n.endswith(".npz"))
+
+
+class RolloutSaver:
+    """The loop's side: which steps to save, and saving them (every process calls each method;
+    the state save and the gather of device arrays are collective, process 0 writes the files)."""
+
+    def __init__(self, run, workdir: str):
+        self.steps = set(run.train.save_rollouts)
+        self.every = run.train.save_rollouts_every
+        self.dir = os.path.join(workdir, ROLLOUTS_DIR)
+        self._ckpt = None
+
+    def wants(self, step: int) -> bool:
+        return step in self.steps or bool(self.every and step % self.every == 0)
+
+    def _states(self):
+        if self._ckpt is None:
+            from microcoder_jax.checkpoint import Checkpointer
+
+            self._ckpt = Checkpointer(os.path.join(self.dir, "states"), keep=1 << 30, async_save=False)
+        return self._ckpt
+
+    def save_state(self, step: int, state) -> None:
+        """Before step `step`: the state it starts from, as a checkpoint of step - 1."""
+        if self.wants(step):
+            self._states().save(step - 1, state, {"step": step - 1})
+
+    def save_rollout(self, step: int, got, times: dict, temperature: float) -> None:
+        """After the train step (before its loss is checked): the batch and what the row needs."""
+        if not self.wants(step):
+            return
+        arrays = {name: sharding.to_host(v) for name, v in got.batch.as_dict().items()}
+        if jax.process_index() == 0:
+            npz, meta_path = _paths(os.path.dirname(self.dir), step)
+            os.makedirs(self.dir, exist_ok=True)
+            np.savez(npz, **arrays)
+            meta = {"step": step, "policy_step": step - 1, "temperature": temperature, "times": dict(times),
+                    "verdicts": got.verdicts, "ds_stats": got.ds_stats, "generations": got.generations,
+                    "gaps": [float(g) for g in got.gaps], "devices": jax.device_count()}
+            _write_json(meta_path, meta)
+
+    def save_record(self, step: int, record: dict, next_temperature: float) -> None:
+        """After the row is made: the logged row, to compare a replay with."""
+        if self.wants(step) and jax.process_index() == 0:
+            from microcoder_jax.trainer.metrics import plain_row
+
+            meta_path = _paths(os.path.dirname(self.dir), step)[1]
+            with open(meta_path) as f:
+                meta = json.load(f)
+            _write_json(meta_path, {**meta, "next_temperature": next_temperature, "record": plain_row(step, record)})
+
+    def close(self) -> None:
+        if self._ckpt is not None:
+            self._ckpt.close()
+
+
+def _write_json(path: str, value: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def saved_config(workdir: str):
+    """The run's config (its config.json, with today's defaults for keys added since)."""
+    from microcoder_jax import config as config_lib
+    from microcoder_jax.trainer.resume import CONFIG_FILE, flatten
+
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise config_lib.ConfigError(f"--workdir={workdir}: no {CONFIG_FILE}; is it a training run?")
+    with open(path) as f:
+        flat = flatten(json.load(f))
+    config = config_lib.default_config()
+    known = set(config_lib.flat_keys(config))
+    for key, value in flat.items():
+        if key in known:
+            group, name = key.rsplit(".", 1) if "." in key else ("", key)
+            node = config_lib.get(config, group) if group else config
+            node[name] = tuple(value) if isinstance(value, list) else value
+    return config
+
+
+def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
+    """Re-run step `step` of the run in `workdir`; returns (row, {key: (logged, replayed)} of the
+    keys that differ, time-dependent ones left out)."""
+    from microcoder_jax import config as config_lib
+    from microcoder_jax.checkpoint import Checkpointer
+    from microcoder_jax.config_check import validate
+    from microcoder_jax.rl import packing
+    from microcoder_jax.rl import step as rl_step
+    from microcoder_jax.sampling.diversity import diversity_metrics
+    from microcoder_jax.trainer import compile_cache
+    from microcoder_jax.trainer.metrics import plain_row, step_record
+    from microcoder_jax.trainer.rollout import Rollout
+    from microcoder_jax.trainer.setup import abstract_train_state, setup
+
+    workdir = os.path.abspath(workdir)
+    npz, meta_path = _paths(workdir, step)
+    if not os.path.exists(npz) or not os.path.exists(meta_path):
+        saved = ", ".join(map(str, saved_steps(workdir))) or "none"
+        raise config_lib.ConfigError(f"--step={step}: no saved rollout in {os.path.join(workdir, ROLLOUTS_DIR)} "
+                                     f"(saved steps: {saved}); set train.save_rollouts or train.save_rollouts_every")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    config = saved_config(workdir)
+    compile_cache.enable(validate(config)["train"].compile_cache, workdir)
+    run = setup(config, workdir)
+    states = Checkpointer(os.path.join(workdir, ROLLOUTS_DIR, "states"), async_save=False)
+    try:
+        if step - 1 not in states.all_steps():
+            raise config_lib.ConfigError(f"--step={step}: the state of step {step - 1} is missing in {states.directory}")
+        state, _, _ = states.restore(abstract_train_state(run), step - 1)
+    finally:
+        states.close()
+    with np.load(npz) as data:
+        batch = Rollout(**{name: data[name] for name in data.files})
+    log_fn(f"replaying step {step} from the state of step {meta['policy_step']} ({len(batch.rewards)} rows)")
+    train_step = rl_step.make_train_step(run.model_config, run.rl_config, run.mesh)
+    step_in = batch  # as the loop feeds the step (loop.py)
+    if run.rl_config.packing:
+        step_in = {**batch.as_dict(), "packing": packing.for_step(batch.attention_mask, run.rl_config, run.mesh)}
+    t0 = time.perf_counter()
+    state, metrics = train_step(state, sharding.put_batch(step_in, run.mesh))
+    metrics = jax.device_get(metrics)
+    times = {**meta["times"], "train": time.perf_counter() - t0}
+    div = diversity_metrics(batch.tokens[:, -run.sampling.max_new_tokens:], batch.response_lengths,
+                            run.sampling.group_size, entropy=batch.sample_entropy)
+    logged = meta.get("record")  # absent when the step's loss was not finite
+    step_s = (logged or {}).get("time_step_s", sum(meta["times"].values()))
+    record = step_record(metrics, batch, div, signal=run.temperature.signal, temperature=meta["temperature"],
+                         next_temperature=meta.get("next_temperature", meta["temperature"]), times=times,
+                         verdicts=meta["verdicts"], ds_stats=meta["ds_stats"], generations=meta["generations"],
+                         t_step=time.perf_counter() - (step_s - meta["times"]["train"] + times["train"]),
+                         group_size=run.sampling.group_size, devices=jax.device_count(),
+                         judge_tests=(logged or {}).get("judge_tests"))
+    record["sampler_logprob_gap"] = sum(meta["gaps"]) / len(meta["gaps"])
+    row = plain_row(step, record)
+    diffs = {}
+    if logged is not None:
+        for key in sorted(set(row) | set(logged)):
+            if not is_timed(key) and row.get(key, "<absent>") != logged.get(key, "<absent>"):
+                diffs[key] = (logged.get(key, "<absent>"), row.get(key, "<absent>"))
+    return row, diffs
+
+
+def main(argv=None) -> int:
+    from microcoder_jax import cli
+
+    parser = argparse.ArgumentParser(prog="python -m microcoder_jax.replay", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", required=True, help="the training run's directory")
+    parser.add_argument("--step", type=int, required=True, help="the step to replay (as in metrics.jsonl)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+
+    def body() -> int:
+        row, diffs = replay(args.workdir, args.step, log_fn=lambda m: print(m, file=sys.stderr))
+        print(json.dumps(row))
+        compared = len([k for k in row if not is_timed(k)])
+        if not diffs:
+            print(f"step {args.step}: the replay equals the logged row on all {compared} keys that do not "
+                  f"depend on time", file=sys.stderr)
+            return 0
+        for key, (before, after) in diffs.items():
+            print(f"  {key}: logged {before!r}, replayed {after!r}", file=sys.stderr)
+        print(f"step {args.step}: {len(diffs)} of {compared} keys differ from the logged row", file=sys.stderr)
+        return 1
+
+    return cli.main_guard(body)
