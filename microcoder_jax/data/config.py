@@ -49,6 +49,11 @@ class DemoConfig(Block):
     vocab_size: int = knob(384, "BPE vocabulary trained on the task text", at_least=1)
     warm_start_lr: float = knob(3e-3, "warm-start learning rate", at_least=0.0)
     warm_start_batch: int = knob(32, "warm-start rows per step", at_least=1)
+    # The truncation task (data/truncation_task.py, configs/truncation_task.py): a scratchpad of votes.
+    votes: tuple = knob((), "(min, max) scratchpad votes of warm-start answers before the program; () = "
+                        "the plain demo, else the truncation task")
+    vote_accuracy: float = knob(0.3, "truncation task: chance a warm-start vote names the prompt's operation",
+                                probability=True)
 
     def check(self) -> None:
         from microcoder_jax.data import demo_task
@@ -56,3 +61,7 @@ class DemoConfig(Block):
         unknown = [op for op in self.ops if op not in demo_task.OPS]
         if unknown:
             self.fail("ops", self.ops, f"unknown {unknown}; known: {', '.join(demo_task.OPS)}")
+        v = self.votes
+        if v and not (len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+                      and 0 <= v[0] <= v[1]):
+            self.fail("votes", v, "expected () or (min, max) with 0 <= min <= max")

@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from microcoder_jax import config as config_lib
 from microcoder_jax import models, sharding
-from microcoder_jax.data import demo_task, loader
+from microcoder_jax.data import demo_task, loader, truncation_task
 from microcoder_jax.data.config import DataConfig
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
 from microcoder_jax.evaluator.config import EvaluatorConfig
@@ -67,8 +67,10 @@ def key(seed: int, *path: int):
 
 
 def _demo_data(config, workdir):
-    """The demo's problems and tokenizer (trained once, then reloaded from the workdir)."""
+    """The demo's problems and tokenizer (trained once, then reloaded from the workdir); with
+    demo.votes, the truncation task's (data/truncation_task.py)."""
     d = config.demo
+    task = truncation_task if d.votes else demo_task
     problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, config.seed,
                                        d.phrasings)
     path = os.path.join(workdir, "tokenizer")
@@ -80,7 +82,7 @@ def _demo_data(config, workdir):
     if exists:
         tokenizer = load_tokenizer(path)
     else:
-        tokenizer = demo_task.build_tokenizer(problems, d.ops, config.data, d.vocab_size)
+        tokenizer = task.build_tokenizer(problems, d.ops, config.data, d.vocab_size)
         if jax.process_index() == 0:
             tokenizer.save_pretrained(path)
     return problems, tokenizer
@@ -135,13 +137,16 @@ def initial_params(run: Run, log_fn=print):
         return models.load_hf_params(config.model.path, run.model_config, mesh=run.mesh)
     params = models.init_params(run.model_config, jax.random.PRNGKey(config.seed))
     if config.train.warm_start_steps:
+        # demo.votes: the truncation task's answers (a scratchpad of votes before the program)
+        votes = dict(votes_range=tuple(config.demo.votes), accuracy=config.demo.vote_accuracy)
+        task, extra = (truncation_task, votes) if config.demo.votes else (demo_task, {})
         with open(os.path.join(run.workdir, "warm_start.jsonl"), "w") as curve:  # plotted by plot.py
-            params = demo_task.warm_start(
+            params = task.warm_start(
                 params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo.ops,
                 config.data, steps=config.train.warm_start_steps, batch_size=config.demo.warm_start_batch,
                 learning_rate=config.demo.warm_start_lr, max_new_tokens=config.sampling.max_new_tokens,
                 seed=config.seed, progress=config.train.progress, log=log_fn,
-                on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"))
+                on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"), **extra)
     return params
 
 

@@ -1,0 +1,60 @@
+"""The truncation task on a CPU, one truncation rule per run: `--config=configs/truncation_task.py:RULE`.
+
+    python -m microcoder_jax.train --config=configs/truncation_task.py:conditional_0.1 --workdir=runs/trunc_c01
+
+The demo's tiny Qwen3 and problems, but every answer first writes a scratchpad of votes
+(`<think> sum product sum ... </think>`) and then the program of the majority vote
+(data/truncation_task.py). The warm start spreads the scratchpad over 1-40 votes, so with a
+56-token cap about a third of the answers are cut off (no program: `no_code`, not judged wrong),
+and more votes make the majority right more often. All rules share the microcoder preset's loss
+(clip 0.2/0.28, token-mean, no KL) and differ only in what happens to truncated answers.
+
+RULE:
+  grpo             truncated answers judged like any other (rl.truncation=none; reward 0)
+  overlong_filter  every truncated answer leaves the loss (DAPO's / DeepCoder's overlong filter)
+  mask_all         every truncated answer gets advantage 0 (kept in the token count)
+  conditional_RHO  MicroCoder's conditional mask at rho=RHO, e.g. conditional_0.1, conditional_0.3
+  soft_overlong    DAPO's soft overlong punishment over the last quarter of the cap (no dynamic sampling)
+"""
+from microcoder_jax.config import demo_config
+
+MAX_NEW_TOKENS = 56  # the response cap: warm-start answers are 31-70 tokens (1-40 votes)
+RULES = {"grpo": "none", "overlong_filter": "overlong_filter", "mask_all": "mask_all",
+         "soft_overlong": "soft_overlong", "conditional": "conditional"}
+
+
+def parse_rule(arg: str) -> tuple[str, float | None]:
+    """'conditional_0.3' -> ('conditional', 0.3); 'grpo' -> ('none', None)."""
+    name, _, rho = (arg or "conditional_0.1").partition("_") if arg and arg.startswith("conditional") \
+        else (arg, "", "")
+    if name not in RULES or (rho and name != "conditional"):
+        raise ValueError(f"configs/truncation_task.py:{arg}: expected one of {sorted(RULES)} "
+                         "(conditional as conditional_RHO, e.g. conditional_0.1)")
+    if name != "conditional":
+        return RULES[name], None
+    try:
+        value = float(rho or 0.1)
+    except ValueError:
+        raise ValueError(f"configs/truncation_task.py:{arg}: rho {rho!r} is not a number") from None
+    return "conditional", value
+
+
+def get_config(arg: str = "conditional_0.1"):
+    truncation, rho = parse_rule(arg or "conditional_0.1")
+    c = demo_config()
+    c.data.enable_thinking = True  # the answer opens its own <think> scratchpad
+    c.demo.votes = (1, 40)  # warm-start scratchpad lengths: 31-70 tokens against the 56-token cap
+    c.demo.vote_accuracy = 0.3  # a vote names the prompt's operation 30% of the time (chance: 20%)
+    c.demo.tests_per_problem = 1  # each test tells every operation apart; one keeps the judge cheap
+    c.train.warm_start_steps = 200
+    c.sampling.max_new_tokens = MAX_NEW_TOKENS
+    c.eval.max_new_tokens = MAX_NEW_TOKENS
+    c.rl.preset = "microcoder"  # every rule: clip 0.2/0.28, token-mean, no KL
+    c.rl.truncation = truncation
+    if rho is not None:
+        c.rl.rho = rho
+    c.rl.repeat_m = 16  # a loop: the last 16 tokens repeat the 16 before (16 identical votes twice)
+    c.rl.soft_overlong_cache = MAX_NEW_TOKENS // 4  # the paper's 1024 of 4096 tokens, scaled
+    c.train.steps = 40
+    c.train.checkpoint_every = 0  # only at the end
+    return c

@@ -1,0 +1,186 @@
+"""Running arms x seeds of the truncation task one after another, and their summary.json.
+
+Every run is the normal trainer (`train(config, workdir)`) on `configs/truncation_task.py:RULE`
+plus the arm's overrides, in its own workdir `OUT/runs/ARM/seedN`; a run whose metrics already
+cover every step is read back instead of run again. All runs share one process (warm starts of
+one seed are computed once, compiled programs are reused) and one compilation cache.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+from microcoder_jax.config import config_dir
+
+CONFIG_FILE = os.path.join(config_dir(), "truncation_task.py")
+# summary name -> metrics.jsonl key
+QUANTITIES = {"reward": "reward_mean", "length": "response_length_mean", "truncation": "truncation_rate",
+              "masked": "masked_fraction", "no_code": "no_code_rate", "diversity": "diversity",
+              "temperature": "temperature"}
+# --short: a few steps of everything, to check the command end to end (not a result)
+SHORT = ("train.warm_start_steps=10", "data.num_prompts=4", "demo.problems_per_op=2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One side of the comparison: the config file's RULE argument and extra KEY=VALUE overrides."""
+    name: str
+    rule: str
+    overrides: tuple = ()
+    label: str = ""
+
+
+def window_size(steps: int) -> int:
+    """Steps averaged for the start and end values: an eighth of the run, at least 1."""
+    return max(1, round(steps / 8))
+
+
+def run_config(arm: Arm, seed: int, steps: int, short: bool, out: str):
+    from microcoder_jax.cli import load_config
+
+    overrides = [*arm.overrides, f"seed={seed}", f"train.steps={steps}", "train.progress=False",
+                 *(SHORT if short else ())]
+    config = load_config(f"{CONFIG_FILE}:{arm.rule}", overrides)
+    if "compile_cache" in config.train:  # shared by every run of the experiment
+        config.train.compile_cache = os.path.join(os.path.abspath(out), "compile_cache")
+    return config
+
+
+def _finished(workdir: str, steps: int) -> list[dict] | None:
+    from microcoder_jax.trainer.metrics import read_metrics
+
+    rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    done = os.path.exists(os.path.join(workdir, "run_done.json"))
+    return rows if done and len(rows) == steps else None
+
+
+def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print) -> dict:
+    """Train every arm for every seed (seed-major); returns {arm: {seed: (rows, timing)}}."""
+    from microcoder_jax.data import truncation_task
+    from microcoder_jax.trainer.loop import train
+
+    truncation_task.reuse_warm_starts(True)
+    results = {a.name: {} for a in arms}
+    total, t_all = len(arms) * len(seeds), time.perf_counter()
+    every = max(1, steps // 8)
+    for i, (seed, arm) in enumerate((s, a) for s in seeds for a in arms):
+        workdir = os.path.join(out, "runs", arm.name, f"seed{seed}")
+        tag = f"[{i + 1}/{total}] {arm.name} seed {seed}"
+        rows = _finished(workdir, steps)
+        if rows is not None:
+            timing = json.load(open(os.path.join(workdir, "run_done.json")))
+            log(f"{tag}: done before, read back")
+            results[arm.name][seed] = (rows, timing)
+            continue
+        shutil.rmtree(workdir, ignore_errors=True)
+        config = run_config(arm, seed, steps, short, out)
+        t0, c0 = time.perf_counter(), time.process_time()
+
+        def on_step(step, r, tag=tag, t0=t0):
+            if step % every == 0 or step == steps:
+                log(f"{tag} step {step}/{steps}: reward {r['reward_mean']:.3f} length "
+                    f"{r['response_length_mean']:.1f} truncated {r['truncation_rate']:.2f} masked "
+                    f"{r['masked_fraction']:.2f} diversity {r['diversity']:.3f} T {r['temperature']:g} "
+                    f"({time.perf_counter() - t0:.0f} s)")
+
+        train(config, workdir, log_fn=lambda m, tag=tag: log(f"{tag}: {m}"), on_step=on_step)
+        timing = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+        with open(os.path.join(workdir, "run_done.json"), "w") as f:
+            json.dump(timing, f)
+        rows = _finished(workdir, steps)
+        results[arm.name][seed] = (rows, timing)
+        elapsed = time.perf_counter() - t_all
+        log(f"{tag}: finished in {timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU; "
+            f"experiment {elapsed / 60:.1f} min, about {elapsed / (i + 1) * (total - i - 1) / 60:.1f} min left")
+    return results
+
+
+def series(rows, key) -> np.ndarray:
+    """A metric per step (NaN where missing)."""
+    out = [r.get(key) for r in rows]
+    return np.array([v if isinstance(v, (int, float)) and math.isfinite(v) else np.nan for v in out], float)
+
+
+def temperature_path(rows) -> list:
+    """[[step, temperature], ...]: the first step and every step the temperature changed."""
+    path = []
+    for r in rows:
+        t = r.get("temperature")
+        if not path or t != path[-1][1]:
+            path.append([r["step"], t])
+    return path
+
+
+def run_summary(rows, steps: int) -> dict:
+    w = window_size(steps)
+    out = {"start": {}, "end": {}}
+    for name, key in QUANTITIES.items():
+        values = series(rows, key)
+        out["start"][name] = float(np.nanmean(values[:w]))
+        out["end"][name] = float(np.nanmean(values[-w:]))
+    reward = series(rows, "reward_mean")
+    out["peak_reward"] = float(np.nanmax(reward))
+    out["peak_reward_step"] = int(rows[int(np.nanargmax(reward))]["step"])
+    out["temperature_path"] = temperature_path(rows)
+    return out
+
+
+def summarize(arms, results, steps: int, meta: dict) -> dict:
+    """summary.json: per arm and seed the start / end values (means over window_size steps), the
+    peak reward, the temperature path and the run's time; per arm the mean and std over seeds."""
+    summary = {**meta, "steps": steps, "window_steps": window_size(steps), "arms": {}}
+    for arm in arms:
+        per_seed = {}
+        for seed, (rows, timing) in sorted(results[arm.name].items()):
+            per_seed[str(seed)] = {**run_summary(rows, steps), **timing}
+        agg = {}
+        for part in ("start", "end"):
+            for name in QUANTITIES:
+                v = [s[part][name] for s in per_seed.values()]
+                agg[f"{part}_{name}"] = {"mean": float(np.mean(v)), "std": float(np.std(v)),
+                                         "min": float(np.min(v)), "max": float(np.max(v))}
+        summary["arms"][arm.name] = {"label": arm.label or arm.name, "rule": arm.rule,
+                                     "overrides": list(arm.overrides), "seeds": per_seed, "over_seeds": agg}
+    return summary
+
+
+def table(summary: dict, columns=("reward", "length", "truncation", "masked", "diversity")) -> str:
+    """A markdown table: start -> end means over seeds (± std of the end value over seeds)."""
+    head = "| arm | " + " | ".join(f"{c} start → end" for c in columns) + " |"
+    lines = [head, "|" + "---|" * (len(columns) + 1)]
+    for name, arm in summary["arms"].items():
+        a = arm["over_seeds"]
+        cells = [f"{a[f'start_{c}']['mean']:.3g} → {a[f'end_{c}']['mean']:.3g} ± {a[f'end_{c}']['std']:.2g}"
+                 for c in columns]
+        lines.append(f"| {arm['label']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=None) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write((table(summary, columns) if columns else table(summary)) + "\n")
+    figure_fn(results, arms, os.path.join(out, "curves.png"), summary)
+
+
+def parse_args(argv, prog: str, doc: str, default_seeds: int, default_steps: int):
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output directory (runs/, summary.json, table.md, curves.png)")
+    p.add_argument("--seeds", type=int, default=default_seeds, help="seeds per arm (0, 1, ...)")
+    p.add_argument("--steps", type=int, default=None, help=f"RL steps per run (default {default_steps}; "
+                   "--short: 3)")
+    p.add_argument("--short", action="store_true", help="tiny runs that check the command end to end")
+    args = p.parse_args(argv if argv is not None else sys.argv[1:])
+    args.steps = args.steps or (3 if args.short else default_steps)
+    return args

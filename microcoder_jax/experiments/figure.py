@@ -1,0 +1,68 @@
+"""The experiments' figure: one panel per quantity against the RL step, one colour per arm.
+
+Per arm: the mean over seeds per step (thin, raw), its moving mean (thick), and a band from the
+lowest to the highest seed's moving mean.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from microcoder_jax.experiments.common import series
+from microcoder_jax.trainer.plot import auto_window, moving_mean
+
+# (metrics key, title, y-axis label with unit)
+PANELS = {
+    "reward_mean": ("training reward", "reward (fraction of answers passing)"),
+    "response_length_mean": ("response length", "tokens per answer"),
+    "truncation_rate": ("truncated answers", "fraction of answers at the cap"),
+    "diversity": ("group diversity", "distinct 4-grams / all 4-grams in a group"),
+    "masked_fraction": ("masked or filtered answers", "fraction of answers"),
+    "temperature": ("sampling temperature", "temperature"),
+}
+
+
+def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, smooth: int = 0) -> None:
+    """Write the figure to `path` (PNG). `results`: {arm: {seed: (rows, timing)}}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 3 if len(keys) > 4 else 2
+    rows_n = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 3.8 * rows_n), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, key in zip(axes.flat, keys):
+        panel_title, ylabel = PANELS[key]
+        for colour, arm in zip(colours * 3, arms):
+            runs = [rows for rows, _ in results[arm.name].values()]
+            if not runs:
+                continue
+            n = min(len(r) for r in runs)
+            steps = np.array([r["step"] for r in runs[0][:n]])
+            values = np.stack([series(r[:n], key) for r in runs])  # [seeds, steps]
+            w = smooth or auto_window(n)
+            smoothed = np.stack([moving_mean(v, w) for v in values])
+            mean = np.nanmean(values, 0)
+            label = f"{arm.label or arm.name} ({len(runs)} seeds)"
+            ax.plot(steps, mean, color=colour, lw=0.8, alpha=0.45)
+            ax.plot(steps, np.nanmean(smoothed, 0), color=colour, lw=2.2, label=label)
+            if len(runs) > 1:
+                ax.fill_between(steps, np.nanmin(smoothed, 0), np.nanmax(smoothed, 0), color=colour, alpha=0.15,
+                                lw=0)
+        if key == "response_length_mean" and cap:
+            ax.axhline(cap, color="black", ls="--", lw=1)
+            ax.text(0.01, cap, f" cap {cap}", transform=ax.get_yaxis_transform(), va="bottom", fontsize=8)
+        ax.set_title(panel_title)
+        ax.set_xlabel("RL step (rollout batches)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9, frameon=False)
+    fig.suptitle(f"{title}\nthin: mean over seeds per step; thick: its moving mean; band: lowest to highest "
+                 "seed (moving mean)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,129 @@
+"""The truncation task (data/truncation_task.py, configs/truncation_task.py) and the experiment
+commands (microcoder_jax.experiments): the task's answers, its config, and shortened runs."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from microcoder_jax.cli import load_config
+from microcoder_jax.config import blocks
+from microcoder_jax.config_check import validate
+from microcoder_jax.data import truncation_task as tt
+from microcoder_jax.evaluator.extract import extract_code
+from microcoder_jax.experiments import common
+
+CONFIG = common.CONFIG_FILE
+OPS = ("sum", "difference", "product", "maximum", "minimum")
+
+
+@pytest.fixture(scope="module")
+def task():
+    """The task's problems, data block and tokenizer as configs/truncation_task.py builds them."""
+    typed = blocks(load_config(f"{CONFIG}:grpo"))
+    d = typed["demo"]
+    problems = tt.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, 0, d.phrasings)
+    return problems, typed, tt.build_tokenizer(problems, d.ops, typed["data"], d.vocab_size)
+
+
+def test_majority_and_votes():
+    rng = np.random.default_rng(0)
+    assert tt.majority(["sum", "product", "sum"], rng) == "sum"
+    assert {tt.majority(["sum", "product"], rng) for _ in range(50)} == {"sum", "product"}  # ties at random
+    votes = tt.draw_votes("sum", OPS, 20000, 0.3, rng)
+    share = {op: votes.count(op) / len(votes) for op in OPS}
+    assert abs(share["sum"] - 0.3) < 0.02 and all(abs(share[o] - 0.175) < 0.02 for o in OPS[1:])
+
+
+def test_more_votes_make_the_majority_right_more_often():
+    rng = np.random.default_rng(1)
+    right = {k: np.mean([tt.majority(tt.draw_votes("sum", OPS, k, 0.3, rng), rng) == "sum"
+                         for _ in range(600)]) for k in (1, 10, 40)}
+    assert right[1] < right[10] < right[40] and right[40] - right[1] > 0.25
+
+
+def test_answers_are_judged_only_when_whole(task):
+    problems, typed, tok = task
+    text = tt.response_text(["sum", "product", "sum"], "sum")
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text and extract_code(text) == "a, b = map(int, input().split())\nprint(a + b)"
+    # every vote is one token, so the policy sets its length one vote at a time
+    assert len(tok.encode(tt.response_text(["sum"] * 11, "sum"), add_special_tokens=False)) == len(ids) + 8
+    for cut in (3, len(ids) - 12, len(ids) - 1):  # inside the scratchpad, the program, the last fence
+        assert extract_code(tok.decode(ids[:cut])) is None  # no program: no_code, not judged wrong
+
+
+def test_warm_start_lengths_spread_around_the_cap(task):
+    problems, typed, tok = task
+    d, cap = typed["demo"], typed["sampling"].max_new_tokens
+    lengths = tt.answer_lengths(tok, problems, d.ops, d.votes, d.vote_accuracy, 2000)
+    over = float(np.mean(lengths > cap))
+    assert 0.2 <= over <= 0.5, over  # the issue's 20-50% truncated at the start of RL
+    assert lengths.min() < cap - 15 and lengths.max() > cap + 5
+
+
+def test_warm_start_batch_cuts_long_answers_without_end_token(task):
+    problems, typed, tok = task
+    d, cap = typed["demo"], typed["sampling"].max_new_tokens
+    tokens, attention, loss_mask = tt.warm_start_batch(tok, problems[:64], d.ops, typed["data"], cap,
+                                                       np.random.default_rng(0), votes_range=d.votes,
+                                                       accuracy=d.vote_accuracy)
+    answers = tokens[:, -cap:]
+    full = attention[:, -cap:].sum(1) == cap
+    ends = np.array([tok.eos_token_id in row[m > 0] for row, m in zip(answers, attention[:, -cap:])])
+    assert full.any() and (~full).any()
+    assert not ends[full & ~(answers[:, -1] == tok.eos_token_id)].any()  # cut rows: no end token
+    assert ends[~full].all() and (loss_mask[:, -cap:] == attention[:, -cap:]).all()
+
+
+@pytest.mark.parametrize("arg, rule, rho", [("grpo", "none", None), ("overlong_filter", "overlong_filter", None),
+                                            ("conditional_0.3", "conditional", 0.3),
+                                            ("soft_overlong", "soft_overlong", None), ("", "conditional", 0.1)])
+def test_config_argument_is_the_rule(arg, rule, rho):
+    config = load_config(f"{CONFIG}:{arg}" if arg else CONFIG)
+    rl = validate(config)["rl"]
+    assert rl.truncation == rule and config.demo.votes == (1, 40)
+    if rho is not None:
+        assert rl.rho == rho
+    assert rl.soft_overlong_cache == config.sampling.max_new_tokens // 4
+
+
+@pytest.mark.parametrize("arg", ["conditional_x", "grpo_0.1", "nothing"])
+def test_bad_config_argument(arg):
+    with pytest.raises(Exception, match="truncation_task.py"):
+        load_config(f"{CONFIG}:{arg}")
+
+
+def test_summary_and_table_from_rows():
+    rows = [{"step": s, "reward_mean": s / 10, "response_length_mean": 30 + s, "truncation_rate": 0.1,
+             "masked_fraction": 0.0, "no_code_rate": 0.1, "diversity": 0.5, "temperature": 1.0 if s < 6 else 1.2}
+            for s in range(1, 9)]
+    arm = common.Arm("a", "grpo", label="A")
+    summary = common.summarize([arm], {"a": {0: (rows, {"wall_s": 1.0, "cpu_s": 1.0})}}, 8, {})
+    seed = summary["arms"]["a"]["seeds"]["0"]
+    assert seed["start"]["reward"] == 0.1 and seed["end"]["length"] == 38  # 1-step windows
+    assert seed["temperature_path"] == [[1, 1.0], [6, 1.2]] and seed["peak_reward_step"] == 8
+    assert "| A | 0.1 → 0.8 ± 0" in common.table(summary)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["truncation", "temperature"])
+def test_experiment_command_short(tmp_path, name):
+    """--short end to end: every arm trains a few steps, summary.json, table and figure written."""
+    import importlib
+
+    module = importlib.import_module(f"microcoder_jax.experiments.{name}")
+    out = str(tmp_path / name)
+    assert module.main(["--out", out, "--seeds", "1", "--short"]) == 0
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert list(summary["arms"]) == [a.name for a in module.ARMS] and summary["steps"] == 3
+    for arm in summary["arms"].values():
+        assert set(arm["seeds"]) == {"0"} and arm["seeds"]["0"]["temperature_path"]
+    assert os.path.getsize(os.path.join(out, "curves.png")) > 10_000
+    if name == "truncation":  # the rules differ where they should, on the same warm start
+        arms = summary["arms"]
+        assert arms["overlong_filter"]["over_seeds"]["start_masked"]["mean"] == \
+            arms["overlong_filter"]["over_seeds"]["start_truncation"]["mean"] > 0
+        assert arms["grpo"]["over_seeds"]["start_masked"]["mean"] == 0
