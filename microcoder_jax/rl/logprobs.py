@@ -19,17 +19,91 @@ import numpy as np
 from microcoder_jax import models, sharding
 
 
-def _chunk_stats(params, model_config, hidden, targets, inv_temp):
-    """log p(target) and entropy at temperature for one chunk: hidden [B, C, H] -> 2 x [B, C]."""
-    logits = models.lm_head(params, model_config, hidden).astype(jnp.float32)
-    logits = logits * inv_temp[..., None]
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+def _head(params, model_config, dtype):
+    """The vocab projection's weight in the compute dtype, its einsum, and which dim is the vocab."""
+    # cast where the weight lies (FSDP-sharded), so the gather moves the compute dtype
+    if model_config.tie_word_embeddings:
+        return sharding.constrain(params["embed"].astype(dtype), ("vocab", "embed")), "nd,vd->nv", 0
+    return sharding.constrain(params["lm_head"].astype(dtype), ("embed", "vocab")), "nd,dv->nv", 1
+
+
+def _chunk_stats(w, spec, hidden, targets, inv_temp, vocab_axis=None):
+    """log p(target) and entropy at temperature for one chunk: hidden [B, C, H] -> 2 x [B, C].
+
+    With `vocab_axis` (inside shard_map) `w` holds this device's slice of the vocabulary: the
+    log-sum-exp, the target logit and the entropy are reduced over that axis (psum / pmax).
+    """
+    b, c, h = hidden.shape
+    logits = jnp.einsum(spec, hidden.reshape(-1, h), w, preferred_element_type=jnp.float32)
+    logits = logits.reshape(b, c, -1) * inv_temp[..., None]
+    reduce = (lambda x: x) if vocab_axis is None else functools.partial(jax.lax.psum, axis_name=vocab_axis)
+    if vocab_axis is None:
+        logz = jax.nn.logsumexp(logits, axis=-1)
+        target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    else:
+        local = logits.shape[-1]
+        top = jax.lax.pmax(jax.lax.stop_gradient(jnp.max(logits, -1)), vocab_axis)
+        logz = top + jnp.log(reduce(jnp.sum(jnp.exp(logits - top[..., None]), -1)))
+        t = targets - jax.lax.axis_index(vocab_axis) * local
+        hit = (t >= 0) & (t < local)
+        picked = jnp.take_along_axis(logits, jnp.clip(t, 0, local - 1)[..., None], axis=-1)[..., 0]
+        target_logit = reduce(jnp.where(hit, picked, 0.0))
     # Entropy is a metric only: computed off the gradient path so backward skips it.
     sg_logits, sg_logz = jax.lax.stop_gradient(logits), jax.lax.stop_gradient(logz)
     probs = jnp.exp(sg_logits - sg_logz[..., None])
-    entropy = sg_logz - jnp.sum(probs * sg_logits, axis=-1)
+    entropy = sg_logz - reduce(jnp.sum(probs * sg_logits, axis=-1))
     return target_logit - logz, entropy
+
+
+def _chunked_head(w, hidden, targets, inv_temp, *, spec, chunk, vocab_axis=None):
+    """(log p, entropy) [B, T] over `chunk`-position chunks in a scan (rematerialised if several)."""
+    b, t = targets.shape
+    chunk = min(chunk, t)
+    n_chunks = -(-t // chunk)
+    pad = n_chunks * chunk - t
+    hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+    targets = jnp.pad(targets, ((0, 0), (0, pad)))
+    inv_temp = jnp.pad(inv_temp, ((0, 0), (0, pad)), constant_values=1.0)
+    # [n_chunks, B, C, ...]: scan over chunks; remat so backward recomputes each chunk's logits.
+    to_chunks = lambda x: x.reshape(b, n_chunks, chunk, *x.shape[2:]).swapaxes(0, 1)  # noqa: E731
+    stats = functools.partial(_chunk_stats, spec=spec, vocab_axis=vocab_axis)
+    if n_chunks > 1:  # one chunk holds the same logits either way: recomputing them would only cost time
+        stats = jax.checkpoint(stats)
+
+    def body(_, xs):
+        return None, stats(w, hidden=xs[0], targets=xs[1], inv_temp=xs[2])
+
+    _, out = jax.lax.scan(body, None, tuple(map(to_chunks, (hidden, targets, inv_temp))))
+    return tuple(x.swapaxes(0, 1).reshape(b, -1)[:, :t] for x in out)
+
+
+def head_logprobs(params, model_config, hidden, targets, inv_temp, chunk: int):
+    """(log p(targets), entropy) [B, T] from final hidden states [B, T, H], in chunks.
+
+    Under a mesh it runs in shard_map: the LM head is gathered once per call (not once per chunk,
+    as the automatic partitioner did) with its vocabulary split over `tensor` where that divides
+    it (a distributed log-sum-exp), rows over the data axes; its gradient is reduced once, at the
+    boundary, instead of in every chunk.
+    """
+    w, spec, vocab_dim = _head(params, model_config, hidden.dtype)
+    run = functools.partial(_chunked_head, spec=spec, chunk=chunk)
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return run(w, hidden, targets, inv_temp)
+    from jax.sharding import PartitionSpec as P
+
+    rows = sharding.logical_to_spec(("batch",), mesh, (hidden.shape[0],))[0]
+    tensor = dict(mesh.shape).get("tensor", 1)
+    vocab = "tensor" if tensor > 1 and w.shape[vocab_dim] % tensor == 0 else None
+    w_spec = P(vocab, None) if vocab_dim == 0 else P(None, vocab)
+    split = () if rows is None else (rows,) if isinstance(rows, str) else tuple(rows)
+
+    def local(w, *xs):  # w varies over the row axes from here: its gradient is summed here, once
+        return run(jax.lax.pcast(w, split, to="varying") if split else w, *xs, vocab_axis=vocab)
+
+    return jax.shard_map(local,
+                         in_specs=(w_spec, P(rows, None, None), P(rows, None), P(rows, None)),
+                         out_specs=(P(rows, None), P(rows, None)))(w, hidden, targets, inv_temp)
 
 
 def sequence_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
@@ -44,25 +118,8 @@ def sequence_logprobs(params, model_config, tokens, attention_mask, temperature,
     b, s = tokens.shape
     inv_temp = 1.0 / temperature.astype(jnp.float32)
     inv_temp = jnp.broadcast_to(inv_temp[:, None] if inv_temp.ndim == 1 else inv_temp, (b, s))
-    hidden, targets, inv_temp = hidden[:, :-1], tokens[:, 1:], inv_temp[:, 1:]
-    chunk = min(chunk, s - 1)
-    n_chunks = -(-(s - 1) // chunk)
-    pad = n_chunks * chunk - (s - 1)
-    hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
-    targets = jnp.pad(targets, ((0, 0), (0, pad)))
-    inv_temp = jnp.pad(inv_temp, ((0, 0), (0, pad)), constant_values=1.0)
-    # [n_chunks, B, C, ...]: scan over chunks; remat so backward recomputes each chunk's logits.
-    to_chunks = lambda x: x.reshape(b, n_chunks, chunk, *x.shape[2:]).swapaxes(0, 1)  # noqa: E731
-    stats = functools.partial(_chunk_stats, model_config=model_config)
-    if n_chunks > 1:  # one chunk holds the same logits either way: recomputing them would only cost time
-        stats = jax.checkpoint(stats)
-
-    def body(_, xs):
-        return None, stats(params, hidden=xs[0], targets=xs[1], inv_temp=xs[2])
-
-    _, (logp, ent) = jax.lax.scan(body, None, tuple(map(to_chunks, (hidden, targets, inv_temp))))
-    unchunk = lambda x: jnp.pad(x.swapaxes(0, 1).reshape(b, -1)[:, : s - 1], ((0, 0), (1, 0)))  # noqa: E731
-    logp, ent = unchunk(logp), unchunk(ent)
+    logp, ent = head_logprobs(params, model_config, hidden[:, :-1], tokens[:, 1:], inv_temp[:, 1:], chunk)
+    logp, ent = (jnp.pad(x, ((0, 0), (1, 0))) for x in (logp, ent))
     if segment_ids is not None:  # a segment's first token has no context in its row; padding none
         same = jnp.pad(segment_ids[:, 1:] == segment_ids[:, :-1], ((0, 0), (1, 0))) & (segment_ids > 0)
         logp, ent = jnp.where(same, logp, 0.0), jnp.where(same, ent, 0.0)
