@@ -75,8 +75,7 @@ def main(argv=None) -> int:
                         notes.append(f"{model} {algo} {name} {col}: {r.error}")
                     else:
                         cells.append(f"{r.total / 2 ** 30:.1f}" + ("" if plan.verdict(r) == "fits" else " !"))
-                diffs = [(r.estimate.total + r.resident - r.total) / r.total for r in plan.rows
-                         if r.compiled is not None and not r.error]
+                diffs = [r.analytic_error for r in plan.rows if r.analytic_error is not None and not r.error]
                 worst = max(diffs, key=abs) if diffs else float("nan")
                 m = plan.mesh_shape
                 lines.append(f"| {model} | {algo} | {name} ({topology.chip.hbm_bytes / 2 ** 30:.0f} GiB) | "

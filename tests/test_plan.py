@@ -104,21 +104,55 @@ ENTRY %main () -> bf16[1920,16,128] {
     assert hlo.large_copies(prefetch.replace("S(1)", ""), 1) == 1
 
 
+# Two Qwen3-1.7B-wide layers: buffers well above the chip's on-core memory, where XLA would keep small ones
+# out of HBM (the demo's tiny buffers say nothing of the model).
+WIDE = ["mesh.fsdp=-1", "model.hidden_size=2048", "model.intermediate_size=6144", "model.num_layers=2",
+        "model.num_heads=16", "model.num_kv_heads=8", "model.head_dim=128", "demo.vocab_size=32768",
+        "model.dtype=bfloat16", "model.remat=full", "rl.micro_batch_size=8", "sampling.max_new_tokens=448",
+        "data.prompt_buckets=(64,)"]
+
+
 def test_analytic_train_step_memory_tracks_xla():
     """Two Qwen3-1.7B-wide layers (buffers well above the chip's on-core memory, where XLA would keep
     small ones out of HBM): the analytic total is within 15% of XLA's."""
     _tpu_devices("v5e:2x2")
-    config = cli.load_config(DEMO, [
-        "mesh.fsdp=-1", "model.hidden_size=2048", "model.intermediate_size=6144", "model.num_layers=2",
-        "model.num_heads=16", "model.num_kv_heads=8", "model.head_dim=128", "demo.vocab_size=32768",
-        "model.dtype=bfloat16", "model.remat=full", "rl.micro_batch_size=8", "sampling.max_new_tokens=448",
-        "data.prompt_buckets=(64,)"])
+    config = cli.load_config(DEMO, WIDE)
     result = planner.plan(config, parse_topology("v5e:2x2"), cache_dir=None, only=("train step",),
                           search=False)
     row = result.rows[0]
     assert row.error == ""
     xla = row.compiled.total_bytes
     assert abs(row.estimate.total - xla) / xla < 0.15, (row.estimate.components, xla)
+    assert row.analytic_error == pytest.approx((row.estimate.total - xla) / xla)
+
+
+def test_analytic_error_leaves_the_resident_state_out():
+    """The analytic-vs-XLA figure compares the program alone: the train state alive beside it is the
+    same figure on both sides, and adding it would shrink every program's error."""
+    est = analytic.Estimate({"x": 110})
+    compiled = programs.Compiled("p", 60, 40, 0, 0, 0.0, [])
+    row = planner.Row(programs.Program("sample decode", None, (), {}, None), compiled, est, resident=900)
+    assert row.total == 1000 and row.analytic_error == pytest.approx(0.10)
+    assert planner.Row(row.program, None, est, 900).analytic_error is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine, names", [
+    ("static", ("sample prefill", "sample decode")),
+    ("paged", ("decode layout", "sample admit", "sample decode", "old log-probs")),
+])
+def test_analytic_memory_of_every_program_kind_tracks_xla(engine, names, tmp_path):
+    """Every kind of program the planner compiles (the train step is the test above), at Qwen3-1.7B
+    widths: the analytic model of the program alone is within 15% of XLA's figure."""
+    _tpu_devices("v5e:2x2")
+    extra = ["sampling.engine=paged", "sampling.slots=64", "model.attention=auto"] if engine == "paged" else []
+    config = cli.load_config(DEMO, WIDE + extra)
+    result = planner.plan(config, parse_topology("v5e:2x2"), cache_dir=str(tmp_path), only=names, search=False)
+    assert tuple(r.program.name for r in result.rows) == names
+    for row in result.rows:
+        assert row.error == "", row.error
+        assert abs(row.analytic_error) < 0.15, (row.program.name, row.analytic_error, row.estimate.components,
+                                                row.compiled.total_bytes)
 
 
 def test_not_fitting_train_step_suggests_a_micro_batch_that_fits():

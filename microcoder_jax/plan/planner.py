@@ -30,6 +30,16 @@ class Row:
     def error(self) -> str:
         return self.compiled.error if self.compiled is not None else ""
 
+    @property
+    def analytic_error(self) -> float | None:
+        """(analytic - XLA) / XLA of the program's own bytes (arguments, temporaries, outputs), the
+        resident state left out of both sides (it is the same figure on each, and would dilute the
+        error); None without a compile."""
+        c = self.compiled
+        if c is None or (c.error and not c.oom) or c.total_bytes <= 0:
+            return None
+        return (self.estimate.total - c.total_bytes) / c.total_bytes
+
 
 @dataclasses.dataclass
 class Plan:

@@ -18,22 +18,22 @@ def memory_table(plan) -> list[str]:
     chip = plan.topology.chip
     lines = [f"{'program':<15}{'args':>8}{'temps':>8}{'resident':>9}{'total':>8}{'HBM':>6}"
              f"{'analytic':>10}{'diff':>7}  verdict  (GiB per device; resident = optimizer state / KL "
-             "reference alive beside it; paged DAPO: its open session beside the old log-probs)"]
+             "reference alive beside it; paged DAPO: its open session beside the old log-probs; analytic "
+             "and diff: the program alone, against XLA's args + temps + outputs, resident left out)"]
     for row in plan.rows:
         c, est = row.compiled, row.estimate
-        analytic_total = est.total + row.resident
         if c is None:
             lines.append(f"{row.program.name:<15}{'-':>8}{'-':>8}{_g(row.resident):>9}{_g(row.total):>8}"
-                         f"{row.total / chip.hbm_bytes:6.0%}{_g(analytic_total):>10}{'-':>7}  "
+                         f"{row.total / chip.hbm_bytes:6.0%}{_g(est.total):>10}{'-':>7}  "
                          f"{plan.verdict(row)} (analytic)")
             continue
         if c.error and not c.oom:
             lines.append(f"{row.program.name:<15}  does not compile: {c.error}")
             continue
-        diff = (analytic_total - row.total) / max(row.total, 1)
-        args, temps = _g(c.argument_bytes), _g(c.temp_bytes)
+        diff = row.analytic_error
+        args, temps, diff = _g(c.argument_bytes), _g(c.temp_bytes), "-" if diff is None else f"{diff:+.0%}"
         lines.append(f"{row.program.name:<15}{args:>8}{temps:>8}{_g(row.resident):>9}{_g(row.total):>8}"
-                     f"{row.total / chip.hbm_bytes:6.0%}{_g(analytic_total):>10}{diff:+7.0%}  {plan.verdict(row)}"
+                     f"{row.total / chip.hbm_bytes:6.0%}{_g(est.total):>10}{diff:>7}  {plan.verdict(row)}"
                      + ("  (XLA: out of memory)" if c.oom else "") + (" [cached]" if c.cached else ""))
     return lines
 
