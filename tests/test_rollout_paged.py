@@ -34,12 +34,12 @@ def problem(name, answer):
 EVEN, ODD, NEVER = problem("even", 0), problem("odd", 1), problem("never", 2)
 
 
-def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3):
+def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3, slots=3):
     config = default_config()
     config.data.prompt_buckets = buckets
     config.data.num_prompts = 2
     config.sampling.engine, config.sampling.group_size, config.sampling.max_new_tokens = engine, G, MAX_NEW
-    config.sampling.slots, config.sampling.page_size, config.sampling.refill_every = 3, 8, 1
+    config.sampling.slots, config.sampling.page_size, config.sampling.refill_every = slots, 8, 1
     config.rl.dynamic_sampling, config.rl.max_refills, config.rl.micro_batch_size = dynamic, max_refills, 4
     config.evaluator.reward = "all"
     model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
@@ -73,17 +73,47 @@ def times():
     return {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
 
 
-def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool):
-    run = make_run()
-    problems = [EVEN, ODD, EVEN]
-    prompts = [[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
-    counting = CountingPool(pool)
-    rollout, counts, _ = collect(run, counting, params, None, problems, prompts, temperature=1.0,
-                                 rng=jax.random.PRNGKey(3), on_host=True, times=times())
-    assert counting.submits == len(problems)  # one submission per group, as each finished
-    sample = generate(run, params, prompts, num_samples=G, temperature=1.0, max_new_tokens=MAX_NEW,
-                      top_p=1.0, top_k=0, rng=jax.random.PRNGKey(3))
+class OrderPool(CountingPool):
+    """The pool, counting submit calls and recording which problem each submission judged."""
+
+    def __init__(self, pool):
+        super().__init__(pool)
+        self.order = []
+
+    def submit(self, problems, *args, **kwargs):
+        self.order.append(problems[0].question_id)
+        return super().submit(problems, *args, **kwargs)
+
+
+# in_order: three short prompts, the groups finishing in index order (slots=3 < 12 rows);
+# out_of_order: every row in one session (12 slots) at a low temperature, where the tiny model repeats
+# its prompt's last token: the last group's prompt ends in a stop id (14), so its rows stop at once,
+# while the earlier (much longer) prompts run to the cap: the last group is judged first.
+ORDER_CASES = {
+    "in_order": dict(slots=3, stop_ids=(1,), temperature=1.0, seed=3, problems=[EVEN, ODD, problem("even2", 0)],
+                     prompts=[[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]], order=["even", "odd", "even2"]),
+    "out_of_order": dict(slots=3 * G, stop_ids=(14,), temperature=0.05, seed=4,
+                         problems=[EVEN, ODD, problem("even2", 0)],
+                         prompts=[list(range(20, 34)), [8, 9, 10, 11, 12], [13, 14, 14, 14]],
+                         order=["even2", "even", "odd"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ORDER_CASES))
+def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool, case):
+    c = ORDER_CASES[case]
+    run = make_run(slots=c["slots"])
+    run.stop_ids = c["stop_ids"]
+    problems, prompts, temperature, rng = c["problems"], c["prompts"], c["temperature"], jax.random.PRNGKey(c["seed"])
+    judged = OrderPool(pool)
+    rollout, counts, _ = collect(run, judged, params, None, problems, prompts, temperature=temperature,
+                                 rng=rng, on_host=True, times=times())
+    assert judged.submits == len(problems)  # one submission per group, as each finished
+    assert judged.order == c["order"]  # out_of_order: a later group reached the judge first
+    sample = generate(run, params, prompts, num_samples=G, temperature=temperature, max_new_tokens=MAX_NEW,
+                      top_p=1.0, top_k=0, rng=rng)
     np.testing.assert_array_equal(rollout.tokens[:, -MAX_NEW:], sample.tokens)
+    np.testing.assert_array_equal(rollout.response_lengths, sample.lengths)
     codes = [f"print({row[0] % 2})" for row in sample.tokens]
     results = pool.judge([p for p in problems for _ in range(G)], codes)
     np.testing.assert_array_equal(rollout.rewards, [reward(r, mode="all") for r in results])
