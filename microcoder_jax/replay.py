@@ -2,7 +2,7 @@
 code is `microcoder_jax.trainer.replay`)."""
 import sys
 
-from microcoder_jax.trainer.replay import main, replay
+from microcoder_jax.trainer.replay import main, replay  # noqa: F401 (replay re-exported)
 
 if __name__ == "__main__":
     sys.exit(main())

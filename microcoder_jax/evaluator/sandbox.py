@@ -203,7 +203,7 @@ def _describe(exc: BaseException) -> str:
 
 def _run_program(req: dict) -> int:
     """Compile and run the program as `__main__` (stdin) or call its entry point; the exit code."""
-    sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
+    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)
     stdout = sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
     sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace",
                                        closefd=False)

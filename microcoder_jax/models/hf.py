@@ -264,7 +264,7 @@ def save_hf_params(params: dict, config: Qwen3Config, path, max_shard_bytes: int
         for i, final in enumerate(names):
             os.rename(os.path.join(tmp, f"part-{i}.safetensors"), os.path.join(tmp, final))
         if n > 1:
-            for i, final in enumerate(names):
+            for final in names:
                 with safe_open(os.path.join(tmp, final), "numpy") as f:
                     weight_map.update({k: final for k in f.keys()})
             with open(os.path.join(tmp, INDEX_FILE), "w") as f:

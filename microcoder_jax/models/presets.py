@@ -83,7 +83,7 @@ SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "n
 def model_config_from(config, vocab_size: int | None) -> Qwen3Config:
     """The model shape: a HF checkpoint's config.json, or a preset, with the run config's overrides
     (`config` is a run config with a `model` block, or a `ModelConfig`)."""
-    m = config if isinstance(config, ModelConfig) else getattr(config, "model")
+    m = config if isinstance(config, ModelConfig) else config.model
     runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
     shape = {k: getattr(m, k) for k in SHAPE_KEYS if getattr(m, k) is not None}
     if m.path:

@@ -137,7 +137,8 @@ def estimate(program: Program, mesh):
     s, reads = shape.slots, shape.table_width * shape.page_size
     kvh, token = max(k // t, 1), token_head_bytes(mc, shape.kv_dtype)
     int8 = pa_dtype(mc, shape) == jnp.int8
-    if mc.attention != "splash":  # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
+    # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
+    if mc.attention != "splash":
         comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * kvh * shape.block_pages * \
             shape.page_size * hd * 4 * 2
     elif int8:  # the int8 kernel takes each slot's scales gathered in table order

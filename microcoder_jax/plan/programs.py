@@ -65,8 +65,6 @@ class Program:
 def model_config_for(config, tpu: bool, seq_len: int):
     """The model shape of `config` (models.model_config_from), with `auto` attention resolved for
     the target chip, not this host's CPU: the Pallas kernel where the shape allows, else XLA."""
-    from microcoder_jax.trainer import setup as run_setup
-
     vocab = config.demo.vocab_size if (config.data.task == "demo" and not config.model.path) else None
     mc = models.model_config_from(config, vocab)
     if mc.attention == "auto":
