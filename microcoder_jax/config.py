@@ -67,6 +67,10 @@ RL_MEANINGS = {
     "loss_constant": "constant aggregation: the normaliser (None = the generation budget max_new_tokens)",
     "dynamic_sampling": "DAPO: drop groups with all-equal rewards and refill",
     "max_refills": "DAPO: extra generation batches per step before topping up",
+    "is_correction": "sampler-trainer mismatch: none, tis (weight min(r, is_cap)) or mis (r outside "
+                     "[is_low, is_high] dropped); r = pi_old / pi_sampler (rl.corrections)",
+    "is_cap": "tis: the cap C on r", "is_level": "r per token, per sequence (product) or geometric (mean)",
+    "is_low": "mis: lowest r kept", "is_high": "mis: highest r kept",
 }
 
 

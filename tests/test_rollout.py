@@ -5,7 +5,7 @@ import numpy as np
 
 from microcoder_jax.trainer.metrics import step_record
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts
-from microcoder_jax.trainer.rollout import Rollout, sequences
+from microcoder_jax.trainer.rollout import Rollout, sampler_logprobs, sequences
 
 
 def _rollout(n=4, s=6, rewards=(1.0, 0.0, 0.0, 0.0)):
@@ -29,9 +29,21 @@ def test_rollout_is_a_pytree_read_by_name():
 
 def test_dynamic_sampling_regroups_rollout_rows():
     r = _rollout(rewards=(1.0, 0.0, 1.0, 1.0))  # groups of 2: the first differs, the second not
+    r = Rollout(**{**r.as_dict(), "sampler_logprobs": -np.arange(24, dtype=np.float32).reshape(4, 6)})
     _, full, stats = add_rollouts(GroupBuffer(), r.as_dict(), group_size=2, num_prompts=1, max_refills=0)
     batch = Rollout(**full)
     assert batch.rewards.tolist() == [1.0, 0.0] and stats["ds_informative_groups"] == 1
+    np.testing.assert_array_equal(batch.sampler_logprobs, r.sampler_logprobs[:2])  # rows follow rows
+
+
+def test_sampler_logprobs_take_old_logprobs_layout():
+    """Column P + i holds the sampler's log-prob of response token i; prompt and padding are 0."""
+    class Sample:
+        prompt_tokens, prompt_mask = np.array([[0, 5], [4, 5]]), np.array([[0, 1], [1, 1]])
+        tokens, lengths = np.array([[7, 8, 0], [9, 0, 0]]), np.array([2, 1])
+        logprobs = np.array([[-0.5, -1.5, -9.0], [-2.0, -9.0, -9.0]], np.float32)  # junk past the end
+    lp = sampler_logprobs(Sample, sequences(Sample)["response_mask"])
+    assert lp.dtype == np.float32 and lp.tolist() == [[0, 0, -0.5, -1.5, 0], [0, 0, -2.0, 0, 0]]
 
 
 def test_sequences_are_prompt_then_response():

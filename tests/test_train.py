@@ -119,6 +119,19 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     assert [r["step"] for r in read_metrics(str(tmp_path / "metrics.jsonl"))] == [1, 2]
 
 
+def test_demo_steps_with_truncated_importance_sampling(tmp_path):
+    """rl.is_correction=tis on the demo: the sampler's log-probs reach the step, which logs the
+    weights; the float32 demo's sampler is the training forward to rounding, so weights are ~1."""
+    c = short_demo(**{"train.steps": 3, "train.warm_start_steps": 0, "rl.is_correction": "tis"})
+    train.train(c, str(tmp_path), log_fn=lambda *a: None)
+    rows = read_metrics(str(tmp_path / "metrics.jsonl"))
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert np.isfinite(r["loss"]) and r["is_masked_frac"] == 0.0 and r["is_truncated_frac"] == 0.0
+        assert abs(r["is_weight_mean"] - 1) < 1e-4 and abs(r["is_weight_max"] - 1) < 1e-2, r
+        assert 0 <= r["is_gap"] < 1e-4 and abs(r["is_gap"] - r["sampler_logprob_gap"]) < 1e-5
+
+
 def test_unknown_config_key_lists_valid_ones(capsys):
     assert train.main(["--config.train.stepz=3"]) == 2
     err = capsys.readouterr().err

@@ -4,8 +4,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-# Imported for their registrations: the built-in truncation rules, scalers and aggregations.
-from microcoder_jax.rl import advantages as _advantages, losses as _losses  # noqa: F401
+# Imported for their registrations: the built-in truncation rules, scalers, aggregations, IS corrections.
+from microcoder_jax.rl import advantages as _advantages  # noqa: F401
+from microcoder_jax.rl import corrections as _corrections
+from microcoder_jax.rl import losses as _losses  # noqa: F401
 from microcoder_jax.rl.registry import lookup
 
 NON_INCORRECT = ("passed", "not_judged_wrong")
@@ -59,6 +61,14 @@ class RLConfig:
     # padded rows; a micro-batch then holds micro_batch_size padded rows' tokens. Same update.
     packing: bool = False
     pack_width: Optional[int] = None
+    # Sampler-trainer mismatch correction (rl.corrections): per-token loss weights from
+    # r = pi_old / pi_sampler at `is_level` (token, sequence = product, geometric = geometric mean);
+    # tis: min(r, is_cap); mis: r outside [is_low, is_high] leaves the loss.
+    is_correction: str = "none"  # an is correction of rl.registry
+    is_cap: float = 2.0
+    is_level: str = "token"
+    is_low: float = 0.5
+    is_high: float = 2.0
     # Optimizer: AdamW, warmup then decay, global-norm clipping.
     learning_rate: float = 1e-6
     warmup_steps: int = 0
@@ -73,12 +83,13 @@ class RLConfig:
 
     def __post_init__(self):
         for name, kind in (("adv_std", "advantage scaler"), ("truncation", "truncation rule"),
-                           ("aggregation", "loss aggregation")):
+                           ("aggregation", "loss aggregation"), ("is_correction", "is correction")):
             try:
                 lookup(kind, getattr(self, name))
             except ValueError as e:
                 raise ValueError(f"RLConfig.{name}: {e}") from None
-        for name, allowed in (("non_incorrect", NON_INCORRECT), ("decay", DECAY)):
+        for name, allowed in (("non_incorrect", NON_INCORRECT), ("decay", DECAY),
+                              ("is_level", _corrections.LEVELS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"RLConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
         if self.adv_std_ddof not in (0, 1):
@@ -99,6 +110,12 @@ class RLConfig:
             raise ValueError("num_minibatches and micro_batch_size must be positive")
         if self.kl_beta < 0:
             raise ValueError("kl_beta must be >= 0")
+        if not self.is_cap >= 1.0:
+            raise ValueError(f"RLConfig.is_cap={self.is_cap!r} must be >= 1 (a cap below 1 "
+                             "down-weights every on-policy token)")
+        if not 0.0 < self.is_low <= 1.0 <= self.is_high < 1e8:
+            raise ValueError(f"RLConfig.is_low={self.is_low!r}, is_high={self.is_high!r}: need "
+                             "0 < is_low <= 1 <= is_high < 1e8 (the band keeps on-policy tokens)")
         if not isinstance(self.packing, bool):
             raise ValueError(f"RLConfig.packing={self.packing!r} must be True or False")
         if self.pack_width is not None and (isinstance(self.pack_width, bool) or not isinstance(

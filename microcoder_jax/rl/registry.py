@@ -1,4 +1,4 @@
-"""Named algorithm pieces: truncation rules, advantage scalers and loss aggregations.
+"""Named algorithm pieces: truncation rules, advantage scalers, loss aggregations, IS corrections.
 
 Each registry is a plain dict from a name to a plain jittable function; `RLConfig` checks its
 `truncation`, `adv_std` and `aggregation` names against them, and the train step looks the
@@ -19,7 +19,9 @@ Signatures (the built-ins live in rl.advantages and rl.losses):
 * advantage scaler ``(centred, rewards, *, ddof, eps) -> advantages``, on ``[groups, G]``
   arrays: ``centred`` is ``rewards`` minus each group's mean;
 * loss aggregation ``(mask, constant) -> weights``: per-token weights over one optimizer
-  update's loss mask ``[rows, S]``; the loss is ``sum(per_token_loss * weights)``.
+  update's loss mask ``[rows, S]``; the loss is ``sum(per_token_loss * weights)``;
+* is correction ``(ratio, cfg) -> (weight, keep)``: from pi_old / pi_sampler ``[N, S]`` at
+  ``cfg.is_level`` (rl.corrections), each token's loss weight and whether it stays in the loss.
 """
 from __future__ import annotations
 
@@ -28,9 +30,10 @@ from typing import Callable
 TRUNCATION_RULES: dict[str, Callable] = {}
 ADVANTAGE_SCALERS: dict[str, Callable] = {}
 LOSS_AGGREGATIONS: dict[str, Callable] = {}
+IS_CORRECTIONS: dict[str, Callable] = {}
 
 _KINDS = {"truncation rule": TRUNCATION_RULES, "advantage scaler": ADVANTAGE_SCALERS,
-          "loss aggregation": LOSS_AGGREGATIONS}
+          "loss aggregation": LOSS_AGGREGATIONS, "is correction": IS_CORRECTIONS}
 
 
 def _registrar(kind: str):
@@ -52,6 +55,7 @@ def _registrar(kind: str):
 register_truncation = _registrar("truncation rule")
 register_advantage_scaler = _registrar("advantage scaler")
 register_aggregation = _registrar("loss aggregation")
+register_is_correction = _registrar("is correction")
 
 
 def lookup(kind: str, name: str) -> Callable:

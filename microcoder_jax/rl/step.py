@@ -17,6 +17,11 @@ each mini-batch's loss weights are computed on the padded rows exactly as withou
 per-token input is gathered into the packed rows, which the forward and backward run on; the
 micro-batches are the packed rows that hold as many tokens as `micro_batch_size` padded rows.
 Same loss and update, to float rounding.
+
+Mismatch correction (`cfg.is_correction`, rl.corrections): from the batch's `sampler_logprobs`,
+before any aggregation, tokens are dropped from the loss mask (mis) and each token's loss weight
+is scaled by a stop-gradient importance weight (`is_weight`), so every aggregation, micro-batch
+and packed layout stays exact; with `none` the step is the uncorrected one, op for op.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from microcoder_jax import models, sharding
+from microcoder_jax.rl import corrections
 from microcoder_jax.rl import packing as packing_lib
 from microcoder_jax.rl.advantages import compute_advantages
 from microcoder_jax.rl.config import RLConfig
@@ -114,7 +120,8 @@ def _micro_loss(params, mb, model_config, cfg: RLConfig):
         kl_ref = k3_kl(logp, mb["ref_logprobs"])
         per_token = per_token + cfg.kl_beta * kl_ref
         sums["kl_ref"] = jnp.sum(kl_ref * mask)
-    loss = jnp.sum(per_token * mb["loss_weights"])
+    weights = mb["loss_weights"] * mb["is_weight"] if "is_weight" in mb else mb["loss_weights"]
+    loss = jnp.sum(per_token * weights)
     sg = jax.lax.stop_gradient
     sums.update(
         tokens=mask.sum(),
@@ -211,6 +218,30 @@ def _packed_data(params, batch, pk, loss_mask, advantages, model_config, cfg: RL
     return data
 
 
+def _mismatch_correction(params, batch, loss_mask, model_config, cfg: RLConfig, micro: int):
+    """rl.corrections on the padded rows: (batch with old log-probs, loss mask, token weights, metrics).
+
+    Old log-probs the batch lacks are computed here once (on the packed rows when packed) and put
+    in the batch, so the step below reads them instead of computing them again.
+    """
+    if "sampler_logprobs" not in batch:
+        raise ValueError(f"rl.is_correction={cfg.is_correction!r} needs batch['sampler_logprobs'] "
+                         "(the sampler's per-token log-probs, Rollout.sampler_logprobs)")
+    if batch.get("old_logprobs") is None:  # the incoming params are the policy that sampled the batch
+        pk = batch.get("packing")
+        if pk is None:
+            old = micro_batched_logprobs(params, model_config, batch["tokens"], batch["attention_mask"],
+                                         batch["temperature"], cfg.logprob_chunk, micro)
+        else:
+            old = packing_lib.packed_logprobs(params, model_config, batch["tokens"], batch["temperature"], pk,
+                                              cfg.logprob_chunk,
+                                              packing_lib.micro_rows(micro, batch["tokens"].shape[1], pk.src.shape[1]))
+        fields = batch.as_dict() if hasattr(batch, "as_dict") else dict(batch)
+        batch = {**fields, "old_logprobs": jax.lax.stop_gradient(old)}
+    loss_mask, weight, metrics = corrections.apply(cfg, batch["old_logprobs"], batch["sampler_logprobs"], loss_mask)
+    return batch, loss_mask, weight, metrics
+
+
 def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
                param_sh=None) -> tuple[TrainState, dict]:
     """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation."""
@@ -225,6 +256,10 @@ def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
 
     m = cfg.num_minibatches
     loss_mask = batch["response_mask"].astype(jnp.float32) * row_weight[:, None]
+    is_weight, is_metrics = None, {}
+    if cfg.is_correction != "none":  # token weights (and dropped tokens) before the aggregation's weights
+        batch, loss_mask, is_weight, is_metrics = _mismatch_correction(
+            state.params, batch, loss_mask, model_config, cfg, micro)
     pk = batch.get("packing")
     if pk is not None:  # micro-batches of packed rows holding as many tokens as `micro` rows
         micro = packing_lib.micro_rows(micro, batch["tokens"].shape[1], pk.src.shape[1])
@@ -245,6 +280,8 @@ def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
         }
         if cfg.kl_beta > 0:
             data["ref_logprobs"] = batch["ref_logprobs"].astype(jnp.float32)
+    if is_weight is not None:
+        data["is_weight"] = is_weight if pk is None else packing_lib.gather(is_weight, pk)
     rows = data["tokens"].shape[0]
     minis = jax.tree.map(lambda x: sharding.constrain(
         x.reshape(m, rows // m, *x.shape[1:]), (None, "batch") + (None,) * (x.ndim - 1)), data)
@@ -277,6 +314,7 @@ def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
         "entropy": sums["entropy"] / tokens,
         "response_length_mean": batch["response_lengths"].astype(jnp.float32).mean(),
         **adv_stats,
+        **is_metrics,
     }
     if cfg.kl_beta > 0:
         metrics["kl_ref"] = sums["kl_ref"] / tokens

@@ -34,7 +34,9 @@ class Rollout:
     tokens / attention_mask / response_mask [N, S] int32: [left-padded prompt | response];
     old_logprobs [N, S] f32 (the sampling policy's, column t = log p(tokens[t])); rewards [N] f32;
     passed / no_code / truncated [N] bool; response_lengths [N] int32; temperature and
-    sample_entropy [N] f32 from the sampler; ref_logprobs [N, S] f32 only when the KL term is on.
+    sample_entropy [N] f32 from the sampler; ref_logprobs [N, S] f32 only when the KL term is on;
+    sampler_logprobs [N, S] f32 in old_logprobs' layout: the sampler's own log-probs of the response
+    tokens (0 elsewhere), the behaviour policy of rl.corrections (None in batches saved before it).
     Fields read by name too (`rollout["tokens"]`), as the step and dynamic sampling do.
     """
 
@@ -50,6 +52,7 @@ class Rollout:
     passed: Any
     no_code: Any
     ref_logprobs: Optional[Any] = None
+    sampler_logprobs: Optional[Any] = None
 
     def __getitem__(self, name: str):
         return getattr(self, name)
@@ -76,6 +79,13 @@ def sequences(sample) -> dict[str, np.ndarray]:
                                       np.asarray(sample.tokens, np.int32)], 1),
             "attention_mask": np.concatenate([prompt_mask, response], 1),
             "response_mask": np.concatenate([np.zeros_like(prompt_mask), response], 1)}
+
+
+def sampler_logprobs(sample, response_mask) -> np.ndarray:
+    """The sampler's log-probs [N, P + max_new] f32 in old_logprobs' layout (0 off the response)."""
+    lp = np.asarray(sample.logprobs, np.float32)
+    full = np.concatenate([np.zeros((lp.shape[0], response_mask.shape[1] - lp.shape[1]), np.float32), lp], 1)
+    return np.where(response_mask > 0, full, np.float32(0))
 
 
 def sampler_for(run):
@@ -210,8 +220,8 @@ def finish(run, judge: GroupJudge, sample, params, ref_params, *, on_host: bool,
     results, codes = judge.results()
     times["judge_wait"] += time.perf_counter() - t1
     times["judge"] += time.perf_counter() - t0
-    check = sharding.put_batch({"lp": np.asarray(sample.logprobs, np.float32), "mask": seq["response_mask"]},
-                               run.mesh)
+    sampler_lp = sampler_logprobs(sample, seq["response_mask"])
+    check = sharding.put_batch({"lp": sampler_lp, "mask": seq["response_mask"]}, run.mesh)
     gap = float(logprob_gap(old, check["lp"], check["mask"]))
     rewards, passed, no_code, counts = verdict_arrays(results, codes, run.evaluator.reward)
     rewards, passed, no_code = sharding.allgather_rows((rewards, passed, no_code), n)
@@ -219,14 +229,14 @@ def finish(run, judge: GroupJudge, sample, params, ref_params, *, on_host: bool,
         **seq, response_lengths=np.asarray(sample.lengths, np.int32),
         truncated=np.asarray(sample.truncated, bool), temperature=temps,
         sample_entropy=np.asarray(sample.entropy, np.float32), old_logprobs=old,
-        rewards=rewards, passed=passed, no_code=no_code, ref_logprobs=ref)
+        rewards=rewards, passed=passed, no_code=no_code, ref_logprobs=ref, sampler_logprobs=sampler_lp)
     return rollout, sharding.allgather_counts(counts, VERDICTS), gap
 
 
 def collect(run, pool, params, ref_params, problems, prompts, *, temperature: float, rng,
             on_host: bool, times: dict) -> tuple[Rollout, dict, float]:
     """Sample, judge and assemble one Rollout for these prompts; returns (rollout, verdict
-    counts, logprob_gap). The sampler's own log-probs serve only as that check of the decode path.
+    counts, logprob_gap). The sampler's own log-probs go in the Rollout (rl.corrections) and give that gap.
 
     Paged engine: each group goes to the judge when the sampler reports it finished, so judging
     overlaps the tail of decoding; the rows, rewards and their order are those of judging after.
