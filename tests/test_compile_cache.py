@@ -61,4 +61,5 @@ def test_bad_value_is_one_error_line_and_nothing_is_written(tmp_path, capsys, va
 def test_help_lists_the_key(capsys):
     with pytest.raises(SystemExit):
         loop.main(["--help"])
-    assert "--config.train.compile_cache='{workdir}/compile_cache'  JAX persistent compilation cache" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--config.train.compile_cache='{workdir}/compile_cache'  JAX persistent compilation cache" in out

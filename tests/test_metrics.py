@@ -80,7 +80,8 @@ def test_throughput_rates_shares_and_chip_seconds():
     assert out["gen_tokens"] == 75 and out["train_tokens"] == 300
     assert out["throughput/gen_tokens_per_s"] == 37.5 and out["throughput/train_tokens_per_s"] == 300
     assert out["throughput/judge_programs_per_s"] == 12 and out["throughput/judge_tests_per_s"] == 60
-    assert (out["share/sample"], out["share/judge"], out["share/train"], out["share/other"]) == (0.5, 0.125, 0.25, 0.125)
+    shares = (out["share/sample"], out["share/judge"], out["share/train"], out["share/other"])
+    assert shares == (0.5, 0.125, 0.25, 0.125)
     assert out["cost/chip_s"] == 32 and out["solved_problems"] == 1 and out["passing_responses"] == 1
     assert out["cost/chip_s_per_solved_problem"] == 32 and out["cost/chip_s_per_passing_response"] == 32
     dapo = throughput(_Rollout(), times, time_step=4.0, group_size=3, devices=1, programs=12, tests=None,

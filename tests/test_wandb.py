@@ -81,8 +81,8 @@ def test_offline_run_holds_metrics_and_config_and_a_resume_continues_its_id(tmp_
     workdir = str(tmp_path / "run")
     os.makedirs(workdir)
     c = offline_config(tmp_path)
-    writer = MetricsWriter(workdir, tensorboard=False, extra=open_writer(c, workdir, resume=False,
-                                                                         extra_config={"rl_resolved": {"eps_high": 0.28}}))
+    extra = open_writer(c, workdir, resume=False, extra_config={"rl_resolved": {"eps_high": 0.28}})
+    writer = MetricsWriter(workdir, tensorboard=False, extra=extra)
     for step in (1, 2):
         writer.write(step, {"reward_mean": 0.25 * step, "div/distinct_4": 0.5, "note": "text", "flag": True})
     writer.write_text(2, "temperature", "1.0 -> 1.1 <because>")

@@ -35,7 +35,7 @@ from microcoder_jax.trainer.replay import RolloutSaver
 from microcoder_jax.trainer.resume import record_config
 from microcoder_jax.trainer.rollout import probe_temperature
 from microcoder_jax.trainer.step_batch import collect_step
-from microcoder_jax.trainer.setup import key, setup, start_state
+from microcoder_jax.trainer.setup import abstract_train_state, key, setup, start_state
 
 log = logging.getLogger("microcoder_jax.trainer.loop")
 
@@ -74,11 +74,15 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     scheduler = TemperatureScheduler(run.temperature)
     begin = start_state(run, ckpt, log_fn)
     state, start = begin.state, begin.step
+    if not start:  # committed like a restored state: the same programs, so a restart hits the compile cache
+        state = jax.device_put(state, jax.tree.map(lambda a: a.sharding, abstract_train_state(run)))
     if begin.scheduler_state is not None:
         scheduler.load_state_dict(begin.scheduler_state)
     data = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
-    writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True, extra=wandb_writer.open_writer(
-        config, workdir, resume=bool(start), extra_config={"rl_resolved": dataclasses.asdict(rl)})) if primary else None
+    wandb_run = wandb_writer.open_writer(config, workdir, resume=bool(start),
+                                         extra_config={"rl_resolved": dataclasses.asdict(rl)}) if primary else None
+    writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True,
+                           extra=wandb_run) if primary else None
     pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
     train_step = rl_step.make_train_step(run.model_config, rl, run.mesh)
     saver = RolloutSaver(run, workdir)  # train.save_rollouts: batches kept for replay.py

@@ -2,10 +2,10 @@
 
 One panel per quantity family, each with its unit on the y axis: the raw per-step values drawn
 thin and a moving mean over N steps drawn thick (the legend says which); step 1 (it includes
-compilation) is left out of the time, throughput, phase-share and cost panels; small fractions (clip fraction, KL) get their own
-axes; a quantity that never changes gets no panel but is listed under the title. Reads
-`metrics.jsonl` (and `warm_start.jsonl` for the demo's supervised warm start) from the workdir;
-writes one PNG per panel plus `overview.png` to `DIR/plots/`.
+compilation) is left out of the time, throughput, phase-share and cost panels; small fractions
+(clip fraction, KL) get their own axes; a quantity that never changes gets no panel but is
+listed under the title. Reads `metrics.jsonl` (and `warm_start.jsonl` for the demo's supervised
+warm start) from the workdir; writes one PNG per panel plus `overview.png` to `DIR/plots/`.
 """
 from __future__ import annotations
 

@@ -157,7 +157,8 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     states = Checkpointer(os.path.join(workdir, ROLLOUTS_DIR, "states"), async_save=False)
     try:
         if step - 1 not in states.all_steps():
-            raise config_lib.ConfigError(f"--step={step}: the state of step {step - 1} is missing in {states.directory}")
+            raise config_lib.ConfigError(f"--step={step}: the state of step {step - 1} is missing in "
+                                         f"{states.directory}")
         state, _, _ = states.restore(abstract_train_state(run), step - 1)
     finally:
         states.close()
