@@ -15,13 +15,21 @@ processes on a shared machine hits every side alike.
 JAX runs with remat "full" (the training default) and "none"; PyTorch with and without
 per-layer gradient checkpointing (the like-for-like pairs).
 
+`--workload skewed` times our step and the old-log-prob pass on padded vs packed rows
+(rl.packing) instead, side by side in one run: response lengths from a lognormal with mean 45% of
+the cap and 5% at the cap, prompts spread over the upper half of a bucket of seq/4 tokens; the
+columns are useful (real) tokens/s, and each side's first-step loss and log-probs checksum show
+both compute the same thing.
+
     python benchmarks/train_step.py                      # CPU, fp32 on both sides
     python benchmarks/train_step.py --dtype bfloat16 --layers 28 --vocab 151936 --skip-torch
+    python benchmarks/train_step.py --workload skewed --rows 32 --seq 512 --micro 2
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -60,6 +68,87 @@ def make_batch(rows: int, seq: int, vocab: int, seed: int = 0) -> dict:
         "temperature": np.full(rows, 1.2, np.float32),
         "old_logprobs": rng.normal(-5.0, 0.1, (rows, seq)).astype(np.float32),
     }
+
+
+def lognormal_lengths(rng, n: int, cap: int, mean_frac: float = 0.45, at_cap: float = 0.05):
+    """n lengths in [1, cap]: a lognormal with P(X >= cap) = at_cap and E[min(X, cap)] = mean_frac cap."""
+    z = math.sqrt(2) * _erfinv(1 - 2 * at_cap)  # the normal quantile of 1 - at_cap
+    phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
+    clipped_mean = lambda s: math.exp(-z * s + s * s / 2) * phi(z - s) + at_cap  # noqa: E731  (in units of cap)
+    sigma = min((i / 1000 for i in range(1, 3000)), key=lambda s: abs(clipped_mean(s) - mean_frac))
+    x = rng.lognormal(math.log(cap) - z * sigma, sigma, n)
+    return np.clip(np.round(x), 1, cap).astype(np.int32)
+
+
+def _erfinv(y: float) -> float:
+    lo, hi = -6.0, 6.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if math.erf(mid) < y else (lo, mid)
+    return (lo + hi) / 2
+
+
+def skewed_batch(rows: int, seq: int, vocab: int, seed: int = 0) -> dict:
+    """make_batch's layout with skewed lengths: prompts in [bucket/2, bucket], lognormal responses."""
+    rng = np.random.default_rng(seed)
+    prompt = seq // 4
+    batch = make_batch(rows, seq, vocab, seed)
+    lengths = lognormal_lengths(rng, rows, seq - prompt)
+    attn, resp = np.zeros((rows, seq), np.int32), np.zeros((rows, seq), np.int32)
+    for i in range(rows):
+        attn[i, prompt - rng.integers(prompt // 2, prompt + 1):prompt + lengths[i]] = 1
+        resp[i, prompt:prompt + lengths[i]] = 1
+    return {**batch, "attention_mask": attn, "response_mask": resp, "response_lengths": lengths,
+            "truncated": lengths == seq - prompt}
+
+
+def build_skewed(args, path: str, packed: bool):
+    """Our step and old-log-prob pass on the skewed batch, padded or packed; (info, step)."""
+    import jax
+
+    from microcoder_jax.models import Qwen3Config
+    from microcoder_jax.models.hf import load_hf_params
+    from microcoder_jax.rl import packing
+    from microcoder_jax.rl.logprobs import compute_logprobs
+    from microcoder_jax.rl.presets import make_rl_config
+    from microcoder_jax.rl.step import init_train_state, make_train_step
+
+    mc = Qwen3Config.from_hf(path, dtype=args.dtype, remat="full")
+    cfg = make_rl_config("dapo", truncation="none", group_size=args.rows // 2, num_minibatches=1,
+                         micro_batch_size=args.micro, logprob_chunk=args.chunk,
+                         learning_rate=1e-5, packing=packed)
+    params = load_hf_params(path, mc)
+    state = [init_train_state(params, cfg)]
+    host = skewed_batch(args.rows, args.seq, args.vocab)
+    batch = dict(host)
+    lp_pack, lp_micro = packing.for_logprobs(host["attention_mask"], cfg) if packed else (None, args.micro)
+    if packed:
+        batch["packing"] = packing.for_step(host["attention_mask"], cfg)
+    batch = jax.device_put(batch)
+    t0 = time.perf_counter()
+    compiled = make_train_step(mc, cfg).lower(state[0], batch).compile()
+    lp_args = (params, mc, batch["tokens"], batch["attention_mask"], batch["temperature"])
+    lp_kw = dict(chunk=args.chunk, micro_batch=lp_micro, packing=lp_pack)
+    logprobs = compute_logprobs.jitted.lower(*lp_args, **lp_kw).compile()
+    run_logprobs = lambda: logprobs(params, *lp_args[2:], packing=lp_pack)  # noqa: E731
+    lp = np.asarray(run_logprobs())
+    useful = int(host["attention_mask"].sum())
+    computed = batch["packing"].src.size if packed else host["attention_mask"].size
+    info = {"name": "packed" if packed else "padded", "compile_s": time.perf_counter() - t0,
+            "useful_tokens": useful, "computed_tokens": int(computed),
+            "logprob_checksum": float((lp * host["response_mask"]).sum())}
+
+    def step():
+        t = time.perf_counter()
+        state[0], metrics = compiled(state[0], batch)
+        jax.block_until_ready(metrics)
+        t_step = time.perf_counter() - t
+        info.setdefault("first_loss", float(metrics["loss"]))
+        t = time.perf_counter()
+        jax.block_until_ready(run_logprobs())
+        return [t_step, time.perf_counter() - t]
+
+    return info, step
 
 
 def hf_model(layers: int, vocab: int):
@@ -162,6 +251,8 @@ def child(args) -> None:
     """Build one side, warm it up, then time one step per "step" line read from stdin."""
     if args.framework.startswith("torch"):
         info, step = build_torch(args, args.path, checkpointing=args.framework == "torch:ckpt")
+    elif args.framework.startswith("skew"):
+        info, step = build_skewed(args, args.path, packed=args.framework == "skew:packed")
     else:
         info, step = build_jax(args, args.path, args.framework.split(":")[1])
     step()
@@ -169,7 +260,8 @@ def child(args) -> None:
     for line in sys.stdin:
         if line.strip() != "step":
             break
-        print(f"TIME {_timed(step)}", flush=True)
+        times = step() if args.framework.startswith("skew") else [_timed(step)]
+        print("TIME " + " ".join(map(str, times)), flush=True)
     info["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(info), flush=True)
 
@@ -193,6 +285,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--workload", choices=("uniform", "skewed"), default="uniform")
     p.add_argument("--framework", help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -202,6 +295,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as path:
         hf_model(args.layers, args.vocab).save_pretrained(path)
         frameworks = ["jax:full", "jax:none"] + ([] if args.skip_torch else ["torch:ckpt", "torch"])
+        if args.workload == "skewed":
+            frameworks = ["skew:padded", "skew:packed"]
         procs = []
         for fw in frameworks:  # one process each (own peak memory), built one after the other
             cmd = [sys.executable, __file__, "--framework", fw, "--path", path] + sys.argv[1:]
@@ -218,13 +313,16 @@ def main() -> None:
             for proc, t in zip(procs, times):
                 proc.stdin.write("step\n")
                 proc.stdin.flush()
-                t.append(float(_read(proc, "TIME")))
+                t.append([float(x) for x in _read(proc, "TIME").split()])
         results = []
         for proc, t in zip(procs, times):
             proc.stdin.write("done\n")
             proc.stdin.flush()
-            results.append({**json.loads(_read(proc, "RESULT")), "step_s": float(np.median(t))})
+            results.append({**json.loads(_read(proc, "RESULT")), "step_s": float(np.median([x[0] for x in t])),
+                            "logprob_s": float(np.median([x[-1] for x in t]))})
             proc.wait()
+    if args.workload == "skewed":
+        return report_skewed(args, results)
     peak = max(peaks)
     flops = model_flops_per_step(args.layers, args.vocab, args.rows, args.seq)
     tokens = args.rows * args.seq
@@ -238,6 +336,23 @@ def main() -> None:
               f"{flops / r['step_s'] / 1e9:8.1f} {flops / r['step_s'] / peak:8.1%} "
               f"{r['peak_rss_mb']:11.0f} {r.get('xla_temp_mb', float('nan')):11.0f} "
               f"{r.get('compile_s', float('nan')):9.1f}")
+
+
+def report_skewed(args, results) -> None:
+    pad, pack = results
+    useful = pad["useful_tokens"]
+    print(f"\nQwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}, {args.rows} rows x {args.seq} "
+          f"(prompt bucket {args.seq // 4}), micro-batch {args.micro}, {args.dtype}; skewed lengths: "
+          f"{useful} useful tokens = {useful / pad['computed_tokens']:.1%} of padded, "
+          f"{useful / pack['computed_tokens']:.1%} of packed positions")
+    print(f"{'':8s} {'step s':>8s} {'useful tok/s':>12s} {'logprob s':>9s} {'useful tok/s':>12s} "
+          f"{'first loss':>12s} {'logp checksum':>14s} {'compile s':>9s}")
+    for r in results:
+        print(f"{r['name']:8s} {r['step_s']:8.2f} {useful / r['step_s']:12.0f} {r['logprob_s']:9.2f} "
+              f"{useful / r['logprob_s']:12.0f} {r['first_loss']:12.6g} {r['logprob_checksum']:14.6g} "
+              f"{r['compile_s']:9.1f}")
+    print(f"packed / padded: step {pad['step_s'] / pack['step_s']:.2f}x, log-prob pass "
+          f"{pad['logprob_s'] / pack['logprob_s']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -73,8 +73,9 @@ def compile_logprobs(config, mesh, rows: int, seq: int, micro_batch: int):
                                       micro_batch=micro_batch).compile()
 
 
-def compile_train_step(config, mesh, rows: int, seq: int, **rl_overrides):
-    """The compiled `rl.step.make_train_step` program for a rollout batch of rows x seq tokens."""
+def compile_train_step(config, mesh, rows: int, seq: int, packed_rows: int = 0, **rl_overrides):
+    """The compiled `rl.step.make_train_step` program for a rollout batch of rows x seq tokens
+    (`packed_rows` > 0: packed into that many rows of seq tokens, rl.packing)."""
     rl = make_rl_config("microcoder", **rl_overrides)
     sh = state_shardings(config, rl, mesh)
     params = jax.eval_shape(lambda: init_params(config.replace(param_dtype="float32"), jax.random.key(0)))
@@ -85,6 +86,10 @@ def compile_train_step(config, mesh, rows: int, seq: int, **rl_overrides):
     batch |= {k: _rows(mesh, (rows,), jnp.float32) for k in ("rewards", "temperature")}
     batch |= {k: _rows(mesh, (rows,), bool) for k in ("passed", "no_code", "truncated")}
     batch["response_lengths"] = _rows(mesh, (rows,), jnp.int32)
+    if packed_rows:
+        from microcoder_jax.rl.packing import Packing
+
+        batch["packing"] = Packing(*(_rows(mesh, (packed_rows, seq), jnp.int32) for _ in range(3)))
     step = make_train_step(config, rl, mesh)
     with jax.set_mesh(mesh):
         return step.jitted.lower(state, batch).compile()
@@ -135,6 +140,14 @@ def test_train_step_with_auto_attention_compiles_the_flash_kernel_under_the_mesh
     program = compile_train_step(KERNEL_TINY.replace(attention="auto"), mesh, rows=8, seq=128, group_size=4,
                                  num_minibatches=1, micro_batch_size=4, logprob_chunk=64)
     assert _mosaic_calls(program.as_text()) > 0, "attention=auto on a TPU mesh should run the Pallas kernel"
+
+
+def test_packed_train_step_compiles_the_flash_kernel_with_segment_ids(mesh):
+    """rl.packing on a TPU mesh: the kernel takes the packed rows' segment ids under its shard_map."""
+    program = compile_train_step(KERNEL_TINY.replace(attention="auto"), mesh, rows=16, seq=128, packed_rows=8,
+                                 group_size=4, num_minibatches=2, micro_batch_size=4, logprob_chunk=64,
+                                 packing=True)
+    assert _mosaic_calls(program.as_text()) > 0, "the packed step should run the Pallas kernel"
 
 
 def test_cudnn_attention_on_a_tpu_mesh_is_a_clear_error(mesh):
