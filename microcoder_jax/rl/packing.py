@@ -22,6 +22,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+
 class Packing(NamedTuple):
     """src / segment_ids / positions [G * R, W] int32 (see the module doc); a pytree of arrays."""
 
@@ -29,12 +30,14 @@ class Packing(NamedTuple):
     segment_ids: np.ndarray
     positions: np.ndarray
 
+
 def bucket(k: int) -> int:
     """k rounded up to a static size: every integer to 8, then 4 sizes per octave (10, 12, 14, 16, 20..)."""
     if k <= 8:
         return max(k, 1)
     step = 1 << (k.bit_length() - 3)
     return -(-k // step) * step
+
 
 def row_spans(attention_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start, stop) of each row's real tokens; raises if a row's tokens are not one contiguous span."""
@@ -47,6 +50,7 @@ def row_spans(attention_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("packing needs each row's real tokens in one contiguous span "
                          "(left-padded prompt + right-padded response)")
     return start.astype(np.int64), stop.astype(np.int64)
+
 
 def _first_fit_decreasing(lengths: np.ndarray, width: int) -> list[list[int]]:
     bins, room = [], []
@@ -63,6 +67,7 @@ def _first_fit_decreasing(lengths: np.ndarray, width: int) -> list[list[int]]:
             room.append(width - lengths[i])
     return bins
 
+
 def _deal(bins: list[list[int]], lengths: np.ndarray, k: int, micro_rows: int, devices: int) -> list:
     """Bins placed in the k * micro_rows slots of a group: slot -> bin (or None), balanced by tokens."""
     devices = devices if devices > 0 and micro_rows % devices == 0 else 1
@@ -78,6 +83,7 @@ def _deal(bins: list[list[int]], lengths: np.ndarray, k: int, micro_rows: int, d
             micro, pos = divmod(t, local)
             slots[micro * micro_rows + d * local + pos] = b
     return slots
+
 
 def plan(attention_mask, *, groups: int = 1, width: int | None = None, micro_rows: int = 1,
          devices: int = 1, min_micro: int = 0) -> Packing:
@@ -112,9 +118,11 @@ def plan(attention_mask, *, groups: int = 1, width: int | None = None, micro_row
                 at += length
     return Packing(src, seg, pos)
 
+
 def useful_fraction(packing: Packing) -> float:
     """Real tokens over all packed positions."""
     return float((np.asarray(packing.segment_ids) > 0).mean())
+
 
 # ------------------------------------------------------------------ device side (inside the jit)
 
@@ -124,15 +132,18 @@ def gather(x, packing: Packing):
     valid = (packing.segment_ids > 0).reshape(packing.src.shape + (1,) * (x.ndim - 2))
     return jnp.where(valid, flat, jnp.zeros((), x.dtype))
 
+
 def row_values(v, packing: Packing, width: int):
     """Per-row [N] -> per-token packed [G * R, W] (a padded position reads row 0)."""
     return v[packing.src // width]
+
 
 def scatter(y, packing: Packing, shape: tuple[int, int]):
     """Packed [G * R, W] -> [N, S] (0 where no packed token lands)."""
     size = shape[0] * shape[1]
     index = jnp.where(packing.segment_ids > 0, packing.src, size)
     return jnp.zeros((size,), y.dtype).at[index.reshape(-1)].set(y.reshape(-1), mode="drop").reshape(shape)
+
 
 def packed_logprobs(params, model_config, tokens, temperature, packing: Packing, chunk: int = 512,
                     micro_batch: int | None = None):
