@@ -28,7 +28,6 @@ class TrainConfig(Block):
     save_rollouts_every: int = knob(0, "also save every N-th step's rollout for replay (0 = only save_rollouts)",
                                     at_least=0)
 
-
     def check(self) -> None:
         from microcoder_jax.trainer.compile_cache import template_error
 
