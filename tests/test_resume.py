@@ -55,6 +55,18 @@ def test_algorithm_change_needs_the_flag():
     assert {c["key"]: c["kind"] for c in changes} == {"data.num_prompts": "algorithm", "rl.rho": "algorithm"}
 
 
+def test_a_knob_newer_than_the_run_is_no_change_at_its_default():
+    """A run saved before a knob existed resumes when the knob is at its default (the old
+    behaviour), and not silently when it is set to something else."""
+    old = _demo()
+    del old["sampling"]["top_k"]  # as if config.json predates the knob
+    assert resume.check_config(old, _demo(), allow_change=False) == []
+    new = _demo()
+    new["sampling"]["top_k"] = 5
+    with pytest.raises(resume.ConfigChangeError, match="sampling.top_k"):
+        resume.check_config(old, new, allow_change=False)
+
+
 def test_schedule_and_hardware_changes_are_free():
     new = _demo()
     new["train"]["steps"] = 200

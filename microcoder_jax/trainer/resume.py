@@ -70,10 +70,15 @@ def check_config(saved: dict, new: dict, allow_change: bool) -> list[dict]:
     Raises ConfigChangeError when a fatal key differs, or an algorithm key differs and
     `allow_change` is False; the message lists every such key with both values and the fix.
     """
+    from microcoder_jax.config import default_config, to_dict
+
     old_flat, new_flat = flatten(saved), flatten(new)
+    defaults = flatten(to_dict(default_config()))
     changes = []
     for key in sorted(set(old_flat) | set(new_flat)):
         before, after = old_flat.get(key, _ABSENT), new_flat.get(key, _ABSENT)
+        if before is _ABSENT and key in defaults and after == defaults[key]:
+            continue  # a knob newer than the run, at its default: the run ran as it says
         if before != after:
             changes.append({"key": key, "from": before, "to": after, "kind": kind_of(key, new_flat)})
     fatal = [c for c in changes if c["kind"] == "fatal"]
