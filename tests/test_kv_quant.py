@@ -190,7 +190,8 @@ def _paged_programs(topology_name, extra):
 @pytest.mark.parametrize("topology", ["v5e:2x2", "v4:2x2x1"])
 def test_int8_engine_run_compiles_for_tpu(topology):
     """The decode loop with an int8 pool: the int8 kernel in every layer, no pool-sized copy inside the
-    loop, no float array of the pool's shape (no dequantized pool) anywhere in the program."""
+    loop (nor a copy of a layer's scales), no gather of the scales, no float array of the pool's shape
+    (no dequantized pool) anywhere in the program."""
     import re
 
     from microcoder_jax.plan import hlo
@@ -206,6 +207,11 @@ def test_int8_engine_run_compiles_for_tpu(topology):
     assert len(re.findall(r'custom_call_target="tpu_custom_call"', text)) >= mc.num_layers
     local = layer.data.sharding.shard_shape(layer.data.shape)
     assert hlo.large_copies(text, (local[0] * local[1] * local[2] * local[3]) // 2) == 0
+    # the kernel DMAs each live page's scales itself: no layout copy of a layer's scales inside the loop
+    # (their writes are whole page_size rows, see paged_attention._write_scales), no gather of them
+    assert hlo.large_copies(text, local[0] * local[1] * local[2] * 4 // 2) == 0
+    table_order = rf"f32\[\d+,\d+,{shape.table_width},{shape.page_size}\]\{{[^}}]*\}} gather\("  # [K, S, M, ps]
+    assert not re.search(table_order, text), "the scales gathered in table order outside the kernel"
     dims = ",".join(map(str, local))
     assert not re.search(rf"(f32|bf16|f16)\[{dims}\]", text), "a dequantized pool"
     assert not re.search(rf"(f32|bf16)\[{','.join(map(str, local[:3]))},{local[3]}\]", text)

@@ -132,10 +132,24 @@ def write_keys(pool_layer, page: jax.Array, offset: jax.Array, new: jax.Array):
     """
     if isinstance(pool_layer, QuantizedPages):
         q, scale = quantize(new)
-        return QuantizedPages(write_keys(pool_layer.data, page, offset, q), write_keys(pool_layer.scale, page, offset,
-                                                                                     scale))
+        return QuantizedPages(write_keys(pool_layer.data, page, offset, q),
+                              _write_scales(pool_layer.scale, page, offset, scale))
     heads = jnp.arange(pool_layer.shape[0])[None, :]
     return pool_layer.at[heads, page[:, None], offset[:, None]].set(new.astype(pool_layer.dtype), mode="drop")
+
+
+def _write_scales(scale_layer: jax.Array, page: jax.Array, offset: jax.Array, new: jax.Array):
+    """Each slot's new scales ``new [S, K]`` -> ``scale_layer [K, pages, page_size]`` at (page, offset).
+
+    Written as whole ``page_size`` rows (read, one entry replaced, written back), as ``write_keys``
+    writes whole ``head_dim`` rows: element writes make TPU layout assignment carry the scales
+    pages-minor and copy them to the int8 kernel's (row-major) layout every layer and step.
+    """
+    heads = jnp.arange(scale_layer.shape[0])[None, :]
+    rows = scale_layer[heads, jnp.clip(page, 0, scale_layer.shape[1] - 1)[:, None]]  # [S, K, page_size]
+    hit = jnp.arange(scale_layer.shape[2])[None, None, :] == offset[:, None, None]
+    rows = jnp.where(hit, new[:, :, None].astype(scale_layer.dtype), rows)
+    return scale_layer.at[heads, page[:, None]].set(rows, mode="drop")
 
 
 def copy_pages(pool: PagePool, src: jax.Array, dst: jax.Array) -> PagePool:

@@ -8,10 +8,12 @@ scale per (token, head) instead, and scales the scores (keys) and probabilities 
 dequantized page exists even in VMEM: ``q . (s k) = s (q . k)``, ``sum p (s v) = (p s) . v``.
 
 Grid (slot, kv head). Each step DMAs the slot's pages block by block (``pages_per_block`` table
-entries, only ``cdiv(length, block tokens)`` blocks, double-buffered) from the int8 pools in HBM;
-the scales of the slot's table are gathered outside the kernel (``4 / head_dim`` of the int8 bytes
-per token) and arrive as one VMEM row per (head, slot). An idle slot (length 0) reads nothing and
-gives zeros. Interpret mode (``pltpu.force_tpu_interpret_mode()``) runs it on CPU for the tests.
+entries, only ``cdiv(length, block tokens)`` blocks, double-buffered) from the int8 pools in HBM,
+and with each page its ``page_size`` float32 scales from the scale pools (``4 / head_dim`` of the
+int8 bytes per token), by the same table entry into the same double buffer: the scales read grow
+with the slot's length, as the pages do (no gather of the whole table's scales outside the kernel).
+An idle slot (length 0) reads nothing and gives zeros. Interpret mode
+(``pltpu.force_tpu_interpret_mode()``) runs it on CPU for the tests.
 """
 from __future__ import annotations
 
@@ -34,14 +36,6 @@ class QuantizedPages(NamedTuple):
     scale: jax.Array
 
 
-def slot_scales(scale: jax.Array, table: jax.Array, pages_per_block: int) -> jax.Array:
-    """Per-page scales ``[K, pages, page_size]`` -> each slot's ``[K, S, blocks, block tokens]`` (table order)."""
-    kv, _, ps = scale.shape
-    s, m = table.shape
-    rows = jnp.take(scale, table, axis=1)  # [K, S, M, ps]
-    return rows.reshape(kv, s, m // pages_per_block, pages_per_block * ps)
-
-
 def int8_paged_attention(q, k_data, k_scale, v_data, v_scale, lengths, table, *, pages_per_block: int):
     """``q [S, H, D]`` (f32, pre-scaled) over int8 pools ``[K, pages, page_size, D]`` with scales
     ``[K, pages, page_size]``; ``table [S, M]`` (M a multiple of ``pages_per_block``, entries valid
@@ -49,30 +43,28 @@ def int8_paged_attention(q, k_data, k_scale, v_data, v_scale, lengths, table, *,
     s, h, d = q.shape
     kv, _, ps, _ = k_data.shape
     g, m = h // kv, table.shape[1]
-    blocks = m // pages_per_block
-    bt = pages_per_block * ps
-    ks, vs = slot_scales(k_scale, table, pages_per_block), slot_scales(v_scale, table, pages_per_block)
     q4 = q.astype(jnp.float32).reshape(s, kv, g, d)
     kernel = functools.partial(_kernel, pages_per_block=pages_per_block, table_width=m)
     q_spec = pl.BlockSpec((None, None, g, d), lambda b, hh, *_: (b, hh, 0, 0))
-    scale_spec = pl.BlockSpec((None, None, blocks, bt), lambda b, hh, *_: (hh, b, 0, 0))
     any_spec = pl.BlockSpec(memory_space=pl.ANY)
     buffer = pltpu.VMEM((2, pages_per_block, ps, d), jnp.int8)
+    scales = pltpu.VMEM((2, pages_per_block, ps), jnp.float32)
     out = pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=2, grid=(s, kv),
-            in_specs=[q_spec, any_spec, scale_spec, any_spec, scale_spec],
+            in_specs=[q_spec, any_spec, any_spec, any_spec, any_spec],
             out_specs=q_spec,
-            scratch_shapes=(buffer, buffer, pltpu.SemaphoreType.DMA((2,)), pltpu.SemaphoreType.DMA((2,)))),
+            scratch_shapes=(buffer, buffer, scales, scales, pltpu.SemaphoreType.DMA((2,)),
+                            pltpu.SemaphoreType.DMA((2,)))),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary")),
         out_shape=jax.ShapeDtypeStruct(q4.shape, jnp.float32),
-    )(lengths.astype(jnp.int32), table.reshape(-1).astype(jnp.int32), q4, k_data, ks, v_data, vs)
+    )(lengths.astype(jnp.int32), table.reshape(-1).astype(jnp.int32), q4, k_data, k_scale, v_data, v_scale)
     return out.reshape(s, h, d)
 
 
-def _kernel(lengths_ref, table_ref, q_ref, k_hbm, ks_ref, v_hbm, vs_ref, o_ref, k_buf, v_buf, k_sem, v_sem, *,
-            pages_per_block: int, table_width: int):
+def _kernel(lengths_ref, table_ref, q_ref, k_hbm, ks_hbm, v_hbm, vs_hbm, o_ref, k_buf, v_buf, ks_buf, vs_buf,
+            k_sem, v_sem, *, pages_per_block: int, table_width: int):
     b, h = pl.program_id(0), pl.program_id(1)
     length = lengths_ref[b]
     ps, d = k_buf.shape[2], k_buf.shape[3]
@@ -85,6 +77,11 @@ def _kernel(lengths_ref, table_ref, q_ref, k_hbm, ks_ref, v_hbm, vs_ref, o_ref, 
             page = table_ref[b * table_width + i * pages_per_block + j]
             out.append(pltpu.make_async_copy(k_hbm.at[h, page], k_buf.at[slot, j], k_sem.at[slot]))
             out.append(pltpu.make_async_copy(v_hbm.at[h, page], v_buf.at[slot, j], v_sem.at[slot]))
+            # the page's scales ride on the same semaphores: a (1, page_size) row of [pages, page_size]
+            out.append(pltpu.make_async_copy(ks_hbm.at[h, pl.ds(page, 1)], ks_buf.at[slot, pl.ds(j, 1)],
+                                             k_sem.at[slot]))
+            out.append(pltpu.make_async_copy(vs_hbm.at[h, pl.ds(page, 1)], vs_buf.at[slot, pl.ds(j, 1)],
+                                             v_sem.at[slot]))
         return out
 
     @pl.when(n > 0)
@@ -108,8 +105,8 @@ def _kernel(lengths_ref, table_ref, q_ref, k_hbm, ks_ref, v_hbm, vs_ref, o_ref, 
             c.wait()
         k = k_buf[slot].astype(jnp.float32).reshape(bt, d)
         v = v_buf[slot].astype(jnp.float32).reshape(bt, d)
-        k_row = ks_ref[pl.ds(i, 1), :]  # [1, bt]
-        v_row = vs_ref[pl.ds(i, 1), :]
+        k_row = ks_buf[slot].reshape(1, bt)  # [pages_per_block, ps] -> [1, bt], table order
+        v_row = vs_buf[slot].reshape(1, bt)
         scores = jnp.einsum("gd,td->gt", q, k, preferred_element_type=jnp.float32) * k_row
         valid = i * bt + jax.lax.broadcasted_iota(jnp.int32, (g, bt), 1) < length
         scores = jnp.where(valid, scores, MASK)

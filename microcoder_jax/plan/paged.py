@@ -136,20 +136,17 @@ def estimate(program: Program, mesh):
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
     s, reads = shape.slots, shape.table_width * shape.page_size
     kvh, token = max(k // t, 1), token_head_bytes(mc, shape.kv_dtype)
-    int8 = pa_dtype(mc, shape) == jnp.int8
     # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
     if mc.attention != "splash":
         comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * kvh * shape.block_pages * \
             shape.page_size * hd * 4 * 2
-    elif int8:  # the int8 kernel takes each slot's scales gathered in table order
-        comp["one layer's slot-table scales (int8 kernel)"] = s * 2 * kvh * reads * 4
     comp["sampling temporaries (logits, probs x4)"] = s * v * 4 * 4
     steps = -(-shape.rows // s) * shape.max_new  # every slot busy to the cap: the worst case
     flops = steps * (2.0 * (l * layer + v * d) * s + analytic._attention_flops(mc, s, 1, reads // 2, False))
     local = analytic._split(s, mesh.shape["data"] * mesh.shape["fsdp"])  # each device reads its slots' pages
-    # the live pages (half the table on average) at the pool's bytes per token and head; the int8
-    # kernel also gathers the whole table's scales (read, written, read again)
-    kv_step = local * l * 2 * kvh * (token * reads / 2 + (3 * 4 * reads if int8 and mc.attention == "splash" else 0))
+    # the live pages (half the table on average) at the pool's bytes per token and head (the int8
+    # kernel DMAs each live page's scales with it: the 4 bytes of `token`)
+    kv_step = local * l * 2 * kvh * token * reads / 2
     hbm = steps * ((l * layer + v * d) * 2 / t + kv_step)
     return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=shape.rows * shape.max_new)
 
