@@ -18,7 +18,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from microcoder_jax.blocks import ConfigError
-from microcoder_jax.rl.config import RLConfig
+from microcoder_jax.rl.config import MEANINGS, RLConfig
 
 __all__ = ["ConfigError"]  # re-exported: every CLI catches it from here
 
@@ -42,36 +42,9 @@ def block_types() -> dict:
             "demo": DemoConfig}
 
 
-# RLConfig fields the run fills in from other blocks, and what each remaining field means.
+# RLConfig fields the run fills in from other blocks (the meanings of the others: rl.config.MEANINGS).
 RL_FROM_RUN = {"group_size": "sampling.group_size", "prompts_per_batch": "data.num_prompts",
                "total_steps": "train.steps"}
-RL_MEANINGS = {
-    "learning_rate": "AdamW peak learning rate", "warmup_steps": "linear warmup, in rollout steps",
-    "decay": "constant, linear or cosine (to end_lr_ratio at train.steps)",
-    "end_lr_ratio": "final / peak learning rate of the decay", "weight_decay": "AdamW weight decay",
-    "b1": "Adam beta1", "b2": "Adam beta2", "adam_eps": "Adam epsilon", "grad_clip": "global-norm clip",
-    "num_minibatches": "optimizer updates per rollout batch (off-policy degree)",
-    "micro_batch_size": "rows per forward/backward (gradient accumulation); lower it if memory runs out",
-    "logprob_chunk": "sequence positions per chunk of the vocab projection",
-    "adv_std": "advantage std: group, batch or none (Dr.GRPO)", "adv_eps": "added to the std",
-    "adv_std_ddof": "1: sample std of the G rewards (verl, TRL); 0: population std",
-    "truncation": "conditional, none, mask_all, overlong_filter or soft_overlong",
-    "non_incorrect": "conditional: passed or not_judged_wrong",
-    "repeat_m": "conditional: repetition window m, tokens",
-    "rho": "conditional: probability of masking a qualifying truncated response",
-    "soft_overlong_cache": "soft_overlong: L_cache tokens of linear penalty",
-    "eps_low": "clip range below 1", "eps_high": "clip range above 1 (clip-higher)",
-    "dual_clip": "dual-clip constant c > 1 for negative advantages (None = off)",
-    "kl_beta": "k3 KL weight; > 0 keeps a frozen reference model",
-    "aggregation": "token_mean, seq_mean_token_mean or constant",
-    "loss_constant": "constant aggregation: the normaliser (None = the generation budget max_new_tokens)",
-    "dynamic_sampling": "DAPO: drop groups with all-equal rewards and refill",
-    "max_refills": "DAPO: extra generation batches per step before topping up",
-    "is_correction": "sampler-trainer mismatch: none, tis (weight min(r, is_cap)) or mis (r outside "
-                     "[is_low, is_high] dropped); r = pi_old / pi_sampler (rl.corrections)",
-    "is_cap": "tis: the cap C on r", "is_level": "r per token, per sequence (product) or geometric (mean)",
-    "is_low": "mis: lowest r kept", "is_high": "mis: highest r kept",
-}
 
 
 def _rl_keys() -> list[tuple[str, object, str]]:
@@ -85,7 +58,7 @@ def _rl_keys() -> list[tuple[str, object, str]]:
         if f.name in RL_FROM_RUN or f.name == "preset":
             continue
         kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
-        meaning = RL_MEANINGS.get(f.name, f"RLConfig.{f.name}")
+        meaning = MEANINGS[f.name]
         if f.name in preset_set:
             out.append((f"rl.{f.name}", kind, f"{meaning} (None = the preset's)"))
         elif f.default is None:

@@ -134,3 +134,13 @@ def test_defaults_have_one_source():
         if cls is not RLConfig:
             assert cls.from_node(c[name]) == cls(), name
     assert temperature.TemperatureScheduler().temperature == c.temperature.temperature == 1.2
+
+
+def test_every_knob_has_a_meaning():
+    """--help explains every key: each block field and each RLConfig field carries its meaning."""
+    from microcoder_jax.rl.config import MEANINGS
+
+    missing = [k for k, _, meaning in config_lib.all_keys() if not meaning.strip()]
+    assert not missing, missing
+    fields = {f.name for f in dataclasses.fields(RLConfig)} - set(config_lib.RL_FROM_RUN) - {"preset"}
+    assert fields == set(MEANINGS), fields ^ set(MEANINGS)

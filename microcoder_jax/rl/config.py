@@ -14,6 +14,37 @@ NON_INCORRECT = ("passed", "not_judged_wrong")
 DECAY = ("cosine", "constant", "linear")
 
 
+MEANINGS = {  # what each field means, as --help shows it (a test checks every field has one)
+    "learning_rate": "AdamW peak learning rate", "warmup_steps": "linear warmup, in rollout steps",
+    "decay": "constant, linear or cosine (to end_lr_ratio at train.steps)",
+    "end_lr_ratio": "final / peak learning rate of the decay", "weight_decay": "AdamW weight decay",
+    "b1": "Adam beta1", "b2": "Adam beta2", "adam_eps": "Adam epsilon", "grad_clip": "global-norm clip",
+    "num_minibatches": "optimizer updates per rollout batch (off-policy degree)",
+    "micro_batch_size": "rows per forward/backward (gradient accumulation); lower it if memory runs out",
+    "logprob_chunk": "sequence positions per chunk of the vocab projection",
+    "adv_std": "advantage std: group, batch or none (Dr.GRPO)", "adv_eps": "added to the std",
+    "adv_std_ddof": "1: sample std of the G rewards (verl, TRL); 0: population std",
+    "truncation": "conditional, none, mask_all, overlong_filter or soft_overlong",
+    "non_incorrect": "conditional: passed or not_judged_wrong",
+    "repeat_m": "conditional: repetition window m, tokens",
+    "rho": "conditional: probability of masking a qualifying truncated response",
+    "soft_overlong_cache": "soft_overlong: L_cache tokens of linear penalty",
+    "eps_low": "clip range below 1", "eps_high": "clip range above 1 (clip-higher)",
+    "dual_clip": "dual-clip constant c > 1 for negative advantages (None = off)",
+    "kl_beta": "k3 KL weight; > 0 keeps a frozen reference model",
+    "aggregation": "token_mean, seq_mean_token_mean or constant",
+    "loss_constant": "constant aggregation: the normaliser (None = the generation budget max_new_tokens)",
+    "dynamic_sampling": "DAPO: drop groups with all-equal rewards and refill",
+    "max_refills": "DAPO: extra generation batches per step before topping up",
+    "is_correction": "sampler-trainer mismatch: none, tis (weight min(r, is_cap)) or mis (r outside "
+                     "[is_low, is_high] dropped); r = pi_old / pi_sampler (rl.corrections)",
+    "is_cap": "tis: the cap C on r", "is_level": "r per token, per sequence (product) or geometric (mean)",
+    "is_low": "mis: lowest r kept", "is_high": "mis: highest r kept",
+    "packing": "run the old-log-prob pass and the train step on rows laid end to end (same loss and update)",
+    "pack_width": "packing: tokens per packed row (None = the batch's padded width)",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
     """Algorithm settings of one run. Defaults are MicroCoder-GRPO (docs/method.md, the objective).
