@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from absl import flags
 from ml_collections import config_flags
 
-from microcoder_jax.config import ConfigError, describe, flat_keys
+from microcoder_jax.config import ConfigError, default_config, describe, flat_keys
 
 FILE_LIST_KEYS = ("data.train_files", "eval.files")  # "a.jsonl,b-*.jsonl" on the command line
 
@@ -125,12 +125,12 @@ def help_text(argv, *, prog, doc, define_flags) -> str:
     fv = _flag_values(define_flags, argv)
     try:
         fv(["prog", *argv])
-        keys = describe(fv.config)
+        keys = describe(fv.config if fv.config is not None else default_config())
     except Exception as e:  # noqa: BLE001 — help still prints, with the reason the keys are missing
         keys = f"  (cannot list the config keys: {_explain(argv, define_flags, e)})"
     own = [f"  --{name}: {fl.help}" + (f" (default: {fl.default!r})" if fl.default is not None else "")
            for name, fl in sorted(fv._flags().items()) if name != "config" and name == fl.name]
-    source = next((a.partition("=")[2] for a in argv if a.startswith("--config=")), "")
+    source = next((a.partition("=")[2] for a in argv if a.startswith("--config=")), "the defaults")
     return "\n".join([f"usage: {prog}", "", doc.strip(), "", "flags:",
                       "  --config=FILE[:ARG]: a config file (a python file with get_config(arg))",
                       *own, "", f"config keys (values from {source}; override with --config.KEY=VALUE):", keys])
