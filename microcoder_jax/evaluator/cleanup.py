@@ -27,7 +27,7 @@ def kill_all(pid: int, ctx: dict) -> None:
             except ChildProcessError:
                 return
     signal_group(pid)
-    own_uid = ctx["uid"] is not None and ctx["uid"] == ctx["own_uid"]
+    own_uid = ctx["own_uid"] is not None and ctx["uid"] == ctx["own_uid"]
     if own_uid:  # setsid daemons left the group (never for a shared fallback uid such as nobody)
         if not kill_uid(ctx["uid"], ctx["clear_keyrings"]):
             ctx["keyrings_failed"] = True  # read (and reset) by the server after the test

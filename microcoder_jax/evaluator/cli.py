@@ -27,7 +27,7 @@ from microcoder_jax.problems import load_problems
 
 def _parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluate",
-                                description=__doc__.split("\n")[0])
+                                description=(__doc__ or "").split("\n")[0])
     p.add_argument("--problems", required=True,
                    help="JSONL, JSON or Parquet rows: LiveCodeBench, APPS/TACO or our own schema")
     p.add_argument("--solutions", required=True, help="JSONL rows: question_id and code or response")

@@ -132,7 +132,8 @@ class StdoutMatcher:
             nxt = len(want) if nxt < 0 else nxt
             expected, actual = want[self._pos:nxt], m.group()
             if not _bytes_tokens_equal(expected, actual, self._tolerance, self._case_sensitive):
-                self.reason = f"token {self._matched + 1}: expected {_clip(_text(expected))}, got {_clip(_text(actual))}"
+                self.reason = (f"token {self._matched + 1}: expected {_clip(_text(expected))}, "
+                               f"got {_clip(_text(actual))}")
                 return
             self._matched += 1
             self._pos = nxt + 1

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, cast
 
 from microcoder_jax.evaluator import channel, syscall_filter, worker
 from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
@@ -72,6 +72,7 @@ class _Server:
         for _ in range(2):
             if self._proc is None:
                 self._start()
+            assert self._proc is not None  # _start spawned it or raised
             reply = channel.run_program(self._sock, request)
             if reply is not None and reply.get("keyrings_not_cleared"):
                 self.keyring_failures += 1
@@ -132,17 +133,17 @@ class JudgeHandle:
         with self._cond:
             if not self._cond.wait_for(lambda: self._left == 0, timeout):
                 raise TimeoutError(f"{self._left} of {len(self._results)} programs still being judged")
-            return list(self._results)
+            return cast("list[JudgeResult]", list(self._results))  # none left unset
 
     def as_completed(self) -> Iterator[tuple[int, JudgeResult]]:
         """(index, result) pairs in completion order, as they arrive."""
         seen = 0
         while seen < len(self._results):
             with self._cond:
-                self._cond.wait_for(lambda: len(self._finished) > seen)
+                self._cond.wait_for(lambda seen=seen: len(self._finished) > seen)
                 batch = self._finished[seen:]
             for index in batch:
-                yield index, self._results[index]
+                yield index, cast(JudgeResult, self._results[index])  # set before it was finished
             seen += len(batch)
 
 
@@ -259,10 +260,11 @@ class EvaluatorPool:
     def _checker(self, slot: int) -> _Server:
         """Checkers run on their own fork servers, with their own uids: what a checker sees (the
         expected output) never passes a program's server or a process a program could signal."""
-        if self._checkers[slot] is None:
+        checker = self._checkers[slot]
+        if checker is None:
             uid = self._servers[slot]._uid + self.workers
-            self._checkers[slot] = _Server(uid, self._options, self._tmpdir)
-        return self._checkers[slot]
+            checker = self._checkers[slot] = _Server(uid, self._options, self._tmpdir)
+        return checker
 
     def close(self) -> None:
         if self._closed:

@@ -94,7 +94,7 @@ def enter(req: dict, ctx: dict, workdir: str, fds: list, join_cgroup) -> None:
             _drop_capabilities()  # root of the server's user namespace, but without its powers
         if ctx["keyring"]:
             _keyctl(KEYCTL_JOIN_SESSION_KEYRING, 0)  # a fresh, empty session keyring
-        if _LINUX:
+        if _LIBC is not None:  # on Linux
             _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binaries to climb back
         if ctx["syscall_filter"] is not None:
             ctx["syscall_filter"]()  # last: from here on no key, namespace or mount can be made
@@ -119,11 +119,13 @@ def _read_all(fd: int, limit: int) -> bytes:
 
 
 def _unshare(flags: int) -> None:
+    assert _LIBC is not None  # namespaces are Linux's
     if _LIBC.unshare(flags) != 0:
         raise OSError(ctypes.get_errno(), "unshare")
 
 
 def _keyctl(op: int, arg: int, arg2: int = 0) -> int:
+    assert _LIBC is not None and KEYCTL_SYSCALL is not None  # callers check for keyctl
     return _LIBC.syscall(ctypes.c_long(KEYCTL_SYSCALL), ctypes.c_long(op), ctypes.c_long(arg),
                          ctypes.c_long(arg2), ctypes.c_long(0), ctypes.c_long(0))
 
@@ -156,6 +158,7 @@ def _drop_capabilities() -> None:
     or remount anything there (the server's read-only root and private /tmp stay as they are)."""
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()
+    assert _LIBC is not None  # called on Linux only
     if _LIBC.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset")
 
@@ -211,7 +214,8 @@ def _run_program(req: dict) -> int:
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(0)  # big integers print, as on judges without the limit
     atexit._clear()
-    status, code = {"status": "ok"}, 0
+    status: dict = {"status": "ok"}
+    code = 0
     try:
         compiled = _compile(req)
     except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:

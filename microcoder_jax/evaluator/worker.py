@@ -51,6 +51,7 @@ def _sibling(name: str):
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_microcoder_{name}", path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -80,6 +81,10 @@ def send_msg(sock: socket.socket, msg: dict, fds=()) -> None:
         sock.sendall(data)
 
 
+@typing.overload
+def recv_msg(sock: socket.socket, with_fds: typing.Literal[False] = False) -> dict | None: ...
+@typing.overload
+def recv_msg(sock: socket.socket, with_fds: typing.Literal[True]) -> tuple[dict | None, list[int]]: ...
 def recv_msg(sock: socket.socket, with_fds: bool = False):
     """The next message (and its descriptors, with_fds=True), or None at end of stream."""
     data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
@@ -267,6 +272,7 @@ def main() -> None:
     (bool), cgroups (bool), hide (paths). It comes on the socket, not argv, where /proc shows it."""
     sock = socket.socket(fileno=os.dup(0))
     config = recv_msg(sock)
+    assert config is not None, "the pool sends the config first"
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
@@ -337,10 +343,9 @@ def main() -> None:
     try:
         send_msg(sock, {"hello": report})
         while True:
-            received = recv_msg(sock, with_fds=True)
-            if received[0] is None:
+            req, fds = recv_msg(sock, with_fds=True)
+            if req is None:
                 break
-            req, fds = received
             if "kill" in req and not fds:  # a kill that came after its program had ended
                 continue
             try:
