@@ -76,13 +76,14 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
              "dots": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2,
              "dots_saveable": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2}[mc.remat]
     chunk = min(rl_config.logprob_chunk, sh.seq - 1)
+    # The LM head's gradient is summed once at the log-prob shard_map's boundary, straight into the
+    # sharded gradient (rl/logprobs.head_logprobs): no full-size f32 copy of it is alive.
     comp = {
         "params + optimizer state (args)": local_bytes(state),
         "batch (args)": local_bytes(batch),
         "gradients (accumulated + one micro-batch)": 2 * params,
         "optimizer update temporaries": params,
         "gathered weights (one layer, double-buffered)": 2 * layer * 2 // t,
-        "embedding gradient before reduce-scatter": v * d * 4 // t,
         f"activations (remat={mc.remat})": saved + _layer_activations(mc, tokens, splash, t, sh.seq),
         "final hidden + its gradient": tokens * d * 4 * 2,
         "vocab-projection chunk (logits and their gradient)": mb * chunk * (v // t) * 4 * 2,
