@@ -22,7 +22,7 @@ from microcoder_jax.models.qwen3 import (
 )
 
 __all__ = [
-    "DecodingParams", "KVCache", "PRESETS", "ParamSpec", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix", "decoding_params", "forward",
-    "get_preset", "model_config_from", "init_cache", "init_params", "lm_head", "load_hf_params", "param_logical_axes", "param_shapes",
-    "param_specs", "save_hf_params",
+    "DecodingParams", "KVCache", "PRESETS", "ParamSpec", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix",
+    "decoding_params", "forward", "get_preset", "model_config_from", "init_cache", "init_params", "lm_head",
+    "load_hf_params", "param_logical_axes", "param_shapes", "param_specs", "save_hf_params",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import cast
 
 from microcoder_jax.models import attention as attn_lib
 
@@ -58,7 +59,7 @@ class Qwen3Config:
             if os.path.isdir(path):
                 path = os.path.join(path, "config.json")
             with open(path) as f:
-                config = json.load(f)
+                config = cast(dict, json.load(f))
         archs = config.get("architectures") or ["Qwen3ForCausalLM"]
         if "Qwen3ForCausalLM" not in archs or config.get("model_type", "qwen3") != "qwen3":
             raise ValueError(f"unsupported architecture {archs} / model_type {config.get('model_type')!r}: "

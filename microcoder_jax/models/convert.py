@@ -121,7 +121,7 @@ def _parse_mesh(text: str | None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m microcoder_jax.convert", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m microcoder_jax.convert", description=(__doc__ or "").split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-hf", metavar="DIR", help="Hugging Face Qwen3 checkpoint directory")

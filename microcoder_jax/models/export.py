@@ -6,6 +6,7 @@ always passes these files along (`save_hf_params(extra_files=...)`).
 """
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -15,7 +16,7 @@ from typing import Callable
 
 _NOT_COPIED = {"config.json", "model.safetensors.index.json"}
 
-Writers = dict[str, Callable[[str], None]]
+Writers = dict[str, Callable[[str], object]]
 
 
 def _is_run_config(path: str) -> bool:
@@ -99,7 +100,7 @@ def from_run(run_dir: str):
         tokenizer.save_pretrained(saved)
         for name in os.listdir(saved):
             with open(os.path.join(saved, name), "rb") as f:
-                writers[name] = lambda dst, data=f.read(): _write_bytes(dst, data)
+                writers[name] = functools.partial(_write_bytes, data=f.read())
     if "generation_config.json" not in writers:
         gen = generation_config(config, tokenizer)
         writers["generation_config.json"] = lambda dst: _write_json(dst, gen)

@@ -51,7 +51,7 @@ _TOP_KEYS = {
 def hf_key_map(config: Qwen3Config) -> dict:
     """Params-shaped tree of ``(hf_names, layout)``; ``hf_names`` has one name per layer for stacked leaves."""
     layers = {k: ([t.format(i) for i in range(config.num_layers)], lay) for k, (t, lay) in _LAYER_KEYS.items()}
-    out = {k: ([t], lay) for k, (t, lay) in _TOP_KEYS.items() if k != "lm_head" or not config.tie_word_embeddings}
+    out: dict = {k: ([t], lay) for k, (t, lay) in _TOP_KEYS.items() if k != "lm_head" or not config.tie_word_embeddings}
     out["layers"] = layers
     return out
 
@@ -227,7 +227,7 @@ def iter_hf_tensors(params: dict, config: Qwen3Config):
 
 
 def save_hf_params(params: dict, config: Qwen3Config, path, max_shard_bytes: int = 5 * 1024**3,
-                   dtype=None, extra_files: dict[str, Callable[[str], None]] | None = None) -> str:
+                   dtype=None, extra_files: dict[str, Callable[[str], object]] | None = None) -> str:
     """Write ``params`` as an HF checkpoint dir (safetensors shards + index + config.json); returns ``path``.
 
     ``dtype`` converts on export (default: the params' own dtype). Only process 0 writes; every
@@ -257,6 +257,7 @@ def save_hf_params(params: dict, config: Qwen3Config, path, max_shard_bytes: int
             sizes[-1] += array.nbytes
         if not is_writer:
             return path
+        assert tmp is not None  # made above, by the writer
         _flush(shards, tmp, save_file)
         n = len(shards)
         names = [SINGLE_FILE] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]

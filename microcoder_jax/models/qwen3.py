@@ -233,7 +233,7 @@ def _get(params, name: str):
     return getattr(params, name) if is_decoding(params) else params[name]
 
 
-def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
+def lm_head(params: dict | DecodingParams, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
     """Float32 logits ``[..., vocab]`` from final-normed hidden states (stored or ``DecodingParams``).
 
     Tokens are flattened to one dim first, as in ``_layer`` (the embedding gradient then
@@ -247,7 +247,8 @@ def lm_head(params: dict, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
     return logits.reshape(*hidden.shape[:-1], -1)
 
 
-def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attention_mask: jax.Array | None = None,
+def forward(params: dict | DecodingParams, config: Qwen3Config, input_ids: jax.Array, *,
+            attention_mask: jax.Array | None = None,
             positions: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, prefix: SharedPrefix | None = None,
             return_hidden: bool = False, segment_ids: jax.Array | None = None):
@@ -284,7 +285,7 @@ def forward(params: dict, config: Qwen3Config, input_ids: jax.Array, *, attentio
 
         if is_decoding(params):
             raise ValueError("DecodingParams are for cached decoding; pass the stored (stacked) params without a cache")
-        x, _ = jax.lax.scan(_remat(body, config.remat), x, params["layers"])
+        x, _ = jax.lax.scan(_remat(body, config.remat), x, _get(params, "layers"))
     else:
         if positions is None:
             raise ValueError("forward with a cache needs explicit positions [B, T]")

@@ -61,7 +61,8 @@ def _on_devices_of(params, mesh) -> bool:
     e.g. the training mesh): the decode-layout reshard then moves them with no stored-layout copy."""
     order = tuple(mesh.devices.flat)
     return all(isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding)
-               and tuple(x.sharding.mesh.devices.flat) == order for x in jax.tree.leaves(params))
+               and tuple(x.sharding.mesh.devices.flat) == order  # pyright: ignore[reportOptionalMemberAccess]
+               for x in jax.tree.leaves(params))  # (an array's mesh has devices; only an AbstractMesh has none)
 
 
 @jax.jit
@@ -206,16 +207,16 @@ class PagedSession:
     def output(self, prompts: Sequence[int] | None = None) -> SamplerOutput:
         """Results for these prompt indices (all pushed ones by default), rows prompt-major."""
         g = self.shape.samples
-        prompts = np.arange(self.num_prompts) if prompts is None else np.asarray(prompts)
-        rows = (prompts[:, None] * g + np.arange(g)).reshape(-1)
+        picks = np.arange(self.num_prompts) if prompts is None else np.asarray(prompts)
+        rows = (picks[:, None] * g + np.arange(g)).reshape(-1)
         picked = _take_rows({k: self.state[k] for k in ("tokens", "logprobs", "lengths", "stopped", "entropy")},
                             jnp.asarray(rows, jnp.int32))  # on device: only these rows come to the host
         tokens, logprobs, lengths, stopped, entropy = (shd.to_host(picked[k]) for k in (
             "tokens", "logprobs", "lengths", "stopped", "entropy"))
         return SamplerOutput(tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped,
                              entropy=entropy / np.maximum(lengths, 1), temperature=self.temperature[rows],
-                             prompt_tokens=np.repeat(self.prompt_ids[prompts], g, axis=0),
-                             prompt_mask=np.repeat(self.prompt_mask[prompts], g, axis=0))
+                             prompt_tokens=np.repeat(self.prompt_ids[picks], g, axis=0),
+                             prompt_mask=np.repeat(self.prompt_mask[picks], g, axis=0))
 
     def _check_open(self):
         if self.params is None:

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import json
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -204,8 +204,8 @@ def phase_ends(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int
 
 
 @functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "phases"))
-def decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id, rng, *,
-            config: Qwen3Config, max_new_tokens: int, phases: int):
+def decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id,
+           rng, *, config: Qwen3Config, max_new_tokens: int, phases: int):
     """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy).
 
     The prompts' cache is read as a `SharedPrefix` by all G rows of each prompt; the generated
@@ -246,7 +246,7 @@ def decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperatur
         pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, slots - x.shape[2]), (0, 0)))  # noqa: E731
         return KVCache(*(tuple(shd.constrain(pad(x), CACHE_AXES) for x in part) for part in cache))
 
-    state = dict(
+    state: dict[str, Any] = dict(
         i=jnp.int32(0),
         last=jnp.zeros((rows,), jnp.int32),
         cache=cache,
@@ -302,9 +302,10 @@ def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, n
     """Sample `num_samples` responses for every prompt; see the module doc and `SamplerOutput`.
 
     temperature / top_p / top_k: a scalar or one value per row [num_prompts * num_samples].
-    max_new_tokens and decode_phases (see `decode`) are static (a new value compiles new programs). With a `mesh`, rows are split over
-    its data axes (the prompt count is padded to a multiple of them with copies, then cut off) and
-    heads over its tensor axis; the weights are resharded once into the decode layout (module doc).
+    max_new_tokens and decode_phases (see `decode`) are static (a new value compiles new programs).
+    With a `mesh`, rows are split over its data axes (the prompt count is padded to a multiple of
+    them with copies, then cut off) and heads over its tensor axis; the weights are resharded once
+    into the decode layout (module doc).
     decode_rules: logical-axis rules of that layout (default ``DECODE_AXIS_RULES``); pass
     ``sharding.LOGICAL_AXIS_RULES`` to keep the weights FSDP-sharded where a replicated compute-dtype
     copy does not fit (every decode step then all-gathers them).
