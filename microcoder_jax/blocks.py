@@ -14,7 +14,9 @@ import math
 import os
 import types
 import typing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+_B = TypeVar("_B", bound="Block")
 
 
 class ConfigError(ValueError):
@@ -58,7 +60,8 @@ class Block:
                 continue
             if kind is tuple:
                 if not isinstance(value, (tuple, list)):
-                    self.fail(f.name, value, f"expected a tuple, e.g. {tuple(f.default) or ('a', 'b')}")
+                    example = tuple(f.default) if isinstance(f.default, (tuple, list)) else ()
+                    self.fail(f.name, value, f"expected a tuple, e.g. {example or ('a', 'b')}")
                 object.__setattr__(self, f.name, tuple(value))
             elif kind is float and isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(self, f.name, float(value))
@@ -90,7 +93,7 @@ class Block:
         raise ValueError(f"{self.PREFIX}.{name}={value!r}: {what}")
 
     @classmethod
-    def from_node(cls, node) -> "Block":
+    def from_node(cls: type[_B], node) -> _B:
         """The typed block from a ConfigDict node or a dict; an unknown key is an error."""
         values = node.to_dict() if hasattr(node, "to_dict") else dict(node or {})
         names = {f.name for f in dataclasses.fields(cls)}
@@ -99,7 +102,7 @@ class Block:
             raise ValueError(f"{cls.PREFIX}: unknown keys {unknown}; known: {', '.join(sorted(names))}")
         return cls(**values)
 
-    def replace(self, **changes) -> "Block":
+    def replace(self: _B, **changes) -> _B:
         return dataclasses.replace(self, **changes)
 
 

@@ -11,8 +11,9 @@ import dataclasses
 import difflib
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
+import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
@@ -23,11 +24,11 @@ FILE_LIST_KEYS = ("data.train_files", "eval.files")  # "a.jsonl,b-*.jsonl" on th
 
 @dataclasses.dataclass
 class Parsed:
-    config: object
+    config: ml_collections.ConfigDict
     flags: flags.FlagValues
     args: list[str]  # positional arguments
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:  # the CLI's own flags, by name
         return self.flags[name].value
 
 
@@ -95,7 +96,7 @@ def _file_lists(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def parse(argv: Sequence[str] | None, *, prog: str, doc: str, default_file: str | None,
+def parse(argv: Sequence[str] | None, *, prog: str, doc: str | None, default_file: str | None,
           define_flags: Callable[[flags.FlagValues], None] | None = None) -> Parsed:
     """Parse `argv` (without the program name); raises ConfigError, or prints --help and exits 0.
 
@@ -131,7 +132,7 @@ def help_text(argv, *, prog, doc, define_flags) -> str:
     own = [f"  --{name}: {fl.help}" + (f" (default: {fl.default!r})" if fl.default is not None else "")
            for name, fl in sorted(fv._flags().items()) if name != "config" and name == fl.name]
     source = next((a.partition("=")[2] for a in argv if a.startswith("--config=")), "the defaults")
-    return "\n".join([f"usage: {prog}", "", doc.strip(), "", "flags:",
+    return "\n".join([f"usage: {prog}", "", (doc or "").strip(), "", "flags:",
                       "  --config=FILE[:ARG]: a config file (a python file with get_config(arg))",
                       *own, "", f"config keys (values from {source}; override with --config.KEY=VALUE):", keys])
 

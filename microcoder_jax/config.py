@@ -72,8 +72,8 @@ def all_keys() -> list[tuple[str, object, str]]:
     """Every (key, default, meaning), in the order `--help` shows them, from the typed blocks."""
     from microcoder_jax.blocks import block_keys
 
-    keys = [SEED_KEY]
-    for name, cls in block_types().items():
+    keys: list[tuple[str, object, str]] = [SEED_KEY]
+    for cls in block_types().values():
         if cls is RLConfig:
             keys.append(("rl.preset", "microcoder", "algorithm preset: microcoder, grpo, dapo (rl.presets.PRESETS)"))
             keys += _rl_keys()
@@ -194,7 +194,7 @@ def make_rl_config(config: ml_collections.ConfigDict) -> RLConfig:
 
 def to_dict(config: ml_collections.ConfigDict) -> dict:
     """A JSON-ready plain dict of the config (saved beside checkpoints and metrics)."""
-    def plain(v):
+    def plain(v) -> typing.Any:
         if isinstance(v, ml_collections.ConfigDict):
             return {k: plain(x) for k, x in v.items()}
         if isinstance(v, (tuple, list)):

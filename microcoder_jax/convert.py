@@ -1,4 +1,7 @@
-"""`python -m microcoder_jax.convert`: Hugging Face <-> Orbax checkpoint conversion (the code is `microcoder_jax.models.convert`)."""
+"""`python -m microcoder_jax.convert`: Hugging Face <-> Orbax checkpoint conversion.
+
+The code is `microcoder_jax.models.convert`.
+"""
 import sys
 
 from microcoder_jax.models.convert import main

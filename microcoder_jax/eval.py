@@ -1,4 +1,7 @@
-"""`python -m microcoder_jax.eval`: score a checkpoint on LiveCodeBench-format problems (the code is `microcoder_jax.trainer.evaluation`)."""
+"""`python -m microcoder_jax.eval`: score a checkpoint on LiveCodeBench-format problems.
+
+The code is `microcoder_jax.trainer.evaluation`.
+"""
 import sys
 
 from microcoder_jax.trainer.evaluation import main

@@ -1,4 +1,7 @@
-"""`python -m microcoder_jax.evaluate`: judge a file of solutions against problems (the code is `microcoder_jax.evaluator.cli`)."""
+"""`python -m microcoder_jax.evaluate`: judge a file of solutions against problems.
+
+The code is `microcoder_jax.evaluator.cli`.
+"""
 import sys
 
 from microcoder_jax.evaluator.cli import main

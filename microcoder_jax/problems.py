@@ -21,7 +21,7 @@ import os
 import pickle
 import re
 import zlib
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from microcoder_jax.data.jsonl import BadLine, read_jsonl
 
@@ -86,7 +86,7 @@ class Problem:
     def from_json(cls, row: dict | str) -> "Problem":
         """Inverse of `to_json`; also accepts the JSON text. Unknown keys go to `metadata`."""
         if isinstance(row, (str, bytes)):
-            row = json.loads(row)
+            row = cast(dict, json.loads(row))  # a problem is a JSON object
         row = dict(row)
         tests = [t if isinstance(t, TestCase) else TestCase(**t) for t in _as_list(row.pop("tests"))]
         fields = {f.name for f in dataclasses.fields(cls)}
@@ -273,8 +273,7 @@ def _iter_rows(path: str) -> Iterator[tuple[int, Any]]:
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        for index, row in enumerate(pq.read_table(path).to_pylist()):
-            yield index, row
+        yield from enumerate(pq.read_table(path).to_pylist())
         return
     with open(path, encoding="utf-8") as f:
         if path.endswith(".json"):

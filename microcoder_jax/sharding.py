@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, TypeVar
 
 import jax
 import numpy as np
@@ -38,6 +38,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from microcoder_jax.blocks import Block, knob
 
 MESH_AXES = ("data", "fsdp", "tensor")
+# A mesh with devices, or an AbstractMesh for device-free plans (plan/).
+AnyMesh = TypeVar("AnyMesh", Mesh, jax.sharding.AbstractMesh)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +184,7 @@ def mesh_from_sizes(data: int, fsdp: int, tensor: int) -> Mesh | None:
     return make_mesh(*sizes, devices=jax.devices()[:total])
 
 
-def sampler_mesh(mesh: Mesh | None, tensor: int, kv_heads: int) -> Mesh | None:
+def sampler_mesh(mesh: AnyMesh | None, tensor: int, kv_heads: int) -> AnyMesh | None:
     """The paged sampler's mesh: ``mesh``'s devices in the same order as ``(data, 1, tensor)``.
 
     ``tensor`` 0 keeps ``mesh`` as it is; -1 takes the most devices the KV heads split over
@@ -225,7 +227,7 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
                                    process_id=process_id, local_device_ids=local_device_ids)
     elif mode == "always":
         jax.distributed.initialize()
-    elif str(jax.config.jax_platforms or "").strip().lower() != "cpu":
+    elif str(jax.config.jax_platforms or "").strip().lower() != "cpu":  # pyright: ignore[reportAttributeAccessIssue]
         try:
             jax.distributed.initialize()  # auto-detect (TPU pods, SLURM, Open MPI)
         except (ValueError, RuntimeError):
