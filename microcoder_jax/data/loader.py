@@ -3,7 +3,8 @@
 Problems are read and their prompts tokenized once at start-up (malformed rows and prompts over the
 length cap are skipped and counted). The stream is a grain `MapDataset` over problem indices:
 shuffled with a seed and reshuffled every epoch, batched to the global rollout batch; the training
-loop takes the whole batch on every host (`prompt_dataset` can also cut one host's slice). Its iterator state is one integer, saved in checkpoints.
+loop takes the whole batch on every host (`prompt_dataset` can also cut one host's slice). Its
+iterator state is one integer, saved in checkpoints.
 """
 from __future__ import annotations
 

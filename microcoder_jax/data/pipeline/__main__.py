@@ -69,6 +69,7 @@ def config_help(path: str) -> str:
     from microcoder_jax.config import flat_keys
 
     spec = importlib.util.spec_from_file_location("_pipeline_config", path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     cfg = module.get_config()
@@ -108,7 +109,7 @@ def _help(argv: list[str]) -> str:
     fv = flags.FlagValues()
     _define_flags(fv)
     own = [f"  --{name}: {fl.help}" for name, fl in sorted(fv._flags().items()) if name == fl.name]
-    return "\n".join([f"usage: {__doc__.strip()}", "", "flags:", "  --config=FILE: a pipeline config file "
+    return "\n".join([f"usage: {(__doc__ or '').strip()}", "", "flags:", "  --config=FILE: a pipeline config file "
                       f"(default {DEFAULT_CONFIG})", *own, "",
                       f"config keys (values from {path}; override with --config.KEY=VALUE):", keys])
 

@@ -151,7 +151,9 @@ def _kattis_folder(path: str) -> dict:
                            "statement": tex_to_text(_read(tex)) if tex else "", "kattis_package": True}
     accepted = sorted(glob.glob(os.path.join(path, "submissions", "accepted", "*.py")))
     row["solutions"] = [_read(s) for s in accepted]
-    limits = config.get("limits") if isinstance(config.get("limits"), dict) else {}
+    limits = config.get("limits")
+    if not isinstance(limits, dict):
+        limits = {}
     if isinstance(limits.get("time_limit"), (int, float)):
         row["time_limit"] = float(limits["time_limit"])
     elif os.path.isfile(os.path.join(path, ".timelimit")):

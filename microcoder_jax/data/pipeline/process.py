@@ -19,7 +19,8 @@ from microcoder_jax.problems import STDIN_HARNESSES, Problem
 # Formats whose own harness runs stdin programs inside a function (a top-level `return` is
 # allowed there): their problems get the "apps" harness unless the source config names one.
 HARNESS_BY_FORMAT = {"apps": "apps"}
-# CodeContests difficulty enums: EASY..HARDEST = 1..5, EXTERNAL = 6, then Codeforces letters A = 7, B = 8, ...: A-B easy, C-D medium.
+# CodeContests difficulty enums: EASY..HARDEST = 1..5, EXTERNAL = 6, then Codeforces letters A = 7,
+# B = 8, ...: A-B easy, C-D medium.
 CC_DIFFICULTY = {1: "easy", 2: "medium", 3: "hard", 4: "hard", 5: "hard",
                  7: "easy", 8: "easy", 9: "medium", 10: "medium"}
 _DIFFICULTY_WORDS = {

@@ -146,7 +146,7 @@ def read_codecontests(row: dict) -> tuple[Problem, Any]:
         question_id=row_id(row),
         tests=tests,
         question_content=row.get("description") or row.get("problem") or "",
-        platform=CC_SOURCES.get(_int(row.get("source")), ""),
+        platform=CC_SOURCES.get(_int(row.get("source")) or 0, ""),  # 0: not a source
         difficulty=str(_int(row.get("difficulty")) or ""),
         metadata=metadata,
     )
@@ -252,7 +252,7 @@ def read_leetcode(row: dict) -> tuple[Problem, Any]:
     helpers = row.get("prompt") or ""
     params = asserts.parameters(starter, func_name) or asserts.parameters(reference, func_name)
     functional = None if _uses_helpers(helpers, starter + check_code) else asserts.literal_tests(check_code, params)
-    metadata = {"tests_from": "assert"}
+    metadata: dict[str, Any] = {"tests_from": "assert"}
     if functional is not None:
         tests = functional
     else:
@@ -292,6 +292,7 @@ def read_dir(row: dict) -> tuple[Problem, Any]:
     tests = [TestCase(t["input"], t["output"], kind) for t in row["tests"]]
     known = ("starter_code", "platform", "difficulty", "contest_date")
     skip = (*known, "tests", "statement", "checker", "solutions", "question_id", "func_name", "float_tolerance")
+    texts: dict[str, Any] = {k: str(row[k]) for k in known if row.get(k) is not None}  # str fields of Problem
     problem = Problem(
         question_id=str(row["question_id"]),
         tests=tests,
@@ -299,7 +300,7 @@ def read_dir(row: dict) -> tuple[Problem, Any]:
         question_content=row.get("statement") or "",
         checker=row.get("checker"),
         metadata={k: v for k, v in row.items() if k not in skip},
-        **{k: str(row[k]) for k in known if row.get(k) is not None},
+        **texts,
     )
     if row.get("float_tolerance") is not None:
         problem.float_tolerance = float(row["float_tolerance"])

@@ -61,12 +61,14 @@ def _markdown(summary: dict, stages: dict) -> str:
             lines.append(f"| {name} | {json.dumps(counts, sort_keys=True)} |")
     collected = (stages.get("collect") or {}).get("per_source", {})
     processed = (stages.get("process") or {}).get("per_source", {})
-    lines += ["", "| source | rows collected | unreadable files | dropped at collect | problems | dropped at process | kept |",
+    lines += ["", "| source | rows collected | unreadable files | dropped at collect | problems "
+                  "| dropped at process | kept |",
               "|---|---|---|---|---|---|---|"]
     for source in sorted(set(collected) | set(processed) | set(summary["per_source"])):
         c, p = collected.get(source, {}), processed.get(source, {})
         lines.append(
-            f"| {source} | {c.get('rows', 0)} | {c.get('unreadable_files', 0)} | {sum(c.get('dropped', {}).values())} | "
+            f"| {source} | {c.get('rows', 0)} | {c.get('unreadable_files', 0)} | "
+            f"{sum(c.get('dropped', {}).values())} | "
             f"{p.get('problems', 0)} | {sum(p.get('dropped', {}).values())} | {summary['per_source'].get(source, 0)} |"
         )
     lines += ["", "| stage | source | drop reason | rows |", "|---|---|---|---|"]

@@ -64,9 +64,9 @@ def judge_references(problems: Sequence[Problem], max_references: int, pool, *, 
         log.info("verify: %d of %d verdicts cached", len(pairs) - len(todo), len(pairs))
     for start in range(0, len(todo), chunk):
         part = todo[start : start + chunk]
-        results = pool.judge([problems[i] for i, _, _ in part], [code for _, code, _ in part])
+        judged = pool.judge([problems[i] for i, _, _ in part], [code for _, code, _ in part])
         fresh = {key: Verdict(r.passed, r.verdict, str(r.reason)[:500], r.first_failure)
-                 for (_, _, key), r in zip(part, results)}
+                 for (_, _, key), r in zip(part, judged)}
         cache.update(fresh)
         if cache_path:
             with open(cache_path, "a", encoding="utf-8") as f:
