@@ -15,7 +15,6 @@ import json
 import math
 import os
 import re
-import types
 from typing import Any, Callable
 
 import jax
@@ -126,8 +125,7 @@ def abstract_params(model_config, mesh):
 def abstract_state(model_config, rl_config, mesh):
     from microcoder_jax.trainer import setup as run_setup
 
-    run = types.SimpleNamespace(model_config=model_config, rl_config=rl_config, mesh=mesh)
-    return run_setup.abstract_train_state(run)
+    return run_setup.train_state_shapes(model_config, rl_config, mesh)
 
 
 def decode_layout_program(mc, mesh, to_mesh=None) -> Program:
@@ -194,7 +192,8 @@ def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program
     if rl_config.kl_beta > 0:
         batch["ref_logprobs"] = _rows(mesh, (n, s), jnp.float32)
     step = rl_step.make_train_step(mc, rl_config, mesh)
-    return Program("train step", step.jitted, (abstract_state(mc, rl_config, mesh), batch), {}, mc)
+    jitted = step.jitted  # pyright: ignore[reportAttributeAccessIssue] (set on the step function in rl/step.py)
+    return Program("train step", jitted, (abstract_state(mc, rl_config, mesh), batch), {}, mc)
 
 
 def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]:

@@ -49,7 +49,7 @@ def _slot_candidates(config, name: str) -> list[tuple[str, dict]]:
     if config.sampling.engine == "static":
         return [(f"paged engine, {s} slots", {"sampling.engine": "paged", "sampling.slots": s})
                 for s in _halves(slots, include=True)]
-    out = [(f"{s} slots", {"sampling.slots": s}) for s in _halves(slots, include=False)]
+    out: list[tuple[str, dict]] = [(f"{s} slots", {"sampling.slots": s}) for s in _halves(slots, include=False)]
     if config.sampling.kv_dtype != "int8":  # the same slots in about half the pool, before fewer slots
         out.insert(0, (f"int8 KV pool, {slots} slots", {"sampling.kv_dtype": "int8"}))
     return out

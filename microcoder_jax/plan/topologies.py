@@ -54,6 +54,7 @@ class Topology:
         """libtpu's AOT devices of this topology (JAX_PLATFORMS=cpu is enough; nothing allocated)."""
         from jax.experimental import topologies
 
+        assert self.aot_name is not None, "an analytic-only topology has no devices"
         kwargs = {"chip_config_name": "megacore"} if self.chip.cores_per_chip > 1 else {}
         return topologies.get_topology_desc(topology_name=self.aot_name, platform="tpu", **kwargs).devices
 

@@ -46,7 +46,7 @@ def enable(template: str, workdir: str) -> str | None:
     path = resolve(template, workdir)
     if path is not None and os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"train.compile_cache={template!r}: {path} exists and is not a directory")
-    if jax.config.jax_compilation_cache_dir != path:
+    if jax.config.jax_compilation_cache_dir != path:  # pyright: ignore[reportAttributeAccessIssue]
         compilation_cache.reset_cache()  # JAX opens its cache once per directory
         jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)

@@ -1,4 +1,5 @@
-"""`python -m microcoder_jax.eval --checkpoint=DIR [--step=N] [--out=FILE] [--config=FILE] [--config.eval.KEY=VALUE ...]`
+"""`python -m microcoder_jax.eval --checkpoint=DIR [--step=N] [--out=FILE] [--config=FILE]
+[--config.eval.KEY=VALUE ...]`
 
 pass@1, and pass@k for every k up to the samples per problem (the unbiased estimator of Chen et
 al. 2021), overall and by difficulty and platform, printed as a table and written as JSON.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections import defaultdict
 
 import numpy as np
@@ -34,7 +34,7 @@ def summarize(problems, passes: list[list[bool]], ks=None) -> dict:
     ks = [k for k in (ks or (1, 2, 4, 8, 16, 32, 64)) if k <= n] or ([1] if n else [])
 
     def group(indices):
-        out = {"problems": len(indices)}
+        out: dict = {"problems": len(indices)}
         for k in ks:
             vals = [pass_at_k(len(passes[i]), sum(passes[i]), k) for i in indices]
             out[f"pass@{k}"] = float(np.mean(vals)) if vals else float("nan")

@@ -151,7 +151,8 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             if run.train.eval_every and done % run.train.eval_every == 0 and run.eval_problems:
                 eval_lib.evaluate_at_step(run, pool, state.params, done, writer, key(run.seed, 3, done), log_fn)
             stopping = guard.requested
-            if stopping or done == run.train.steps or (run.train.checkpoint_every and done % run.train.checkpoint_every == 0):
+            if stopping or done == run.train.steps or (run.train.checkpoint_every
+                                                       and done % run.train.checkpoint_every == 0):
                 ckpt.save(done, state, {"step": done, "data": data.get_state(),
                                         "scheduler": scheduler.state_dict()})
             ckpt.poll()  # a failed background save stops the run here, in one line

@@ -45,7 +45,7 @@ def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperat
     """The metrics.jsonl row of one step, from the step's metrics and the Rollout it trained on;
     with `group_size`, the throughput and cost keys too (`judge_tests`: tests run, all hosts)."""
     m = step_metrics
-    record = {
+    record: dict = {
         "reward_mean": float(np.mean(rollout.rewards)),
         "pass_rate": float(np.mean(rollout.passed)),
         "response_length_mean": float(np.mean(rollout.response_lengths)),

@@ -82,7 +82,7 @@ class RolloutSaver:
         if jax.process_index() == 0:
             npz, meta_path = _paths(os.path.dirname(self.dir), step)
             os.makedirs(self.dir, exist_ok=True)
-            np.savez(npz, **arrays)
+            np.savez(npz, **arrays)  # pyright: ignore[reportArgumentType] (no array is named allow_pickle)
             meta = {"step": step, "policy_step": step - 1, "temperature": temperature, "times": dict(times),
                     "verdicts": got.verdicts, "ds_stats": got.ds_stats, "generations": got.generations,
                     "gaps": [float(g) for g in got.gaps], "devices": jax.device_count()}

@@ -152,12 +152,17 @@ def initial_params(run: Run, log_fn=print):
 
 def abstract_train_state(run: Run):
     """Shapes, dtypes and shardings of the TrainState, for restoring without building one."""
+    return train_state_shapes(run.model_config, run.rl_config, run.mesh)
+
+
+def train_state_shapes(model_config: models.Qwen3Config, rl_config: RLConfig, mesh):
+    """`abstract_train_state` from its parts; `mesh` may be an AbstractMesh (the planner's)."""
     shapes = jax.eval_shape(lambda: rl_step.init_train_state(
-        models.init_params(run.model_config, jax.random.PRNGKey(0)), run.rl_config))
-    if run.mesh is None:
+        models.init_params(model_config, jax.random.PRNGKey(0)), rl_config))
+    if mesh is None:
         one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=one), shapes)
-    shardings = rl_step.state_shardings(run.model_config, run.rl_config, run.mesh)
+    shardings = rl_step.state_shardings(model_config, rl_config, mesh)
     return jax.tree.map(lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h),
                         shapes, shardings)
 

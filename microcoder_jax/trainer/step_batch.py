@@ -118,6 +118,7 @@ class RefillLoop:
     def run_session(self, steps: Optional[int]) -> None:
         """Decode `steps` steps (None: to the end), handing each finished group to its batch's judge."""
         session = self.session
+        assert session is not None  # push opened it
         t0 = time.perf_counter()
         finished = session.run(steps)
         self.times["sample"] += time.perf_counter() - t0
@@ -165,6 +166,7 @@ class RefillLoop:
                 self.push(*next_prompts())
                 continue
             session = self.session
+            assert session is not None  # the first push (above) opened one
             while self.pending and self.pending[0].judge.complete and (session.done or known[0][0].all()):
                 batch = self.pending.pop(0)
                 known.pop(0)

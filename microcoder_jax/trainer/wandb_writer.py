@@ -15,6 +15,7 @@ import html
 import importlib.util
 import os
 import secrets
+from typing import Literal, cast
 
 from microcoder_jax.blocks import Block, knob
 
@@ -67,7 +68,8 @@ class WandbWriter:
         self.run_id = run_id
         self.run = wandb.init(
             project=cfg.project, entity=cfg.entity or None, name=cfg.name or os.path.basename(workdir),
-            group=cfg.group or None, tags=list(cfg.tags) or None, notes=cfg.notes or None, mode=cfg.mode,
+            group=cfg.group or None, tags=list(cfg.tags) or None, notes=cfg.notes or None,
+            mode=cast(Literal["online", "offline", "disabled"], cfg.mode),  # one of MODES (checked)
             dir=cfg.dir or workdir, id=run_id, resume="allow", config=config,
             settings=wandb.Settings(console="off"))  # metrics only: stdout stays untouched
 
