@@ -25,8 +25,7 @@ RULES = {"grpo": "none", "overlong_filter": "overlong_filter", "mask_all": "mask
 
 def parse_rule(arg: str) -> tuple[str, float | None]:
     """'conditional_0.3' -> ('conditional', 0.3); 'grpo' -> ('none', None)."""
-    name, _, rho = (arg or "conditional_0.1").partition("_") if arg and arg.startswith("conditional") \
-        else (arg, "", "")
+    name, _, rho = arg.partition("_") if arg.startswith("conditional") else (arg, "", "")
     if name not in RULES or (rho and name != "conditional"):
         raise ValueError(f"configs/truncation_task.py:{arg}: expected one of {sorted(RULES)} "
                          "(conditional as conditional_RHO, e.g. conditional_0.1)")

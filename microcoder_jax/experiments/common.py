@@ -68,7 +68,7 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
 
     truncation_task.reuse_warm_starts(True)
     results = {a.name: {} for a in arms}
-    total, t_all = len(arms) * len(seeds), time.perf_counter()
+    total, t_all, trained = len(arms) * len(seeds), time.perf_counter(), 0
     every = max(1, steps // 8)
     for i, (seed, arm) in enumerate((s, a) for s in seeds for a in arms):
         workdir = os.path.join(out, "runs", arm.name, f"seed{seed}")
@@ -96,9 +96,9 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
             json.dump(timing, f)
         rows = _finished(workdir, steps)
         results[arm.name][seed] = (rows, timing)
-        elapsed = time.perf_counter() - t_all
+        elapsed, trained = time.perf_counter() - t_all, trained + 1  # ETA from the runs trained here
         log(f"{tag}: finished in {timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU; "
-            f"experiment {elapsed / 60:.1f} min, about {elapsed / (i + 1) * (total - i - 1) / 60:.1f} min left")
+            f"experiment {elapsed / 60:.1f} min, about {elapsed / trained * (total - i - 1) / 60:.1f} min left")
     return results
 
 

@@ -1,7 +1,7 @@
 """The experiments' figure: one panel per quantity against the RL step, one colour per arm.
 
 Per arm: the mean over seeds per step (thin, raw), its moving mean (thick), and a band from the
-lowest to the highest seed's moving mean.
+lowest to the highest seed's moving mean (the temperature, which moves in stages, unsmoothed).
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ PANELS = {
     "masked_fraction": ("masked or filtered answers", "fraction of answers"),
     "temperature": ("sampling temperature", "temperature"),
 }
+
+STEPWISE = {"temperature"}  # drawn unsmoothed
 
 
 def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, smooth: int = 0) -> None:
@@ -41,7 +43,7 @@ def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, 
             n = min(len(r) for r in runs)
             steps = np.array([r["step"] for r in runs[0][:n]])
             values = np.stack([series(r[:n], key) for r in runs])  # [seeds, steps]
-            w = smooth or auto_window(n)
+            w = 1 if key in STEPWISE else smooth or auto_window(n)  # a smoothed stage change looks like a ramp
             smoothed = np.stack([moving_mean(v, w) for v in values])
             mean = np.nanmean(values, 0)
             label = f"{arm.label or arm.name} ({len(runs)} seeds)"
