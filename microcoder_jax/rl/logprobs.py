@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import models, sharding
+from microcoder_jax.rl import packing as packing_lib
 
 
 def _head(params, model_config, dtype):
@@ -152,15 +153,23 @@ def micro_batched_logprobs(params, model_config, tokens, attention_mask, tempera
     return out.reshape(n, -1)
 
 
+def packed_logprobs(params, model_config, tokens, temperature, packing: packing_lib.Packing, chunk: int = 512,
+                    micro_batch: int | None = None):
+    """Log-probs of padded rows [N, S] computed on their packed layout, returned as [N, S]."""
+    s = tokens.shape[1]
+    seg = packing.segment_ids
+    out = micro_batched_logprobs(params, model_config, packing_lib.gather(tokens, packing), seg > 0,
+                                 packing_lib.row_values(temperature.astype(jnp.float32), packing, s), chunk,
+                                 micro_batch, positions=packing.positions, segment_ids=seg)
+    return packing_lib.scatter(out, packing, tokens.shape)
+
+
 def _logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
               micro_batch: int | None = None, packing=None):
     if packing is None:
         return micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature,
                                       chunk, micro_batch)
-    from microcoder_jax.rl import packing as packing_lib
-
-    return packing_lib.packed_logprobs(params, model_config, tokens, temperature, packing, chunk,
-                                       micro_batch)
+    return packed_logprobs(params, model_config, tokens, temperature, packing, chunk, micro_batch)
 
 
 _jit_logprobs = jax.jit(_logprobs, static_argnames=("model_config", "chunk", "micro_batch"))

@@ -144,21 +144,6 @@ def scatter(y, packing: Packing, shape: tuple[int, int]):
     index = jnp.where(packing.segment_ids > 0, packing.src, size)
     return jnp.zeros((size,), y.dtype).at[index.reshape(-1)].set(y.reshape(-1), mode="drop").reshape(shape)
 
-
-def packed_logprobs(params, model_config, tokens, temperature, packing: Packing, chunk: int = 512,
-                    micro_batch: int | None = None):
-    """Log-probs of padded rows [N, S] computed on their packed layout, returned as [N, S]."""
-    from microcoder_jax.rl.logprobs import micro_batched_logprobs
-
-    s = tokens.shape[1]
-    seg = packing.segment_ids
-    out = micro_batched_logprobs(params, model_config, gather(tokens, packing), seg > 0,
-                                 row_values(temperature.astype(jnp.float32), packing, s), chunk,
-                                 micro_batch, positions=packing.positions, segment_ids=seg)
-    return scatter(out, packing, tokens.shape)
-
-
-
 # ------------------------------------------------------------------ the two passes' layouts
 
 def batch_devices(mesh) -> int:

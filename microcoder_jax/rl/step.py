@@ -36,7 +36,7 @@ from microcoder_jax.rl import corrections
 from microcoder_jax.rl import packing as packing_lib
 from microcoder_jax.rl.advantages import compute_advantages
 from microcoder_jax.rl.config import RLConfig
-from microcoder_jax.rl.logprobs import micro_batched_logprobs, sequence_logprobs
+from microcoder_jax.rl.logprobs import micro_batched_logprobs, packed_logprobs, sequence_logprobs
 from microcoder_jax.rl.losses import clipped_surrogate, k3_kl, loss_weights
 
 
@@ -233,9 +233,9 @@ def _mismatch_correction(params, batch, loss_mask, model_config, cfg: RLConfig, 
             old = micro_batched_logprobs(params, model_config, batch["tokens"], batch["attention_mask"],
                                          batch["temperature"], cfg.logprob_chunk, micro)
         else:
-            old = packing_lib.packed_logprobs(params, model_config, batch["tokens"], batch["temperature"], pk,
-                                              cfg.logprob_chunk,
-                                              packing_lib.micro_rows(micro, batch["tokens"].shape[1], pk.src.shape[1]))
+            old = packed_logprobs(params, model_config, batch["tokens"], batch["temperature"], pk,
+                                  cfg.logprob_chunk,
+                                  packing_lib.micro_rows(micro, batch["tokens"].shape[1], pk.src.shape[1]))
         fields = batch.as_dict() if hasattr(batch, "as_dict") else dict(batch)
         batch = {**fields, "old_logprobs": jax.lax.stop_gradient(old)}
     loss_mask, weight, metrics = corrections.apply(cfg, batch["old_logprobs"], batch["sampler_logprobs"], loss_mask)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import importlib.util
+import json
 import os
 import secrets
 from typing import Literal, cast
@@ -88,9 +89,8 @@ class WandbWriter:
 def open_writer(config, workdir: str, *, resume: bool, extra_config: dict | None = None) -> WandbWriter | None:
     """The run's W&B writer from `config.wandb` (a ConfigDict), or None when it is disabled.
     The full config is logged, with `extra_config` (resolved values) beside it."""
-    from microcoder_jax import config as config_lib
-
     cfg = WandbConfig.from_node(config.wandb)
     if cfg.mode == "disabled":
         return None
-    return WandbWriter(cfg, workdir, {**config_lib.to_dict(config), **(extra_config or {})}, resume=resume)
+    plain = json.loads(json.dumps(config.to_dict()))  # JSON-ready: tuples become lists
+    return WandbWriter(cfg, workdir, {**plain, **(extra_config or {})}, resume=resume)
