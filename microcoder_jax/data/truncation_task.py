@@ -38,7 +38,7 @@ def reuse_warm_starts(enabled: bool = True) -> None:
     _reused = {} if enabled else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _adam(learning_rate: float):
     """One optimizer object per learning rate, so the jitted SFT step compiles once per process."""
     import optax
@@ -159,6 +159,6 @@ def warm_start(params, model_config, tokenizer, problems, ops, data_config, *, s
     if steps:
         log(f"warm start (scratchpad votes {tuple(votes_range)}, vote accuracy {accuracy:g}): "
             f"{steps} steps, final next-token loss {float(loss):.4f}")
-        if key is not None:
+        if key is not None and _reused is not None:
             _reused[key] = (jax.tree.map(jnp.copy, params), losses)
     return params

@@ -120,7 +120,7 @@ def temperature_path(rows) -> list:
 
 def run_summary(rows, steps: int) -> dict:
     w = window_size(steps)
-    out = {"start": {}, "end": {}}
+    out: dict = {"start": {}, "end": {}}
     for name, key in QUANTITIES.items():
         values = series(rows, key)
         out["start"][name] = float(np.nanmean(values[:w]))
@@ -155,7 +155,7 @@ def table(summary: dict, columns=("reward", "length", "truncation", "masked", "d
     """A markdown table: start -> end means over seeds (± std of the end value over seeds)."""
     head = "| arm | " + " | ".join(f"{c} start → end" for c in columns) + " |"
     lines = [head, "|" + "---|" * (len(columns) + 1)]
-    for name, arm in summary["arms"].items():
+    for arm in summary["arms"].values():
         a = arm["over_seeds"]
         cells = [f"{a[f'start_{c}']['mean']:.3g} → {a[f'end_{c}']['mean']:.3g} ± {a[f'end_{c}']['std']:.2g}"
                  for c in columns]
@@ -172,7 +172,7 @@ def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=Non
     figure_fn(results, arms, os.path.join(out, "curves.png"), summary)
 
 
-def parse_args(argv, prog: str, doc: str, default_seeds: int, default_steps: int):
+def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_steps: int):
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

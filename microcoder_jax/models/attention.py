@@ -9,6 +9,7 @@ segment only (block-diagonal causal); segment 0 is padding.
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -103,7 +104,8 @@ def fused_attention(q, k, v, token_mask, implementation: str = "cudnn", segment_
     mask = token_mask[:, None, None, :].astype(bool)
     if segment_ids is not None:
         mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True,
+                                        implementation=cast(Any, implementation))  # 'xla' or 'cudnn'
 
 
 def platform() -> str:

@@ -20,7 +20,7 @@ slots compute finite garbage and their writes are dropped.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -220,7 +220,7 @@ def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None
     return _fall_back(f"paged decode: {reason}") if reason else "kernel"
 
 
-def paged_decode_step(params: dict, config: qwen3.Qwen3Config, tokens: jax.Array, positions: jax.Array,
+def paged_decode_step(params: Any, config: qwen3.Qwen3Config, tokens: jax.Array, positions: jax.Array,
                       pool: PagePool, write_page: jax.Array, write_offset: jax.Array, view: SlotView,
                       block_pages: int) -> tuple[jax.Array, PagePool]:
     """Feed one token per slot (``tokens, positions [S]``) -> (float32 logits ``[S, V]``, updated pool).

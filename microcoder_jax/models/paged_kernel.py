@@ -72,7 +72,7 @@ def paged_kernel_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, tab
         return run(q, pool_k, pool_v, lengths, table)
     q_spec, pool_spec, slot_spec = _specs(mesh, s, kv)
     if quantized:
-        pool_spec = QuantizedPages(pool_spec, P(*pool_spec[:3]))
+        pool_spec = QuantizedPages(pool_spec, P(*pool_spec[:3]))  # pyright: ignore[reportArgumentType] (a pytree of specs)
     return jax.shard_map(run, in_specs=(q_spec, pool_spec, pool_spec, slot_spec, P(slot_spec[0], None)),
                          out_specs=q_spec, check_vma=False)(q, pool_k, pool_v, lengths, table)
 

@@ -51,7 +51,7 @@ class Plan:
     suggestions: list = dataclasses.field(default_factory=list)
 
     def verdict(self, row: Row) -> str:
-        if row.error and not row.compiled.oom:
+        if row.error and not (row.compiled is not None and row.compiled.oom):
             return "does not compile"
         used = row.total / self.topology.chip.hbm_bytes
         return "fits" if used <= HEADROOM and not row.error else "tight" if used <= 1.0 and not row.error \
@@ -93,8 +93,8 @@ def _open_session_bytes(config, rl_config, progs) -> int:
     return programs.local_bytes(run.args[0]) + programs.local_bytes(run.args[1])
 
 
-def plan(config, topology: Topology, *, cache_dir=programs.CACHE_DIR, only: tuple = (), search: bool = True,
-         compile_: bool = True, log=lambda *_: None) -> Plan:
+def plan(config, topology: Topology, *, cache_dir: str | None = programs.CACHE_DIR, only: tuple = (),
+         search: bool = True, compile_: bool = True, log=lambda *_: None) -> Plan:
     """Compile (TPU) or model (others, or compile_=False) every program of one RL step on `topology`."""
     rl_config = config_lib.make_rl_config(config)
     compile_ = compile_ and topology.aot_name is not None

@@ -180,7 +180,7 @@ def check_temperature(temperature) -> None:
 
     Traced values and arrays spread over other hosts are not read (that would need a transfer).
     """
-    if isinstance(temperature, jax.core.Tracer):
+    if isinstance(temperature, jax.core.Tracer):  # pyright: ignore[reportAttributeAccessIssue]
         return
     if isinstance(temperature, jax.Array) and not temperature.is_fully_addressable:
         return

@@ -94,7 +94,8 @@ def plan(attention_mask, *, groups: int = 1, width: int | None = None, micro_row
     """
     start, stop = row_spans(attention_mask)
     n, s = np.shape(attention_mask)
-    width = s if width is None else int(width)
+    w: int = s if width is None else int(width)
+    width = w
     lengths = stop - start
     if lengths.max(initial=0) > width:
         raise ValueError(f"a row of {int(lengths.max())} tokens does not fit in packed rows of "
@@ -102,17 +103,17 @@ def plan(attention_mask, *, groups: int = 1, width: int | None = None, micro_row
     if n % groups:
         raise ValueError(f"{n} rows do not split into {groups} groups")
     rows = n // groups
-    group_bins = [[[g * rows + i for i in b] for b in _first_fit_decreasing(lengths[g * rows:(g + 1) * rows], width)]
+    group_bins = [[[g * rows + i for i in b] for b in _first_fit_decreasing(lengths[g * rows:(g + 1) * rows], w)]
                   for g in range(groups)]
     k = bucket(max(min_micro, max(-(-len(b) // micro_rows) for b in group_bins)))
-    src = np.zeros((groups * k * micro_rows, width), np.int32)
+    src = np.zeros((groups * k * micro_rows, w), np.int32)
     seg, pos = np.zeros_like(src), np.zeros_like(src)
     for g, bins in enumerate(group_bins):
         for slot, members in enumerate(_deal(bins, lengths, k, micro_rows, devices)):
             at, r = 0, g * k * micro_rows + slot
             for sid, i in enumerate(members or (), start=1):
                 length = int(lengths[i])
-                src[r, at:at + length] = i * s + np.arange(start[i], stop[i])
+                src[r, at:at + length] = i * s + np.arange(int(start[i]), int(stop[i]))
                 seg[r, at:at + length] = sid
                 pos[r, at:at + length] = np.arange(length)
                 at += length

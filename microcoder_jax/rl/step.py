@@ -87,7 +87,7 @@ def state_shardings(model_config, cfg: RLConfig, mesh):
     rep = sharding.replicated(mesh)
     opt_sh = optax.tree_map_params(make_optimizer(cfg), lambda _, s: s, abstract_opt, p_sh,
                                    transform_non_params=lambda _: rep)
-    return TrainState(params=p_sh, opt_state=opt_sh, step=rep, rng=rep)
+    return TrainState(params=p_sh, opt_state=opt_sh, step=rep, rng=rep)  # pyright: ignore[reportArgumentType] (shardings)
 
 
 def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=None,
@@ -242,7 +242,7 @@ def _mismatch_correction(params, batch, loss_mask, model_config, cfg: RLConfig, 
     return batch, loss_mask, weight, metrics
 
 
-def train_step(state: TrainState, batch: dict, *, model_config, cfg: RLConfig,
+def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
                param_sh=None) -> tuple[TrainState, dict]:
     """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation."""
     optimizer = make_optimizer(cfg)
@@ -331,7 +331,7 @@ def make_train_step(model_config, rl_config: RLConfig, mesh=None):
                                          param_sh=sh.params)
     jitted = jax.jit(fn, donate_argnums=0, out_shardings=(sh, sharding.replicated(mesh)))
 
-    def step(state: TrainState, batch: dict):
+    def step(state: TrainState, batch: Any):  # a dict or a Rollout (read by field name)
         with jax.set_mesh(mesh):
             return jitted(state, batch)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -82,7 +83,7 @@ def default_num_pages(max_prompts: int, prompt_width: int, slots: int, max_new: 
     return max_prompts * (prompt_width // page_size) + slots * max_own_pages(max_new, page_size)
 
 
-def init_state(config: Qwen3Config, shape: EngineShape, pad_id) -> dict:
+def init_state(config: Qwen3Config, shape: EngineShape, pad_id) -> dict[str, Any]:
     n, s, w = shape.rows, shape.slots, shape.max_new
     none = jnp.int32(shape.num_pages)
     return dict(
@@ -116,6 +117,7 @@ def admit(state, params, prompt_ids, prompt_mask, count, cap, temperature, top_p
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
     hidden, cache = forward(params, config, prompt_ids, attention_mask=prompt_mask, positions=positions,
                             cache=init_cache(config, a, width), cache_index=0, return_hidden=True)
+    assert cache is not None  # forward returns the cache it was given
     logits = lm_head(params, config, hidden[:, -1])
     real = jnp.arange(a) < count
     prompt_len = jnp.where(real, jnp.sum(prompt_mask, axis=-1), 0)
@@ -170,7 +172,7 @@ def _sample(state, logits, mask, rng, stop_ids, pad_id, shape):
     return _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape)
 
 
-def release_finished(state, shape: EngineShape):
+def release_finished(state: dict[str, Any], shape: EngineShape) -> dict[str, Any]:
     """Slots whose sequence is done give back their pages (prompt pages: one reference) and go idle."""
     finished = (state["slot_seq"] >= 0) & state["slot_done"]
     pages = pg.release(state["pages"], jnp.where(finished[:, None], state["table"], shape.num_pages))
@@ -178,7 +180,7 @@ def release_finished(state, shape: EngineShape):
                 table=jnp.where(finished[:, None], shape.num_pages, state["table"]))
 
 
-def _refill(state, rng, stop_ids, pad_id, shape: EngineShape):
+def _refill(state: dict[str, Any], rng, stop_ids, pad_id, shape: EngineShape):
     state = release_finished(state, shape)
     s, ps, g, none = shape.slots, shape.page_size, shape.samples, shape.num_pages
     idle = state["slot_seq"] < 0

@@ -259,7 +259,8 @@ def probe_temperature(run, scheduler, params, prompts, key):
 
     def sample_fn(temperature):
         out = generate(run, params, prompts, num_samples=s.group_size, temperature=temperature,
-                       max_new_tokens=s.max_new_tokens, top_p=s.top_p, top_k=s.top_k, rng=jax.random.fold_in(key, int(temperature * 1000)))
+                       max_new_tokens=s.max_new_tokens, top_p=s.top_p, top_k=s.top_k,
+                       rng=jax.random.fold_in(key, int(temperature * 1000)))
         return out.tokens, out.lengths, out.entropy
 
     return scheduler.probe(sample_fn, s.group_size)
