@@ -64,7 +64,9 @@ def test_a_60_mib_flood_costs_the_judge_little_memory(pool, name):
 
 def test_a_huge_return_value_is_an_output_limit(pool):
     problem = Problem("r", [TestCase("1", "[1]", "functional")], func_name="f")
-    (result,) = pool.judge([problem], ["def f(x):\n    return [0] * (18 << 20)"])  # 54 MiB of JSON
+    # 54 MiB of JSON; a string, so serialising it stays far inside the CPU limit on a busy machine
+    # (a list of 18M ints took 2 s of CPU there and became a timeout)
+    (result,) = pool.judge([problem], ["def f(x):\n    return '0' * (54 << 20)"])
     assert result.verdict == "runtime_error" and "return value over 1 MiB" in result.reason, result
 
 
