@@ -12,19 +12,14 @@ from microcoder_jax.plan import hlo
 from microcoder_jax.rl import step as rl_step
 from microcoder_jax.rl.logprobs import compute_logprobs, sequence_logprobs
 from microcoder_jax.rl.presets import make_rl_config
+from random_params import numpy_params
 
 MC = dataclasses.replace(models.get_preset("tiny", dtype="float32"), vocab_size=256)
 N, S = 8, 24
 
 
 def _params(mc, seed=0):
-    rng = np.random.default_rng(seed)
-    shapes = models.param_shapes(mc)
-    is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)  # noqa: E731
-    flat, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=is_shape)
-    leaves = [np.ones(s, np.float32) if "norm" in jax.tree_util.keystr(p)
-              else (0.3 * rng.standard_normal(s)).astype(np.float32) for p, s in flat]
-    return jax.tree.map(jnp.asarray, jax.tree.unflatten(treedef, leaves))
+    return numpy_params(mc, 0.3, seed)
 
 
 @pytest.mark.parametrize("tied", [True, False])

@@ -1,6 +1,5 @@
 """The train step on packed rows = on padded rows: loss, metrics and params after the updates."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -8,6 +7,7 @@ from microcoder_jax import models, sharding
 from microcoder_jax.rl import packing
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state, make_train_step
+from random_params import numpy_params
 
 MC = models.get_preset("tiny", dtype="float32")
 G, PROMPTS, P, R = 4, 4, 6, 12
@@ -16,13 +16,7 @@ N, S = G * PROMPTS, P + R
 
 @pytest.fixture(scope="module")
 def params():
-    rng = np.random.default_rng(0)
-    shapes = models.param_shapes(MC)
-    is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)  # noqa: E731
-    flat, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=is_shape)
-    leaves = [np.ones(s, np.float32) if "norm" in jax.tree_util.keystr(p)
-              else (0.05 * rng.standard_normal(s)).astype(np.float32) for p, s in flat]
-    return jax.tree.map(jnp.asarray, jax.tree.unflatten(treedef, leaves))
+    return numpy_params(MC, 0.05)
 
 
 def make_batch(seed, long_frac=0.3):

@@ -8,6 +8,7 @@ from microcoder_jax import models, sharding
 from microcoder_jax.models import attention as attn_lib
 from microcoder_jax.rl import packing
 from microcoder_jax.rl.logprobs import compute_logprobs
+from random_params import numpy_params
 
 MC = models.get_preset("tiny", dtype="float32")
 P, R = 6, 12
@@ -32,13 +33,7 @@ def make_rows(n, seed=0, prompt_min=1, full=()):
 
 @pytest.fixture(scope="module")
 def params():
-    rng = np.random.default_rng(0)
-    shapes = models.param_shapes(MC)
-    is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)  # noqa: E731
-    flat, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=is_shape)
-    leaves = [np.ones(s, np.float32) if "norm" in jax.tree_util.keystr(p)
-              else (0.3 * rng.standard_normal(s)).astype(np.float32) for p, s in flat]
-    return jax.tree.map(jnp.asarray, jax.tree.unflatten(treedef, leaves))
+    return numpy_params(MC, 0.3)
 
 
 def check_layout(pk, attn, groups, width, micro_rows):

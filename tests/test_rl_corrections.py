@@ -12,6 +12,7 @@ from microcoder_jax.rl.config import RLConfig
 from microcoder_jax.rl.logprobs import compute_logprobs
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state, make_train_step
+from random_params import numpy_params
 
 MC = models.get_preset("tiny", dtype="float32")
 G, PROMPTS, P, R = 4, 4, 6, 12
@@ -91,13 +92,7 @@ def test_rl_config_validates_the_correction():
 
 @pytest.fixture(scope="module")
 def params():
-    rng = np.random.default_rng(0)
-    shapes = models.param_shapes(MC)
-    is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)  # noqa: E731
-    flat, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=is_shape)
-    leaves = [np.ones(s, np.float32) if "norm" in jax.tree_util.keystr(p)
-              else (0.05 * rng.standard_normal(s)).astype(np.float32) for p, s in flat]
-    return jax.tree.map(jnp.asarray, jax.tree.unflatten(treedef, leaves))
+    return numpy_params(MC, 0.05)
 
 
 @pytest.fixture(scope="module")

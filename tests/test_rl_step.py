@@ -11,6 +11,7 @@ from microcoder_jax.rl import losses as L
 from microcoder_jax.rl.logprobs import compute_logprobs
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state, make_train_step, minibatch_grads
+from random_params import numpy_params
 
 G, PROMPTS, P, R = 4, 4, 6, 12  # 16 rows, 18 tokens
 N, S = G * PROMPTS, P + R
@@ -22,13 +23,7 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0}
 @pytest.fixture(scope="module")
 def params():
     """Random tiny-model params built in NumPy (no threefry compile): norms 1, matrices N(0, .02)."""
-    rng = np.random.default_rng(0)
-    shapes = models.param_shapes(MC)
-    is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)
-    paths_shapes, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=is_shape)
-    leaves = [np.ones(s, np.float32) if "norm" in jax.tree_util.keystr(path)
-              else (0.02 * rng.standard_normal(s)).astype(np.float32) for path, s in paths_shapes]
-    return jax.tree.map(jnp.asarray, jax.tree.unflatten(treedef, leaves))
+    return numpy_params(MC, 0.02)
 
 
 def make_batch(seed=0, vocab=MC.vocab_size):
