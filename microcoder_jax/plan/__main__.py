@@ -38,7 +38,8 @@ def main(argv=None) -> int:
 
 
 def _plan(argv) -> int:
-    if not any(a == "--config" or a.startswith("--config=") for a in argv):
+    helps = ("-h", "--help", "-help", "--helpfull")
+    if not any(a == "--config" or a.startswith("--config=") for a in argv) and not any(a in helps for a in argv):
         raise ConfigError("--config is required, e.g. --config=configs/paper.py:qwen3-4b,microcoder")
     fv = cli.parse(argv, prog="python -m microcoder_jax.plan", doc=__doc__, default_file=None,
                    define_flags=_define_flags)

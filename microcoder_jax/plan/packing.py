@@ -18,12 +18,6 @@ import sys
 
 import numpy as np
 
-# bytes/s of inter-chip bandwidth per chip (public figures: v5e 1,600 Gbps, v4 2,400, v5p 4,800,
-# v6e 3,584; NVLink 600 / 900 GB/s; PCIe 4 x16 for the cards without NVLink)
-ICI = {"TPU v4": 300e9, "TPU v5e": 200e9, "TPU v5p": 600e9, "TPU v6e": 448e9, "A100 40GB": 600e9,
-       "A100 80GB": 600e9, "H100 SXM": 900e9, "H200": 900e9, "L4": 32e9, "RTX 4090": 32e9}
-
-
 def lognormal_lengths(rng, n: int, cap: int, mean_frac: float, at_cap: float) -> np.ndarray:
     """n lengths in [1, cap]: lognormal with P(X >= cap) = at_cap, E[min(X, cap)] = mean_frac * cap."""
     z = _normal_quantile(1 - at_cap)
@@ -78,7 +72,7 @@ def compare(config, topology, mean_frac: float = 0.45, at_cap: float = 0.05, see
     sh = programs.shapes_of(config, rl, mesh)
     mask = sample_mask(sh.rows, sh.prompt_width, sh.max_new, mean_frac, at_cap, seed)
     useful = int(mask.sum())
-    chip, n, ici = topology.chip, topology.num_devices, ICI.get(topology.chip.name, float("nan"))
+    chip, n, ici = topology.chip, topology.num_devices, topology.chip.ici_bandwidth or float("nan")
     step_pack = packing.for_step(mask, rl, mesh)
     lp_pack, lp_micro = packing.for_logprobs(mask, rl, mesh)
     width = step_pack.src.shape[1]

@@ -102,6 +102,8 @@ def plan(config, topology: Topology, *, cache_dir: str | None = programs.CACHE_D
     builder = paged.rl_step_programs if config.sampling.engine == "paged" else programs.rl_step_programs
     progs = builder(config, rl_config, mesh, tpu=topology.chip.tpu)
     open_session = _open_session_bytes(config, rl_config, progs)
+    if not config.train.eval_every:  # a run that never evaluates compiles no eval programs
+        progs = [p for p in progs if not p.name.startswith("eval ")]
     if only:
         progs = [p for p in progs if p.name in only]
     shapes = programs.shapes_of(config, rl_config, mesh)
