@@ -180,6 +180,43 @@ def release_finished(state: dict[str, Any], shape: EngineShape) -> dict[str, Any
                 table=jnp.where(finished[:, None], shape.num_pages, state["table"]))
 
 
+# The scheduling rule, as pure functions of a few arrays (``xp``: jax.numpy here, numpy in the
+# planner's decode simulator, plan/decode_sim.py, which replays `run` without a model).
+
+def outstanding_pages(live, prompt_len, cap, t, page_size: int, xp=jnp):
+    """Pages the live slots may still allocate before their caps (admission keeps them free)."""
+    return xp.sum(xp.where(live, own_pages(prompt_len, cap - 1, page_size) - own_pages(prompt_len, t - 1, page_size),
+                           0))
+
+
+def admissions(idle, candidate, need, head, tail, free, xp=jnp):
+    """Which queued pairs take idle slots at a refill: the next ones in queue order, one per idle
+    slot, while their pages up to their caps (``need``, per candidate) fit in ``free``. Returns
+    (taken per candidate, joins per slot, the sequence each joining slot takes)."""
+    s = idle.shape[0]
+    r = xp.arange(s)
+    take = (r < xp.sum(idle)) & (head + r < tail) & (xp.cumsum(need) <= free)
+    rank = xp.clip(xp.cumsum(idle) - 1, 0, s - 1)
+    return take, idle & take[rank], candidate[rank]
+
+
+def refill_due(steps, refill_every: int, any_live):
+    """`run` refills every ``refill_every`` steps, or at once when no slot is live."""
+    return (steps % refill_every == 0) | ~any_live
+
+
+def pending(head, tail, slot_seq, slot_done, xp=jnp):
+    """Queued pairs and a slot that is idle or done (a refill has work)."""
+    return (head < tail) & xp.any((slot_seq < 0) | slot_done)
+
+
+def keeps_running(steps_run, budget, live, head, tail, shrink_at: int, xp=jnp):
+    """`run`'s loop condition: budget left, and a live slot or a queued pair, unless the queue is
+    empty and only ``shrink_at`` or fewer slots are live (the host then shrinks S)."""
+    shrinkable = (shrink_at > 0) & (head >= tail) & (xp.sum(live) <= shrink_at)
+    return (steps_run < budget) & (xp.any(live) | (head < tail)) & ~shrinkable
+
+
 def _refill(state: dict[str, Any], rng, stop_ids, pad_id, shape: EngineShape):
     state = release_finished(state, shape)
     s, ps, g, none = shape.slots, shape.page_size, shape.samples, shape.num_pages
@@ -187,16 +224,11 @@ def _refill(state: dict[str, Any], rng, stop_ids, pad_id, shape: EngineShape):
     seq, t = jnp.maximum(state["slot_seq"], 0), state["slot_t"]
     live = ~idle & ~state["slot_done"]
     prompt_len = state["prompt_len"][seq // g]
-    outstanding = jnp.sum(jnp.where(live, own_pages(prompt_len, state["cap"][seq] - 1, ps)
-                                    - own_pages(prompt_len, t - 1, ps), 0))
-    r = jnp.arange(s)
-    candidate = state["queue"][jnp.minimum(state["head"] + r, shape.rows - 1)]
+    outstanding = outstanding_pages(live, prompt_len, state["cap"][seq], t, ps)
+    candidate = state["queue"][jnp.minimum(state["head"] + jnp.arange(s), shape.rows - 1)]
     need = own_pages(state["prompt_len"][candidate // g], state["cap"][candidate] - 1, ps)
-    fits = jnp.cumsum(need) <= state["pages"].count - outstanding
-    take = (r < jnp.sum(idle)) & (state["head"] + r < state["tail"]) & fits
-    rank = jnp.cumsum(idle) - 1
-    joins = idle & take[jnp.clip(rank, 0, s - 1)]
-    new_seq = candidate[jnp.clip(rank, 0, s - 1)]
+    take, joins, new_seq = admissions(idle, candidate, need, state["head"], state["tail"],
+                                      state["pages"].count - outstanding)
     prompt_len, prompt_row = state["prompt_len"][new_seq // g], state["prompt_pages"][new_seq // g]
     full = prompt_len // ps  # shared pages; a partly filled last one is copied to a page of the slot's own
     partial = joins & (prompt_len % ps > 0)
@@ -243,18 +275,15 @@ def run(state, params, stop_ids, pad_id, rng, budget, *, config: Qwen3Config, sh
         params = decoding_params(params, config)  # lets XLA sink the conversion into the loop
     start = state["steps"]
 
-    def pending(st):  # queued pairs and a slot that is idle or done
-        return (st["head"] < st["tail"]) & jnp.any((st["slot_seq"] < 0) | st["slot_done"])
-
     def running(st):
         live = (st["slot_seq"] >= 0) & ~st["slot_done"]
-        shrinkable = (shape.shrink_at > 0) & (st["head"] >= st["tail"]) & (jnp.sum(live) <= shape.shrink_at)
-        return (st["steps"] - start < budget) & (jnp.any(live) | (st["head"] < st["tail"])) & ~shrinkable
+        return keeps_running(st["steps"] - start, budget, live, st["head"], st["tail"], shape.shrink_at)
 
     def body(st):
         live = (st["slot_seq"] >= 0) & ~st["slot_done"]
-        due = (st["steps"] % shape.refill_every == 0) | ~jnp.any(live)
-        st = jax.lax.cond(due & pending(st), lambda x: _refill(x, rng, stop_ids, pad_id, shape), lambda x: x, st)
+        due = refill_due(st["steps"], shape.refill_every, jnp.any(live)) & pending(
+            st["head"], st["tail"], st["slot_seq"], st["slot_done"])
+        st = jax.lax.cond(due, lambda x: _refill(x, rng, stop_ids, pad_id, shape), lambda x: x, st)
         return _step(st, params, rng, stop_ids, pad_id, config, shape)
 
     return release_finished(jax.lax.while_loop(running, body, state), shape)

@@ -56,6 +56,13 @@ def shrink_at(sizes: list[int], slots: int) -> int:
     return max([z for z in sizes if z < slots], default=0)
 
 
+def tail_resize(sizes: list[int], occupied: int, slots: int, queued: bool) -> int | None:
+    """After `engine.run` returns: the smaller S the tail moves to (the smallest size that holds the
+    occupied slots), or None to stop (prompts still queued, nothing occupied, or no smaller size)."""
+    target = min([z for z in sizes if z >= occupied], default=slots)
+    return None if queued or not occupied or target >= slots else target
+
+
 def _on_devices_of(params, mesh) -> bool:
     """Whether every leaf already lives on ``mesh``'s devices in its order (maybe another mesh shape,
     e.g. the training mesh): the decode-layout reshard then moves them with no stored-layout copy."""
@@ -178,9 +185,8 @@ class PagedSession:
                                         jnp.int32(budget), config=self.config, shape=self.shape)
             budget -= self._scalar("steps") - before
             occupied = int((shd.to_host(self.state["slot_seq"]) >= 0).sum())
-            queued = self._scalar("head") < self._scalar("tail")
-            target = min([z for z in self.sizes if z >= occupied], default=self.shape.slots)
-            if queued or not occupied or target >= self.shape.slots:
+            target = tail_resize(self.sizes, occupied, self.shape.slots, self._scalar("head") < self._scalar("tail"))
+            if target is None:
                 break
             self._resize(target)  # the tail: fewer, fuller slots
         if bool(shd.to_host(self.state["pages"].failed)):
