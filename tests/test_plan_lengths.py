@@ -37,14 +37,14 @@ def test_simulated_decode_steps_equal_the_engines(tiny, engine_shape):
     engine's, exactly, on every length set (stop ids the model cannot sample: rows end at their caps)."""
     config, params = tiny
     slots, page_size, refill_every, tail_slots = engine_shape
-    for name, lengths in LENGTHS.items():
+    for name, caps in LENGTHS.items():
         stats = {}
         out = generate_paged(params, config, PROMPTS, num_samples=G, temperature=1.0, max_new_tokens=MAX_NEW,
                              stop_token_ids=[config.vocab_size + 7], pad_id=0, rng=jax.random.key(1), slots=slots,
                              page_size=page_size, refill_every=refill_every, tail_slots=tail_slots,
-                             caps=lengths.astype(np.int32), prompt_buckets=(WIDTH,), stats=stats)
-        np.testing.assert_array_equal(out.lengths, lengths)
-        sim = decode_sim.simulate(lengths, [len(p) for p in PROMPTS], group=G, slots=slots, page_size=page_size,
+                             caps=caps.astype(np.int32), prompt_buckets=(WIDTH,), stats=stats)
+        np.testing.assert_array_equal(out.lengths, caps)
+        sim = decode_sim.simulate(caps, [len(p) for p in PROMPTS], group=G, slots=slots, page_size=page_size,
                                   refill_every=refill_every, tail_slots=tail_slots, max_new=MAX_NEW,
                                   prompt_width=WIDTH)
         assert sim.steps == stats["steps"], (name, engine_shape, sim.steps, stats)
@@ -55,3 +55,183 @@ def test_simulated_decode_steps_equal_the_engines(tiny, engine_shape):
 def test_simulator_refuses_mismatched_lengths():
     with pytest.raises(ValueError, match="lengths"):
         decode_sim.simulate([3, 4, 5], [4, 4], group=2, slots=2)
+
+
+# ------------------------------------------------------------------ the step table, JSON, run:, splits
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from microcoder_jax import cli  # noqa: E402
+from microcoder_jax.plan import hlo, lengths, planner, programs, timing  # noqa: E402
+from microcoder_jax.plan.topologies import TopologyError, parse_topology  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(ROOT, "configs", "demo.py")
+LOOP_HLO = """%body (p: (s32[], bf16[256,256])) -> (s32[], bf16[256,256]) {
+  %ag = bf16[1024,256]{1,0} all-gather(bf16[256,256]{1,0} %w), dimensions={0}
+  %ar = f32[64]{0} all-reduce(f32[64]{0} %x), to_apply=%add
+}
+%cond (p: (s32[], bf16[256,256])) -> pred[] {
+  %c = s32[] constant(5)
+}
+ENTRY %main () -> bf16[256,256] {
+  %w = (s32[], bf16[256,256]) while(%t), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"5"}}
+}
+"""
+
+
+def test_collective_time_is_bytes_over_the_link_bandwidth():
+    """A hand-built loop: 5 trips of a bf16[1024,256] all-gather and an f32[64] all-reduce; its time is
+    the bytes over v5e's ICI (200 GB/s one way); on two slices half of it crosses DCN."""
+    loops = [dataclasses.asdict(lp) for lp in hlo.loops(LOOP_HLO)]
+    nbytes = 5 * (1024 * 256 * 2 + 64 * 4)
+    compiled = programs.Compiled("p", 1, 1, 0, 0, 0.0, loops)
+    row = planner.Row(programs.Program("sample decode", None, (), {}, None), compiled, None, 0)
+    assert timing._collective_bytes(row, None, None, None) == nbytes
+    one = parse_topology("v5e-8")
+    assert one.chip.ici_bandwidth == 200e9
+    assert timing._link(one, nbytes) == pytest.approx(nbytes / 200e9)
+    two = parse_topology("v5e-8x2")
+    assert two.slices == 2 and two.num_devices == 16
+    assert timing._link(two, nbytes) == pytest.approx(nbytes / 2 / 200e9 + nbytes / 2 / two.chip.dcn_bandwidth)
+    t = timing.ProgramTime("x", 2, compute_s=1.0, hbm_s=3.0, collective_s=2.5, collective_bytes=nbytes)
+    assert t.serial_s == pytest.approx(2 * 5.5) and t.overlapped_s == pytest.approx(2 * 3.0) and t.bound == "HBM"
+
+
+import dataclasses  # noqa: E402
+
+
+def _main(argv, capsys):
+    from microcoder_jax.plan.__main__ import main
+
+    code = main(argv)
+    return code, capsys.readouterr()
+
+
+def test_json_output_schema(capsys):
+    code, out = _main(["--config", DEMO, "--topology", "h100", "--devices", "4", "--json", "--lengths", "paper",
+                       "--config.mesh.fsdp=-1"], capsys)
+    assert code == 0
+    plan = json.loads(out.out)
+    assert set(plan) >= {"topology", "mesh", "fits", "lengths", "programs", "step", "cuts", "splits", "suggestions"}
+    assert plan["lengths"] == "paper" and plan["topology"]["ici_bandwidth"] == 900e9
+    for p in plan["programs"]:
+        assert set(p) >= {"name", "total_bytes", "verdict", "compute_s", "hbm_s", "collective_s", "serial_s",
+                          "overlapped_s", "bound"}
+        assert p["serial_s"] >= p["overlapped_s"] >= 0 and p["bound"] in ("compute", "HBM", "ICI")
+    step = plan["step"]
+    assert step["step_serial_s"] >= step["step_overlapped_s"] > 0
+    assert abs(sum(ph["share"] for ph in step["phases"].values()) - 1) < 1e-6
+    savings = [c["saving_s"] for c in plan["cuts"]]
+    assert savings == sorted(savings, reverse=True)
+
+
+def test_paper_lengths_plan_a_shorter_step_than_cap():
+    config = cli.load_config(DEMO, ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.slots=8"])
+    result = planner.plan(config, parse_topology("h100", devices=4), search=False)
+    cap, paper = (timing.step_summary(result, config, timing.program_times(result, config, lengths.parse(x)))
+                  for x in ("cap", "paper"))
+    assert paper["phases"]["sampling"]["serial_s"] < cap["phases"]["sampling"]["serial_s"]
+    assert paper["phases"]["train"]["serial_s"] == pytest.approx(cap["phases"]["train"]["serial_s"])  # padded
+
+
+def _fake_run(path, rows=5):
+    """A demo-shaped run directory: config.json and metrics.jsonl rows as the trainer writes them."""
+    config = cli.load_config(DEMO, [])
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config.to_dict(), f, default=str)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for i in range(rows):
+            f.write(json.dumps({"step": i, "response_length_mean": 12.0, "truncation_rate": 0.1, "rows": 16,
+                                "train_tokens": 16 * 30, "gen_tokens": 16 * 12, "time_sample_s": 0.4,
+                                "time_train_s": 0.5, "time_step_s": 1.9, "time_judge_s": 0.7}) + "\n")
+        f.write('{"step": 5, "respo')  # a row cut by a crash is skipped
+    return config
+
+
+def test_run_lengths_read_a_runs_metrics(tmp_path):
+    config = _fake_run(str(tmp_path))
+    profile = lengths.parse(f"run:{tmp_path}")
+    assert profile.run["steps"] == 5 and profile.run["prompt_length_mean"] == pytest.approx(18.0)
+    assert profile.response_mean == pytest.approx(12.0 / config.sampling.max_new_tokens)
+    assert profile.run["times"]["time_step_s"] == pytest.approx(1.9)
+    with pytest.raises(lengths.LengthsError, match="no metrics.jsonl"):
+        lengths.parse(f"run:{tmp_path}/nope")
+    with pytest.raises(lengths.LengthsError, match="lognormal:MEAN,AT_CAP"):
+        lengths.parse("lognormal:0.5")
+
+
+def test_compare_marks_a_cpu_run_not_comparable(tmp_path, capsys):
+    _fake_run(str(tmp_path))
+    code, out = _main(["--config", DEMO, "--topology", "h100", "--devices", "4", f"--lengths=run:{tmp_path}",
+                       "--compare", "--config.mesh.fsdp=-1"], capsys)
+    assert code == 0
+    text = out.out.split("== planned vs measured")[1]
+    assert "sample" in text and "0.40" in text and "1.90" in text
+    assert "not comparable" in text
+
+
+def test_split_layouts_and_the_pipelined_step():
+    assert [x[0] for x in timing.split_layouts(parse_topology("v5e-8"))] == ["v5e-8 as 4+4 chips"]
+    assert timing.split_layouts(parse_topology("v5p-16"))[0][1].name == "v5p-8"
+    assert timing.split_layouts(parse_topology("v5e-8x2"))[0][3] == "DCN"
+    config = cli.load_config(DEMO, ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.slots=8"])
+    label, roll, learn, link = timing.split_layouts(parse_topology("v5e-8"))[0]
+    s = timing.split_plan(config, parse_topology("v5e-8"), lengths.parse("paper"), planner.plan, label, roll, learn,
+                          link, synchronous_s=1e-9)
+    assert s["pipelined_s"] == pytest.approx(max(s["rollout"]["seconds"], s["learner"]["seconds"]) + s["transfer_s"])
+    assert s["transfer_s"] == pytest.approx(s["transfer_bytes_per_chip"] / 200e9)
+    assert s["recommend"] == "synchronous"  # a split that cannot beat the synchronous step says so
+
+
+def test_topology_validation_and_single_chips():
+    with pytest.raises(TopologyError, match="v5p slices are v5p-8, v5p-16"):
+        parse_topology("v5p-9")
+    with pytest.raises(TopologyError, match="v5e-1, v5e-4, v5e-8"):
+        parse_topology("v5e-3")
+    for name in ("v5e-1", "v6e-1"):
+        t = parse_topology(name)
+        assert t.num_devices == 1 and t.aot_name.endswith(":1x1")
+        try:
+            assert len(t.devices()) == 1
+        except RuntimeError as e:  # no libtpu: the name still parses
+            pytest.skip(str(e)[:100])
+
+
+def test_plan_help_needs_no_config():
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-m", "microcoder_jax.plan", "--help"], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--lengths" in out.stdout and "rl.micro_batch_size" in out.stdout
+
+
+def _notebook_flags(cell_marker):
+    """The --config.* flags of the notebook cell whose source holds `cell_marker` (model.path -> preset)."""
+    import re
+
+    with open(os.path.join(ROOT, "launch", "colab_tpu.ipynb")) as f:
+        cells = ["".join(c["source"]) for c in json.load(f)["cells"] if c["cell_type"] == "code"]
+    src = next(c for c in cells if cell_marker in c)
+    flags = re.findall(r"--config\.([\w.]+)=([^\s\"]+)", src)
+    out = ["model.preset=qwen3-0.6b" if k == "model.path" else f"{k}={v}" for k, v in flags]
+    return ["model.preset=qwen3-0.6b"] + [f for f in out if not f.startswith("model.preset")]
+
+
+@pytest.mark.parametrize("topology", ["v5e-1", "v6e-1"])
+def test_colab_notebook_tpu_cells_fit_one_chip(topology):
+    """The notebook's Qwen3-0.6B cells (eval, then a short train run) fit one chip, analytically
+    (within 15% of XLA per program kind, tests/test_plan.py)."""
+    paper = os.path.join(ROOT, "configs", "paper.py:qwen3-1.7b,microcoder")
+    train = cli.load_config(paper, _notebook_flags("microcoder_jax.train --config=configs/paper"))
+    result = planner.plan(train, parse_topology(topology), search=False, compile_=False)
+    assert not any(r.program.name.startswith("eval") for r in result.rows)  # train.eval_every=0
+    assert result.fits, [(r.program.name, r.total / 2 ** 30) for r in result.rows]
+    ev = cli.load_config(paper, _notebook_flags("qwen3_0p6b_eval"))
+    result = planner.plan(ev, parse_topology(topology), search=False, compile_=False,
+                          only=("eval admit", "eval decode"))
+    assert len(result.rows) == 2 and result.fits, [(r.program.name, r.total / 2 ** 30) for r in result.rows]

@@ -29,6 +29,12 @@ def _define_flags(fv) -> None:
     flags.DEFINE_float("hbm_gib", None, "memory per device in GiB (with --devices)", flag_values=fv)
     flags.DEFINE_string("cache_dir", programs.CACHE_DIR, "compiled-results cache ('' = off)", flag_values=fv)
     flags.DEFINE_boolean("search", True, "compile candidates for programs that do not fit", flag_values=fv)
+    flags.DEFINE_string("lengths", "cap", "length profile of the time: cap | paper | lognormal:MEAN,AT_CAP | "
+                        "run:WORKDIR (a run's metrics.jsonl)", flag_values=fv)
+    flags.DEFINE_boolean("json", False, "print the plan as one JSON object", flag_values=fv)
+    flags.DEFINE_boolean("compare", False, "with --lengths=run:WORKDIR: planned vs measured per phase",
+                         flag_values=fv)
+    flags.DEFINE_boolean("split", True, "also plan split rollout | learner layouts of the topology", flag_values=fv)
 
 
 def main(argv=None) -> int:
@@ -47,8 +53,15 @@ def _plan(argv) -> int:
     if config.data.task != "demo" and not config.model.path and config.model.preset == "tiny":
         raise ConfigError("the config names no model: add --config.model.path=DIR (a Hugging Face checkpoint's "
                           "config.json) or --config.model.preset=qwen3-4b-instruct-2507 (or qwen3-1.7b)")
-    from microcoder_jax.plan import planner, report
+    from microcoder_jax.plan import lengths, planner, report, timing
     from microcoder_jax.plan.topologies import TopologyError, parse_topology
+
+    try:
+        profile = lengths.parse(fv.lengths, max_new=config.sampling.max_new_tokens)
+    except lengths.LengthsError as e:
+        raise ConfigError(str(e)) from None
+    if fv.compare and profile.run is None:
+        raise ConfigError("--compare needs --lengths=run:WORKDIR (the run whose measured times to compare)")
 
     try:
         topology = parse_topology(fv.topology, fv.devices, fv.hbm_gib)
@@ -68,7 +81,28 @@ def _plan(argv) -> int:
         raise ConfigError(f"the config does not build for {topology.name}: {e}") from None
     config_name = next(a.partition("=")[2] if a.startswith("--config=") else argv[i + 1]
                        for i, a in enumerate(argv) if a.startswith("--config=") or a == "--config")
+    if not topology.chip.peak_flops:
+        print(report.render(result, config_name))
+        return 0 if result.fits else 1
+    times = timing.program_times(result, config, profile)
+    summary = timing.step_summary(result, config, times)
+    splits = []
+    if fv.split:
+        for label, roll, learn, link in timing.split_layouts(topology):
+            log(f"planning the split {label} (analytic) ...")
+            splits.append(timing.split_plan(config, topology, profile, planner.plan, label, roll, learn, link,
+                                            summary["step_serial_s"] - summary["phases"].get("eval", {}).get(
+                                                "serial_s", 0.0)))
+    cuts = timing.cuts(result, config, profile, times, summary, splits)
+    if fv.json:
+        import json
+
+        print(json.dumps(report.to_json(result, times, summary, cuts, profile, splits), indent=1, default=str))
+        return 0 if result.fits else 1
     print(report.render(result, config_name))
+    print("\n== step time", *report.step_table(times, summary, cuts, profile, splits), sep="\n")
+    if fv.compare:
+        print("\n== planned vs measured", *report.compare_lines(summary, profile, topology), sep="\n")
     return 0 if result.fits else 1
 
 

@@ -62,6 +62,16 @@ def collective_bytes(mc, mesh, micro_steps: int, train: bool, chunks: int = 0) -
 def compare(config, topology, mean_frac: float = 0.45, at_cap: float = 0.05, seed: int = 0) -> dict:
     """Useful-token fractions and each pass's estimated seconds, padded and packed (see the module doc)."""
     from microcoder_jax import config as config_lib
+    from microcoder_jax.plan import planner, programs
+
+    rl = dataclasses.replace(config_lib.make_rl_config(config), packing=True)
+    sh = programs.shapes_of(config, rl, planner.abstract_mesh(config, topology.num_devices))
+    return compare_mask(config, topology, sample_mask(sh.rows, sh.prompt_width, sh.max_new, mean_frac, at_cap, seed))
+
+
+def compare_mask(config, topology, mask) -> dict:
+    """`compare` on a given rollout attention mask [rows, P + max_new] (the planner's length profile)."""
+    from microcoder_jax import config as config_lib
     from microcoder_jax.plan import analytic, planner, programs
     from microcoder_jax.rl import packing
 
@@ -70,7 +80,6 @@ def compare(config, topology, mean_frac: float = 0.45, at_cap: float = 0.05, see
     progs = {p.name: p for p in programs.rl_step_programs(config, rl, mesh, tpu=topology.chip.tpu)
              if p.name in ("old log-probs", "train step")}
     sh = programs.shapes_of(config, rl, mesh)
-    mask = sample_mask(sh.rows, sh.prompt_width, sh.max_new, mean_frac, at_cap, seed)
     useful = int(mask.sum())
     chip, n, ici = topology.chip, topology.num_devices, topology.chip.ici_bandwidth or float("nan")
     step_pack = packing.for_step(mask, rl, mesh)

@@ -147,3 +147,70 @@ def render(plan, config_name: str) -> str:
         out.append(f"verdict: does not fit {t.name}: {', '.join(bad)}")
         out += [f"  suggestion: {s}" for s in plan.suggestions]
     return "\n".join(out)
+
+
+def step_table(times, summary, cut_list, profile, splits=()) -> list[str]:
+    """Per program: compute / HBM / collective seconds, the bound, the serial and overlapped time;
+    then the step, each phase's share, the ranked cuts and the split layouts."""
+    lines = [f"lengths: {profile.describe()}",
+             f"{'program':<15}{'calls':>6}{'compute s':>11}{'HBM s':>9}{'coll. s':>9}{'coll. GB':>10}"
+             f"{'serial s':>10}{'overlap s':>11}  bound"]
+    for t in times:
+        lines.append(f"{t.name:<15}{t.calls:6d}{t.compute_s:11.2f}{t.hbm_s:9.2f}{t.collective_s:9.2f}"
+                     f"{t.collective_bytes / 1e9:10.1f}{t.serial_s:10.2f}{t.overlapped_s:11.2f}  {t.bound}"
+                     + (f"  ({t.note})" if t.note else ""))
+    lines.append(f"step: {summary['step_serial_s']:.1f} s serial (collectives after compute: upper bound), "
+                 f"{summary['step_overlapped_s']:.1f} s overlapped (lower bound)"
+                 + (f"; eval counted once per {summary['eval_every']} steps" if summary["eval_every"] else ""))
+    lines.append("  " + ", ".join(f"{k} {v['share']:.0%}" for k, v in summary["phases"].items()))
+    if cut_list:
+        lines.append("what would cut the step most (estimated, this profile):")
+        for c in cut_list:
+            lines.append(f"  {c['change']}: {c['saving_s']:+.1f} s ({c['share_of_step']:+.0%} of the step)  "
+                         f"{c['flags']}")
+    for s in splits:
+        lines.append(f"split {s['layout']}: rollout {s['rollout']['seconds']:.1f} s on {s['rollout']['chips']} chips"
+                     f"{'' if s['rollout']['fits'] else ' (does not fit)'}, learner {s['learner']['seconds']:.1f} s "
+                     f"on {s['learner']['chips']}{'' if s['learner']['fits'] else ' (does not fit)'}; weight transfer "
+                     f"{s['transfer_bytes'] / 1e9:.1f} GB ({s['transfer_bytes_per_chip'] / 1e9:.2f} GB per chip over "
+                     f"{s['link']}, ~{s['transfer_s']:.2f} s, an estimate); pipelined {s['pipelined_s']:.1f} s vs "
+                     f"synchronous {s['synchronous_s']:.1f} s: {s['recommend']}")
+    lines.append("(a roofline: an upper bound on speed. Left out: kernel efficiency, collectives outside loops, "
+                 "the judge's CPU time, host work, the data pipeline, compiles)")
+    return lines
+
+
+def compare_lines(summary, profile, topology) -> list[str]:
+    """Planned vs measured seconds per phase for a `run:` profile (metrics.jsonl means)."""
+    run = profile.run or {}
+    times = run.get("times", {})
+    device = run.get("device")
+    comparable = device is not None and topology.chip.name.lower().replace(" ", "") in device.lower().replace(" ", "")
+    planned = {"sample": summary["phases"].get("sampling", {}).get("serial_s"),
+               "train": sum(summary["phases"].get(k, {}).get("serial_s", 0.0) for k in ("old log-probs", "train"))}
+    lines = [f"{'phase':<10}{'planned s':>11}{'measured s':>12}"]
+    for phase, key in (("sample", "time_sample_s"), ("train", "time_train_s"), ("step", "time_step_s")):
+        plan_s = summary["step_serial_s"] if phase == "step" else planned[phase]
+        got = times.get(key)
+        lines.append(f"{phase:<10}{plan_s:11.2f}{got if got is not None else float('nan'):12.2f}")
+    if not comparable:
+        lines.append(f"not comparable: the run records {'no accelerator' if device is None else device!r} "
+                     f"(a CPU run, or one before device_kind was logged), the plan is for {topology.chip.name}; "
+                     "the lengths it read are used, the times are shown only for reference")
+    return lines
+
+
+def to_json(plan, times, summary, cut_list, profile, splits=()) -> dict:
+    """The plan as one JSON object (schema: tests/test_plan_lengths.py)."""
+    return {
+        "topology": {"name": plan.topology.name, "chip": plan.topology.chip.name,
+                     "devices": plan.topology.num_devices, "slices": plan.topology.slices,
+                     "hbm_bytes": plan.topology.chip.hbm_bytes, "ici_bandwidth": plan.topology.chip.ici_bandwidth},
+        "mesh": plan.mesh_shape, "fits": plan.fits, "lengths": profile.name,
+        "programs": [{"name": r.program.name, "total_bytes": r.total, "verdict": plan.verdict(r),
+                      "compiled": r.compiled is not None, "compute_s": t.compute_s, "hbm_s": t.hbm_s,
+                      "collective_s": t.collective_s, "collective_bytes": t.collective_bytes, "calls": t.calls,
+                      "serial_s": t.serial_s, "overlapped_s": t.overlapped_s, "bound": t.bound, "note": t.note}
+                     for r, t in zip(plan.rows, times)],
+        "step": summary, "cuts": cut_list, "splits": list(splits), "suggestions": plan.suggestions,
+    }
