@@ -186,6 +186,13 @@ def test_split_layouts_and_the_pipelined_step():
     assert s["pipelined_s"] == pytest.approx(max(s["rollout"]["seconds"], s["learner"]["seconds"]) + s["transfer_s"])
     assert s["transfer_s"] == pytest.approx(s["transfer_bytes_per_chip"] / 200e9)
     assert s["recommend"] == "synchronous"  # a split that cannot beat the synchronous step says so
+    # the config's own split (H30's mesh.rollout_devices: a count, or a fraction of the devices)
+    from ml_collections import ConfigDict
+
+    own = ConfigDict({"mesh": {"rollout_devices": 0.25}})
+    assert timing.rollout_devices(own, 8) == 2
+    (label, roll, learn, link), = timing.split_layouts(parse_topology("v5e-8"), own)
+    assert (roll.num_devices, learn.num_devices, link) == (2, 6, "ICI") and "mesh.rollout_devices" in label
 
 
 def test_topology_validation_and_single_chips():

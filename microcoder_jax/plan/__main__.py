@@ -88,7 +88,7 @@ def _plan(argv) -> int:
     summary = timing.step_summary(result, config, times)
     splits = []
     if fv.split:
-        for label, roll, learn, link in timing.split_layouts(topology):
+        for label, roll, learn, link in timing.split_layouts(topology, config):
             log(f"planning the split {label} (analytic) ...")
             splits.append(timing.split_plan(config, topology, profile, planner.plan, label, roll, learn, link,
                                             summary["step_serial_s"] - summary["phases"].get("eval", {}).get(

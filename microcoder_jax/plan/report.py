@@ -90,8 +90,8 @@ def time_lines(plan) -> list[str]:
             extra = f"; <= {est.tokens / secs:,.0f} tokens/s if every row runs to the cap"
         lines.append(f"{row.program.name:<15}{est.flops / 1e12:10.1f}{est.hbm_bytes / 1e9:12.1f}{secs:9.2f}"
                      f"  {bound}{extra}")
-    lines.append("(roofline: max(FLOPs / peak, HBM bytes / bandwidth) with every loop's trips counted; "
-                 "collectives and kernel efficiency not included)")
+    lines.append("(roofline: max(FLOPs / peak, HBM bytes / bandwidth) with every loop's trips counted, every "
+                 "row at the cap; collectives and length profiles: the == step time section)")
     return lines
 
 

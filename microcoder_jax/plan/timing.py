@@ -229,14 +229,29 @@ def _decode_with(plan, config, profile, row, **changes) -> float:
 
 # ------------------------------------------------------------------------------ split layouts
 
-def split_layouts(topology) -> list[tuple[str, object, object, str]]:
-    """(label, rollout topology, learner topology, link) for the splits the planner knows of
-    `topology`: a slice halved (ICI between the halves), two slices one role each (DCN)."""
-    from microcoder_jax.plan.topologies import parse_topology
+def rollout_devices(config, devices: int) -> int:
+    """`mesh.rollout_devices` (a count, or a fraction of the devices below 1) as a count; 0 when
+    the config has no such knob or leaves it at 0 (one mesh for both roles)."""
+    value = config.mesh.get("rollout_devices", 0) if hasattr(config.mesh, "get") else 0
+    value = float(value or 0)
+    return int(round(value * devices)) if 0 < value < 1 else int(value)
+
+
+def split_layouts(topology, config=None) -> list[tuple[str, object, object, str]]:
+    """(label, rollout topology, learner topology, link) for the splits to plan on `topology`: the
+    config's own (`mesh.rollout_devices`), a slice halved (ICI between the halves), or two slices
+    one role each (DCN)."""
+    from microcoder_jax.plan.topologies import Topology, parse_topology
 
     family = topology.chip.name.split()[-1].lower()
     if not topology.chip.tpu:
         return []
+    own = rollout_devices(config, topology.num_devices) if config is not None else 0
+    if 0 < own < topology.num_devices:
+        side = lambda n: Topology(f"{n} x {topology.chip.name}", topology.chip, n, None)  # noqa: E731
+        link = "DCN" if topology.slices > 1 and own % (topology.num_devices // topology.slices) == 0 else "ICI"
+        return [(f"{topology.name} as {own}+{topology.num_devices - own} chips (mesh.rollout_devices)",
+                 side(own), side(topology.num_devices - own), link)]
     per_slice = topology.num_devices // topology.slices
     cores = topology.chip.cores_per_chip
     if topology.slices == 2:
