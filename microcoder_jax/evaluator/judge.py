@@ -87,9 +87,7 @@ def judge(problem: Problem, code: str | None, run: Run, limits: Limits = Limits(
     for index, test in enumerate(problem.tests):
         reply = run(_request(problem, test, code, limits, timeout))
         if reply.get("server_died"):
-            return JudgeResult(False, "runtime_error", result.tests_passed, len(problem.tests), index,
-                               f"test {index}: the program killed the judge's fork server",
-                               result.cpu_time, result.wall_time)
+            return _server_died(problem, result, index, reply)
         if "error" in reply:
             return judge_error(problem, f"test {index}: {reply['error']}")
         result.cpu_time += reply["cpu"]
@@ -107,6 +105,19 @@ def judge(problem: Problem, code: str | None, run: Run, limits: Limits = Limits(
         if mode == "all" or verdict == "compile_error":
             break
     return result
+
+
+def _server_died(problem: Problem, result: JudgeResult, index: int, reply: dict) -> JudgeResult:
+    """Every fresh server died under this test: the program's runtime_error only where it could
+    have killed its server itself (pool._blame), else judge_error (not the program's doing)."""
+    deaths = reply["server_died"]
+    deaths = deaths if isinstance(deaths, list) else []
+    if reply.get("program_blamed"):
+        return JudgeResult(False, "runtime_error", result.tests_passed, len(problem.tests), index,
+                           f"test {index}: the program killed the judge's fork server "
+                           f"({'; '.join(deaths)})"[:500], result.cpu_time, result.wall_time)
+    return judge_error(problem, f"test {index}: the judge's fork server died under it {len(deaths)} "
+                                f"times ({'; '.join(deaths)}); not the program's doing")
 
 
 def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeout: float) -> dict:
@@ -202,6 +213,8 @@ def _run_checker(problem, test, actual, run_checker) -> tuple[str, str]:
         "mode": "check", "code": problem.checker, "input": payload.encode(), "func_name": None,
         "timeout": 10.0, "wall_timeout": 30.0, "memory_mb": 2048, "output_limit": 1 << 20,
     })
+    if reply.get("server_died"):
+        raise ValueError(f"the checker's fork server died: {'; '.join(reply['server_died'])}")
     status = _status(reply) if "error" not in reply else {}
     result = status.get("result")
     if status.get("status") != "ok" or not isinstance(result, list) or len(result) != 2:

@@ -11,13 +11,14 @@ import logging
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 from typing import Iterator, Sequence, cast
 
-from microcoder_jax.evaluator import channel, syscall_filter, worker
+from microcoder_jax.evaluator import cgroups, channel, syscall_filter, worker
 from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
 from microcoder_jax.problems import Problem
 
@@ -31,13 +32,16 @@ _FALLBACK_UID = 65534  # nobody, where large uids are not mapped (containers)
 class _Server:
     """One fork server process, restarted if it dies."""
 
-    def __init__(self, uid: int, options: dict, tmp_parent: str | None, start: bool = True):
+    def __init__(self, uid: int, options: dict, tmp_parent: str | None, start: bool = True,
+                 retries: int = 2):
         self._uid = uid
+        self._retries = retries  # fresh servers a request is retried on after its server died
         self._options = options  # the worker's config (see worker.main), less uids and tmpdir
         self._tmp_parent = tmp_parent
         self._proc = None
         self.isolation: dict = {}
         self.keyring_failures = 0  # tests after which the sandbox uid's keyrings were not cleared
+        self.deaths = 0  # times this slot's server died under a program
         if start:
             self._start()
 
@@ -68,10 +72,21 @@ class _Server:
         self.isolation = hello["hello"]
 
     def run(self, request: dict) -> dict:
-        """One request, on a fresh server if this one died (the request is retried once)."""
-        for _ in range(2):
+        """One request. A server found dead is replaced first; one that dies under the request is
+        replaced and the request retried on the fresh one, at most `retries` times, then the
+        reply is {"server_died": [how each died], "program_blamed": bool} (see `_blame`)."""
+        deaths: list[str] = []
+        while len(deaths) <= self._retries:
+            if self._proc is not None and self._proc.poll() is not None:  # died between programs
+                log.warning("judge fork server %s between programs; replacing it", self._died())
+                self.close()
             if self._proc is None:
-                self._start()
+                try:
+                    self._start()
+                except RuntimeError:  # killed while it started: as a death under the request
+                    deaths.append(f"a fresh server did not start ({self._died()})")
+                    self.close()
+                    continue
             assert self._proc is not None  # _start spawned it or raised
             reply = channel.run_program(self._sock, request)
             if reply is not None and reply.get("keyrings_not_cleared"):
@@ -80,9 +95,25 @@ class _Server:
                             "(%d so far on this server)", self.keyring_failures)
             if reply is not None:
                 return reply
-            log.warning("judge fork server died (exit %s); restarting it", self._proc.poll())
+            deaths.append(self._died())
+            self.deaths += 1
+            log.warning("judge fork server died under a program (%s); replacing it", deaths[-1])
             self.close()
-        return {"server_died": True}  # only a program that escaped the sandbox does this
+        return {"server_died": deaths, "program_blamed": _blame(self.isolation)}
+
+    def _died(self) -> str:
+        """How the (dead or dying) server ended, reaped: 'killed by SIGKILL' or 'exit code N'."""
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # its socket broke but it lives: it is of no more use
+            self._proc.kill()
+            return f"pid {self._proc.pid} stopped answering (killed)"
+        if code < 0:
+            return f"pid {self._proc.pid} killed by {_signal_name(-code)}"
+        if code > 128:  # isolation.py's outer process passes on its namespace init's death
+            return f"pid {self._proc.pid}'s PID-namespace init killed by {_signal_name(256 - code)}"
+        return f"pid {self._proc.pid} exit code {code}"
 
     def close(self) -> None:
         if self._proc is None:
@@ -95,11 +126,7 @@ class _Server:
             self._proc.wait()
         self._proc = None
         for group in self.isolation.get("cgroup_dirs", ()):  # a server that was killed leaves its own
-            for path in (os.path.join(group, "t"), group):
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    pass
+            _remove_group(group, self.isolation.get("cgroup") == 2)
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
@@ -161,17 +188,22 @@ class EvaluatorPool:
     expected outputs (covered in the servers' mount namespaces); namespaces=False and
     cgroups=False skip those (debugging, or to see what hosts refusing them get), and
     seccomp=False and program_net_ns=False the syscall filter and the network namespace of each
-    program (to measure what they cost).
+    program (to measure what they cost). server_retries: fresh fork servers a test is retried
+    on when its server dies under it (killed from outside: the OOM killer, an operator); past
+    that the program's verdict is judge_error (left out of rewards), not the program's failure.
     """
 
     def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
                  output_limit_mb: int = 64, wall_factor: float = 3.0, max_processes: int = 64,
                  tmpfs_mb: int = 256, tmpdir: str | None = None, hide: Sequence[str] = (),
                  namespaces: bool = True, cgroups: bool = True, seccomp: bool = True,
-                 program_net_ns: bool = True):
+                 program_net_ns: bool = True, server_retries: int = 2):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
+        if server_retries < 0:
+            raise ValueError(f"server_retries must be >= 0, got {server_retries}")
+        self._retries = server_retries
         self._closed = False
         program, note = syscall_filter.build() if seccomp else (None, "turned off (seccomp=False)")
         if program is None:
@@ -185,7 +217,7 @@ class EvaluatorPool:
         # Distinct uids per server and per pool, so no two programs running at once share one
         # (process limits count per uid).
         base = _UID_BASE + (os.getpid() * 31 + next(_POOL_IDS)) % 500_000 * 4096
-        self._servers = [_Server(base + i, self._options, self._tmpdir, start=False)
+        self._servers = [_Server(base + i, self._options, self._tmpdir, start=False, retries=server_retries)
                          for i in range(self.workers)]
         try:
             for server in self._servers:  # start them all at once, then wait for each to be ready
@@ -216,6 +248,11 @@ class EvaluatorPool:
     def keyring_failures(self) -> int:
         """Tests after which a server could not clear its sandbox uid's keyrings (logged too)."""
         return sum(s.keyring_failures for s in [*self._servers, *self._checkers] if s is not None)
+
+    @property
+    def server_deaths(self) -> int:
+        """Times a fork server (a program's or a checker's) died under a request and was replaced."""
+        return sum(s.deaths for s in [*self._servers, *self._checkers] if s is not None)
 
     @property
     def server_pids(self) -> list[int]:
@@ -263,7 +300,7 @@ class EvaluatorPool:
         checker = self._checkers[slot]
         if checker is None:
             uid = self._servers[slot]._uid + self.workers
-            checker = self._checkers[slot] = _Server(uid, self._options, self._tmpdir)
+            checker = self._checkers[slot] = _Server(uid, self._options, self._tmpdir, retries=self._retries)
         return checker
 
     def close(self) -> None:
@@ -296,6 +333,37 @@ class EvaluatorPool:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _blame(isolation: dict) -> bool:
+    """Whether a program could have killed its fork server itself: only where it runs as the
+    server's own uid and outside a PID namespace (the init of a PID namespace ignores SIGKILL
+    from inside it, and no uid may signal another's processes). Elsewhere a dead server was
+    killed from outside (the OOM killer, an operator) or failed by itself: never the program."""
+    return not isolation.get("pid_ns") and isolation.get("uid") is None
+
+
+def _remove_group(group: str, v2: bool) -> None:
+    """Remove a server's cgroup and its test group, killing what a killed server left running."""
+    try:
+        fd = os.open(group, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return  # the server removed it at its exit
+    try:
+        cgroups.kill_and_remove({"fd": fd, "v2": v2})
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(group)
+    except OSError:
+        pass
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 def _default_tmpdir() -> str | None:
