@@ -95,3 +95,21 @@ def test_the_offline_wandb_run_holds_the_rows_and_the_config(demo_run):
         assert history[r["step"]]["reward_mean"] == r["reward_mean"] and history[r["step"]]["loss"] == r["loss"]
     assert config["train"]["steps"] == 3 and config["train"]["save_rollouts"] == [2]
     assert config["rl_resolved"]["group_size"] == 8
+
+
+def test_planner_reads_the_runs_lengths_and_compares(demo_run, capsys):
+    """`plan --lengths=run:WORKDIR --compare` on this CPU demo run: the lengths come from its
+    metrics.jsonl, and its measured times are printed beside the plan, marked not comparable."""
+    from microcoder_jax.plan import lengths
+    from microcoder_jax.plan.__main__ import main as plan_main
+
+    profile = lengths.parse(f"run:{demo_run}")
+    rows = read_metrics(os.path.join(demo_run, "metrics.jsonl"))
+    assert profile.run["steps"] == len(rows) == 3
+    assert profile.run["response_length_mean"] == pytest.approx(np.mean([r["response_length_mean"] for r in rows]))
+    assert profile.run["prompt_length_mean"] > 0 and 0 < profile.response_mean < 1
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py")
+    assert plan_main(["--config", demo, "--topology", "h100", "--devices", "1", f"--lengths=run:{demo_run}",
+                      "--compare"]) == 0
+    text = capsys.readouterr().out.split("== planned vs measured")[1]
+    assert f"{np.mean([r['time_step_s'] for r in rows]):.2f}" in text and "not comparable" in text
