@@ -41,8 +41,8 @@ def rows(model: str, topo_name: str, profile_name: str, overrides: list[str]) ->
         fits = lambda side, s=s: "" if s[side]["fits"] else " !"  # noqa: E731
         out.append(f"| {model} | {profile_name} | {label} | {sync:.1f} | {s['rollout']['seconds']:.1f}{fits('rollout')}"
                    f" | {s['learner']['seconds']:.1f}{fits('learner')} | {s['transfer_bytes_per_chip'] / 1e9:.2f} GB "
-                   f"/ {link} / {s['transfer_s']:.2f} | {s['pipelined_s']:.1f} | {sync / s['pipelined_s']:.2f}x | "
-                   f"{s['recommend']} |")
+                   f"/ {link} / {s['transfer_s'] * 1e3:.1f} ms | {s['pipelined_s']:.1f} | "
+                   f"{sync / s['pipelined_s']:.2f}x | {s['recommend']} |")
     return out
 
 

@@ -173,8 +173,8 @@ def step_table(times, summary, cut_list, profile, splits=()) -> list[str]:
                      f"{'' if s['rollout']['fits'] else ' (does not fit)'}, learner {s['learner']['seconds']:.1f} s "
                      f"on {s['learner']['chips']}{'' if s['learner']['fits'] else ' (does not fit)'}; weight transfer "
                      f"{s['transfer_bytes'] / 1e9:.1f} GB ({s['transfer_bytes_per_chip'] / 1e9:.2f} GB per chip over "
-                     f"{s['link']}, ~{s['transfer_s']:.2f} s, an estimate); pipelined {s['pipelined_s']:.1f} s vs "
-                     f"synchronous {s['synchronous_s']:.1f} s: {s['recommend']}")
+                     f"{s['link']}, ~{s['transfer_s'] * 1e3:.1f} ms, an estimate); pipelined "
+                     f"{s['pipelined_s']:.1f} s vs synchronous {s['synchronous_s']:.1f} s: {s['recommend']}")
     lines.append("(a roofline: an upper bound on speed. Left out: kernel efficiency, collectives outside loops, "
                  "the judge's CPU time, host work, the data pipeline, compiles)")
     return lines
