@@ -28,7 +28,7 @@ def _tpu_devices(name):
 @pytest.fixture(scope="module")
 def demo_plan():
     _tpu_devices("v5e:2x2")
-    config = cli.load_config(DEMO, ["mesh.fsdp=-1"])
+    config = cli.load_config(DEMO, ["mesh.fsdp=-1", "train.eval_every=10"])  # (0: no eval programs planned)
     return planner.plan(config, parse_topology("v5e:2x2"), cache_dir=None, search=False)
 
 
