@@ -258,3 +258,29 @@ def test_dynamic_sampling_refill_from_another_prompt_bucket_is_left_padded():
     for j, (src, rows) in enumerate(want_rows):
         pos = np.cumsum(out["attention_mask"][j * G:(j + 1) * G], 1)[:, -3:]
         np.testing.assert_array_equal(pos, np.cumsum(src["attention_mask"][rows], 1)[:, -3:])
+
+
+def test_a_judge_error_row_leaves_the_reward_out():
+    """A NaN reward (judge_error) gets advantage 0 and row weight 0, and its group's mean and std
+    are those of the other rows: the same advantages as the group without it."""
+    cfg = make_rl_config("microcoder", group_size=4, truncation="none")
+    n, s = 8, 6
+    base = {"tokens": np.ones((n, s), np.int32), "response_mask": np.ones((n, s), np.int32),
+            "response_lengths": np.full(n, s, np.int32), "truncated": np.zeros(n, bool),
+            "passed": np.zeros(n, bool), "no_code": np.zeros(n, bool)}
+    rewards = np.array([1, 0, np.nan, 1, 0, 0, 1, 0], np.float32)
+    adv, weight, stats = A.compute_advantages(cfg, jax.tree.map(jnp.asarray, {**base, "rewards": rewards}),
+                                              jnp.zeros(n))
+    adv, weight = np.asarray(adv), np.asarray(weight)
+    assert adv[2] == 0 and weight[2] == 0 and np.isfinite(adv).all()
+    assert (np.delete(weight, 2) == 1).all()
+    alone = np.asarray(A.group_advantages(jnp.asarray([1.0, 0.0, 1.0]), 3))
+    np.testing.assert_allclose(adv[[0, 1, 3]], alone, rtol=1e-6)
+    np.testing.assert_allclose(adv[4:], np.asarray(A.group_advantages(jnp.asarray(rewards[4:]), 4)), rtol=1e-6)
+    assert float(stats["judge_error_frac"]) == 1 / 8
+    np.testing.assert_allclose(float(stats["reward_mean"]), 3 / 7, rtol=1e-6)
+
+
+def test_dynamic_sampling_ignores_judge_errors():
+    r = np.array([1, np.nan, 1, 1, 0, np.nan, 1, 0], np.float32)
+    assert informative_groups(r, 4).tolist() == [False, True]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import sys
 import time
@@ -115,7 +116,9 @@ def _write_ready(out, rows, results, written: int, mode: str) -> int:
         problem, _, row, _ = rows[written]
         result = results[written]
         qid = problem.question_id if problem is not None else row.get("question_id")
-        record = {"index": written, "question_id": qid, **result.to_json(), "reward": reward(result, mode)}
+        value = reward(result, mode)  # NaN for a judge_error: no reward, written as null
+        record = {"index": written, "question_id": qid, **result.to_json(),
+                  "reward": None if math.isnan(value) else value}
         out.write(json.dumps(record) + "\n")
         written += 1
     out.flush()
@@ -131,11 +134,12 @@ def _progress(total: int):
 def _summary(results: list[JudgeResult], seconds: float, mode: str, workers: int) -> None:
     n = len(results)
     counts = collections.Counter(r.verdict for r in results)
-    mean_reward = sum(reward(r, mode) for r in results) / n if n else 0.0
+    judged = [reward(r, mode) for r in results if r.verdict != "judge_error"]
+    mean_reward = sum(judged) / len(judged) if judged else 0.0  # judge errors have no reward
     lines = [
         f"{'programs':<16}{n:>10}",
         f"{'pass rate':<16}{(counts['passed'] / n if n else 0):>10.4f}",
-        f"{'mean reward':<16}{mean_reward:>10.4f}  ({mode})",
+        f"{'mean reward':<16}{mean_reward:>10.4f}  ({mode}; judge errors left out)",
         *(f"{'  ' + v:<16}{counts[v]:>10}" for v in VERDICTS if counts[v]),
         f"{'programs/s':<16}{n / seconds if seconds else 0:>10.1f}  ({workers} workers, {seconds:.1f} s)",
     ]

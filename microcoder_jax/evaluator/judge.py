@@ -43,7 +43,11 @@ class JudgeResult:
 
 
 def reward(result: JudgeResult, mode: str = "all") -> float:
-    """1/0 for all tests passing ("all"), or the fraction of tests passed ("fraction")."""
+    """1/0 for all tests passing ("all"), or the fraction of tests passed ("fraction"); NaN for a
+    judge_error: the judge failed, not the program, so the row has no reward (rl.advantages leaves
+    it out of the loss and of its group's mean and std; metrics count it as judge_error_frac)."""
+    if result.verdict == "judge_error":
+        return float("nan")
     if mode == "all":
         return float(result.passed)
     if mode == "fraction":

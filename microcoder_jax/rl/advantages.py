@@ -18,32 +18,48 @@ RLConfig = Any  # rl.config.RLConfig, which imports this module to register the 
 
 
 @register_advantage_scaler("group")
-def scale_by_group_std(centred, rewards, *, ddof: int, eps: float):
-    """GRPO: divide by each group's reward std."""
-    return centred / (rewards.std(axis=1, ddof=ddof, keepdims=True) + eps)
+def scale_by_group_std(centred, rewards, *, ddof: int, eps: float, valid=None):
+    """GRPO: divide by each group's reward std (over its `valid` rows)."""
+    return centred / (_std(centred, valid, ddof, axis=1) + eps)
 
 
 @register_advantage_scaler("batch")
-def scale_by_batch_std(centred, rewards, *, ddof: int, eps: float):
-    """Divide by one std over all rewards of the batch (still centred per group)."""
-    return centred / (rewards.std(ddof=ddof) + eps)
+def scale_by_batch_std(centred, rewards, *, ddof: int, eps: float, valid=None):
+    """Divide by one std over all (valid) rewards of the batch (still centred per group)."""
+    v = jnp.ones_like(rewards, bool) if valid is None else valid
+    count = jnp.sum(v)
+    mean = jnp.sum(jnp.where(v, rewards, 0.0)) / jnp.maximum(count, 1)
+    return centred / (_std(jnp.where(v, rewards - mean, 0.0), None, ddof, count=count) + eps)
 
 
 @register_advantage_scaler("none")
-def no_scaling(centred, rewards, *, ddof: int, eps: float):
+def no_scaling(centred, rewards, *, ddof: int, eps: float, valid=None):
     """Dr.GRPO: centred rewards, no division."""
     return centred
 
 
+def _std(centred, valid, ddof: int, axis=None, count=None):
+    """The std of values already centred (0 where not `valid`) over `axis`, with `ddof`."""
+    if count is None:
+        count = jnp.sum(jnp.ones_like(centred, bool) if valid is None else valid, axis=axis, keepdims=True)
+    return jnp.sqrt(jnp.sum(centred * centred, axis=axis, keepdims=axis is not None)
+                    / jnp.maximum(count - ddof, 1))
+
+
 def group_advantages(rewards: jax.Array, group_size: int, *, std: str = "group",
-                     eps: float = 1e-6, ddof: int = 1) -> jax.Array:
+                     eps: float = 1e-6, ddof: int = 1, valid: jax.Array | None = None) -> jax.Array:
     """(r - group mean) scaled by the advantage scaler `std` (see the registry), per row.
 
     `ddof=1` is the sample (unbiased) std, as in verl and TRL; `ddof=0` the population std.
+    `valid` [N] bool: the rows that have a reward; the others (judge errors) are left out of
+    their group's mean and std and get advantage 0.
     """
     r = rewards.astype(jnp.float32).reshape(-1, group_size)
-    centred = r - r.mean(axis=1, keepdims=True)
-    return lookup("advantage scaler", std)(centred, r, ddof=ddof, eps=eps).reshape(-1)
+    v = jnp.ones_like(r, bool) if valid is None else valid.reshape(-1, group_size)
+    count = jnp.sum(v, axis=1, keepdims=True)
+    mean = jnp.sum(jnp.where(v, r, 0.0), axis=1, keepdims=True) / jnp.maximum(count, 1)
+    centred = jnp.where(v, r - mean, 0.0)
+    return lookup("advantage scaler", std)(centred, r, ddof=ddof, eps=eps, valid=v).reshape(-1)
 
 
 def response_start(response_mask: jax.Array) -> jax.Array:
@@ -151,31 +167,38 @@ def compute_advantages(config: RLConfig, batch: dict, uniforms: jax.Array):
     """The fused advantage computation of the train step.
 
     Returns (advantages [N] f32, row_weight [N] f32, stats dict of scalars). `row_weight` is 0
-    for rows removed from the loss (overlong filter) and 1 otherwise. Masked rows keep their place
-    in the group statistics: the mask multiplies the already normalised advantage.
+    for rows removed from the loss (overlong filter; a judge_error row, whose reward is NaN) and 1
+    otherwise. Masked rows keep their place in the group statistics: the mask multiplies the
+    already normalised advantage. Judge-error rows are left out of them (`group_advantages`).
     """
+    raw = batch["rewards"].astype(jnp.float32)
+    judged = jnp.isfinite(raw)  # NaN: a judge_error row (evaluator.reward), no reward at all
     truncated = batch["truncated"].astype(bool)
     lengths = batch["response_lengths"].astype(jnp.int32)
     start = response_start(batch["response_mask"])
     repeating = repeat_flags(batch["tokens"], lengths, config.repeat_m, start)
     ok = non_incorrect(batch["passed"].astype(bool), batch["no_code"].astype(bool),
                        config.non_incorrect)
-    rows = TruncationInputs(batch["rewards"].astype(jnp.float32), truncated, ok, repeating, uniforms,
+    rows = TruncationInputs(jnp.where(judged, raw, 0.0), truncated, ok, repeating, uniforms,
                             lengths, generation_budget(batch["response_mask"]))
     rewards, masked, removed = lookup("truncation rule", config.truncation)(config, rows)
     adv = group_advantages(rewards, config.group_size, std=config.adv_std, eps=config.adv_eps,
-                           ddof=config.adv_std_ddof)
-    adv = jnp.where(masked, 0.0, adv)
-    row_weight = jnp.where(removed, 0.0, 1.0)
+                           ddof=config.adv_std_ddof, valid=judged)
+    adv = jnp.where(masked | ~judged, 0.0, adv)
+    # a judge_error row leaves the loss and its token count, as the overlong filter's rows do
+    row_weight = jnp.where(removed | ~judged, 0.0, 1.0)
 
-    grouped = rewards.reshape(-1, config.group_size)
+    grouped, seen = rewards.reshape(-1, config.group_size), judged.reshape(-1, config.group_size)
+    spread = (jnp.max(jnp.where(seen, grouped, -jnp.inf), axis=1)
+              > jnp.min(jnp.where(seen, grouped, jnp.inf), axis=1))  # over the judged rows
     frac = lambda x: jnp.mean(x.astype(jnp.float32))  # noqa: E731
     stats = {
-        "reward_mean": rewards.mean(),
+        "reward_mean": jnp.sum(jnp.where(judged, rewards, 0.0)) / jnp.maximum(jnp.sum(judged), 1),
+        "judge_error_frac": frac(~judged),
         "adv_mean": adv.mean(),
         "adv_std": adv.std(),
         "adv_abs_max": jnp.abs(adv).max(),
-        "frac_groups_all_equal": frac(jnp.all(grouped == grouped[:, :1], axis=1)),
+        "frac_groups_all_equal": frac(~spread),
         "frac_truncated": frac(truncated),
         "frac_repeating": frac(repeating),
         "frac_masked": frac(masked),

@@ -23,9 +23,11 @@ log = logging.getLogger(__name__)
 
 
 def informative_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
-    """[num_groups] bool: True where a group's rewards are not all equal (nonzero advantages)."""
-    r = np.asarray(rewards).reshape(-1, group_size)
-    return ~np.all(r == r[:, :1], axis=1)
+    """[num_groups] bool: True where a group's rewards are not all equal (nonzero advantages);
+    NaN rewards (judge errors, no reward) are left out."""
+    r = np.asarray(rewards, np.float32).reshape(-1, group_size)
+    seen = np.isfinite(r)
+    return np.where(seen, r, -np.inf).max(1) > np.where(seen, r, np.inf).min(1)
 
 
 def _take_groups(batch: dict, groups: np.ndarray, group_size: int) -> dict:

@@ -16,8 +16,9 @@ Signatures (the built-ins live in rl.advantages and rl.losses):
 
 * truncation rule ``(cfg, rows: TruncationInputs) -> (rewards, masked, removed)``: rewards after
   shaping, rows whose advantage is zeroed, rows dropped from the loss (all ``[N]``);
-* advantage scaler ``(centred, rewards, *, ddof, eps) -> advantages``, on ``[groups, G]``
-  arrays: ``centred`` is ``rewards`` minus each group's mean;
+* advantage scaler ``(centred, rewards, *, ddof, eps, valid) -> advantages``, on ``[groups, G]``
+  arrays: ``centred`` is ``rewards`` minus each group's mean over its ``valid`` rows (0 on the
+  others: judge errors, which have no reward); statistics must leave those rows out;
 * loss aggregation ``(mask, constant) -> weights``: per-token weights over one optimizer
   update's loss mask ``[rows, S]``; the loss is ``sum(per_token_loss * weights)``;
 * is correction ``(ratio, cfg) -> (weight, keep)``: from pi_old / pi_sampler ``[N, S]`` at

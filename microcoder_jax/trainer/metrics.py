@@ -46,7 +46,7 @@ def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperat
     with `group_size`, the throughput and cost keys too (`judge_tests`: tests run, all hosts)."""
     m = step_metrics
     record: dict = {
-        "reward_mean": float(np.mean(rollout.rewards)),
+        "reward_mean": _judged_mean(rollout.rewards),  # NaN rewards are judge errors: left out
         "pass_rate": float(np.mean(rollout.passed)),
         "response_length_mean": float(np.mean(rollout.response_lengths)),
         "truncation_rate": float(np.mean(rollout.truncated)),
@@ -77,6 +77,12 @@ def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperat
                                  devices=devices, programs=sum(verdicts.values()), tests=judge_tests,
                                  generations=generations))
     return record
+
+
+def _judged_mean(rewards) -> float:
+    r = np.asarray(rewards, np.float32)
+    r = r[np.isfinite(r)]
+    return float(r.mean()) if r.size else 0.0
 
 
 def _rate(count, seconds):
