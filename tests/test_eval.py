@@ -45,6 +45,19 @@ def test_summarize_groups_and_table():
     assert "pass@2" in table.splitlines()[0]
 
 
+def test_judge_errors_are_neither_passes_nor_fails():
+    """A sample the judge could not run is left out: problem b keeps 1 judged sample of 2, so its
+    pass@1 is over that one and it is left out of pass@2; the count is reported."""
+    problems = [_p("a", "easy", "atcoder", ""), _p("b", "easy", "atcoder", ""), _p("c", "hard", "atcoder", "")]
+    passes = [[True, False], [True], []]
+    report = ev.summarize(problems, passes, judge_errors=3)
+    assert report["samples_per_problem"] == 2 and report["judge_errors"] == 3
+    assert math.isclose(report["overall"]["pass@1"], (0.5 + 1.0) / 2)
+    assert math.isclose(report["overall"]["pass@2"], 1.0)
+    assert report["short_of_k"] == {"pass@1": 1, "pass@2": 2}
+    assert math.isnan(report["by_difficulty"]["hard"]["pass@1"])
+
+
 def test_date_window():
     """One window test for evaluation and the data filter: open without bounds, undated outside any."""
     d = "2024-08-15T10:00:00"

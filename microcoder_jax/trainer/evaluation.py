@@ -28,15 +28,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def summarize(problems, passes: list[list[bool]], ks=None) -> dict:
-    """Per-problem pass counts -> pass@k overall, by difficulty and by platform."""
-    n = min((len(p) for p in passes), default=0)
+def summarize(problems, passes: list[list[bool]], ks=None, judge_errors: int = 0) -> dict:
+    """Per-problem pass counts -> pass@k overall, by difficulty and by platform.
+
+    `passes[i]` holds problem i's judged samples only: a sample the judge could not run
+    (`judge_error`, counted in `judge_errors`) is neither a pass nor a fail, and a problem left
+    with fewer than k judged samples is left out of pass@k (its count is in `short_of_k`).
+    """
+    n = max((len(p) for p in passes), default=0)
     ks = [k for k in (ks or (1, 2, 4, 8, 16, 32, 64)) if k <= n] or ([1] if n else [])
 
     def group(indices):
         out: dict = {"problems": len(indices)}
         for k in ks:
-            vals = [pass_at_k(len(passes[i]), sum(passes[i]), k) for i in indices]
+            vals = [pass_at_k(len(passes[i]), sum(passes[i]), k) for i in indices if len(passes[i]) >= k]
             out[f"pass@{k}"] = float(np.mean(vals)) if vals else float("nan")
         return out
 
@@ -49,6 +54,8 @@ def summarize(problems, passes: list[list[bool]], ks=None) -> dict:
         "by_difficulty": {k: group(v) for k, v in sorted(by["difficulty"].items())},
         "by_platform": {k: group(v) for k, v in sorted(by["platform"].items())},
         "samples_per_problem": n,
+        "judge_errors": int(judge_errors),
+        "short_of_k": {f"pass@{k}": sum(len(p) < k for p in passes) for k in ks},
         "per_problem": {p.question_id: int(sum(passes[i])) for i, p in enumerate(problems)},
     }
 
@@ -83,6 +90,7 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     prompt_set = make_prompt_set(problems, run.tokenizer, run.data)
     kept, prompts = prompt_set.problems, prompt_set.prompts
     passes: list[list[bool]] = []
+    judge_errors = 0
     size, k = e.batch_problems, e.samples
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start:start + size], prompts[start:start + size]
@@ -95,10 +103,13 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
         generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k, temperature=e.temperature,
                  max_new_tokens=e.max_new_tokens, top_p=e.top_p, top_k=0, rng=jax.random.fold_in(rng, start),
                  on_group_done=judge.add)
-        _, passed, _, _ = verdict_arrays(*judge.results(), "all")
-        (passed,) = sharding.allgather_rows([passed], n)
-        passes += [list(map(bool, passed[i * k:(i + 1) * k])) for i in range(len(chunk))]
-    report = summarize(kept, passes)
+        rewards, passed, _, _ = verdict_arrays(*judge.results(), "all")
+        judged = np.isfinite(rewards)  # a judge_error's reward is NaN: not the answer's fault
+        passed, judged = sharding.allgather_rows([passed, judged], n)
+        judge_errors += int(n - judged.sum())
+        passes += [[bool(p) for p, j in zip(passed[i * k:(i + 1) * k], judged[i * k:(i + 1) * k]) if j]
+                   for i in range(len(chunk))]
+    report = summarize(kept, passes, judge_errors=judge_errors)
     report["skipped_too_long"] = prompt_set.skipped_too_long
     report["date_window"] = [e.date_from, e.date_to]
     report["max_new_tokens"] = e.max_new_tokens
@@ -117,8 +128,8 @@ def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) ->
             json.dump(report, f, indent=1)
     log_fn(format_table(report))
     if writer is not None:
-        writer.write(step, {f"eval_{k}": v for k, v in report["overall"].items()
-                            if isinstance(v, (int, float))})
+        writer.write(step, {**{f"eval_{k}": v for k, v in report["overall"].items()
+                               if isinstance(v, (int, float))}, "eval_judge_errors": report["judge_errors"]})
         writer.write_text(step, "eval", format_table(report))
     return report
 

@@ -32,7 +32,8 @@ FATAL_KEYS = frozenset({
 # Keys (or whole groups, ending in ".") that leave the saved state and the algorithm alone.
 FREE_KEYS = ("train.steps", "train.checkpoint_every", "train.keep_checkpoints",
              "train.async_checkpoint", "train.eval_every", "train.progress", ALLOW_KEY,
-             "evaluator.workers", "model.attention", "model.remat", "mesh.", "distributed.", "eval.",
+             "evaluator.workers", "evaluator.server_retries", "model.attention", "model.remat", "mesh.",
+             "distributed.", "eval.",
              "train.compile_cache", "train.save_rollouts", "train.save_rollouts_every", "wandb.")
 
 
