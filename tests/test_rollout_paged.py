@@ -220,7 +220,7 @@ def test_eval_judges_each_problem_as_its_samples_finish(params, pool, monkeypatc
     samples, passes = [], []
     real_generate = rollout.generate
     monkeypatch.setattr(rollout, "generate", lambda *a, **k: samples.append(real_generate(*a, **k)) or samples[-1])
-    monkeypatch.setattr(ev, "summarize", lambda kept, p: passes.append(p) or {})
+    monkeypatch.setattr(ev, "summarize", lambda kept, p, **kw: passes.append(p) or {})
     answers = {"even": 0, "odd": 1, "never": 2}
     for engine, calls in (("paged", 3), ("static", 2)):  # batches of 2 problems: [even, odd], [never + pad]
         run = make_run(engine)
