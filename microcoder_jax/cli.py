@@ -18,6 +18,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from microcoder_jax.config import ConfigError, default_config, describe, flat_keys
+from microcoder_jax.libtpu_env import describe_host_without_tpu
 
 FILE_LIST_KEYS = ("data.train_files", "eval.files")  # "a.jsonl,b-*.jsonl" on the command line
 
@@ -70,9 +71,12 @@ def _explain(argv, define_flags, error: Exception) -> str:
     if keys is not None:
         for key in _override_keys(argv):
             if key not in keys:
-                near = difflib.get_close_matches(key, keys, n=1)
+                near = difflib.get_close_matches(key, keys, n=4, cutoff=0.6)
+                if not near:  # no close spelling: the keys of the same block, if the block exists
+                    near = [k for k in keys if k.partition(".")[0] == key.partition(".")[0]][:4]
                 hint = f" (did you mean {near[0]}?)" if near else ""
-                return f"unknown config key {key!r}{hint}; valid keys: {', '.join(keys)}"
+                others = f"; close keys: {', '.join(near)}" if len(near) > 1 else ""
+                return f"unknown config key {key!r}{hint}{others}; --help lists every key"
     path = next((a.partition("=")[2].partition(":")[0] for a in argv if a.startswith("--config=")), "")
     if path and not os.path.exists(path):
         return f"--config={path}: no such config file"
@@ -102,6 +106,7 @@ def parse(argv: Sequence[str] | None, *, prog: str, doc: str | None, default_fil
 
     `default_file`: the config file used when argv names none (a python file with get_config).
     """
+    describe_host_without_tpu()  # before any backend loads libtpu: no metadata-server noise off a TPU VM
     argv = _file_lists(_with_default(sys.argv[1:] if argv is None else argv, default_file))
     helps = ("-h", "--help", "-help", "--helpfull")
     if any(a in helps for a in argv):

@@ -132,10 +132,14 @@ def test_demo_steps_with_truncated_importance_sampling(tmp_path):
         assert 0 <= r["is_gap"] < 1e-4 and abs(r["is_gap"] - r["sampler_logprob_gap"]) < 1e-5
 
 
-def test_unknown_config_key_lists_valid_ones(capsys):
+def test_unknown_config_key_names_the_closest_ones_not_every_key(capsys):
     assert train.main(["--config.train.stepz=3"]) == 2
     err = capsys.readouterr().err
-    assert "unknown config key 'train.stepz'" in err and "train.steps" in err and "rl.rho" in err
+    assert "unknown config key 'train.stepz' (did you mean train.steps?)" in err and "--help" in err
+    assert "rl.rho" not in err and len(err) < 400, err  # a hint, not a wall of every key
+    assert train.main(["--config.train.zzzzzz=3"]) == 2  # no close spelling: keys of its block
+    err = capsys.readouterr().err
+    assert "close keys: train." in err and "rl." not in err and len(err) < 400, err
 
 
 @pytest.mark.parametrize("override, message", [("rl.rho=abc", "rl.rho"), ("temperature.policy=bogus", "policy"),
