@@ -17,8 +17,10 @@
 #   --dry-run  print every command (gcloud, tar, ...) instead of running it; also DRY_RUN=1
 #   -h, --help this text
 #
-# Environment: TPU_NAME and ZONE (required for the remote commands), PROJECT, ACCELERATOR (v4-8),
-# TOPOLOGY (what `plan` is given; default ACCELERATOR), RUNTIME, REMOTE_DIR (microcoder_jax),
+# Environment: TPU_NAME and ZONE (required for the remote commands), PROJECT, ACCELERATOR (v4-8;
+# v5e-N and v5litepod-N are the same slice), TOPOLOGY (what `plan` is given; default ACCELERATOR),
+# RUNTIME (the VM image; default by generation: v6e v2-alpha-tpuv6e, v5p v2-alpha-tpuv5, v5e
+# v2-alpha-tpuv5-lite, v4 and older tpu-ubuntu2204-base), REMOTE_DIR (microcoder_jax),
 # MODEL (Qwen/Qwen3-1.7B), MODEL_DIR, CONFIG (configs/paper.py:qwen3-1.7b,microcoder), WORKDIR, DATA
 # (~/data/*.jsonl), EXTRA (more train flags, e.g. "--config.train.steps=100"), SKIP_PLAN=1.
 #
@@ -48,8 +50,21 @@ COMMAND=${1:-}
 shift
 
 ACCELERATOR=${ACCELERATOR:-v4-8}
+# gcloud names a v5e slice v5litepod-N; our configs and the planner also say v5e-N: accept both.
+case "$ACCELERATOR" in
+  v5e-*) ACCELERATOR="v5litepod-${ACCELERATOR#v5e-}" ;;
+esac
+# The TPU VM software image each generation needs (Cloud TPU's runtime table); RUNTIME overrides it.
+case "$ACCELERATOR" in
+  v6e-[0-9]*) default_runtime=v2-alpha-tpuv6e ;;
+  v5p-[0-9]*) default_runtime=v2-alpha-tpuv5 ;;
+  v5litepod-[0-9]*) default_runtime=v2-alpha-tpuv5-lite ;;
+  v2-[0-9]*|v3-[0-9]*|v4-[0-9]*) default_runtime=tpu-ubuntu2204-base ;;
+  *) echo "error: ACCELERATOR=$ACCELERATOR is not a TPU accelerator type this script knows; use one of" \
+          "v4-N, v5p-N, v5e-N (= v5litepod-N), v6e-N (e.g. v5e-8), or v2-N / v3-N" >&2; exit 2 ;;
+esac
+RUNTIME=${RUNTIME:-$default_runtime}
 TOPOLOGY=${TOPOLOGY:-$ACCELERATOR}
-RUNTIME=${RUNTIME:-tpu-ubuntu2204-base}
 REMOTE_DIR=${REMOTE_DIR:-microcoder_jax}
 MODEL=${MODEL:-Qwen/Qwen3-1.7B}
 MODEL_DIR=${MODEL_DIR:-\$HOME/models/$(basename "$MODEL")}

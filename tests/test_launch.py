@@ -50,6 +50,26 @@ def test_dry_run_prints_commands_and_runs_none(fake_gcloud, command):
     assert not marker.exists() and not os.path.exists(env["TARBALL"])
 
 
+@pytest.mark.parametrize("accelerator, name, runtime", [
+    ("v4-8", "v4-8", "tpu-ubuntu2204-base"), ("v5p-8", "v5p-8", "v2-alpha-tpuv5"),
+    ("v5e-8", "v5litepod-8", "v2-alpha-tpuv5-lite"), ("v5litepod-16", "v5litepod-16", "v2-alpha-tpuv5-lite"),
+    ("v6e-8", "v6e-8", "v2-alpha-tpuv6e")])
+def test_create_picks_the_runtime_for_the_accelerator(fake_gcloud, accelerator, name, runtime):
+    env, marker = fake_gcloud
+    out = _run([TPU, "--dry-run", "create"], dict(env, ACCELERATOR=accelerator)).stdout
+    assert f"--accelerator-type={name} " in out + " " and f"--version={runtime}" in out, out
+    mine = _run([TPU, "--dry-run", "create"], dict(env, ACCELERATOR=accelerator, RUNTIME="my-image")).stdout
+    assert "--version=my-image" in mine and not marker.exists()
+
+
+@pytest.mark.parametrize("accelerator", ["v5x-8", "tpu", "v5e"])
+def test_an_unknown_accelerator_is_refused_before_gcloud(fake_gcloud, accelerator):
+    env, marker = fake_gcloud
+    proc = _run([TPU, "create"], dict(env, ACCELERATOR=accelerator), check=False)
+    assert proc.returncode == 2 and f"ACCELERATOR={accelerator}" in proc.stderr and "v5e-8" in proc.stderr
+    assert not marker.exists()
+
+
 def test_train_runs_the_planner_first(fake_gcloud):
     env, _ = fake_gcloud
     lines = _run([TPU, "--dry-run", "train"], dict(env, EXTRA="--config.train.steps=5")).stdout.splitlines()
