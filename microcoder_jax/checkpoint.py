@@ -130,8 +130,10 @@ class Checkpointer:
 
 def load_params(directory: str, target_params: Any, step: int | None = None) -> tuple[Any, int]:
     """(params, step) of a training checkpoint, without reading the optimizer state (evaluation)."""
+    # create=False and no save: nothing is written. Not read_only=True: Orbax logs three warnings for it
+    # (it resets save_interval_steps and create, and announces the read-only directory) on every eval.
     manager = ocp.CheckpointManager(os.path.abspath(directory), item_names=("state", "meta"),
-                                    options=ocp.CheckpointManagerOptions(read_only=True))
+                                    options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0))
     step = manager.latest_step() if step is None else step
     if step is None:
         raise FileNotFoundError(f"no checkpoint in {directory}")
