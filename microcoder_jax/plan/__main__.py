@@ -18,23 +18,7 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # AOT only: other plan
 
 from microcoder_jax import cli  # noqa: E402
 from microcoder_jax.config import ConfigError  # noqa: E402
-from microcoder_jax.plan import programs  # noqa: E402
-
-
-def _define_flags(fv) -> None:
-    from absl import flags
-
-    flags.DEFINE_string("topology", None, "v4-8, v5e-8, v5p-8, v6e-8, v5e:2x2, ... or a GPU name", flag_values=fv)
-    flags.DEFINE_integer("devices", None, "devices in the run (GPUs / others: analytic only)", flag_values=fv)
-    flags.DEFINE_float("hbm_gib", None, "memory per device in GiB (with --devices)", flag_values=fv)
-    flags.DEFINE_string("cache_dir", programs.CACHE_DIR, "compiled-results cache ('' = off)", flag_values=fv)
-    flags.DEFINE_boolean("search", True, "compile candidates for programs that do not fit", flag_values=fv)
-    flags.DEFINE_string("lengths", "cap", "length profile of the time: cap | paper | lognormal:MEAN,AT_CAP | "
-                        "run:WORKDIR (a run's metrics.jsonl)", flag_values=fv)
-    flags.DEFINE_boolean("json", False, "print the plan as one JSON object", flag_values=fv)
-    flags.DEFINE_boolean("compare", False, "with --lengths=run:WORKDIR: planned vs measured per phase",
-                         flag_values=fv)
-    flags.DEFINE_boolean("split", True, "also plan split rollout | learner layouts of the topology", flag_values=fv)
+from microcoder_jax.plan.flags import define_flags as _define_flags  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -120,7 +120,7 @@ def render(result: dict, mean_frac: float, at_cap: float) -> str:
 
 def main(argv=None) -> int:
     from microcoder_jax import cli
-    from microcoder_jax.plan.__main__ import _define_flags
+    from microcoder_jax.plan.flags import define_flags as _define_flags
     from microcoder_jax.plan.topologies import parse_topology
 
     argv = sys.argv[1:] if argv is None else list(argv)
