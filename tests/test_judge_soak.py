@@ -11,9 +11,13 @@ import judge_soak  # noqa: E402
 
 @pytest.mark.slow
 def test_a_short_soak_does_not_grow():
-    result = judge_soak.soak(4000, workers=2, every=2.0, log=lambda m: None)
+    result = judge_soak.soak(4000, workers=2, every=0.5, log=lambda m: None)
     assert len(result["samples"]) >= 4 and result["samples"][-1]["runs"] >= 4000
     assert set(result["verdicts"]) == {"passed", "wrong_answer", "runtime_error", "timeout"}
     g = judge_soak.growth(result)
     g["throughput_ratio"] = 1.0  # wall-clock is not asserted (a shared machine's load moves it)
-    assert judge_soak.failures(g) == [], g
+    # A sample also counts the pipes of the runs in flight, and a short soak has few samples to
+    # take the minimum over: allow one run's pipes and a channel. A leak of one descriptor per
+    # program would show as ~80 over the 4,000 runs after warm-up (40 tests a program).
+    fds, g["fds"] = g["fds"], 0
+    assert fds <= 8 and judge_soak.failures(g) == [], {**g, "fds": fds}
