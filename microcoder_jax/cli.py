@@ -126,6 +126,16 @@ def parse(argv: Sequence[str] | None, *, prog: str, doc: str | None, default_fil
     return Parsed(config, fv, positional)
 
 
+def _usage(prog: str, doc: str | None) -> tuple[str, str]:
+    """One usage line: the doc's own opening `python -m ...` synopsis when it has one, else the prog."""
+    lines = (doc or "").strip().splitlines()
+    if lines and lines[0].startswith("`python -m"):
+        end = next((i for i, ln in enumerate(lines) if ln.rstrip().endswith("`")), 0)
+        synopsis = " ".join(ln.strip() for ln in lines[:end + 1]).strip("`")
+        return f"usage: {synopsis}", "\n".join(lines[end + 1:]).strip()
+    return f"usage: {prog}", "\n".join(lines)
+
+
 def help_text(argv, *, prog, doc, define_flags) -> str:
     """The CLI's doc, its own flags, then every config key with its value and meaning."""
     fv = _flag_values(define_flags, argv)
@@ -137,7 +147,8 @@ def help_text(argv, *, prog, doc, define_flags) -> str:
     own = [f"  --{name}: {fl.help}" + (f" (default: {fl.default!r})" if fl.default is not None else "")
            for name, fl in sorted(fv._flags().items()) if name != "config" and name == fl.name]
     source = next((a.partition("=")[2] for a in argv if a.startswith("--config=")), "the defaults")
-    return "\n".join([f"usage: {prog}", "", (doc or "").strip(), "", "flags:",
+    usage, text = _usage(prog, doc)
+    return "\n".join([usage, "", text, "", "flags:",
                       "  --config=FILE[:ARG]: a config file (a python file with get_config(arg))",
                       *own, "", f"config keys (values from {source}; override with --config.KEY=VALUE):", keys])
 

@@ -169,3 +169,6 @@ def test_help_lists_every_config_key_with_its_default(capsys):
     for key in config_lib.flat_keys(config_lib.demo_config()):
         assert f"--config.{key}=" in out, key
     assert "--config.train.steps=50  RL steps" in out and "--workdir" in out
+    lines = out.splitlines()  # one usage line, the synopsis, not the prog name and then the synopsis
+    assert lines[0].startswith("usage: python -m microcoder_jax.train [--config=") and "`" not in lines[0]
+    assert sum(ln.startswith("usage:") or ln.startswith("`python -m") for ln in lines) == 1
