@@ -134,8 +134,8 @@ def _progress(total: int):
 def _summary(results: list[JudgeResult], seconds: float, mode: str, workers: int) -> None:
     n = len(results)
     counts = collections.Counter(r.verdict for r in results)
-    judged = [reward(r, mode) for r in results if r.verdict != "judge_error"]
-    mean_reward = sum(judged) / len(judged) if judged else 0.0  # judge errors have no reward
+    judged = [v for v in (reward(r, mode) for r in results) if not math.isnan(v)]  # judge errors: no reward
+    mean_reward = sum(judged) / len(judged) if judged else 0.0
     lines = [
         f"{'programs':<16}{n:>10}",
         f"{'pass rate':<16}{(counts['passed'] / n if n else 0):>10.4f}",
