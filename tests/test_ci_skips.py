@@ -24,7 +24,8 @@ def _pytest(tmp_path, files: dict, ci: str):
 def test_unexpected_skips_fail_under_ci(tmp_path):
     strict = sys.platform.startswith("linux") and platform.machine() == "x86_64"
     module = {"test_tpu_compile.py": "import pytest\npytest.skip('libtpu is not installed', allow_module_level=True)\n"}
-    tests = {"test_plan.py": SKIPS, "test_paged_kernel.py": SKIPS, "test_other.py": SKIPS}
+    tests = {"test_plan.py": SKIPS, "test_paged_kernel.py": SKIPS, "test_kv_quant.py": SKIPS, "test_plan_lengths.py": SKIPS,
+             "test_other.py": SKIPS}
     for files in (module, tests):
         for name in os.listdir(tmp_path):
             os.remove(tmp_path / name) if name.endswith(".py") else None
