@@ -114,17 +114,25 @@ def warm_start_batch(tokenizer, problems, ops, data_config, max_new_tokens: int,
     Returns ids/mask/loss-mask [B, P + max_new] laid out as the RL batch: left-padded prompt of
     the static bucket length P, then the response and its end token, right-padded.
     """
-    pad = pad_token_id(tokenizer)
+    texts = [response_text(op) for op in rng.choice(list(ops), size=len(problems))]
+    return sft_layout(tokenizer, problems, texts, data_config, max_new_tokens, cut=False)
+
+
+def sft_layout(tokenizer, problems, texts, data_config, max_new_tokens: int, *, cut: bool):
+    """Each problem's prompt (left-padded to its bucket) then its answer text and end token
+    (right-padded), as (tokens, attention, loss_mask) [B, P + max_new]. An answer longer than
+    `max_new_tokens` is an error, or with `cut` is cut there without its end token, as the sampler cuts."""
+    pad, end = pad_token_id(tokenizer), tokenizer.eos_token_id
     prompts = [encode_prompt(tokenizer, p, data_config) for p in problems]
     plen = prompt_bucket(max(map(len, prompts)), data_config.prompt_buckets)
     ids, mask = left_pad(prompts, plen, pad)
     answers = np.full((len(problems), max_new_tokens), pad, np.int32)
     answer_mask = np.zeros_like(answers)
-    end = tokenizer.eos_token_id
-    for i, op in enumerate(rng.choice(list(ops), size=len(problems))):
-        a = tokenizer.encode(response_text(op), add_special_tokens=False) + [end]
-        if len(a) > max_new_tokens:
+    for i, text in enumerate(texts):
+        a = tokenizer.encode(text, add_special_tokens=False) + [end]
+        if len(a) > max_new_tokens and not cut:
             raise ValueError(f"demo answer of {len(a)} tokens exceeds max_new_tokens={max_new_tokens}")
+        a = a[:max_new_tokens]
         answers[i, :len(a)] = a
         answer_mask[i, :len(a)] = 1
     tokens = np.concatenate([ids, answers], 1)

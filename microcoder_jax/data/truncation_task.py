@@ -21,8 +21,7 @@ import functools
 import numpy as np
 
 from microcoder_jax.data import demo_task
-from microcoder_jax.data.prompts import encode_prompt, left_pad, prompt_bucket
-from microcoder_jax.data.tokenizer import END_THINK, THINK, pad_token_id, train_bpe_tokenizer
+from microcoder_jax.data.tokenizer import END_THINK, THINK, train_bpe_tokenizer
 
 make_problems = demo_task.make_problems  # the same problems and prompts as the demo
 _reused: dict | None = None  # warm starts kept in this process (reuse_warm_starts)
@@ -93,21 +92,8 @@ def warm_start_batch(tokenizer, problems, ops, data_config, max_new_tokens: int,
     An answer longer than `max_new_tokens` is cut there without its end token, as the sampler
     cuts it: the warm start teaches lengths on both sides of the cap.
     """
-    pad, end = pad_token_id(tokenizer), tokenizer.eos_token_id
-    prompts = [encode_prompt(tokenizer, p, data_config) for p in problems]
-    plen = prompt_bucket(max(map(len, prompts)), data_config.prompt_buckets)
-    ids, mask = left_pad(prompts, plen, pad)
-    answers = np.full((len(problems), max_new_tokens), pad, np.int32)
-    answer_mask = np.zeros_like(answers)
-    for i, p in enumerate(problems):
-        text = answer_for(p, ops, votes_range, accuracy, rng)
-        a = (tokenizer.encode(text, add_special_tokens=False) + [end])[:max_new_tokens]
-        answers[i, :len(a)] = a
-        answer_mask[i, :len(a)] = 1
-    tokens = np.concatenate([ids, answers], 1)
-    attention = np.concatenate([mask, answer_mask], 1)
-    loss_mask = np.concatenate([np.zeros_like(mask), answer_mask], 1)
-    return tokens, attention, loss_mask
+    texts = [answer_for(p, ops, votes_range, accuracy, rng) for p in problems]
+    return demo_task.sft_layout(tokenizer, problems, texts, data_config, max_new_tokens, cut=True)
 
 
 def answer_lengths(tokenizer, problems, ops, votes_range, accuracy: float, n: int, seed: int = 0):
