@@ -77,9 +77,10 @@ def _explain(argv, define_flags, error: Exception) -> str:
                 hint = f" (did you mean {near[0]}?)" if near else ""
                 others = f"; close keys: {', '.join(near)}" if len(near) > 1 else ""
                 return f"unknown config key {key!r}{hint}{others}; --help lists every key"
-    path = next((a.partition("=")[2].partition(":")[0] for a in argv if a.startswith("--config=")), "")
-    if path and not os.path.exists(path):
-        return f"--config={path}: no such config file"
+    value = _config_value(argv)
+    problem = config_file_problem(value) if value is not None else None
+    if problem:
+        return problem
     lines = [ln.strip() for ln in str(error).replace("\\n", "\n").splitlines() if ln.strip()]
     if any(ln.startswith("Traceback") for ln in lines):  # get_config raised: its own message
         lines = [lines[-1].partition(": ")[2] or lines[-1]]
@@ -87,6 +88,57 @@ def _explain(argv, define_flags, error: Exception) -> str:
     if text[:1] in "'\"" and text[-1:] == text[:1]:
         text = text[1:-1]
     return text or type(error).__name__
+
+
+def _config_value(argv: Sequence[str]) -> str | None:
+    """The `--config` argument (FILE or FILE:ARG) in argv, or None."""
+    for i, a in enumerate(argv):
+        if a.startswith("--config="):
+            return a.partition("=")[2]
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def config_file_problem(value: str) -> str | None:
+    """What is wrong with the config file `value` (FILE or FILE:ARG), as one line naming it, or None.
+
+    Loads it as config_flags does (the file, then get_config(ARG)) but catches each failure where it
+    happens, so the user sees the file and its error instead of ml_collections' wrapped trace."""
+    import importlib.machinery
+    import importlib.util
+
+    path, colon, arg = value.partition(":")
+    head = f"--config={value}"
+    if not path:
+        return f"{head}: names no file; pass --config=FILE, a python file with get_config(arg)"
+    if not os.path.exists(path):
+        return f"{head}: no such config file"
+    if not os.path.isfile(path):
+        return f"{head}: not a file; pass --config=FILE, a python file with get_config(arg)"
+    try:
+        loader = importlib.machinery.SourceFileLoader("_config_file_check", path)
+        spec = importlib.util.spec_from_loader(loader.name, loader)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except SyntaxError as e:
+        return f"{head}: {type(e).__name__}: {e.msg} (line {e.lineno})"
+    except Exception as e:  # noqa: BLE001 — whatever the file raises while it loads, named
+        return f"{head}: loading it raised {type(e).__name__}: {e}"
+    get_config = getattr(module, "get_config", None)
+    if not callable(get_config):
+        return f"{head}: defines no get_config(); a config file's get_config(arg) returns a ConfigDict"
+    try:
+        config = get_config(*([arg] if colon else []))
+    except Exception as e:  # noqa: BLE001 — get_config's own error, named
+        if isinstance(e, ValueError):  # the file's own check of its argument: its message, naming the file
+            return str(e) if os.path.basename(path) in str(e) else f"{head}: {e}"
+        call = f"get_config({arg!r})" if colon else "get_config()"
+        return f"{head}: {call} raised {type(e).__name__}: {e}"
+    if not isinstance(config, ml_collections.ConfigDict):
+        return f"{head}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict"
+    return None
 
 
 def _file_lists(argv: Sequence[str]) -> list[str]:
