@@ -6,12 +6,18 @@ asynchronous; Orbax writes each step into a temporary directory and renames it w
 complete, so a run killed mid-save leaves no directory that `latest_step` would pick.
 A save that fails (disk full, quota, permissions) raises `CheckpointWriteError`, one line naming
 the step, the cause and the newest complete checkpoint, as soon as the loop next polls.
+A resume (`restore_readable`) falls back from a checkpoint that cannot be read (a truncated or
+missing file) to the next older one, logging one line for each; the unreadable ones are moved
+aside (`<step>.unreadable`) so the run can write those steps again. None readable:
+`CheckpointReadError`, one line. A killed save's temporary directories are never read.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
+import sys
 from typing import Any
 
 import jax
@@ -20,6 +26,13 @@ import orbax.checkpoint as ocp
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written; the message is one line (cause, newest good step, fix)."""
+
+
+class CheckpointReadError(RuntimeError):
+    """No checkpoint of a run can be read; the message is one line (steps, causes, fix)."""
+
+
+UNREADABLE_SUFFIX = ".unreadable"  # a checkpoint that failed to restore, moved aside (kept for a look)
 
 
 def _cause(error: BaseException) -> str:
@@ -31,6 +44,30 @@ def _cause(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return text.strip().splitlines()[0][:200] if text.strip() else type(error).__name__
+
+
+def _read_cause(error: BaseException) -> str:
+    """Why a checkpoint did not read: the storage layer's own status line (TensorStore's
+    'OUT_OF_RANGE: Error reading ...') from the exception chain when there is one."""
+    seen, e = set(), error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e).strip()
+        if re.match(r"[A-Z][A-Z_]+: ", text):
+            return text.splitlines()[0][:300]
+        e = e.__cause__ or e.__context__
+    return _cause(error)
+
+
+def _collect_quietly() -> None:
+    """Collect the reads a failed restore left unawaited now, without their 'Exception ignored'
+    tracebacks (Orbax abandons the sibling reads of the one that failed; it is reported in one line)."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 def _drop_background_save_tracebacks(record: logging.LogRecord) -> bool:
@@ -101,6 +138,51 @@ class Checkpointer:
         restored = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         return restored["state"], dict(restored["meta"]), step
+
+    def restore_readable(self, target_state: Any, log_fn=print) -> tuple[Any, dict, int] | None:
+        """`restore` of the newest checkpoint that reads, trying older ones (one line logged for
+        each that fails); None when there is no checkpoint. The unreadable newer ones are moved
+        aside. Raises CheckpointReadError when step directories exist but none can be read."""
+        steps = sorted(self.all_steps(), reverse=True)
+        failed: list[tuple[int, str]] = []
+        for step in steps:
+            try:
+                restored = self.restore(target_state, step)
+            except Exception as e:  # noqa: BLE001 - any damage (truncated, missing, garbled) reads the same
+                failed.append((step, _read_cause(e)))
+            else:
+                self._set_aside([s for s, _ in failed])
+                return restored
+            _collect_quietly()
+            older = [s for s in steps if s < step]
+            then = f"trying step {older[0]}" if older else "no older checkpoint"
+            log_fn(f"checkpoint of step {step} in {self.directory} cannot be read ({failed[-1][1]}); {then}")
+        on_disk = sorted(int(n) for n in os.listdir(self.directory) if n.isdigit()) \
+            if os.path.isdir(self.directory) else []
+        if not failed and not on_disk:
+            return None
+        causes = "; ".join(f"step {s}: {c}" for s, c in failed) or \
+            f"step directories {on_disk} are not complete checkpoints"
+        raise CheckpointReadError(
+            f"no checkpoint in {self.directory} can be read ({causes}). Restore the directory from a copy, "
+            "or start a new run with another --workdir; nothing was written.")
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Rename unreadable step directories to `<step>.unreadable` (process 0; every host waits)."""
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            for step in steps:
+                path = os.path.join(self.directory, str(step))
+                target, n = path + UNREADABLE_SUFFIX, 1
+                while os.path.exists(target):
+                    target, n = f"{path}{UNREADABLE_SUFFIX}.{n}", n + 1
+                os.rename(path, target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("microcoder_jax unreadable checkpoints set aside")
+        self.manager.reload()
 
     def read_meta(self, step: int | None = None) -> dict:
         step = self.latest_step() if step is None else step

@@ -1,11 +1,12 @@
-"""Checkpoints: exact round trip, keep-N, half-written saves never picked, params-only loading."""
+"""Checkpoints: exact round trip, keep-N, half-written saves never picked, params-only loading,
+resume falling back over damaged checkpoints."""
 
 import jax
 import numpy as np
 import pytest
 
 from microcoder_jax import models
-from microcoder_jax.checkpoint import Checkpointer, load_params
+from microcoder_jax.checkpoint import Checkpointer, CheckpointReadError, load_params
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state
 
@@ -70,3 +71,51 @@ def test_restore_without_checkpoint_is_a_clear_error(tmp_path, state):
     with pytest.raises(FileNotFoundError):
         ck.restore(state)
     ck.close()
+
+
+def _truncate_largest_file(step_dir):
+    """Cut the largest data file of a checkpoint to half, as a full disk or a partial copy leaves it."""
+    files = [p for p in step_dir.rglob("*") if p.is_file()]
+    largest = max(files, key=lambda p: p.stat().st_size)
+    with open(largest, "r+b") as f:
+        f.truncate(largest.stat().st_size // 2)
+
+
+def test_resume_falls_back_over_a_damaged_newest_checkpoint(tmp_path, state):
+    ck = Checkpointer(str(tmp_path), keep=3)
+    for s in (1, 2, 3):
+        ck.save(s, _bumped(state, s), {"step": s})
+    ck.close()
+    _truncate_largest_file(tmp_path / "3")
+    (tmp_path / "4.orbax-checkpoint-tmp-99").mkdir()  # a killed save's leftovers: never read
+    lines = []
+    ck = Checkpointer(str(tmp_path), keep=3)
+    restored, meta, step = ck.restore_readable(state, lines.append)
+    assert step == 2 and meta["step"] == 2 and _equal(restored, _bumped(state, 2))
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert lines[0].startswith(f"checkpoint of step 3 in {tmp_path} cannot be read (") and "trying step 2" in lines[0]
+    # set aside: the resumed run can write step 3 again, and the damaged files stay for a look
+    assert ck.all_steps() == [1, 2] and (tmp_path / "3.unreadable").is_dir()
+    ck.save(3, _bumped(state, 30), {"step": 3})
+    ck.wait()
+    assert ck.restore(state)[2] == 3
+    ck.close()
+
+
+def test_no_readable_checkpoint_is_one_line_and_never_a_fresh_start(tmp_path, state):
+    ck = Checkpointer(str(tmp_path), keep=3)
+    for s in (1, 2):
+        ck.save(s, _bumped(state, s), {"step": s})
+    ck.close()
+    for s in (1, 2):
+        _truncate_largest_file(tmp_path / str(s))
+    lines = []
+    ck = Checkpointer(str(tmp_path), keep=3)
+    with pytest.raises(CheckpointReadError) as e:
+        ck.restore_readable(state, lines.append)
+    msg = str(e.value)
+    assert "\n" not in msg and "step 2:" in msg and "step 1:" in msg and "--workdir" in msg, msg
+    assert len(lines) == 2 and "no older checkpoint" in lines[1]
+    assert ck.all_steps() == [1, 2]  # nothing moved when nothing could be read
+    ck.close()
+    assert Checkpointer(str(tmp_path / "fresh")).restore_readable(state) is None  # no checkpoint: a fresh start

@@ -1,6 +1,7 @@
 """metrics.jsonl / TensorBoard writing, resume truncation, and the plots."""
 import math
 import os
+import unittest.mock
 
 import numpy as np
 
@@ -143,3 +144,58 @@ def test_plot_draws_throughput_share_and_cost_without_step_one(tmp_path):
     assert "chip-seconds" in by_name["cost"][0] and "throughput_judge" in by_name
     names = {os.path.basename(p) for p in plot.plot_run(str(tmp_path))}
     assert {"throughput_tokens.png", "throughput_judge.png", "share.png", "cost.png"} <= names
+
+
+class _Extra:
+    """A stand-in for the W&B writer: what it was sent."""
+
+    def __init__(self):
+        self.steps, self.texts = [], []
+
+    def write(self, step, record):
+        self.steps.append(step)
+
+    def write_text(self, step, tag, text):
+        self.texts.append(step)
+
+    def close(self):
+        pass
+
+
+def test_a_resume_sends_extra_only_steps_it_has_not_logged(tmp_path):
+    """Killed after logging step 4, resumed from checkpoint 2: metrics.jsonl and TensorBoard get
+    steps 3 and 4 again (once each); W&B, which keeps only increasing steps, gets 5 on."""
+    first = _Extra()
+    w = MetricsWriter(str(tmp_path), tensorboard=False, extra=first)
+    w.write_text(0, "temperature", "probe")
+    for s in (1, 2, 3, 4):
+        w.write(s, _row(s))
+    assert first.steps == [1, 2, 3, 4] and first.texts == [0]
+    again = _Extra()
+    w = MetricsWriter(str(tmp_path), resume_step=2, tensorboard=False, extra=again)
+    for s in (3, 4, 5):
+        w.write(s, _row(s))
+        w.write_text(s, "temperature", "t")
+    w.close()
+    assert again.steps == [5] and again.texts == [5]
+    assert [r["step"] for r in read_metrics(str(tmp_path / "metrics.jsonl"))] == [1, 2, 3, 4, 5]
+    assert not os.path.exists(str(tmp_path / "metrics.jsonl.tmp"))
+
+
+def test_tensorboard_purges_the_rerun_steps(tmp_path):
+    """TensorBoard's purge_step: a resume from 2 hides the first process's steps 3-4, a fresh
+    start in the workdir hides all of them, so no step shows twice."""
+    from tensorboardX import SummaryWriter
+
+    seen = {}
+    real = SummaryWriter.__init__
+
+    def spy(self, *args, purge_step=None, **kwargs):
+        seen["purge_step"] = purge_step
+        real(self, *args, purge_step=purge_step, **kwargs)
+
+    with unittest.mock.patch.object(SummaryWriter, "__init__", spy):
+        MetricsWriter(str(tmp_path), resume_step=2).close()
+        assert seen["purge_step"] == 3
+        MetricsWriter(str(tmp_path)).close()
+        assert seen["purge_step"] == 0

@@ -238,3 +238,36 @@ def test_step_on_mesh_matches_single_device(params, step_fn):
     for k in ("loss", "grad_norm", "clip_frac", "approx_kl", "entropy", "frac_masked"):
         np.testing.assert_allclose(float(mmetrics[k]), float(metrics[k]), rtol=1e-4, atol=1e-6,
                                    err_msg=k)
+
+
+def test_nonfinite_update_is_skipped_bit_identically_and_counted(params, step_fn):
+    """A NaN temperature makes the loss and gradients NaN: every update it touches is skipped,
+    params and optimizer state (its count too) stay bit-identical, the step still counts."""
+    state, _ = step_fn(init_train_state(params, STEP_CFG), make_batch(7))  # a moved optimizer state
+    before = jax.device_get((state.params, state.opt_state))  # the step donates `state`
+    batch = make_batch(8)
+    state, metrics = step_fn(state, dict(batch, temperature=np.full(N, np.nan, np.float32)))
+    assert int(metrics["nonfinite_skipped"]) == STEP_CFG.num_minibatches and int(state.step) == 2
+    assert not np.isfinite(float(metrics["loss"]))
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(jax.device_get((state.params, state.opt_state))),
+                    strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    # one poisoned row poisons its mini-batch only: the other update is applied
+    temperature = batch["temperature"].copy()
+    temperature[0] = np.nan
+    state, metrics = step_fn(state, dict(batch, temperature=temperature))
+    assert int(metrics["nonfinite_skipped"]) == 1 and step_fn._cache_size() == 1
+    changed = jax.device_get(state.params)
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(changed))
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before[0]), jax.tree.leaves(changed)))
+    state, metrics = step_fn(state, batch)
+    assert int(metrics["nonfinite_skipped"]) == 0
+
+
+def test_all_finite_sees_one_inf_anywhere():
+    from microcoder_jax.rl.step import all_finite
+
+    tree = {"a": jnp.ones((3, 2)), "b": [jnp.zeros(4), jnp.ones(())]}
+    assert bool(all_finite(tree))
+    assert not bool(all_finite({**tree, "a": tree["a"].at[2, 1].set(jnp.inf)}))
+    assert not bool(all_finite({**tree, "b": [jnp.zeros(4).at[0].set(jnp.nan), jnp.ones(())]}))

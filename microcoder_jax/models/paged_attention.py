@@ -13,10 +13,11 @@ never rescales a page. Attention reads int8 blocks and applies the scales to the
 to the probabilities (values), exactly ``q . (s k) = s (q . k)``: no dequantized pool exists.
 
 On TPU (bf16 or int8 pool, head_dim a multiple of 128) attention is a Pallas paged kernel
-(``models.paged_kernel``), which reads each slot's own pages only. Elsewhere the XLA path reads
-pages in blocks of ``block_pages`` with an online softmax, and only as many blocks as the longest
-live slot needs this step (a ``fori_loop`` with a traced trip count), not the whole table. Idle
-slots compute finite garbage and their writes are dropped.
+(``models.paged_kernel``); on GPU (bf16/f16 or int8 pool, power-of-two head_dim and page_size)
+JAX's Pallas Triton one behind ``models.paged_kernel_gpu``: both read each slot's own pages
+only. Elsewhere the XLA path reads pages in blocks of ``block_pages`` with an online softmax,
+and only as many blocks as the longest live slot needs this step (a ``fori_loop`` with a traced
+trip count), not the whole table. Idle slots compute finite garbage and their writes are dropped.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 from microcoder_jax.models import qwen3
 from microcoder_jax.models.attention import _fall_back, platform
 from microcoder_jax.models.paged_kernel import paged_kernel_attention, paged_kernel_unsupported
+from microcoder_jax.models.paged_kernel_gpu import gpu_kernel_unsupported, gpu_paged_attention
 from microcoder_jax.models.paged_kernel_int8 import QuantizedPages
 from microcoder_jax.sharding import constrain
 
@@ -207,16 +209,22 @@ def paged_attention(q: jax.Array, pool_k, pool_v, view: SlotView, block_pages: i
     return (acc / total[..., None]).transpose(1, 0, 2, 3).reshape(s, h, d).astype(q.dtype)
 
 
-def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None) -> str:
-    """``"kernel"`` or ``"xla"`` for ``model.attention`` on platform ``on`` (default: the one being
-    compiled for): auto takes the Pallas kernel where it serves (logging once why not), ``splash``
-    (the TPU kernels) insists on it, the others are XLA."""
-    reason = paged_kernel_unsupported(head_dim, pool_dtype, on or platform())
+def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None,
+           page_size: int | None = None) -> str:
+    """``"kernel"`` (TPU), ``"gpu_kernel"`` or ``"xla"`` for ``model.attention`` on platform ``on``
+    (default: the one being compiled for): auto takes the Pallas kernel of the platform where it
+    serves (logging once why not), ``splash`` (the TPU kernels) insists on the TPU one, the others
+    are XLA."""
+    on = on or platform()
+    reason = paged_kernel_unsupported(head_dim, pool_dtype, on)
     if implementation == "splash" and reason:
         raise ValueError(f"attention='splash' asks for the TPU kernels; the paged decode kernel cannot run "
                          f"here: {reason}; use attention='auto' or 'xla'")
     if implementation not in ("auto", "splash"):
         return "xla"
+    if implementation == "auto" and on == "gpu":
+        reason = gpu_kernel_unsupported(head_dim, pool_dtype, on, page_size)
+        return _fall_back(f"paged decode: {reason}") if reason else "gpu_kernel"
     return _fall_back(f"paged decode: {reason}") if reason else "kernel"
 
 
@@ -229,7 +237,8 @@ def paged_decode_step(params: Any, config: qwen3.Qwen3Config, tokens: jax.Array,
     ``write_page`` at ``write_offset`` (ids out of range are dropped: idle slots) before it attends.
     """
     dtype = jnp.dtype(config.dtype)
-    kernel = choose(config.attention, config.head_dim, element_dtype(pool.k[0])) == "kernel"
+    page_size = (pool.k[0].data if isinstance(pool.k[0], QuantizedPages) else pool.k[0]).shape[2]
+    kernel = choose(config.attention, config.head_dim, element_dtype(pool.k[0]), page_size=page_size)
     x = jnp.take(params.embed, tokens[:, None], axis=0).astype(dtype)  # [S, 1, E]
     x = constrain(x, ("batch", "length", None))
     rope = qwen3.rope_tables(positions[:, None], config)
@@ -241,7 +250,9 @@ def paged_decode_step(params: Any, config: qwen3.Qwen3Config, tokens: jax.Array,
             pk = write_keys(pk, write_page, write_offset, k[:, 0])
             pv = write_keys(pv, write_page, write_offset, v[:, 0])
             pk, pv = constrain_pool(pk), constrain_pool(pv)
-            if kernel:
+            if kernel == "gpu_kernel":
+                out = gpu_paged_attention(q[:, 0], pk, pv, view.lengths, view.table, pages_per_block=block_pages)
+            elif kernel == "kernel":
                 out = paged_kernel_attention(q[:, 0], pk, pv, view.lengths, view.table, pages_per_block=block_pages)
             else:
                 out = paged_attention(q[:, 0], pk, pv, view, block_pages)

@@ -7,6 +7,10 @@ update of gradients accumulated over micro-batches with an inner lax.scan. The a
 per-token loss weights of each update are computed over its whole mini-batch (all micro-batches,
 all devices) first, so accumulation is exact in every aggregation mode.
 
+An update whose loss, gradient norm or update is not finite is skipped (params and optimizer
+state kept as they were, bit for bit) and counted in the `nonfinite_skipped` metric; the loop
+stops after `train.max_nonfinite_steps` consecutive steps with skips.
+
 The state is donated. Everything that changes between calls (rewards, flags, temperatures,
 masks, rho's uniforms drawn from `state.rng`) is data, so the step compiles once per batch shape.
 With kl_beta = 0 no reference model exists anywhere; with kl_beta > 0 the loop passes
@@ -242,6 +246,17 @@ def _mismatch_correction(params, batch, loss_mask, model_config, cfg: RLConfig, 
     return batch, loss_mask, weight, metrics
 
 
+def all_finite(tree) -> jax.Array:
+    """Whether every element of every leaf is finite (a scalar bool)."""
+    return jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]).all()
+
+
+def skip_unless(ok: jax.Array, new, old):
+    """`new` where `ok`, else `old`, leaf by leaf: a non-finite update leaves params and the
+    optimizer state (its step count too) bit-identical."""
+    return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
+
+
 def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
                param_sh=None) -> tuple[TrainState, dict]:
     """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation."""
@@ -290,11 +305,13 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
         params, opt_state = carry
         grads, loss, sums, rmax = minibatch_grads(params, mini, model_config, cfg, micro, param_sh)
         grad_norm = optax.tree.norm(grads)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        return (params, opt_state), (loss, grad_norm, sums, rmax)
+        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates)
+        params, opt_state = skip_unless(finite, (optax.apply_updates(params, updates), new_opt_state),
+                                        (params, opt_state))
+        return (params, opt_state), (loss, grad_norm, sums, rmax, ~finite)
 
-    (params, opt_state), (losses, grad_norms, sums, rmax) = jax.lax.scan(
+    (params, opt_state), (losses, grad_norms, sums, rmax, skipped) = jax.lax.scan(
         update, (state.params, state.opt_state), minis)
     sums = jax.tree.map(jnp.sum, sums)
     tokens = jnp.maximum(sums["tokens"], 1.0)
@@ -313,6 +330,7 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
         "approx_kl": sums["approx_kl"] / tokens,
         "entropy": sums["entropy"] / tokens,
         "response_length_mean": batch["response_lengths"].astype(jnp.float32).mean(),
+        "nonfinite_skipped": skipped.sum(dtype=jnp.int32),
         **adv_stats,
         **is_metrics,
     }

@@ -15,6 +15,9 @@ class TrainConfig(Block):
     checkpoint_every: int = knob(10, "steps between checkpoints (0 = only at the end)", at_least=0)
     keep_checkpoints: int = knob(3, "newest N checkpoints kept", at_least=1)
     async_checkpoint: bool = knob(True, "write checkpoints in the background")
+    max_nonfinite_steps: int = knob(3, "stop after this many consecutive steps with a skipped non-finite "
+                                    "update (loss, gradient or update NaN/Inf; params kept as they were)",
+                                    at_least=1)
     eval_every: int = knob(50, "steps between evaluations (0 = never)", at_least=0)
     warm_start_steps: int = knob(0, "supervised next-token steps before RL (demo task only)", at_least=0)
     progress: bool = knob(True, "tqdm progress bar")

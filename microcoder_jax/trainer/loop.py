@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ import jax
 from microcoder_jax import cli, sharding
 from microcoder_jax.trainer import compile_cache, preemption, wandb_writer
 from microcoder_jax import config as config_lib
-from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
+from microcoder_jax.checkpoint import Checkpointer, CheckpointReadError, CheckpointWriteError
 from microcoder_jax.config_check import validate
 from microcoder_jax.data import loader
 from microcoder_jax.rl import packing
@@ -41,7 +40,8 @@ log = logging.getLogger("microcoder_jax.trainer.loop")
 
 
 class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or Inf: the run stops; the last good checkpoint stays the newest."""
+    """`train.max_nonfinite_steps` consecutive steps skipped a non-finite update: the run stops;
+    every checkpoint holds finite params (the step never applies a non-finite update)."""
 
 
 def train(config, workdir: str, *, log_fn=print, on_step=None):
@@ -100,6 +100,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
         indices = next(data)
         return [run.prompt_set.problems[i] for i in indices], [run.prompt_set.prompts[i] for i in indices]
 
+    nonfinite_streak = 0  # consecutive steps with a skipped non-finite update
     guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
     try:
         for step in range(start, run.train.steps):
@@ -118,13 +119,8 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             step_metrics = jax.device_get(step_metrics)
             times["train"] = time.perf_counter() - t0
             saver.save_rollout(step + 1, got, times, temperature)  # a non-finite step too
-            loss = float(step_metrics["loss"])
-            if not math.isfinite(loss):
-                ckpt.wait()  # let pending saves of good states finish before naming the newest
-                raise NonFiniteLossError(
-                    f"non-finite loss ({loss}) at step {step + 1}; stopping. The newest checkpoint "
-                    f"(step {ckpt.latest_step()}) holds the last good state; lower rl.learning_rate "
-                    f"or check the data before resuming.")
+            # the step skipped its non-finite updates (params untouched); a streak of them stops the run
+            nonfinite_streak = nonfinite_streak + 1 if int(step_metrics["nonfinite_skipped"]) else 0
             div = diversity_metrics(batch.tokens[:, -run.sampling.max_new_tokens:], batch.response_lengths, G,
                                     entropy=batch.sample_entropy)
             decision = scheduler.update(step, div)
@@ -148,6 +144,13 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             bar.set_postfix(progress_postfix(record))
             if on_step is not None:
                 on_step(done, record)
+            if nonfinite_streak >= run.train.max_nonfinite_steps:
+                ckpt.wait()  # let pending saves finish before naming the newest
+                raise NonFiniteLossError(
+                    f"{nonfinite_streak} consecutive steps (to step {done}) had non-finite updates, skipped "
+                    f"(train.max_nonfinite_steps={run.train.max_nonfinite_steps}); stopping. The newest "
+                    f"checkpoint (step {ckpt.latest_step()}) holds finite params; lower rl.learning_rate or "
+                    f"check the data before resuming.")
             if run.train.eval_every and done % run.train.eval_every == 0 and run.eval_problems:
                 eval_lib.evaluate_at_step(run, pool, state.params, done, writer, key(run.seed, 3, done), log_fn)
             stopping = guard.requested
@@ -205,7 +208,7 @@ def main(argv=None) -> int:
         except KeyboardInterrupt:
             print("interrupted before the first RL step: nothing to save", file=sys.stderr)
             return 130
-        except (NonFiniteLossError, CheckpointWriteError) as e:
+        except (NonFiniteLossError, CheckpointWriteError, CheckpointReadError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
         print(f"done: {workdir}")

@@ -1,7 +1,10 @@
 """Per-step metrics: one JSON object per line in `<workdir>/metrics.jsonl`, TensorBoard scalars, tqdm.
 
 The JSONL file is the record the plots and tests read. On resume, rows logged after the checkpoint
-the run restarts from are dropped first, so each step appears once and the curves stay continuous.
+the run restarts from are dropped first (the file is replaced whole, never half-written), so each
+step appears once however the previous process ended; TensorBoard purges the same steps
+(`purge_step`; a fresh start purges all). `extra` (W&B, which keeps only increasing steps) is not
+sent the re-run steps the previous process already logged there: it keeps their first values.
 
 Throughput and cost (`throughput`, in every row): gen_tokens (response tokens sampled; under
 DAPO with refills, estimated as the trained rows' mean length x every judged response),
@@ -77,6 +80,11 @@ def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperat
                                  devices=devices, programs=sum(verdicts.values()), tests=judge_tests,
                                  generations=generations))
     return record
+
+
+def _step_of(row: dict) -> float:
+    step = row.get("step")
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else math.inf
 
 
 def _judged_mean(rewards) -> float:
@@ -185,17 +193,22 @@ class MetricsWriter:
         self._extra = extra
         os.makedirs(workdir, exist_ok=True)
         self.path = os.path.join(workdir, "metrics.jsonl")
-        kept = [r for r in read_metrics(self.path)
-                if resume_step is not None and r.get("step", math.inf) <= resume_step]
-        with open(self.path, "w", encoding="utf-8") as f:  # rewrite: drop rows past the checkpoint
+        old = read_metrics(self.path)
+        kept = [r for r in old if resume_step is not None and _step_of(r) <= resume_step]
+        # the steps `extra` got from the previous process (it continues that run only on a resume)
+        steps = [_step_of(r) for r in old] if resume_step is not None else []
+        self.extra_logged_through = max((s for s in steps if s != math.inf), default=-1)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:  # drop rows past the checkpoint; a kill here keeps the old file
             f.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(tmp, self.path)
         self._file = open(self.path, "a", encoding="utf-8")
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"),
-                                     purge_step=None if resume_step is None else resume_step + 1)
+                                     purge_step=0 if resume_step is None else resume_step + 1)
 
     def write(self, step: int, metrics: dict) -> dict:
         """Record one step; returns the plain record written."""
@@ -206,7 +219,7 @@ class MetricsWriter:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tb.add_scalar(key, value, step)
-        if self._extra is not None:
+        if self._extra is not None and step > self.extra_logged_through:
             self._extra.write(step, record)
         return record
 
@@ -214,7 +227,7 @@ class MetricsWriter:
         """A text event (temperature decisions, evaluation tables) in TensorBoard."""
         if self._tb is not None:
             self._tb.add_text(tag, text, step)
-        if self._extra is not None:
+        if self._extra is not None and step > self.extra_logged_through:
             self._extra.write_text(step, tag, text)
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ FATAL_KEYS = frozenset({
 })
 # Keys (or whole groups, ending in ".") that leave the saved state and the algorithm alone.
 FREE_KEYS = ("train.steps", "train.checkpoint_every", "train.keep_checkpoints",
-             "train.async_checkpoint", "train.eval_every", "train.progress", ALLOW_KEY,
+             "train.async_checkpoint", "train.max_nonfinite_steps", "train.eval_every", "train.progress", ALLOW_KEY,
              "evaluator.workers", "evaluator.server_retries", "model.attention", "model.remat", "mesh.",
              "distributed.", "eval.",
              "train.compile_cache", "train.save_rollouts", "train.save_rollouts_every", "wandb.")

@@ -180,16 +180,17 @@ class Start:
 
 
 def start_state(run: Run, ckpt, log_fn=print) -> Start:
-    """Fresh params and optimizer, or the newest complete checkpoint restored exactly."""
+    """Fresh params and optimizer, or the newest readable checkpoint restored exactly (older
+    ones are tried when the newest cannot be read; none readable: CheckpointReadError)."""
     rl = run.rl_config
-    resume = ckpt.latest_step()
-    if resume is None:
+    restored = ckpt.restore_readable(abstract_train_state(run), log_fn)
+    if restored is None:
         params = initial_params(run, log_fn)
         ref = jax.tree.map(jnp.copy, params) if rl.uses_reference else None  # the state's copy is donated
         state = rl_step.init_train_state(params, rl, run.mesh, model_config=run.model_config,
                                          seed=run.config.seed)
         return Start(state, ref, None, None, 0)
-    state, meta, _ = ckpt.restore(abstract_train_state(run), resume)
+    state, meta, _ = restored
     ref = initial_params(run, log_fn) if rl.uses_reference else None  # deterministic: rebuilt
     log_fn(f"resumed from step {int(meta['step'])} ({ckpt.directory})")
     return Start(state, ref, meta["data"], meta["scheduler"], int(meta["step"]))
