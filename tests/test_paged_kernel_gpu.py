@@ -115,3 +115,23 @@ def test_the_decode_step_takes_the_gpu_kernel_on_a_forced_gpu(monkeypatch, kv_dt
         got = step(config)
     assert spy.call_count == config.num_layers
     np.testing.assert_allclose(np.asarray(got)[live], np.asarray(want)[live], atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.accelerator
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason=f"needs a GPU; JAX's backend is {jax.default_backend()}")
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "int8"])
+def test_the_compiled_kernel_on_a_gpu(kv_dtype):
+    """Compiled by Triton (not interpreted) at head_dim 128, GQA 2: = the float64 reference."""
+    q, k, v, lengths, table = _inputs(8, 4, seed=7, dim=128)
+    if kv_dtype == "int8":
+        (pk, k), (pv, v) = quantized_pool(k), quantized_pool(v)
+        q_in = jnp.asarray(q, jnp.float32)
+    else:
+        pk, pv, q_in = (jnp.asarray(x, jnp.bfloat16) for x in (k, v, q))
+        q, k, v = _bf16(q), _bf16(k), _bf16(v)
+    fn = jax.jit(lambda *a: gpu_paged_attention(*a, pages_per_block=2, interpret=False))
+    got = np.asarray(fn(q_in, pk, pv, jnp.asarray(lengths), jnp.asarray(table)).astype(jnp.float32), np.float64)
+    live = lengths > 0
+    assert np.isfinite(got).all() and (got[~live] == 0).all()
+    np.testing.assert_allclose(got[live], reference(q, k, v, lengths, table)[live], rtol=3e-2,
+                               atol=3e-2 * np.abs(v).max())

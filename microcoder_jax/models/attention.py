@@ -96,15 +96,26 @@ def _flash_kernel(q, k, v, token_mask):
     return out.transpose(0, 2, 1, 3)
 
 
-def fused_attention(q, k, v, token_mask, implementation: str = "cudnn", segment_ids=None):
-    """``jax.nn.dot_product_attention`` (cuDNN on GPU): causal flag + key-padding mask, GQA native.
+def cudnn_mask(token_mask, segment_ids=None):
+    """The boolean mask ``[B, 1, T, T]`` for ``fused_attention``: key padding, and with ``segment_ids``
+    keys of the query's own segment only (causality is cuDNN's ``is_causal`` flag).
 
-    With ``segment_ids`` the mask is the dense block-diagonal one ``[B, 1, T, T]`` (cuDNN takes it
-    as a bias: correct, not the fastest; the padded path keeps the cheap key mask)."""
-    mask = token_mask[:, None, None, :].astype(bool)
-    if segment_ids is not None:
-        mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True,
+    cuDNN takes a mask as an additive bias that must span both sequence dims (``[B, N|1, T, S]``):
+    a ``[B, 1, 1, S]`` key mask is rejected. Its ``key_value_seq_lengths`` would be cheaper but
+    means right padding, and our rows are left-padded (prompt, then completion).
+    """
+    b, t = token_mask.shape
+    keys = token_mask.astype(bool)[:, None, None, :]
+    if segment_ids is None:
+        return jnp.broadcast_to(keys, (b, 1, t, t))
+    return keys & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
+
+
+def fused_attention(q, k, v, token_mask, implementation: str = "cudnn", segment_ids=None):
+    """``jax.nn.dot_product_attention`` (cuDNN on GPU): causal flag + the dense ``cudnn_mask``, GQA native.
+
+    Correct for any padding and packing, not the fastest: the mask is a ``[B, 1, T, T]`` bias."""
+    return jax.nn.dot_product_attention(q, k, v, mask=cudnn_mask(token_mask, segment_ids), is_causal=True,
                                         implementation=cast(Any, implementation))  # 'xla' or 'cudnn'
 
 
@@ -144,7 +155,8 @@ def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int, dt
     """Resolve ``"auto"`` by platform, dtype and shape; kernels only serve the no-cache causal case.
 
     ``auto`` takes the TPU flash kernel only where it compiles (TPU, 128-multiples), cuDNN on GPU
-    for half precision, else XLA, logging once why. An explicit ``"splash"`` or ``"cudnn"`` that
+    for half precision (head_dim a multiple of 8 up to 128, an even length: cuDNN's rule for a
+    masked backward pass), else XLA, logging once why. An explicit ``"splash"`` or ``"cudnn"`` that
     cannot compile here raises, naming the reason.
     """
     if implementation not in IMPLEMENTATIONS:
@@ -162,6 +174,9 @@ def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int, dt
         if on != "gpu":
             raise ValueError(f"attention='cudnn' needs a GPU, this program compiles for {on}; "
                              "use attention='auto' or 'xla'")
+        if seq_len % 2:
+            raise ValueError(f"attention='cudnn' trains with a mask only at even sequence lengths, got {seq_len}; "
+                             "pad the rows to an even length or use attention='auto'")
         return "cudnn"
     if implementation == "xla":
         return "xla"
@@ -169,7 +184,7 @@ def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int, dt
         reason = flash_unsupported(seq_len, head_dim, on)
         return _fall_back(reason) if reason else "splash"
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-    if on == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
+    if on == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128 and seq_len % 2 == 0:
         return "cudnn"
     return "xla"
 
