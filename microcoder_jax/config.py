@@ -89,7 +89,7 @@ def blocks(config: ml_collections.ConfigDict) -> dict:
         try:
             typed[name] = make_rl_config(config) if cls is RLConfig else cls.from_node(config[name])
         except (ValueError, TypeError) as e:
-            raise ConfigError(f"rl: {e}" if cls is RLConfig else str(e)) from None
+            raise ConfigError(str(e) if isinstance(e, ValueError) else f"{name}: {e}") from None
     return typed
 
 

@@ -76,7 +76,7 @@ def test_weights_carry_no_gradient():
 
 def test_rl_config_validates_the_correction():
     assert RLConfig().is_correction == "none"
-    with pytest.raises(ValueError, match=r"RLConfig.is_correction: unknown is correction 'xis'.*mis, none, tis"):
+    with pytest.raises(ValueError, match=r"rl.is_correction='xis': unknown is correction; registered: mis, none, tis"):
         RLConfig(is_correction="xis")
     with pytest.raises(ValueError, match="is_level"):
         RLConfig(is_level="row")

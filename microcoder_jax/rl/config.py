@@ -113,46 +113,47 @@ class RLConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self):
+        """Each value checked; a bad one raises `ValueError("rl.KEY=VALUE: what is wrong; the fix")`."""
         for name, kind in (("adv_std", "advantage scaler"), ("truncation", "truncation rule"),
                            ("aggregation", "loss aggregation"), ("is_correction", "is correction")):
             try:
                 lookup(kind, getattr(self, name))
             except ValueError as e:
-                raise ValueError(f"RLConfig.{name}: {e}") from None
+                self._fail(name, str(e).replace(f" {getattr(self, name)!r}", ""))
         for name, allowed in (("non_incorrect", NON_INCORRECT), ("decay", DECAY),
                               ("is_level", _corrections.LEVELS)):
             if getattr(self, name) not in allowed:
-                raise ValueError(f"RLConfig.{name}={getattr(self, name)!r}; expected one of {allowed}")
+                self._fail(name, f"must be one of {', '.join(allowed)}")
         if self.adv_std_ddof not in (0, 1):
-            raise ValueError(f"RLConfig.adv_std_ddof={self.adv_std_ddof!r}; expected 0 (population "
-                             "std) or 1 (sample std)")
+            self._fail("adv_std_ddof", "must be 0 (population std) or 1 (sample std)")
         if self.loss_constant is not None and not self.loss_constant > 0:
-            raise ValueError(f"RLConfig.loss_constant={self.loss_constant!r} must be > 0 (or None "
-                             "for the generation budget max_new_tokens)")
+            self._fail("loss_constant", "must be > 0, or None for the generation budget max_new_tokens")
         if self.group_size < 2:
-            raise ValueError("group_size must be >= 2: group advantages need several samples")
+            self._fail("group_size", "must be >= 2: group advantages need several samples")
         if not 0.0 <= self.rho <= 1.0:
-            raise ValueError(f"rho={self.rho} must lie in [0, 1]")
-        if self.repeat_m < 1 or self.soft_overlong_cache < 1 or self.logprob_chunk < 1:
-            raise ValueError("repeat_m, soft_overlong_cache and logprob_chunk must be positive")
+            self._fail("rho", "must lie in [0, 1]")
+        for name in ("repeat_m", "soft_overlong_cache", "logprob_chunk", "num_minibatches", "micro_batch_size"):
+            if getattr(self, name) < 1:
+                self._fail(name, "must be >= 1")
         if self.dual_clip is not None and self.dual_clip <= 1.0:
-            raise ValueError(f"dual_clip={self.dual_clip} must be > 1 (or None)")
-        if self.num_minibatches < 1 or self.micro_batch_size < 1:
-            raise ValueError("num_minibatches and micro_batch_size must be positive")
+            self._fail("dual_clip", "must be > 1, or None (off)")
         if self.kl_beta < 0:
-            raise ValueError("kl_beta must be >= 0")
+            self._fail("kl_beta", "must be >= 0 (0 = no KL term)")
         if not self.is_cap >= 1.0:
-            raise ValueError(f"RLConfig.is_cap={self.is_cap!r} must be >= 1 (a cap below 1 "
-                             "down-weights every on-policy token)")
+            self._fail("is_cap", "must be >= 1 (a cap below 1 down-weights every on-policy token)")
         if not 0.0 < self.is_low <= 1.0 <= self.is_high < 1e8:
-            raise ValueError(f"RLConfig.is_low={self.is_low!r}, is_high={self.is_high!r}: need "
-                             "0 < is_low <= 1 <= is_high < 1e8 (the band keeps on-policy tokens)")
+            self._fail("is_low", f"with rl.is_high={self.is_high!r}: need 0 < is_low <= 1 <= is_high < 1e8 "
+                       "(the band keeps on-policy tokens)")
         if not isinstance(self.packing, bool):
-            raise ValueError(f"RLConfig.packing={self.packing!r} must be True or False")
+            self._fail("packing", "must be True or False")
         if self.pack_width is not None and (isinstance(self.pack_width, bool) or not isinstance(
                 self.pack_width, int) or self.pack_width < 2):
-            raise ValueError(f"RLConfig.pack_width={self.pack_width!r} must be an int >= 2 (tokens "
-                             "per packed row; a multiple of 128 keeps the TPU flash kernel) or None")
+            self._fail("pack_width", "must be an int >= 2 (tokens per packed row; a multiple of 128 keeps "
+                       "the TPU flash kernel), or None")
+
+    def _fail(self, name: str, what: str):
+        """The one error format of config values: `rl.KEY=VALUE: what is wrong; the fix`."""
+        raise ValueError(f"rl.{name}={getattr(self, name)!r}: {what}")
 
     @property
     def uses_reference(self) -> bool:

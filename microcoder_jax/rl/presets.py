@@ -22,7 +22,7 @@ PRESETS: dict[str, dict] = {
 def make_rl_config(preset: str = "microcoder", **overrides) -> RLConfig:
     """The preset's RLConfig with `overrides` applied on top (unknown names raise)."""
     if preset not in PRESETS:
-        raise ValueError(f"unknown RL preset {preset!r}; choose from {sorted(PRESETS)}")
+        raise ValueError(f"rl.preset={preset!r}: unknown RL preset; choose from {', '.join(sorted(PRESETS))}")
     fields = {f.name for f in dataclasses.fields(RLConfig)}
     unknown = set(overrides) - fields
     if unknown:
