@@ -105,7 +105,22 @@ def test_summary_and_table_from_rows():
     seed = summary["arms"]["a"]["seeds"]["0"]
     assert seed["start"]["reward"] == 0.1 and seed["end"]["length"] == 38  # 1-step windows
     assert seed["temperature_path"] == [[1, 1.0], [6, 1.2]] and seed["peak_reward_step"] == 8
-    assert "| A | 0.1 → 0.8 ± 0" in common.table(summary)
+    assert "| A | 0.1 → 0.8 | 31 → 38 |" in common.table(summary)  # one seed: no spread
+    two = {0: (rows, {"wall_s": 1.0, "cpu_s": 1.0}), 1: ([dict(r, reward_mean=1.4) for r in rows], {})}
+    summary = common.summarize([arm], {"a": two}, 8, {})
+    summary["arms"]["a"]["over_seeds"]["end_length"]["std"] = 2.2e-16  # np.std of equal floats
+    assert "| A | 0.75 → 1.1 ± 0.3 | 31 → 38 ± 0 |" in common.table(summary)
+
+
+def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experiments parse with parse_args
+    name = "python -m microcoder_jax.experiments.truncation"
+    assert common.parse_args(["--out", "x", "--short"], name, None, 3, 40).seeds == 1
+    assert common.parse_args(["--out", "x", "--short", "--seeds", "2"], name, None, 3, 40).seeds == 2
+    assert vars(common.parse_args(["--out", "x"], name, None, 3, 40)) | {"out": ""} == {
+        "out": "", "seeds": 3, "steps": 40, "short": False}
+    with pytest.raises(SystemExit) as e:
+        common.parse_args(["--out", "x", "--seeds", "0"], name, None, 3, 40)
+    assert e.value.code == 2 and "--seeds=0: must be >= 1" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -116,7 +131,7 @@ def test_experiment_command_short(tmp_path, name):
 
     module = importlib.import_module(f"microcoder_jax.experiments.{name}")
     out = str(tmp_path / name)
-    assert module.main(["--out", out, "--seeds", "1", "--short"]) == 0
+    assert module.main(["--out", out, "--short"]) == 0  # one seed
     summary = json.load(open(os.path.join(out, "summary.json")))
     assert list(summary["arms"]) == [a.name for a in module.ARMS] and summary["steps"] == 3
     for arm in summary["arms"].values():

@@ -151,14 +151,22 @@ def summarize(arms, results, steps: int, meta: dict) -> dict:
     return summary
 
 
+def spread(mean: float, std: float, seeds: int) -> str:
+    """' ± STD' of an end value over seeds: none for one seed, '± 0' where the seeds agree to float
+    rounding (np.std of equal values can be 2e-16), else two significant digits."""
+    if seeds < 2:
+        return ""
+    return " ± 0" if std <= 1e-9 * max(1.0, abs(mean)) else f" ± {std:.2g}"
+
+
 def table(summary: dict, columns=("reward", "length", "truncation", "masked", "diversity")) -> str:
-    """A markdown table: start -> end means over seeds (± std of the end value over seeds)."""
+    """A markdown table: start -> end means over seeds (± std of the end value over seeds, with 2+ seeds)."""
     head = "| arm | " + " | ".join(f"{c} start → end" for c in columns) + " |"
     lines = [head, "|" + "---|" * (len(columns) + 1)]
     for arm in summary["arms"].values():
-        a = arm["over_seeds"]
-        cells = [f"{a[f'start_{c}']['mean']:.3g} → {a[f'end_{c}']['mean']:.3g} ± {a[f'end_{c}']['std']:.2g}"
-                 for c in columns]
+        a, n = arm["over_seeds"], len(arm["seeds"])
+        cells = [f"{a[f'start_{c}']['mean']:.3g} → {a[f'end_{c}']['mean']:.3g}"
+                 + spread(a[f"end_{c}"]["mean"], a[f"end_{c}"]["std"], n) for c in columns]
         lines.append(f"| {arm['label']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -177,10 +185,15 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
 
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory (runs/, summary.json, table.md, curves.png)")
-    p.add_argument("--seeds", type=int, default=default_seeds, help="seeds per arm (0, 1, ...)")
+    p.add_argument("--seeds", type=int, default=None, help=f"seeds per arm, 0, 1, ... (default {default_seeds}; "
+                   "--short: 1)")
     p.add_argument("--steps", type=int, default=None, help=f"RL steps per run (default {default_steps}; "
                    "--short: 3)")
     p.add_argument("--short", action="store_true", help="tiny runs that check the command end to end")
     args = p.parse_args(argv if argv is not None else sys.argv[1:])
+    for name in ("seeds", "steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name}={getattr(args, name)}: must be >= 1")
+    args.seeds = args.seeds or (1 if args.short else default_seeds)
     args.steps = args.steps or (3 if args.short else default_steps)
     return args
