@@ -4,9 +4,10 @@ Off by default (`wandb.mode=disabled`: wandb is never imported). `online` stream
 `offline` writes the run under `<dir>/wandb/` for `wandb sync` later (and for tests). Only the
 process that writes metrics.jsonl (process 0) opens a run. The run id is saved in
 `<workdir>/wandb_run_id`: a run resumed from its checkpoint continues the same W&B run; a fresh
-start in the workdir gets a new one. W&B keeps the first value logged at a step, so after a
-resume the steps the previous process logged past its last checkpoint keep their old values
-there (metrics.jsonl and TensorBoard hold the resumed ones).
+start in the workdir gets a new one. W&B takes only increasing steps, so after a resume the steps
+the previous process logged past its last checkpoint are not sent again (trainer/metrics.py) and
+keep their first values there; metrics.jsonl and TensorBoard hold the re-run ones. (W&B's rewind,
+which could replace them, is a private preview.)
 """
 from __future__ import annotations
 
