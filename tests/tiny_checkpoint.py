@@ -1,4 +1,4 @@
-"""Tiny random Qwen3 checkpoints in Hugging Face format, for tests (no downloads).
+"""Tiny random Qwen3 (or, with family="qwen2", Qwen2) checkpoints in Hugging Face format, for tests (no downloads).
 
     from tiny_checkpoint import make_tiny_hf_checkpoint
     path = make_tiny_hf_checkpoint(tmp_path / "hf", seed=0, tie_word_embeddings=False)
@@ -25,21 +25,26 @@ TINY_HF_CONFIG = dict(
 )
 
 
-def make_tiny_hf_model(seed: int = 0, **config_overrides):
-    """A transformers ``Qwen3ForCausalLM`` in fp32 with random weights (norm weights randomised too)."""
+def make_tiny_hf_model(seed: int = 0, family: str = "qwen3", **config_overrides):
+    """A transformers ``Qwen3ForCausalLM`` (or ``Qwen2ForCausalLM``) in fp32 with random weights (norm
+    weights and biases randomised too)."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    import transformers
 
+    Config, Model = ((transformers.Qwen3Config, transformers.Qwen3ForCausalLM) if family == "qwen3"
+                     else (transformers.Qwen2Config, transformers.Qwen2ForCausalLM))
     kwargs = {**TINY_HF_CONFIG, **config_overrides}
+    if family == "qwen2":  # Qwen2 has no head_dim field: hidden / heads
+        kwargs.pop("head_dim", None)
     if "rope_scaling" in kwargs or "rope_theta" in kwargs:  # transformers 5 spells it rope_parameters
         scaling = dict(kwargs.pop("rope_scaling", None) or {})
         scaling.setdefault("rope_type", scaling.pop("type", "default"))
         scaling["rope_theta"] = kwargs.pop("rope_theta", 10000.0)
         kwargs["rope_parameters"] = scaling
-    config = Qwen3Config(**kwargs)
+    config = Config(**kwargs)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config).to(torch.float32).eval()
+    model = Model(config).to(torch.float32).eval()
     with torch.no_grad():  # HF inits norms to ones; random norms make the parity tests meaningful
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -49,9 +54,9 @@ def make_tiny_hf_model(seed: int = 0, **config_overrides):
     return model
 
 
-def make_tiny_hf_checkpoint(path, seed: int = 0, **config_overrides):
-    """Save a tiny random fp32 Qwen3 as safetensors (+ config.json) under ``path``; returns ``path``."""
-    model = make_tiny_hf_model(seed, **config_overrides)
+def make_tiny_hf_checkpoint(path, seed: int = 0, family: str = "qwen3", **config_overrides):
+    """Save a tiny random fp32 Qwen3 (or Qwen2) as safetensors (+ config.json) under ``path``; returns ``path``."""
+    model = make_tiny_hf_model(seed, family, **config_overrides)
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     return path

@@ -1,4 +1,8 @@
-"""Qwen3's shapes and numerics (`Qwen3Config`), read from and written to Hugging Face config.json."""
+"""The decoder's shapes and numerics (`Qwen3Config`), read from and written to Hugging Face config.json.
+
+One config covers both families we train: Qwen3 (per-head RMSNorm on q and k, no biases) and
+Qwen2 / Qwen2.5 (biases on q, k, v, no q/k norm: DeepSeek-R1-Distill-Qwen, Qwen2.5-Coder). The
+rest of the architecture is the same, so ``family`` switches only those two pieces."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,11 +14,17 @@ from microcoder_jax.models import attention as attn_lib
 
 ROPE_TYPES = ("default", "linear", "yarn")
 REMAT_POLICIES = ("none", "full", "dots", "dots_saveable")
+# family -> (HF architecture, HF model_type, q/k RMSNorm, q/k/v biases)
+FAMILIES = {"qwen3": ("Qwen3ForCausalLM", "qwen3", True, False),
+            "qwen2": ("Qwen2ForCausalLM", "qwen2", False, True)}
 
 
 @dataclasses.dataclass(frozen=True)
 class Qwen3Config:
-    """Qwen3 shapes and numerics; frozen and hashable so it can be a static jit argument."""
+    """Decoder shapes and numerics; frozen and hashable so it can be a static jit argument.
+
+    ``family`` is ``qwen3`` or ``qwen2`` (see FAMILIES): the same math but for q/k norms vs q/k/v biases.
+    """
 
     vocab_size: int
     hidden_size: int
@@ -32,8 +42,21 @@ class Qwen3Config:
     dtype: str = "bfloat16"
     remat: str = "full"
     attention: str = "auto"
+    family: str = "qwen3"
+
+    @property
+    def qk_norm(self) -> bool:
+        """Per-head RMSNorm on q and k before rotary embeddings (Qwen3)."""
+        return FAMILIES[self.family][2]
+
+    @property
+    def attention_bias(self) -> bool:
+        """Biases on the q, k and v projections (Qwen2); o_proj never has one."""
+        return FAMILIES[self.family][3]
 
     def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {tuple(FAMILIES)}, got {self.family!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
@@ -60,13 +83,15 @@ class Qwen3Config:
                 path = os.path.join(path, "config.json")
             with open(path) as f:
                 config = cast(dict, json.load(f))
-        archs = config.get("architectures") or ["Qwen3ForCausalLM"]
-        if "Qwen3ForCausalLM" not in archs or config.get("model_type", "qwen3") != "qwen3":
-            raise ValueError(f"unsupported architecture {archs} / model_type {config.get('model_type')!r}: "
-                             "only dense Qwen3ForCausalLM is supported")
+        model_type = config.get("model_type", "qwen3")
+        family = {mt: name for name, (_, mt, _, _) in FAMILIES.items()}.get(model_type)
+        archs = config.get("architectures") or [FAMILIES[family or "qwen3"][0]]
+        if family is None or FAMILIES[family][0] not in archs:
+            raise ValueError(f"unsupported architecture {archs} / model_type {model_type!r}: supported are dense "
+                             f"{' and '.join(a for a, _, _, _ in FAMILIES.values())}")
         if config.get("use_sliding_window"):
             raise ValueError("config field use_sliding_window=true is not supported")
-        if config.get("attention_bias"):
+        if family == "qwen3" and config.get("attention_bias"):
             raise ValueError("config field attention_bias=true is not supported (Qwen3 has no biases)")
         if config.get("hidden_act", "silu") != "silu":
             raise ValueError(f"config field hidden_act={config['hidden_act']!r} is not supported (need silu)")
@@ -98,16 +123,18 @@ class Qwen3Config:
                 rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
                 tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
                 max_position_embeddings=int(config.get("max_position_embeddings", 40960)),
+                family=family,
             )
         except KeyError as e:
             raise ValueError(f"config.json is missing required field {e.args[0]!r}") from None
         return cls(**{**fields, **overrides})
 
     def to_hf(self) -> dict:
-        """A ``config.json`` dict that transformers loads as ``Qwen3ForCausalLM``."""
+        """A ``config.json`` dict that transformers loads as ``Qwen3ForCausalLM`` or ``Qwen2ForCausalLM``."""
+        architecture, model_type = FAMILIES[self.family][:2]
         return {
-            "architectures": ["Qwen3ForCausalLM"],
-            "model_type": "qwen3",
+            "architectures": [architecture],
+            "model_type": model_type,
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -121,7 +148,7 @@ class Qwen3Config:
             "rope_theta": self.rope_theta,
             "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None,
             "tie_word_embeddings": self.tie_word_embeddings,
-            "attention_bias": False,
+            **({"attention_bias": False} if self.family == "qwen3" else {}),
             "attention_dropout": 0.0,
             "use_sliding_window": False,
             "torch_dtype": self.param_dtype,
@@ -140,6 +167,8 @@ class Qwen3Config:
         """Total parameter count (embedding counted once when tied)."""
         d, h, k, hd, f, layers = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
                                   self.intermediate_size, self.num_layers)
-        per_layer = d * hd * (h + 2 * k) + h * hd * d + 3 * d * f + 2 * d + 2 * hd
+        per_layer = d * hd * (h + 2 * k) + h * hd * d + 3 * d * f + 2 * d
+        per_layer += 2 * hd if self.qk_norm else 0
+        per_layer += hd * (h + 2 * k) if self.attention_bias else 0
         head = 0 if self.tie_word_embeddings else d * self.vocab_size
         return self.vocab_size * d + layers * per_layer + d + head

@@ -27,7 +27,8 @@ SINGLE_FILE = "model.safetensors"
 
 # Our leaf -> (HF name template, layout). Layouts relate our per-layer tensor to HF's 2-D/1-D one:
 #   copy:      same array;                       T: transposed;
-#   split_out: HF [N*hd, D] -> ours [D, N, hd];  split_in: HF [D, N*hd] -> ours [N, hd, D].
+#   split_out: HF [N*hd, D] -> ours [D, N, hd];  split_in: HF [D, N*hd] -> ours [N, hd, D];
+#   split_bias: HF [N*hd] -> ours [N, hd] (Qwen2's q/k/v biases).
 _LAYER_KEYS = {
     "attn_norm": ("model.layers.{}.input_layernorm.weight", "copy"),
     "q_proj": ("model.layers.{}.self_attn.q_proj.weight", "split_out"),
@@ -35,6 +36,9 @@ _LAYER_KEYS = {
     "v_proj": ("model.layers.{}.self_attn.v_proj.weight", "split_out"),
     "q_norm": ("model.layers.{}.self_attn.q_norm.weight", "copy"),
     "k_norm": ("model.layers.{}.self_attn.k_norm.weight", "copy"),
+    "q_bias": ("model.layers.{}.self_attn.q_proj.bias", "split_bias"),
+    "k_bias": ("model.layers.{}.self_attn.k_proj.bias", "split_bias"),
+    "v_bias": ("model.layers.{}.self_attn.v_proj.bias", "split_bias"),
     "o_proj": ("model.layers.{}.self_attn.o_proj.weight", "split_in"),
     "mlp_norm": ("model.layers.{}.post_attention_layernorm.weight", "copy"),
     "gate_proj": ("model.layers.{}.mlp.gate_proj.weight", "T"),
@@ -50,7 +54,9 @@ _TOP_KEYS = {
 
 def hf_key_map(config: Qwen3Config) -> dict:
     """Params-shaped tree of ``(hf_names, layout)``; ``hf_names`` has one name per layer for stacked leaves."""
-    layers = {k: ([t.format(i) for i in range(config.num_layers)], lay) for k, (t, lay) in _LAYER_KEYS.items()}
+    ours = param_shapes(config)["layers"]  # the family's leaves: q/k norms or q/k/v biases
+    layers = {k: ([t.format(i) for i in range(config.num_layers)], lay) for k, (t, lay) in _LAYER_KEYS.items()
+              if k in ours}
     out: dict = {k: ([t], lay) for k, (t, lay) in _TOP_KEYS.items() if k != "lm_head" or not config.tie_word_embeddings}
     out["layers"] = layers
     return out
@@ -64,6 +70,8 @@ def _hf_shape(shape: tuple, layout: str) -> tuple:
         return shape[::-1]
     if layout == "split_out":
         return (shape[1] * shape[2], shape[0])
+    if layout == "split_bias":
+        return (shape[0] * shape[1],)
     return (shape[2], shape[0] * shape[1])  # split_in
 
 
@@ -74,6 +82,10 @@ def _read_block(sl, layout: str, shape: tuple, index: tuple) -> np.ndarray:
         return np.asarray(sl[tuple(idx)])
     if layout == "T":
         return np.asarray(sl[tuple(idx[::-1])]).T
+    if layout == "split_bias":  # ours [N, hd], HF [N*hd]
+        n, h = idx
+        hd = shape[1]
+        return np.asarray(sl[n.start * hd:n.stop * hd]).reshape(n.stop - n.start, hd)[:, h]
     if layout == "split_out":  # ours [D, N, hd], HF [N*hd, D]
         d, n, h = idx
         hd = shape[2]
@@ -93,6 +105,8 @@ def _to_hf(array: np.ndarray, layout: str) -> np.ndarray:
         return array.T
     if layout == "split_out":
         return array.reshape(array.shape[0], -1).T
+    if layout == "split_bias":
+        return array.reshape(-1)
     return array.reshape(-1, array.shape[-1]).T  # split_in
 
 

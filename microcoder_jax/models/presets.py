@@ -1,4 +1,4 @@
-"""Named Qwen3 shapes, copied from the released ``config.json`` files, plus tiny test shapes."""
+"""Named Qwen3 and Qwen2 shapes, copied from the released ``config.json`` files, plus tiny test shapes."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,6 +17,16 @@ def _qwen3(hidden, inter, layers, heads, tied, **extra) -> Qwen3Config:
                        tie_word_embeddings=tied, **{**_QWEN3, **extra})
 
 
+_QWEN2 = dict(vocab_size=151936, num_kv_heads=2, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+              max_position_embeddings=32768, family="qwen2")
+
+
+def _qwen2(hidden, inter, layers, heads, tied, **extra) -> Qwen3Config:
+    """Qwen2 / Qwen2.5 (and the DeepSeek-R1-Distill-Qwen models built on it): head_dim = hidden / heads."""
+    return Qwen3Config(hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
+                       head_dim=hidden // heads, tie_word_embeddings=tied, **{**_QWEN2, **extra})
+
+
 PRESETS: dict[str, Qwen3Config] = {
     "qwen3-0.6b": _qwen3(1024, 3072, 28, 16, True),
     "qwen3-1.7b": _qwen3(2048, 6144, 28, 16, True),
@@ -26,10 +36,18 @@ PRESETS: dict[str, Qwen3Config] = {
     "qwen3-8b": _qwen3(4096, 12288, 36, 32, False),
     "qwen3-14b": _qwen3(5120, 17408, 40, 40, False),
     "qwen3-32b": _qwen3(5120, 25600, 64, 64, False),
+    "qwen2.5-1.5b": _qwen2(1536, 8960, 28, 12, True),  # Qwen2.5-Coder-1.5B(-Instruct) has the same shape
+    "qwen2.5-7b": _qwen2(3584, 18944, 28, 28, False, num_kv_heads=4, vocab_size=152064),  # and -Coder-7B
+    "r1-distill-qwen-1.5b": _qwen2(1536, 8960, 28, 12, False, rope_theta=10000.0, max_position_embeddings=131072),
+    "r1-distill-qwen-7b": _qwen2(3584, 18944, 28, 28, False, num_kv_heads=4, vocab_size=152064, rope_theta=10000.0,
+                                 max_position_embeddings=131072),
     # Test shapes: head_dim != hidden / heads and GQA, as in the real models.
     "tiny": Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                         num_kv_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
                         max_position_embeddings=256),
+    "tiny-qwen2": Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                              num_kv_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
+                              max_position_embeddings=256, family="qwen2"),
 }
 
 

@@ -1,4 +1,5 @@
-"""Dense Qwen3 as pure functions over a plain params dict.
+"""Dense Qwen3 (and Qwen2, its q/k/v-bias sibling: ``Qwen3Config.family``) as pure functions over a
+plain params dict.
 
 The decoder layers are stacked on a leading ``layers`` axis and run with one ``lax.scan`` (28 layers
 compile as one body) under ``jax.checkpoint`` with a configurable remat policy. Plain functions
@@ -8,7 +9,8 @@ NNX module in ``flax_qwen3`` wraps these functions and arrays for Flax and Tunix
 
 Math follows transformers' ``modeling_qwen3.py``: pre-norm blocks, RMSNorm in fp32, per-head
 RMSNorm on q and k before rotary embeddings (``rotate_half`` layout), grouped-query attention with
-scale ``head_dim ** -0.5``, SwiGLU MLP, tied or untied LM head.
+scale ``head_dim ** -0.5``, SwiGLU MLP, tied or untied LM head. Qwen2 (``modeling_qwen2.py``) has
+biases on the q, k and v projections instead of the q/k norms; nothing else differs.
 """
 from __future__ import annotations
 
@@ -69,14 +71,17 @@ def param_specs(config: Qwen3Config) -> dict:
         "q_proj": spec(layer, embed, heads, head_dim),
         "k_proj": spec(layer, embed, kv_heads, head_dim),
         "v_proj": spec(layer, embed, kv_heads, head_dim),
-        "q_norm": spec(layer, head_dim),
-        "k_norm": spec(layer, head_dim),
         "o_proj": spec(layer, heads, head_dim, embed),
         "mlp_norm": spec(layer, embed),
         "gate_proj": spec(layer, embed, mlp),
         "up_proj": spec(layer, embed, mlp),
         "down_proj": spec(layer, mlp, embed),
     }
+    if c.qk_norm:
+        layers.update(q_norm=spec(layer, head_dim), k_norm=spec(layer, head_dim))
+    if c.attention_bias:
+        layers.update(q_bias=spec(layer, heads, head_dim), k_bias=spec(layer, kv_heads, head_dim),
+                      v_bias=spec(layer, kv_heads, head_dim))
     vocab = (c.vocab_size, "vocab")
     specs = {"embed": spec(vocab, embed), "layers": layers, "final_norm": spec(embed)}
     if not c.tie_word_embeddings:
@@ -103,14 +108,14 @@ def _is_shape(x) -> bool:
 
 
 def init_params(config: Qwen3Config, rng: jax.Array) -> dict:
-    """Random params: norms at 1, matrices ~ N(0, 0.02^2) (HF's initializer_range), in ``param_dtype``."""
+    """Random params: norms at 1, biases at 0, matrices ~ N(0, 0.02^2) (HF's initializer_range), in ``param_dtype``."""
     shapes = param_shapes(config)
     leaves, treedef = jax.tree.flatten(shapes, is_leaf=_is_shape)
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(shapes, is_leaf=_is_shape)[0]]
     keys = jax.random.split(rng, len(leaves))
     dtype = jnp.dtype(config.param_dtype)
-    out = [jnp.ones(s, dtype) if "norm" in p else (0.02 * jax.random.normal(k, s, jnp.float32)).astype(dtype)
-           for p, s, k in zip(paths, leaves, keys)]
+    out = [jnp.ones(s, dtype) if "norm" in p else jnp.zeros(s, dtype) if "bias" in p
+           else (0.02 * jax.random.normal(k, s, jnp.float32)).astype(dtype) for p, s, k in zip(paths, leaves, keys)]
     return jax.tree.unflatten(treedef, out)
 
 
@@ -205,19 +210,23 @@ def _layer(config: Qwen3Config, x, p, rope, attend, out_in: bool = False):
     b, t, d = x.shape
     dtype = x.dtype
 
-    def proj(name, a):  # [tokens, ...in] -> [tokens, out], one 2-D matmul (see _INPUT_DIMS)
+    def proj(name, a):  # [tokens, ...in] -> [tokens, out], one 2-D matmul (see _INPUT_DIMS), + Qwen2's bias
         w = p[name].astype(dtype)
         if out_in:  # DecodingParams: already 2-D (out, in)
-            return jnp.einsum("ni,oi->no", a.reshape(a.shape[0], -1), w)
-        w = w.reshape(math.prod(w.shape[:_INPUT_DIMS[name]]), -1)
-        return jnp.einsum("ni,io->no", a.reshape(a.shape[0], -1), w)
+            y = jnp.einsum("ni,oi->no", a.reshape(a.shape[0], -1), w)
+        else:
+            w = w.reshape(math.prod(w.shape[:_INPUT_DIMS[name]]), -1)
+            y = jnp.einsum("ni,io->no", a.reshape(a.shape[0], -1), w)
+        bias = p.get(name.replace("_proj", "_bias"))
+        return y if bias is None else y + bias.astype(dtype).reshape(-1)
 
     heads = lambda a: a.reshape(b, t, -1, config.head_dim)  # noqa: E731  [B*T, ...] -> [B, T, N, K]
     h = rms_norm(x, p["attn_norm"], config.rms_norm_eps).reshape(b * t, d)
     q, k, v = heads(proj("q_proj", h)), heads(proj("k_proj", h)), heads(proj("v_proj", h))
     q = constrain(q, ("batch", "length", "heads", "head_dim"))
-    q = apply_rope(rms_norm(q, p["q_norm"], config.rms_norm_eps), *rope)
-    k = apply_rope(rms_norm(k, p["k_norm"], config.rms_norm_eps), *rope)
+    if config.qk_norm:
+        q, k = rms_norm(q, p["q_norm"], config.rms_norm_eps), rms_norm(k, p["k_norm"], config.rms_norm_eps)
+    q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     out, aux = attend(q, k, v)
     x = x + proj("o_proj", out.reshape(b * t, *out.shape[2:])).reshape(b, t, d)
     x = constrain(x, ("batch", "length", None))

@@ -1,0 +1,126 @@
+"""The Qwen2 family (q/k/v biases, no q/k norm: DeepSeek-R1-Distill-Qwen, Qwen2.5-Coder) through the
+same functions as Qwen3: logits vs transformers' Qwen2ForCausalLM, sharded import, export, cached
+decoding and the decode layout, presets."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from microcoder_jax import sharding as shd
+from microcoder_jax.models import (PRESETS, Qwen3Config, decoding_params, forward, init_cache, init_params,
+                                   load_hf_params, param_logical_axes, param_shapes, save_hf_params)
+from tiny_checkpoint import make_tiny_hf_model
+
+jit_forward = jax.jit(forward, static_argnums=1)
+
+
+def _inputs(batch=3, length=24, pad=(0, 5, 11), seed=0):
+    ids = np.random.RandomState(seed).randint(3, 128, (batch, length))
+    mask = np.ones((batch, length), np.int32)
+    for row, p in enumerate(pad):
+        mask[row, :p] = 0
+    return ids, mask
+
+
+def _hf_logits(model, ids, mask):
+    positions = np.maximum(mask.cumsum(-1) - 1, 0)
+    with torch.no_grad():
+        return model(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                     position_ids=torch.tensor(positions)).logits.numpy()
+
+
+@pytest.fixture(scope="module", params=[dict(), dict(tie_word_embeddings=False, num_key_value_heads=1)],
+                ids=["tied_gqa2", "untied_gqa4"])
+def checkpoint(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen2")
+    model = make_tiny_hf_model(seed=5, family="qwen2", **request.param)
+    model.save_pretrained(path)
+    return model, path
+
+
+def test_config_reads_the_family_and_round_trips(checkpoint):
+    _, path = checkpoint
+    config = Qwen3Config.from_hf(path, dtype="float32")
+    assert config.family == "qwen2" and config.attention_bias and not config.qk_norm
+    assert config.head_dim == 16
+    hf = config.to_hf()
+    assert hf["architectures"] == ["Qwen2ForCausalLM"] and hf["model_type"] == "qwen2"
+    assert Qwen3Config.from_hf(hf, dtype="float32") == config
+    assert Qwen3Config.from_json(config.to_json()) == config
+    assert {"q_bias", "k_bias", "v_bias"} <= set(param_shapes(config)["layers"])
+    assert not {"q_norm", "k_norm"} & set(param_shapes(config)["layers"])
+
+
+def test_logits_match_transformers(checkpoint):
+    model, path = checkpoint
+    config = Qwen3Config.from_hf(path, dtype="float32")
+    params = load_hf_params(path, config)
+    assert float(jnp.abs(params["layers"]["q_bias"]).max()) > 0  # the random biases were read
+    ids, mask = _inputs()
+    ours = np.asarray(jit_forward(params, config, jnp.asarray(ids), attention_mask=jnp.asarray(mask))[0])
+    ref = _hf_logits(model, ids, mask)
+    keep = mask.astype(bool)
+    assert np.abs(ours[keep] - ref[keep]).max() / np.abs(ref[keep]).max() < 1e-5
+
+
+def test_sharded_import_and_export_are_bitwise_and_load_in_transformers(checkpoint, tmp_path):
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForCausalLM
+
+    model, path = checkpoint
+    config = Qwen3Config.from_hf(path, dtype="float32")
+    mesh = shd.make_mesh(fsdp=2, tensor=4)
+    params = load_hf_params(path, config, mesh=mesh)
+    want = shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config))
+    assert params["layers"]["q_bias"].sharding.is_equivalent_to(want["layers"]["q_bias"], 3)
+    out = save_hf_params(params, config, tmp_path / "out")
+    a, b = load_file(str(path / "model.safetensors")), load_file(str(out + "/model.safetensors"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert type(hf).__name__ == "Qwen2ForCausalLM"
+    ids, mask = _inputs(seed=1)
+    keep = mask.astype(bool)  # (padding positions hold whatever a fully masked softmax gives; the loaded
+    np.testing.assert_allclose(_hf_logits(hf, ids, mask)[keep], _hf_logits(model, ids, mask)[keep],  # model's
+                               rtol=1e-5, atol=1e-5)  # attention kernel is sdpa, the reference's eager)
+
+
+def test_cached_decoding_in_the_decode_layout_matches_the_full_forward(checkpoint):
+    """Prefill then token-by-token steps over DecodingParams (the samplers' path) give the full
+    forward's logits: the biases survive the (out, in) re-layout."""
+    _, path = checkpoint
+    config = Qwen3Config.from_hf(path, dtype="float32")
+    params = load_hf_params(path, config)
+    ids = jnp.asarray(np.random.RandomState(2).randint(3, 128, (2, 12)))
+    full = np.asarray(jit_forward(params, config, ids)[0])
+    dec = decoding_params(params, config)
+    cache = init_cache(config, 2, 12)
+    step = jax.jit(forward, static_argnums=1)
+    logits, cache = step(dec, config, ids[:, :8], positions=jnp.broadcast_to(jnp.arange(8), (2, 8)), cache=cache,
+                         cache_index=0, attention_mask=jnp.ones((2, 12), bool))
+    got = [np.asarray(logits)]
+    for i in range(8, 12):
+        logits, cache = step(dec, config, ids[:, i:i + 1], positions=jnp.full((2, 1), i), cache=cache,
+                             cache_index=i, attention_mask=jnp.ones((2, 12), bool))
+        got.append(np.asarray(logits))
+    np.testing.assert_allclose(np.concatenate(got, 1), full, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name,billions", [("r1-distill-qwen-1.5b", 1.777), ("r1-distill-qwen-7b", 7.616),
+                                           ("qwen2.5-1.5b", 1.544), ("qwen2.5-7b", 7.616)])
+def test_preset_param_counts(name, billions):
+    """Counts as Hugging Face reports them for the released checkpoints (biases included)."""
+    config = PRESETS[name]
+    assert config.family == "qwen2"
+    assert abs(config.num_params() / 1e9 - billions) < 0.001
+
+
+def test_random_init_has_zero_biases_and_unknown_family_is_refused():
+    config = PRESETS["tiny-qwen2"].replace(dtype="float32")
+    params = init_params(config, jax.random.PRNGKey(0))
+    assert not float(jnp.abs(params["layers"]["k_bias"]).max())
+    assert sum(x.size for x in jax.tree.leaves(params)) == config.num_params()
+    with pytest.raises(ValueError, match="family must be one of"):
+        config.replace(family="llama")
+    with pytest.raises(ValueError, match="Qwen2ForCausalLM"):
+        Qwen3Config.from_hf({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
