@@ -77,7 +77,7 @@ def _explain(argv, define_flags, error: Exception) -> str:
                 hint = f" (did you mean {near[0]}?)" if near else ""
                 others = f"; close keys: {', '.join(near)}" if len(near) > 1 else ""
                 return f"unknown config key {key!r}{hint}{others}; --help lists every key"
-    value = _config_value(argv)
+    value = config_value(argv)
     problem = config_file_problem(value) if value is not None else None
     if problem:
         return problem
@@ -90,7 +90,7 @@ def _explain(argv, define_flags, error: Exception) -> str:
     return text or type(error).__name__
 
 
-def _config_value(argv: Sequence[str]) -> str | None:
+def config_value(argv: Sequence[str]) -> str | None:
     """The `--config` argument (FILE or FILE:ARG) in argv, or None."""
     for i, a in enumerate(argv):
         if a.startswith("--config="):

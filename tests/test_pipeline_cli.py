@@ -1,5 +1,6 @@
 """The data pipeline CLI: --help says what it reads and where it writes, that folder is
 git-ignored, and a data source can be added from the command line."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -21,6 +22,43 @@ def test_help_names_inputs_and_outputs():
     assert "cannot list" not in out  # its own keys, not the run config's
     assert "--config.filter.max_tests=32  larger test sets are sampled down" in out
     assert "--config.sources.samples.harness=''" in out and "--config.verify.timeout=6.0" in out
+    keys = [line.split() for line in out.splitlines() if line.startswith("  --config.")]
+    assert len(keys) > 40 and [k[0] for k in keys if len(k) < 2] == []  # every knob has a meaning
+
+
+def test_the_config_file_starts_from_the_one_set_of_defaults():
+    from microcoder_jax.config import flat_keys
+    from microcoder_jax.data.pipeline import config
+
+    spec = importlib.util.spec_from_file_location("dp_config", os.path.join(ROOT, "configs", "data_pipeline.py"))
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    defaults = config.default_config()
+    assert loaded.get_config().to_dict() == defaults.to_dict()
+    knobs = {k for k, _, _ in config.KNOBS} - {"filter.difficulty.pass_rate_fn_kwargs"}  # an empty dict: no leaf
+    assert {k for k in flat_keys(defaults) if not k.startswith("sources.")} == knobs
+    assert config.source("/p", "apps", limit=3).to_dict() == {"path": "/p", "format": "apps", "priority": 100,
+                                                              "limit": 3, "harness": ""}
+
+
+def test_stage_counts_are_printed_once_and_the_report_is_named(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "microcoder_jax.data.pipeline", "collect", "--workdir",
+                           str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout + proc.stderr).count("'rows': 24, 'dropped': 0") == 1, (proc.stdout, proc.stderr)
+    assert "stage collect: done in" in proc.stderr  # progress on stderr, the counts on stdout
+
+
+@pytest.mark.parametrize("args, line", [
+    (["filter"], "error: filter: needs stage process done in {w} first; run `process` (or `all`)"),
+    (["collect", "--config.filter.oversized=bogus"], "error: filter.oversized='bogus': must be one of"),
+    (["collect", "--source", "x=/a,format=zzz"], "error: sources.x.format='zzz': must be one of 'auto'"),
+    (["collect", "--source", "x=/a,limit=z"], "error: --source 'x=/a,limit=z': limit='z' is not an integer")])
+def test_bad_stage_order_and_values_are_one_line(args, line, tmp_path, capsys):
+    assert cli.main([*args, "--workdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line.format(w=tmp_path)) and len(err.strip().splitlines()) == 1, err
+    assert not os.listdir(tmp_path)  # nothing written
 
 
 def test_default_output_folder_is_git_ignored():

@@ -3,10 +3,12 @@
 Stages (each in its own module): `collect` (readers: LiveCodeBench, APPS/TACO, CodeContests,
 DeepCoder, problem folders; JSONL/JSON/Parquet/HF-cache Arrow), `process` (one schema:
 `microcoder_jax.problems.Problem`), `filters` (+ `dedup`: MinHash/LSH, n-gram contamination),
-`verify` (reference solutions under the evaluator), `report`; `stages` runs them resumably.
+`verify` (reference solutions under the evaluator), `report`; `stages` runs them resumably;
+`config` holds every knob's default and meaning.
 
-    from microcoder_jax.data.pipeline import run_pipeline, shard_paths
-    run_pipeline(cfg, pass_rate_fn=my_fn)   # cfg from configs/data_pipeline.py
+    from microcoder_jax.data.pipeline import config, run_pipeline, shard_paths
+    cfg = config.default_config()           # or get_config() of configs/data_pipeline.py
+    run_pipeline(cfg, pass_rate_fn=my_fn)
 """
 from microcoder_jax.data.pipeline.stages import STAGES, run_pipeline, run_stage, shard_paths
 

@@ -3,8 +3,9 @@
 
 Builds training shards from raw problem dumps on local disk (no downloads).
 
-Reads: the config's `sources` (configs/data_pipeline.py: by default only the bundled sample
-problems, microcoder_jax/data/samples/problems.jsonl). Each source is a file, a glob or a
+Reads: the config's `sources` (without --config only the bundled sample problems,
+microcoder_jax/data/samples/problems.jsonl; add yours in a copy of
+configs/data_pipeline.py). Each source is a file, a glob or a
 directory of JSONL / JSON / Parquet rows or Hugging Face `datasets` .arrow files, in LiveCodeBench,
 APPS/TACO, CodeContests, DeepCoder/rllm, LeetCode (assert tests) or our own format (format=auto
 detects it per row), or, with format=dir, a folder of problem folders (ours, raw APPS, Kattis
@@ -23,17 +24,17 @@ and inputs. A single stage needs the one before it done; --force rebuilds.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-import re
 import sys
 
 from microcoder_jax import cli
 from microcoder_jax.config import ConfigError
-from microcoder_jax.data.pipeline.stages import STAGES, run_pipeline
+from microcoder_jax.data.pipeline import config as pipeline_config
+from microcoder_jax.data.pipeline.stages import STAGES, run_pipeline, stage_done
 
-DEFAULT_CONFIG = os.path.join("configs", "data_pipeline.py")
+DEFAULT_CONFIG = pipeline_config.DEFAULT_FILE  # the defaults; configs/data_pipeline.py starts from them
+HELPS = ("-h", "--help", "-help", "--helpfull")
 
 
 def _define_flags(fv) -> None:
@@ -48,75 +49,50 @@ def _define_flags(fv) -> None:
 
 def add_source(cfg, spec: str) -> None:
     """Add `NAME=PATH[,format=F][,priority=N][,limit=N][,harness=H]` to cfg.sources (--source)."""
-    import ml_collections
-
     name, eq, rest = spec.partition("=")
     path, *options = rest.split(",")
     if not (eq and name.isidentifier() and path):
         raise ValueError(f"--source {spec!r}: expected NAME=PATH[,format=F][,priority=N][,limit=N][,harness=H]")
-    source = {"path": os.path.expanduser(path), "format": "auto", "priority": 100, "limit": 0, "harness": ""}
+    fields = {}
     for option in options:
         key, _, value = option.partition("=")
         if key not in ("format", "priority", "limit", "harness") or not value:
             raise ValueError(f"--source {spec!r}: unknown option {option!r} (format=, priority=, limit=, harness=)")
-        source[key] = value if key in ("format", "harness") else int(value)
+        try:
+            fields[key] = value if key in ("format", "harness") else int(value)
+        except ValueError:
+            raise ValueError(f"--source {spec!r}: {key}={value!r} is not an integer") from None
     with cfg.unlocked():
-        cfg.sources[name] = ml_collections.ConfigDict(source)
-
-
-def config_help(path: str) -> str:
-    """Every key of the pipeline config file `path`, with its value and the comment beside it."""
-    from microcoder_jax.config import flat_keys
-
-    spec = importlib.util.spec_from_file_location("_pipeline_config", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    cfg = module.get_config()
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    blocks = {"c": ""}  # `f = c.filter = ...` makes f the filter block
-    notes = {}
-    for line in text.splitlines():
-        alias = re.match(r"\s*(\w+) = (\w+)\.(\w+) = ml_collections\.ConfigDict", line)
-        if alias and alias.group(2) in blocks:
-            blocks[alias.group(1)] = blocks[alias.group(2)] + alias.group(3) + "."
-            continue
-        knob = re.match(r"\s*(\w+)((?:\.\w+)+) = .*?#\s*(.*)$", line)
-        if knob and knob.group(1) in blocks:
-            notes[blocks[knob.group(1)] + knob.group(2)[1:]] = knob.group(3)
-    lines = []
-    for key in flat_keys(cfg):
-        node = cfg
-        for part in key.split("."):
-            node = node[part]
-        shown = repr(node) if len(repr(node)) <= 40 else repr(node)[:37] + "..."
-        lines.append(f"  --config.{key}={shown}  {notes.get(key, '')}".rstrip())
-    return "\n".join(lines)
+        cfg.sources[name] = pipeline_config.source(os.path.expanduser(path), **fields)
 
 
 def _help(argv: list[str]) -> str:
-    path = next((a.partition("=")[2].partition(":")[0] for a in argv if a.startswith("--config=")), None)
-    if path is None and "--config" in argv[:-1]:
-        path = argv[argv.index("--config") + 1]
-    path = path or DEFAULT_CONFIG
-    try:
-        keys = config_help(path)
-    except Exception as e:  # noqa: BLE001 - help still prints, with the reason the keys are missing
-        keys = f"  (cannot list the config keys of {path}: {type(e).__name__}: {e})"
+    """The doc, the flags, then every key of the config file argv names (or the defaults)."""
+    value = cli.config_value(argv)
+    problem = cli.config_file_problem(value) if value is not None else None
+    if problem:
+        keys = f"  (cannot list the config keys: {problem})"
+    else:
+        try:
+            parsed = cli.parse([a for a in argv if a not in HELPS], prog="", doc="", default_file=DEFAULT_CONFIG,
+                               define_flags=_define_flags)
+            keys = pipeline_config.describe(parsed.config)
+        except ConfigError as e:
+            keys = f"  (cannot list the config keys: {e})"
     from absl import flags
 
     fv = flags.FlagValues()
     _define_flags(fv)
     own = [f"  --{name}: {fl.help}" for name, fl in sorted(fv._flags().items()) if name == fl.name]
+    source = value or "the defaults, microcoder_jax/data/pipeline/config.py"
     return "\n".join([f"usage: {(__doc__ or '').strip()}", "", "flags:", "  --config=FILE: a pipeline config file "
-                      f"(default {DEFAULT_CONFIG})", *own, "",
-                      f"config keys (values from {path}; override with --config.KEY=VALUE):", keys])
+                      "(default: the defaults; configs/data_pipeline.py starts from them)", *own, "",
+                      f"config keys (values from {source}; override with --config.KEY=VALUE):", keys])
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if any(a in ("-h", "--help", "-help", "--helpfull") for a in argv):
+    if any(a in HELPS for a in argv):
         print(_help(argv))  # its own: the run config's --help lists the run's keys, not these
         return 0
 
@@ -125,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                          default_file=DEFAULT_CONFIG, define_flags=_define_flags)
         if len(args.args) != 1 or args.args[0] not in (*STAGES, "all"):
             raise ConfigError(f"expected one STAGE out of {', '.join((*STAGES, 'all'))}, got {args.args}")
+        stages = STAGES if args.args[0] == "all" else (args.args[0],)
         cfg = args.config
         if args.workdir:
             with cfg.unlocked():
@@ -134,15 +111,24 @@ def main(argv: list[str] | None = None) -> int:
                 add_source(cfg, spec)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+        try:
+            pipeline_config.check(cfg)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        first = STAGES.index(stages[0])
+        if first and stage_done(cfg.workdir, STAGES[first - 1]) is None:
+            raise ConfigError(f"{stages[0]}: needs stage {STAGES[first - 1]} done in {cfg.workdir} first; "
+                              f"run `{STAGES[first - 1]}` (or `all`)")
         logging.basicConfig(level=getattr(logging, str(cfg.log_level).upper(), logging.INFO),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-        stages = STAGES if args.args[0] == "all" else (args.args[0],)
         records = run_pipeline(cfg, stages, force=args.force)
         for stage, record in records.items():
             counts = {k: v for k, v in record.items() if k not in ("stage", "fingerprint", "per_source", "shards")}
             print(f"{stage:8s} {counts}")
         if "export" in records:
-            print(f"shards: {os.path.join(cfg.workdir, 'export')} ({len(records['export']['shards'])} files)")
+            export = os.path.join(cfg.workdir, "export")
+            print(f"shards: {export} ({len(records['export']['shards'])} files); "
+                  f"report: {os.path.join(export, 'report.md')}")
         return 0
 
     return cli.main_guard(body)
