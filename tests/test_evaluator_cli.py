@@ -37,6 +37,7 @@ def test_cli_end_to_end(tmp_path, capsys):
     assert (rows[6]["tests_passed"], rows[6]["tests_total"], rows[6]["reward"]) == (1, 2, 0.5)
     summary = capsys.readouterr().out
     assert "pass rate" in summary and "0.3750" in summary and "programs/s" in summary
+    assert summary.strip().splitlines()[-1] == f"results: {out} (8 rows, one per solution, in input order)"
 
 
 def test_cli_reports_unreadable_input(tmp_path, capsys):
@@ -48,6 +49,15 @@ def test_cli_reports_unreadable_input(tmp_path, capsys):
     _write_jsonl(bad, [{"question_id": "x", "tests": "not a list"}])
     assert evaluate.main(["--problems", str(bad), "--solutions", str(bad), "--out", str(out)]) == 2
     assert "row 0" in capsys.readouterr().err
+
+
+def test_cli_refuses_an_output_folder_that_does_not_exist(tmp_path, capsys):
+    problems = tmp_path / "p.jsonl"
+    _write_jsonl(problems, [Problem("own", [TestCase("", "hi\n")]).to_json()])
+    out = tmp_path / "no" / "r.jsonl"
+    assert evaluate.main(["--problems", str(problems), "--solutions", str(problems), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out {out}: no such directory {tmp_path / 'no'}; create it or write elsewhere\n"
 
 
 def test_cli_refuses_to_write_over_its_inputs(tmp_path, capsys):

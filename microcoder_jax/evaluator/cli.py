@@ -82,6 +82,10 @@ def main(argv=None) -> int:
             print(f"error: --out {args.out} is the --{name} file: it would be overwritten; "
                   "write the results somewhere else", file=sys.stderr)
             return 2
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(folder):
+        print(f"error: --out {args.out}: no such directory {folder}; create it or write elsewhere", file=sys.stderr)
+        return 2
     try:
         problems = {p.question_id: p for p in load_problems(args.problems, skip_malformed=args.skip_malformed)}
         rows = _read_solutions(args.solutions, problems)
@@ -107,6 +111,7 @@ def main(argv=None) -> int:
             written = _write_ready(out, rows, results, written, args.reward)
         progress.close()
     _summary(list(results.values()), time.monotonic() - start, args.reward, pool.workers)
+    print(f"results: {args.out} ({len(rows)} rows, one per solution, in input order)")
     return 0
 
 
