@@ -14,7 +14,8 @@ too, before the run stops.
 as the loop does. On the same devices and config it equals the logged row bitwise, except the
 keys that depend on time (`time_*`, `throughput/*`, `share/*`, `cost/*`: sampling and judging
 are not re-run, their saved seconds are used). The command prints the row as one JSON line and
-which keys differ; exit status 0 when none does, 1 otherwise.
+which keys differ; exit status 0 when none does, 1 otherwise. A step in which no group's rewards
+differ (all 0, say) has zero advantages: the command says so, and names saved steps with signal.
 """
 from __future__ import annotations
 
@@ -129,6 +130,33 @@ def saved_config(workdir: str):
     return config
 
 
+def groups_with_signal(workdir: str, step: int, group_size: int) -> tuple[int, int, list]:
+    """(groups whose judged rewards differ, groups, the distinct rewards) of a saved step. With no
+    such group every advantage is 0: the update is weight decay alone, so a replay that equals the
+    logged row says little about the loss and its gradients."""
+    with np.load(_paths(workdir, step)[0]) as data:
+        rewards = np.asarray(data["rewards"], np.float64).reshape(-1, group_size)  # row = prompt * G + sample
+    judged = [g[~np.isnan(g)] for g in rewards]  # a judge_error has no reward
+    informative = sum(len(g) > 1 and g.max() > g.min() for g in judged)
+    distinct = sorted({float(v) for g in judged for v in g})
+    return informative, len(rewards), distinct
+
+
+def _signal_note(workdir: str, step: int) -> str | None:
+    """A warning line when the replayed step has no reward spread in any group, naming saved steps that do."""
+    group_size = saved_config(workdir).sampling.group_size
+    informative, groups, distinct = groups_with_signal(workdir, step, group_size)
+    if informative:
+        return None
+    others = [s for s in saved_steps(workdir) if s != step and groups_with_signal(workdir, s, group_size)[0]]
+    rewards = "all " + ", ".join(f"{v:g}" for v in distinct) if len(distinct) == 1 else "equal within each group"
+    hint = (f"saved steps with signal: {', '.join(map(str, others))}" if others else
+            "save a step whose metrics row has frac_groups_all_equal < 1 (train.save_rollouts)")
+    return (f"note: step {step} has no learning signal (no group's rewards differ: {rewards}), so every "
+            f"advantage is 0 and the update is weight decay alone; the comparison checks little of the "
+            f"loss and its gradients; {hint}")
+
+
 def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     """Re-run step `step` of the run in `workdir`; returns (row, {key: (logged, replayed)} of the
     keys that differ, time-dependent ones left out)."""
@@ -206,6 +234,9 @@ def main(argv=None) -> int:
         row, diffs = replay(args.workdir, args.step, log_fn=lambda m: print(m, file=sys.stderr))
         print(json.dumps(row))
         compared = len([k for k in row if not is_timed(k)])
+        note = _signal_note(args.workdir, args.step)
+        if note:
+            print(note, file=sys.stderr)
         if not diffs:
             print(f"step {args.step}: the replay equals the logged row on all {compared} keys that do not "
                   f"depend on time", file=sys.stderr)
