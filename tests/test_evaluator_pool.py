@@ -253,3 +253,44 @@ def test_wire_format_round_trips_without_pickle():
     for fd in (w, fds[0]):
         os.close(fd)
     theirs.close()
+
+
+def test_checker_output_is_streamed_and_capped():
+    """A checker problem's stdout is spooled as it arrives and streamed to the checker: 8 MiB of
+    two-byte characters reach it whole while the judge's Python heap stays under 4 MiB (holding
+    it, its text and its JSON took ~60 MiB); past the cap it is an output limit, as without a checker."""
+    import tracemalloc
+
+    checker = ("def check(input, expected, output):\n"
+               "    return (output == '\\u00e9' * (4 << 20) + '\\n', f'{len(output)} characters')")
+    problem = Problem("big", [TestCase("", "x")], checker=checker)
+    with EvaluatorPool(workers=1, timeout=10.0, memory_mb=512, output_limit_mb=16) as big:
+        tracemalloc.start()
+        try:
+            (result,) = big.judge([problem], ["print('\\u00e9' * (4 << 20))"])
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert result.verdict == "passed", result
+        assert peak < 4 << 20, f"the judge held {peak / 2**20:.1f} MiB"
+        (flood,) = big.judge([problem], ["print('x' * (17 << 20))"])
+        assert flood.verdict == "runtime_error" and "output limit exceeded (16 MiB)" in flood.reason, flood
+
+
+def test_checker_input_is_the_json_of_the_whole_output_however_it_is_cut():
+    """Escaped piece by piece (multi-byte characters and bad bytes cut across pieces), the
+    checker's input is the JSON of the output decoded whole, every time it is sent."""
+    from microcoder_jax.evaluator.judge import CheckerInput, _Spool
+
+    data = ("a\"b\\\n\t\u00e9\u4e2d\U0001f600\x00".encode() + b"\xff\xc3") * 5000 + "\u00e9".encode()
+    spool = _Spool()
+    for i in range(0, len(data), 777):
+        spool.feed(data[i:i + 777])
+    test = TestCase("1 2\n", "3\n")
+    want = json.dumps({"input": test.input, "expected": test.output,
+                       "output": data.decode("utf-8", errors="replace")}).encode()
+    sent = CheckerInput(test, spool.finish(), chunk=1001)
+    assert b"".join(sent) == want and b"".join(sent) == want  # a retry sends it again
+    assert json.loads(b"".join(CheckerInput(test, "plain \u00e9"))) == {"input": "1 2\n", "expected": "3\n",
+                                                                         "output": "plain \u00e9"}
+    spool.close()

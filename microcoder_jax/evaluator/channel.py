@@ -18,15 +18,20 @@ _HEADER = ("mode", "func_name", "timeout", "wall_timeout", "memory_mb", "output_
 def run_program(sock: socket.socket, request: dict) -> dict | None:
     """Run `request` (judge.py's request: code, input and limits) on the server behind `sock`.
 
+    `request["input"]`: str or bytes, or an iterable of bytes chunks written as the program reads
+    them (a checker's input is made from a spooled output, never held whole).
     The server's reply (exit_code, signal, cpu, wall, killed, oom) plus the status bytes (at
     most `status_limit`) and stdout: fed as it arrives to a fresh `request["stdout_sink"]()`
-    where there is one (its `finish()` is then reply["stdout_match"] and no stdout is kept), else
+    where there is one (its `finish()` is then reply["stdout_sink"] and no stdout is kept), else
     the bytes themselves (at most `output_limit`). reply["overflow"] names the pipe that went
     over its cap ("stdout" or "status"; the program is killed). None when the server is gone.
     """
     code = request["code"].encode("utf-8", errors="surrogateescape")
     data = request["input"]
-    data = data.encode() if isinstance(data, str) else bytes(data)
+    if isinstance(data, str):
+        data = [data.encode()]
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        data = [bytes(data)]
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     st_r, st_w = os.pipe()
@@ -44,7 +49,7 @@ def run_program(sock: socket.socket, request: dict) -> dict | None:
         finally:
             for fd in (in_r, out_w, st_w, code_r):
                 os.close(fd)
-        reply = _exchange(sock, {in_w: memoryview(data), code_w: memoryview(code)}, outputs, mine)
+        reply = _exchange(sock, {in_w: _Input(data), code_w: _Input([code])}, outputs, mine)
     except (OSError, EOFError):
         return None
     finally:
@@ -61,7 +66,7 @@ def run_program(sock: socket.socket, request: dict) -> dict | None:
         reply["killed"], reply["overflow"] = "output", over[0]
     reply["status"] = status.value()
     if out.sink is not None:
-        reply["stdout"], reply["stdout_match"] = b"", out.sink.finish()
+        reply["stdout"], reply["stdout_sink"] = b"", out.sink.finish()
     else:
         reply["stdout"] = out.value()
     return reply
@@ -97,14 +102,40 @@ class _Output:
 _CHUNK = 1 << 16  # a pipe's default capacity: one read, at most this much held per pipe
 
 
+class _Input:
+    """Bytes for one of the program's pipes, drawn from an iterable of chunks as the pipe takes them."""
+
+    def __init__(self, chunks):
+        self._chunks, self._view = iter(chunks), memoryview(b"")
+
+    @property
+    def done(self) -> bool:
+        """Nothing left to write (the next chunk is drawn here)."""
+        while not self._view:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return True
+            self._view = memoryview(chunk)
+        return False
+
+    def write(self, fd: int) -> None:
+        """Write what the pipe takes now (BlockingIOError when it takes nothing)."""
+        if not self.done:
+            self._view = self._view[os.write(fd, self._view[:_CHUNK]):]
+
+    def drop(self) -> None:
+        """The reader is gone: nothing more is written (or drawn)."""
+        self._chunks, self._view = iter(()), memoryview(b"")
+
+
 def _exchange(sock, pending: dict, outputs: dict, mine: list) -> dict | None:
     """Feed stdin and the code, collect capped stdout and status, until the server replies."""
     poller = select.poll()
     for fd in outputs:
         os.set_blocking(fd, False)
         poller.register(fd, select.POLLIN)
-    for fd, view in pending.items():
-        if view:
+    for fd, feed in pending.items():
+        if not feed.done:
             os.set_blocking(fd, False)
             poller.register(fd, select.POLLOUT)
         else:
@@ -119,12 +150,12 @@ def _exchange(sock, pending: dict, outputs: dict, mine: list) -> dict | None:
                     return None
             elif fd in pending:
                 try:
-                    pending[fd] = pending[fd][os.write(fd, pending[fd][:_CHUNK]):]
+                    pending[fd].write(fd)
                 except BlockingIOError:
                     pass
                 except BrokenPipeError:
-                    pending[fd] = pending[fd][:0]
-                if not pending[fd]:  # everything written, or the program closed its end
+                    pending[fd].drop()
+                if pending[fd].done:  # everything written, or the program closed its end
                     poller.unregister(fd)
                     _done(fd, mine)
                     del pending[fd]

@@ -5,11 +5,13 @@ sees an expected output, and nothing it returns is trusted beyond bytes and JSON
 """
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import functools
 import json
 import signal
-from typing import Callable
+import tempfile
+from typing import IO, Callable, Iterator
 
 from microcoder_jax.evaluator import compare
 from microcoder_jax.problems import Problem, TestCase
@@ -23,6 +25,9 @@ Run = Callable[[dict], dict]  # a fork-server round trip: request -> reply
 # A call-based return value (its JSON text) longer than this is "output limit exceeded": parsed,
 # 1 MiB of small integers costs the judge ~50 MiB for a moment; stdout is compared as it arrives.
 RETURN_LIMIT = 1 << 20
+# A checker problem's stdout is spooled as it arrives: in memory up to this, then in an unlinked
+# temporary file, and streamed to the checker from there (capped like any stdout).
+SPOOL_MEMORY = 1 << 20
 
 
 @dataclasses.dataclass
@@ -100,6 +105,9 @@ def judge(problem: Problem, code: str | None, run: Run, limits: Limits = Limits(
             verdict, reason = _test_verdict(problem, test, reply, timeout, limits, run_checker)
         except ValueError as e:  # the problem's own data is broken (e.g. expected is not JSON)
             return judge_error(problem, f"test {index}: {e}")
+        finally:
+            if isinstance(reply.get("stdout_sink"), _Spool):
+                reply["stdout_sink"].close()
         if verdict == "passed":
             result.tests_passed += 1
             continue
@@ -139,8 +147,8 @@ def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeou
         "return_limit": min(RETURN_LIMIT, limits.output_limit_mb << 20),
         # the status line holds the return value escaped once more: at most twice as long
         "status_limit": 2 * min(RETURN_LIMIT, limits.output_limit_mb << 20) + (64 << 10),
-        # stdin tests are compared as the bytes arrive (a checker needs the whole output)
-        "stdout_sink": None if call or problem.checker is not None else functools.partial(
+        # stdin tests are compared as the bytes arrive; a checker's are spooled for it
+        "stdout_sink": None if call else _Spool if problem.checker is not None else functools.partial(
             compare.StdoutMatcher, test.output, tolerance=problem.float_tolerance,
             case_sensitive=problem.metadata.get("case_sensitive", True)),
     }
@@ -193,8 +201,10 @@ def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[s
         if status.get("status") != "ok" or not isinstance(result, str):
             return "runtime_error", "no return value"
         actual = result
-    elif "stdout_match" in reply:  # compared as it arrived (channel.py)
-        ok, reason = reply["stdout_match"]
+    elif problem.checker is not None:  # spooled as it arrived (channel.py)
+        return _run_checker(problem, test, reply["stdout_sink"], run_checker)
+    elif "stdout_sink" in reply:  # compared as it arrived (channel.py)
+        ok, reason = reply["stdout_sink"]
         return ("passed", "") if ok else ("wrong_answer", reason)
     else:
         actual = reply["stdout"].decode("utf-8", errors="replace")
@@ -208,13 +218,52 @@ def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[s
     return ("passed", "") if ok else ("wrong_answer", reason)
 
 
+class _Spool:
+    """A checker problem's stdout sink (channel.py): the bytes as they arrive, in memory up to
+    SPOOL_MEMORY, then in an unlinked temporary file, read back by `CheckerInput`."""
+
+    def __init__(self):
+        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+
+    def feed(self, chunk: bytes) -> None:
+        self.file.write(chunk)
+
+    def finish(self) -> "_Spool":
+        return self
+
+    def close(self) -> None:
+        self.file.close()
+
+
+@dataclasses.dataclass
+class CheckerInput:
+    """The checker's stdin, the JSON of {"input", "expected", "output"}, as chunks: a spooled output
+    is decoded (UTF-8, bad bytes replaced) and escaped a piece at a time, never whole. Each
+    iteration starts over (a retry on a fresh server sends it again)."""
+
+    test: TestCase
+    output: "str | _Spool"
+    chunk: int = 1 << 16
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield json.dumps({"input": self.test.input, "expected": self.test.output})[:-1].encode() + b', "output": "'
+        if isinstance(self.output, str):
+            yield json.dumps(self.output)[1:-1].encode()
+        else:
+            self.output.file.seek(0)
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            while data := self.output.file.read(self.chunk):
+                yield json.dumps(decoder.decode(data))[1:-1].encode()
+            yield json.dumps(decoder.decode(b"", final=True))[1:-1].encode()
+        yield b'"}'
+
+
 def _run_checker(problem, test, actual, run_checker) -> tuple[str, str]:
     """A problem's own checker, in its own sandbox (never the program's): check(input, expected, output)."""
     if run_checker is None:
         raise ValueError("problem has a checker but no checker runner was given")
-    payload = json.dumps({"input": test.input, "expected": test.output, "output": actual})
     reply = run_checker({
-        "mode": "check", "code": problem.checker, "input": payload.encode(), "func_name": None,
+        "mode": "check", "code": problem.checker, "input": CheckerInput(test, actual), "func_name": None,
         "timeout": 10.0, "wall_timeout": 30.0, "memory_mb": 2048, "output_limit": 1 << 20,
     })
     if reply.get("server_died"):
