@@ -1,5 +1,6 @@
 """The GPU paged-attention kernel (models.paged_kernel_gpu, JAX's Pallas/Triton op behind our wrapper)
-= the float64 reference, on CPU in Pallas interpret mode; and the platform choice GPU -> kernel.
+= the float64 reference, on CPU in Pallas interpret mode; it lowers for CUDA ahead of time at Qwen3
+decode shapes (Triton's shape rules checked without a GPU); and the platform choice GPU -> kernel.
 
 Ragged lengths (an idle slot too), a page shared by two slots (a prompt's samples), "no page" table
 entries, GQA, bf16 and int8 pages with their scales. Tiny shapes: interpret mode is slow.
@@ -135,3 +136,18 @@ def test_the_compiled_kernel_on_a_gpu(kv_dtype):
     assert np.isfinite(got).all() and (got[~live] == 0).all()
     np.testing.assert_allclose(got[live], reference(q, k, v, lengths, table)[live], rtol=3e-2,
                                atol=3e-2 * np.abs(v).max())
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "int8"])
+def test_the_kernel_lowers_for_cuda_at_qwen3_decode_shapes(kv_dtype):
+    """Triton's shape rules (powers of two, >= 16-wide dots) hold at Qwen3-1.7B decode shapes: the
+    wrapper lowers for CUDA ahead of time on CPU, to one Triton kernel call."""
+    slots, heads, kv, d, pages, page_size, width = 32, 16, 8, 128, 4096, 16, 288
+    pool = (pa.QuantizedPages(jax.ShapeDtypeStruct((kv, pages, page_size, d), jnp.int8),
+                              jax.ShapeDtypeStruct((kv, pages, page_size), jnp.float32))
+            if kv_dtype == "int8" else jax.ShapeDtypeStruct((kv, pages, page_size, d), jnp.bfloat16))
+    args = (jax.ShapeDtypeStruct((slots, heads, d), jnp.bfloat16), pool, pool,
+            jax.ShapeDtypeStruct((slots,), jnp.int32), jax.ShapeDtypeStruct((slots, width), jnp.int32))
+    fn = jax.jit(lambda *a: gpu_paged_attention(*a, pages_per_block=8, interpret=False))
+    text = fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count("__gpu$xla.gpu.triton") == 1
