@@ -44,7 +44,11 @@ def test_cli_reports_unreadable_input(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     code = evaluate.main(["--problems", str(tmp_path / "nope.jsonl"), "--solutions", str(tmp_path / "s.jsonl"),
                           "--out", str(out)])
-    assert code == 2 and "error:" in capsys.readouterr().err
+    assert code == 2 and capsys.readouterr().err == f"error: --problems {tmp_path / 'nope.jsonl'}: no such file\n"
+    problems = tmp_path / "p.jsonl"
+    _write_jsonl(problems, [LCB_ROW])
+    code = evaluate.main(["--problems", str(problems), "--solutions", str(tmp_path), "--out", str(out)])
+    assert code == 2 and capsys.readouterr().err == f"error: --solutions {tmp_path}: a directory, not a file\n"
     bad = tmp_path / "bad.jsonl"
     _write_jsonl(bad, [{"question_id": "x", "tests": "not a list"}])
     assert evaluate.main(["--problems", str(bad), "--solutions", str(bad), "--out", str(out)]) == 2

@@ -82,6 +82,12 @@ def main(argv=None) -> int:
             print(f"error: --out {args.out} is the --{name} file: it would be overwritten; "
                   "write the results somewhere else", file=sys.stderr)
             return 2
+    for name in ("problems", "solutions"):
+        path = getattr(args, name)
+        if not os.path.exists(path) or os.path.isdir(path):
+            what = "a directory, not a file" if os.path.isdir(path) else "no such file"
+            print(f"error: --{name} {path}: {what}", file=sys.stderr)
+            return 2
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         print(f"error: --out {args.out}: no such directory {folder}; create it or write elsewhere", file=sys.stderr)
