@@ -42,3 +42,8 @@ def test_a_step_without_signal_is_named_with_the_steps_that_have_it(workdir, cap
 def test_a_step_with_signal_has_no_note(workdir, capsys):
     assert replay.main(["--workdir", workdir, "--step", "3"]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_a_folder_that_is_no_training_run_is_named(tmp_path, capsys):
+    assert replay.main(["--workdir", str(tmp_path), "--step", "2"]) == 2
+    assert capsys.readouterr().err == f"error: --workdir={tmp_path}: no config.json; is it a training run?\n"

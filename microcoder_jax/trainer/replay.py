@@ -172,6 +172,7 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     from microcoder_jax.trainer.setup import abstract_train_state, setup
 
     workdir = os.path.abspath(workdir)
+    config = saved_config(workdir)  # first: a folder that is no training run is named as such
     npz, meta_path = _paths(workdir, step)
     if not os.path.exists(npz) or not os.path.exists(meta_path):
         saved = ", ".join(map(str, saved_steps(workdir))) or "none"
@@ -179,7 +180,6 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
                                      f"(saved steps: {saved}); set train.save_rollouts or train.save_rollouts_every")
     with open(meta_path) as f:
         meta = json.load(f)
-    config = saved_config(workdir)
     compile_cache.enable(validate(config)["train"].compile_cache, workdir)
     run = setup(config, workdir)
     states = Checkpointer(os.path.join(workdir, ROLLOUTS_DIR, "states"), async_save=False)
