@@ -161,11 +161,11 @@ class Checkpointer:
             if os.path.isdir(self.directory) else []
         if not failed and not on_disk:
             return None
-        causes = "; ".join(f"step {s}: {c}" for s, c in failed) or \
-            f"step directories {on_disk} are not complete checkpoints"
+        causes = (f"steps {', '.join(str(s) for s, _ in failed)}; the newest: {failed[0][1]}" if failed
+                  else f"step directories {on_disk} are not complete checkpoints")
         raise CheckpointReadError(
             f"no checkpoint in {self.directory} can be read ({causes}). Restore the directory from a copy, "
-            "or start a new run with another --workdir; nothing was written.")
+            "or start a new run with another --workdir; the checkpoints were left as they are.")
 
     def _set_aside(self, steps: list[int]) -> None:
         """Rename unreadable step directories to `<step>.unreadable` (process 0; every host waits)."""

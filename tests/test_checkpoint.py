@@ -114,7 +114,7 @@ def test_no_readable_checkpoint_is_one_line_and_never_a_fresh_start(tmp_path, st
     with pytest.raises(CheckpointReadError) as e:
         ck.restore_readable(state, lines.append)
     msg = str(e.value)
-    assert "\n" not in msg and "step 2:" in msg and "step 1:" in msg and "--workdir" in msg, msg
+    assert "\n" not in msg and "(steps 2, 1; the newest: " in msg and "--workdir" in msg, msg
     assert len(lines) == 2 and "no older checkpoint" in lines[1]
     assert ck.all_steps() == [1, 2]  # nothing moved when nothing could be read
     ck.close()
