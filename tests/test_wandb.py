@@ -108,6 +108,31 @@ def test_offline_run_holds_metrics_and_config_and_a_resume_continues_its_id(tmp_
     assert fresh.run_id != run_id
 
 
+def test_a_resume_does_not_send_the_steps_the_killed_process_logged(tmp_path):
+    """Killed after logging step 4, resumed from checkpoint 2: the continued W&B run gets step 5
+    on only (W&B takes increasing steps); steps 3-4 keep the first process's values there."""
+    pytest.importorskip("wandb")
+    workdir = str(tmp_path / "run")
+    os.makedirs(workdir)
+    c = offline_config(tmp_path)
+    writer = MetricsWriter(workdir, tensorboard=False, extra=open_writer(c, workdir, resume=False))
+    for step in (1, 2, 3, 4):
+        writer.write(step, {"reward_mean": 0.1 * step})
+    writer.close()
+    os.makedirs(tmp_path / "resumed")  # wandb names offline run directories by the second: keep them apart
+    c.wandb.dir = str(tmp_path / "resumed")
+    writer = MetricsWriter(workdir, resume_step=2, tensorboard=False, extra=open_writer(c, workdir, resume=True))
+    for step in (3, 4, 5):
+        writer.write(step, {"reward_mean": 1.0 + step})
+    writer.close()
+    run_id = open(os.path.join(workdir, RUN_ID_FILE)).read().strip()
+    (first,) = glob.glob(str(tmp_path / "wandb" / f"offline-run-*-{run_id}"))
+    (resumed,) = glob.glob(str(tmp_path / "resumed" / "wandb" / f"offline-run-*-{run_id}"))
+    assert sorted(history_and_config(first)[0]) == [1, 2, 3, 4]
+    history = history_and_config(resumed)[0]
+    assert list(history) == [5] and history[5]["reward_mean"] == 6.0
+
+
 @pytest.mark.parametrize("override, message", [
     ("--config.wandb.mode=on", "wandb.mode='on': must be one of disabled, online, offline"),
     ("--config.wandb.project=", "wandb.project='': a W&B project name is required"),
