@@ -4,8 +4,9 @@
         --workdir=runs/qwen3-1.7b_microcoder --config.model.path=/path/to/Qwen3-1.7B \
         --config.data.train_files="train-*.jsonl" --config.eval.files=lcb_v6.jsonl
 
-MODEL: qwen3-1.7b (Qwen3-1.7B) or qwen3-4b (Qwen3-4B-Instruct-2507; half the rows per
-forward/backward). ALGO: the rl preset, i.e. the only block that differs between algorithms:
+MODEL: qwen3-1.7b (Qwen3-1.7B), qwen3-4b (Qwen3-4B-Instruct-2507; half the rows per
+forward/backward) or r1-distill-qwen-1.5b (DeepSeek-R1-Distill-Qwen-1.5B, the Qwen2 architecture many
+code-RL runs start from; not in the paper). ALGO: the rl preset, i.e. the only block that differs between algorithms:
   microcoder  conditional truncation mask (rho 0.1, m 128), clip 0.2/0.28, token-mean, no KL
   grpo        symmetric clip 0.2, sequence-mean of token-means, k3 KL (beta 0.001) to a frozen reference
   dapo        clip-higher 0.2/0.28, token-mean, soft overlong punishment, dynamic sampling
@@ -23,6 +24,10 @@ MODELS = {  # model-specific knobs: the preset (its shape, when no model.path is
     # splits over the FSDP pair
     "qwen3-4b": {"model.preset": "qwen3-4b-instruct-2507", "rl.micro_batch_size": 4, "mesh.tensor": 2,
                  "sampling.slots": 64},
+    # R1-Distill-Qwen-1.5B (Qwen2: q/k/v biases, untied head, 2 KV heads, so the sampler's tensor split
+    # stops at 2 chips): the paper's setting at its own recommended sampling temperature, 0.6
+    "r1-distill-qwen-1.5b": {"model.preset": "r1-distill-qwen-1.5b", "sampling.slots": 64,
+                             "temperature.temperature": 0.6},
 }
 ALGORITHMS = ("microcoder", "grpo", "dapo")
 
