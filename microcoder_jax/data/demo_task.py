@@ -7,12 +7,8 @@ this warm start the model writes valid programs but picks the operation by chanc
 """
 from __future__ import annotations
 
-import functools
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 from microcoder_jax.data.prompts import encode_prompt, left_pad, prompt_bucket, render_prompt
 from microcoder_jax.data.tokenizer import CHATML_TEMPLATE, pad_token_id, train_bpe_tokenizer
@@ -139,49 +135,3 @@ def sft_layout(tokenizer, problems, texts, data_config, max_new_tokens: int, *, 
     attention = np.concatenate([mask, answer_mask], 1)
     loss_mask = np.concatenate([np.zeros_like(mask), answer_mask], 1)
     return tokens, attention, loss_mask
-
-
-@functools.partial(jax.jit, static_argnames=("model_config", "optimizer"), donate_argnums=(0, 1))
-def _sft_step(params, opt_state, tokens, attention, loss_mask, *, model_config, optimizer):
-    """One next-token cross-entropy update on the answer tokens."""
-    from microcoder_jax import models
-
-    def loss_fn(p):
-        logits, _ = models.forward(p, model_config, tokens, attention_mask=attention)
-        logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32))
-        target = tokens[:, 1:]
-        nll = -jnp.take_along_axis(logp, target[..., None], -1)[..., 0]
-        w = loss_mask[:, 1:].astype(jnp.float32)
-        return (nll * w).sum() / jnp.maximum(w.sum(), 1.0)
-
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
-
-
-def warm_start(params, model_config, tokenizer, problems, ops, data_config, *, steps: int,
-               batch_size: int, learning_rate: float, max_new_tokens: int, seed: int,
-               progress: bool = True, log=print, on_loss=None):
-    """Supervised next-token training on answers with random operations; returns new params.
-
-    `on_loss(step, loss)`, if given, receives every step's loss (the warm-start curve in the plots)."""
-    from tqdm import tqdm
-
-    optimizer = optax.adam(learning_rate)
-    opt_state = optimizer.init(params)
-    rng = np.random.default_rng(seed)
-    bar = tqdm(range(steps), desc="warm start", disable=not progress, dynamic_ncols=True)
-    loss = float("nan")
-    for i in bar:
-        chosen = [problems[j] for j in rng.integers(0, len(problems), size=batch_size)]
-        tokens, attention, loss_mask = warm_start_batch(
-            tokenizer, chosen, ops, data_config, max_new_tokens, rng)
-        params, opt_state, loss = _sft_step(params, opt_state, tokens, attention, loss_mask,
-                                            model_config=model_config, optimizer=optimizer)
-        if on_loss is not None:
-            on_loss(i + 1, float(loss))
-        if i % 20 == 0 or i == steps - 1:
-            bar.set_postfix(loss=f"{float(loss):.3f}")
-    if steps:
-        log(f"warm start: {steps} steps, final next-token loss {float(loss):.4f}")
-    return params

@@ -63,10 +63,10 @@ def _finished(workdir: str, steps: int) -> list[dict] | None:
 
 def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print) -> dict:
     """Train every arm for every seed (seed-major); returns {arm: {seed: (rows, timing)}}."""
-    from microcoder_jax.data import truncation_task
+    from microcoder_jax.trainer import warm_start
     from microcoder_jax.trainer.loop import train
 
-    truncation_task.reuse_warm_starts(True)
+    warm_start.reuse_warm_starts(True)
     results = {a.name: {} for a in arms}
     total, t_all, trained = len(arms) * len(seeds), time.perf_counter(), 0
     every = max(1, steps // 8)

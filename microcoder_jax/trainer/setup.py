@@ -27,6 +27,7 @@ from microcoder_jax.problems import Problem
 from microcoder_jax.rl.config import RLConfig
 from microcoder_jax.sampling.config import SamplingConfig
 from microcoder_jax.sampling.temperature import TemperatureConfig
+from microcoder_jax.trainer import warm_start
 from microcoder_jax.trainer.config import EvalConfig, TrainConfig
 from microcoder_jax.rl import step as rl_step
 
@@ -137,16 +138,12 @@ def initial_params(run: Run, log_fn=print):
         return models.load_hf_params(config.model.path, run.model_config, mesh=run.mesh)
     params = models.init_params(run.model_config, jax.random.PRNGKey(config.seed))
     if config.train.warm_start_steps:
-        # demo.votes: the truncation task's answers (a scratchpad of votes before the program)
-        votes = dict(votes_range=tuple(config.demo.votes), accuracy=config.demo.vote_accuracy)
-        task, extra = (truncation_task, votes) if config.demo.votes else (demo_task, {})
         with open(os.path.join(run.workdir, "warm_start.jsonl"), "w") as curve:  # plotted by plot.py
-            params = task.warm_start(
-                params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo.ops,
-                config.data, steps=config.train.warm_start_steps, batch_size=config.demo.warm_start_batch,
-                learning_rate=config.demo.warm_start_lr, max_new_tokens=config.sampling.max_new_tokens,
+            params = warm_start.warm_start(
+                params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo, config.data,
+                steps=config.train.warm_start_steps, max_new_tokens=config.sampling.max_new_tokens,
                 seed=config.seed, progress=config.train.progress, log=log_fn,
-                on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"), **extra)
+                on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"))
     return params
 
 
