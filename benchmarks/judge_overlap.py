@@ -23,6 +23,7 @@ from microcoder_jax import cli
 from microcoder_jax import config as config_lib
 from microcoder_jax.checkpoint import Checkpointer
 from microcoder_jax.evaluator.pool import EvaluatorPool
+from microcoder_jax.trainer.learner import scorer
 from microcoder_jax.trainer.rollout import GroupJudge, collect, finish, generate
 from microcoder_jax.trainer.setup import key, setup, start_state
 
@@ -36,7 +37,7 @@ def sequential(run, pool, params, problems, prompts, rng, times):
                       max_new_tokens=c.sampling.max_new_tokens, top_p=1.0, top_k=0, rng=rng)
     times["sample"] += time.perf_counter() - t0
     judge.add(0, sample)
-    return finish(run, judge, sample, params, None, on_host=False, times=times)[0]
+    return finish(run, judge, sample, times=times, score=scorer(run, params, None, on_host=False))[0]
 
 
 def main(argv) -> int:
@@ -64,8 +65,8 @@ def main(argv) -> int:
                 times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
                 t0 = time.perf_counter()
                 if name == "overlapped":
-                    rollouts[name] = collect(run, pool, params, None, problems, prompts, temperature=1.0,
-                                             rng=rng, on_host=False, times=times)[0]
+                    rollouts[name] = collect(run, pool, params, problems, prompts, temperature=1.0, rng=rng,
+                                             times=times, score=scorer(run, params, None, on_host=False))[0]
                 else:
                     rollouts[name] = sequential(run, pool, params, problems, prompts, rng, times)
                 jax.block_until_ready(rollouts[name].old_logprobs)

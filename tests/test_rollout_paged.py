@@ -12,6 +12,7 @@ from microcoder_jax.config import default_config
 from microcoder_jax.evaluator import Problem, TestCase, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, informative_groups, refill_certain
+from microcoder_jax.trainer.learner import scorer
 from microcoder_jax.trainer.rollout import GroupJudge, collect, generate
 from microcoder_jax.trainer.setup import block_fields
 from microcoder_jax.trainer.step_batch import collect_step
@@ -106,8 +107,8 @@ def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool, cas
     run.stop_ids = c["stop_ids"]
     problems, prompts, temperature, rng = c["problems"], c["prompts"], c["temperature"], jax.random.PRNGKey(c["seed"])
     judged = OrderPool(pool)
-    rollout, counts, _ = collect(run, judged, params, None, problems, prompts, temperature=temperature,
-                                 rng=rng, on_host=True, times=times())
+    rollout, counts, _ = collect(run, judged, params, problems, prompts, temperature=temperature,
+                                 rng=rng, times=times(), score=scorer(run, params, None, on_host=True))
     assert judged.submits == len(problems)  # one submission per group, as each finished
     assert judged.order == c["order"]  # out_of_order: a later group reached the judge first
     sample = generate(run, params, prompts, num_samples=G, temperature=temperature, max_new_tokens=MAX_NEW,
@@ -184,8 +185,9 @@ def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, mo
     lead = [NEVERS] * (3 if case == "session_full" else 1)
     batches = lead + [([EVEN, ODD], [refill, refill[::-1]])] * 3
     counting = CountingPool(pool)
-    got = collect_step(run, counting, params, None, prompt_feed(batches), temperature=1.0,
-                       key_for=lambda k: jax.random.PRNGKey(10 + k), times=times())
+    got = collect_step(run, counting, params, prompt_feed(batches), temperature=1.0,
+                       key_for=lambda k: jax.random.PRNGKey(10 + k), times=times(),
+                       score=scorer(run, params, None, on_host=True))
     assert got.generations >= len(lead) + 1 and got.sessions == len(CountingSession.shapes)
     assert counting.submits == got.generations * 2  # every group went to the judge on its own
     widths = [shape.prompt_width for shape in CountingSession.shapes]
@@ -201,8 +203,9 @@ def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, mo
 def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, pool):
     run = make_run(engine="static", dynamic=True)
     batches = [([NEVER, NEVER], [[5, 6], [7, 8]])] + [([EVEN, ODD], [[30, 31], [32, 33]])] * 3
-    got = collect_step(run, pool, params, None, prompt_feed(batches), temperature=1.0,
-                       key_for=lambda k: jax.random.PRNGKey(10 + k), times=times())
+    got = collect_step(run, pool, params, prompt_feed(batches), temperature=1.0,
+                       key_for=lambda k: jax.random.PRNGKey(10 + k), times=times(),
+                       score=scorer(run, params, None, on_host=True))
     assert got.generations >= 2 and got.sessions == 0
     check_full_batch(got, 16)
 

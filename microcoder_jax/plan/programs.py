@@ -180,17 +180,14 @@ def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Progr
 
 
 def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program:
+    """The train step on the batch the loop gives it: a `Rollout` (rl/batch.py) with old log-probs,
+    the reference's under the KL term, the sampler's under rl.is_correction."""
+    from microcoder_jax.rl import batch as rollout_type
     from microcoder_jax.rl import step as rl_step
 
     mc = model_config_for(config, tpu, shapes.seq)
-    n, s = shapes.rows, shapes.seq
-    batch = {k: _rows(mesh, (n, s), d) for k, d in (("tokens", jnp.int32), ("attention_mask", jnp.int32),
-                                                     ("response_mask", jnp.int32), ("old_logprobs", jnp.float32))}
-    for k, d in (("rewards", jnp.float32), ("passed", bool), ("no_code", bool), ("truncated", bool),
-                 ("response_lengths", jnp.int32), ("temperature", jnp.float32), ("sample_entropy", jnp.float32)):
-        batch[k] = _rows(mesh, (n,), d)
-    if rl_config.kl_beta > 0:
-        batch["ref_logprobs"] = _rows(mesh, (n, s), jnp.float32)
+    batch = rollout_type.abstract(shapes.rows, shapes.seq, lambda shape, dtype: _rows(mesh, shape, dtype),
+                                  ref=rl_config.kl_beta > 0, sampler=rl_config.is_correction != "none")
     step = rl_step.make_train_step(mc, rl_config, mesh)
     jitted = step.jitted  # pyright: ignore[reportAttributeAccessIssue] (set on the step function in rl/step.py)
     return Program("train step", jitted, (abstract_state(mc, rl_config, mesh), batch), {}, mc)

@@ -42,6 +42,8 @@ MEANINGS = {  # what each field means, as --help shows it (a test checks every f
     "is_low": "mis: lowest r kept", "is_high": "mis: highest r kept",
     "packing": "run the old-log-prob pass and the train step on rows laid end to end (same loss and update)",
     "pack_width": "packing: tokens per packed row (None = the batch's padded width)",
+    "off_policy_steps": "k: batches sampled ahead in a background thread with weights at most k updates old "
+                        "(0 = synchronous; k >= 1 wants is_correction=tis, one process)",
 }
 
 
@@ -100,6 +102,10 @@ class RLConfig:
     is_level: str = "token"
     is_low: float = 0.5
     is_high: float = 2.0
+    # Rollouts ahead of the learner (trainer/pipeline.py): 0 samples each batch with the params
+    # that train on it; k >= 1 samples while the learner trains, with weights up to k updates old
+    # (the old log-probs are the learner's then, so is_correction=tis weighs the stale sampler).
+    off_policy_steps: int = 0
     # Optimizer: AdamW, warmup then decay, global-norm clipping.
     learning_rate: float = 1e-6
     warmup_steps: int = 0
@@ -144,6 +150,10 @@ class RLConfig:
         if not 0.0 < self.is_low <= 1.0 <= self.is_high < 1e8:
             self._fail("is_low", f"with rl.is_high={self.is_high!r}: need 0 < is_low <= 1 <= is_high < 1e8 "
                        "(the band keeps on-policy tokens)")
+        if isinstance(self.off_policy_steps, bool) or not isinstance(self.off_policy_steps, int) or \
+                self.off_policy_steps < 0:
+            self._fail("off_policy_steps", "must be an int >= 0 (0 = synchronous; 1 = sample the next batch "
+                       "while the learner trains)")
         if not isinstance(self.packing, bool):
             self._fail("packing", "must be True or False")
         if self.pack_width is not None and (isinstance(self.pack_width, bool) or not isinstance(

@@ -164,15 +164,17 @@ def packed_logprobs(params, model_config, tokens, temperature, packing: packing_
     return packing_lib.scatter(out, packing, tokens.shape)
 
 
-def _logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
-              micro_batch: int | None = None, packing=None):
+def batch_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
+                   micro_batch: int | None = None, packing=None):
+    """[N, S] log-probs of padded rows, on their packed layout when `packing` is given: the one
+    old-log-prob computation (traceable; the learner jits it, the step calls it for a batch without)."""
     if packing is None:
         return micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature,
                                       chunk, micro_batch)
     return packed_logprobs(params, model_config, tokens, temperature, packing, chunk, micro_batch)
 
 
-_jit_logprobs = jax.jit(_logprobs, static_argnames=("model_config", "chunk", "micro_batch"))
+_jit_logprobs = jax.jit(batch_logprobs, static_argnames=("model_config", "chunk", "micro_batch"))
 
 
 def check_temperature(temperature) -> None:

@@ -1,8 +1,10 @@
 """The jitted MicroCoder-GRPO train step: one call does every mini-batch update of a rollout batch.
 
-Inside one jit: advantages and truncation masks (rl.advantages), old log-probs at the rollout
-temperature when the batch has none (computed once with the incoming params, i.e. the policy that
-sampled the batch, before the first update), then a lax.scan over mini-batches, each an AdamW
+The batch is a `Rollout` (rl/batch.py; a dict of its fields, with an optional "packing", is
+accepted too). Inside one jit: advantages and truncation masks (rl.advantages), old log-probs when
+the batch has none (the learner's `rl.logprobs.batch_logprobs`, with the incoming params, before
+the first update: the direct-API path; the loop's learner passes them), then a lax.scan over
+mini-batches, each an AdamW
 update of gradients accumulated over micro-batches with an inner lax.scan. The aggregation's
 per-token loss weights of each update are computed over its whole mini-batch (all micro-batches,
 all devices) first, so accumulation is exact in every aggregation mode.
@@ -16,7 +18,7 @@ masks, rho's uniforms drawn from `state.rng`) is data, so the step compiles once
 With kl_beta = 0 no reference model exists anywhere; with kl_beta > 0 the loop passes
 `ref_logprobs` (from `compute_logprobs` on its frozen reference params) in the batch.
 
-Packed (`batch["packing"]`, an rl.packing.Packing of the batch per mini-batch): advantages and
+Packed (`packing`, an rl.packing.Packing of the batch per mini-batch): advantages and
 each mini-batch's loss weights are computed on the padded rows exactly as without it, then every
 per-token input is gathered into the packed rows, which the forward and backward run on; the
 micro-batches are the packed rows that hold as many tokens as `micro_batch_size` padded rows.
@@ -40,7 +42,8 @@ from microcoder_jax.rl import corrections
 from microcoder_jax.rl import packing as packing_lib
 from microcoder_jax.rl.advantages import compute_advantages
 from microcoder_jax.rl.config import RLConfig
-from microcoder_jax.rl.logprobs import micro_batched_logprobs, packed_logprobs, sequence_logprobs
+from microcoder_jax.rl.batch import Rollout, as_rollout
+from microcoder_jax.rl.logprobs import batch_logprobs, sequence_logprobs
 from microcoder_jax.rl.losses import clipped_surrogate, k3_kl, loss_weights
 
 
@@ -189,61 +192,38 @@ def _check_shapes(n: int, cfg: RLConfig) -> int:
     return micro
 
 
-def _packed_data(params, batch, pk, loss_mask, advantages, model_config, cfg: RLConfig, micro: int):
+def _packed_data(batch: Rollout, pk, loss_mask, advantages, old, cfg: RLConfig):
     """The step's per-token inputs on the packed rows [M * R, W] (see the module doc)."""
-    n, s = batch["tokens"].shape
+    n, s = batch.tokens.shape
     m = cfg.num_minibatches
-    if pk.src.shape[0] % (m * micro):
-        raise ValueError(f"{pk.src.shape[0]} packed rows are not {m} mini-batches of whole "
-                         f"micro-batches of {micro}: pack with rl.packing.for_step")
     weights = jax.vmap(lambda x: loss_weights(x, cfg.aggregation, cfg.loss_constant))(
         loss_mask.reshape(m, n // m, s)).reshape(n, s)
     gather = lambda x: packing_lib.gather(x.astype(jnp.float32), pk)  # noqa: E731
-    temperature = packing_lib.row_values(batch["temperature"].astype(jnp.float32), pk, s)
     data = {
-        "tokens": packing_lib.gather(batch["tokens"], pk),
+        "tokens": packing_lib.gather(batch.tokens, pk),
         "attention_mask": pk.segment_ids > 0,
         "segment_ids": pk.segment_ids,
         "positions": pk.positions,
         "loss_mask": gather(loss_mask),
         "loss_weights": gather(weights),
         "advantages": jnp.where(pk.segment_ids > 0, packing_lib.row_values(advantages, pk, s), 0.0),
-        "temperature": temperature,
+        "temperature": packing_lib.row_values(batch.temperature.astype(jnp.float32), pk, s),
+        "old_logprobs": gather(old),
     }
-    old = batch.get("old_logprobs")
-    if old is None:  # the incoming params are the policy that sampled the batch
-        data["old_logprobs"] = jax.lax.stop_gradient(micro_batched_logprobs(
-            params, model_config, data["tokens"], data["attention_mask"], temperature,
-            cfg.logprob_chunk, micro, positions=pk.positions, segment_ids=pk.segment_ids))
-    else:
-        data["old_logprobs"] = gather(old)
     if cfg.kl_beta > 0:
-        data["ref_logprobs"] = gather(batch["ref_logprobs"])
+        data["ref_logprobs"] = gather(batch.ref_logprobs)
     return data
 
 
-def _mismatch_correction(params, batch, loss_mask, model_config, cfg: RLConfig, micro: int):
-    """rl.corrections on the padded rows: (batch with old log-probs, loss mask, token weights, metrics).
-
-    Old log-probs the batch lacks are computed here once (on the packed rows when packed) and put
-    in the batch, so the step below reads them instead of computing them again.
-    """
-    if "sampler_logprobs" not in batch:
-        raise ValueError(f"rl.is_correction={cfg.is_correction!r} needs batch['sampler_logprobs'] "
-                         "(the sampler's per-token log-probs, Rollout.sampler_logprobs)")
-    if batch.get("old_logprobs") is None:  # the incoming params are the policy that sampled the batch
-        pk = batch.get("packing")
-        if pk is None:
-            old = micro_batched_logprobs(params, model_config, batch["tokens"], batch["attention_mask"],
-                                         batch["temperature"], cfg.logprob_chunk, micro)
-        else:
-            old = packed_logprobs(params, model_config, batch["tokens"], batch["temperature"], pk,
-                                  cfg.logprob_chunk,
-                                  packing_lib.micro_rows(micro, batch["tokens"].shape[1], pk.src.shape[1]))
-        fields = batch.as_dict() if hasattr(batch, "as_dict") else dict(batch)
-        batch = {**fields, "old_logprobs": jax.lax.stop_gradient(old)}
-    loss_mask, weight, metrics = corrections.apply(cfg, batch["old_logprobs"], batch["sampler_logprobs"], loss_mask)
-    return batch, loss_mask, weight, metrics
+def _old_logprobs(params, batch: Rollout, pk, model_config, cfg: RLConfig, micro: int):
+    """The batch's old log-probs [N, S], or, when it has none, the one computation the learner
+    runs (rl.logprobs.batch_logprobs) with the incoming params: the policy before any update."""
+    if batch.old_logprobs is not None:
+        return batch.old_logprobs.astype(jnp.float32)
+    if pk is not None:
+        micro = packing_lib.micro_rows(micro, batch.tokens.shape[1], pk.src.shape[1])
+    return jax.lax.stop_gradient(batch_logprobs(params, model_config, batch.tokens, batch.attention_mask,
+                                                batch.temperature, cfg.logprob_chunk, micro, packing=pk))
 
 
 def all_finite(tree) -> jax.Array:
@@ -258,43 +238,46 @@ def skip_unless(ok: jax.Array, new, old):
 
 
 def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
-               param_sh=None) -> tuple[TrainState, dict]:
-    """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation."""
+               param_sh=None, packing=None) -> tuple[TrainState, dict]:
+    """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation.
+    `batch`: a Rollout, or a dict of its fields (+ "packing"); `packing` an rl.packing.Packing."""
     optimizer = make_optimizer(cfg)
-    n = batch["tokens"].shape[0]
+    batch, pk = as_rollout(batch)
+    pk = packing if packing is not None else pk
+    n = batch.tokens.shape[0]
     micro = _check_shapes(n, cfg)
-    if cfg.kl_beta > 0 and "ref_logprobs" not in batch:
+    if cfg.kl_beta > 0 and batch.ref_logprobs is None:
         raise ValueError("kl_beta > 0 needs batch['ref_logprobs'] (compute_logprobs on the reference)")
+    if cfg.is_correction != "none" and batch.sampler_logprobs is None:
+        raise ValueError(f"rl.is_correction={cfg.is_correction!r} needs batch['sampler_logprobs'] "
+                         "(the sampler's per-token log-probs, Rollout.sampler_logprobs)")
     rng, mask_key = jax.random.split(state.rng)
     uniforms = jax.random.uniform(mask_key, (n,))
     advantages, row_weight, adv_stats = compute_advantages(cfg, batch, uniforms)
 
     m = cfg.num_minibatches
-    loss_mask = batch["response_mask"].astype(jnp.float32) * row_weight[:, None]
+    loss_mask = batch.response_mask.astype(jnp.float32) * row_weight[:, None]
+    old = _old_logprobs(state.params, batch, pk, model_config, cfg, micro)
     is_weight, is_metrics = None, {}
     if cfg.is_correction != "none":  # token weights (and dropped tokens) before the aggregation's weights
-        batch, loss_mask, is_weight, is_metrics = _mismatch_correction(
-            state.params, batch, loss_mask, model_config, cfg, micro)
-    pk = batch.get("packing")
+        loss_mask, is_weight, is_metrics = corrections.apply(cfg, old, batch.sampler_logprobs, loss_mask)
     if pk is not None:  # micro-batches of packed rows holding as many tokens as `micro` rows
-        micro = packing_lib.micro_rows(micro, batch["tokens"].shape[1], pk.src.shape[1])
-        data = _packed_data(state.params, batch, pk, loss_mask, advantages, model_config, cfg, micro)
+        micro = packing_lib.micro_rows(micro, batch.tokens.shape[1], pk.src.shape[1])
+        if pk.src.shape[0] % (m * micro):
+            raise ValueError(f"{pk.src.shape[0]} packed rows are not {m} mini-batches of whole "
+                             f"micro-batches of {micro}: pack with rl.packing.for_step")
+        data = _packed_data(batch, pk, loss_mask, advantages, old, cfg)
     else:
-        old = batch.get("old_logprobs")
-        if old is None:  # the incoming params are the policy that sampled the batch
-            old = jax.lax.stop_gradient(micro_batched_logprobs(
-                state.params, model_config, batch["tokens"], batch["attention_mask"],
-                batch["temperature"], cfg.logprob_chunk, micro))
         data = {
-            "tokens": batch["tokens"],
-            "attention_mask": batch["attention_mask"],
+            "tokens": batch.tokens,
+            "attention_mask": batch.attention_mask,
             "loss_mask": loss_mask,
             "advantages": advantages,
-            "old_logprobs": old.astype(jnp.float32),
-            "temperature": batch["temperature"].astype(jnp.float32),
+            "old_logprobs": old,
+            "temperature": batch.temperature.astype(jnp.float32),
         }
         if cfg.kl_beta > 0:
-            data["ref_logprobs"] = batch["ref_logprobs"].astype(jnp.float32)
+            data["ref_logprobs"] = batch.ref_logprobs.astype(jnp.float32)
     if is_weight is not None:
         data["is_weight"] = is_weight if pk is None else packing_lib.gather(is_weight, pk)
     rows = data["tokens"].shape[0]
@@ -329,7 +312,7 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
         "ratio_max": rmax.max(),
         "approx_kl": sums["approx_kl"] / tokens,
         "entropy": sums["entropy"] / tokens,
-        "response_length_mean": batch["response_lengths"].astype(jnp.float32).mean(),
+        "response_length_mean": batch.response_lengths.astype(jnp.float32).mean(),
         "nonfinite_skipped": skipped.sum(dtype=jnp.int32),
         **adv_stats,
         **is_metrics,
@@ -342,16 +325,17 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
 def make_train_step(model_config, rl_config: RLConfig, mesh=None):
     """step(state, batch) -> (state, metrics): jitted, state donated, FSDP-sharded under a mesh."""
     if mesh is None:
-        fn = lambda state, batch: train_step(state, batch, model_config=model_config, cfg=rl_config)
+        fn = lambda state, batch, packing=None: train_step(state, batch, model_config=model_config,  # noqa: E731
+                                                           cfg=rl_config, packing=packing)
         return jax.jit(fn, donate_argnums=0)
     sh = state_shardings(model_config, rl_config, mesh)
-    fn = lambda state, batch: train_step(state, batch, model_config=model_config, cfg=rl_config,
-                                         param_sh=sh.params)
+    fn = lambda state, batch, packing=None: train_step(state, batch, model_config=model_config,  # noqa: E731
+                                                       cfg=rl_config, param_sh=sh.params, packing=packing)
     jitted = jax.jit(fn, donate_argnums=0, out_shardings=(sh, sharding.replicated(mesh)))
 
-    def step(state: TrainState, batch: Any):  # a dict or a Rollout (read by field name)
+    def step(state: TrainState, batch: Any, packing=None):  # a Rollout, or a dict of its fields
         with jax.set_mesh(mesh):
-            return jitted(state, batch)
+            return jitted(state, batch, packing)
 
     step.jitted = jitted  # for compile counting (`step.jitted._cache_size()`)
     return step

@@ -1,11 +1,15 @@
 """`python -m microcoder_jax.train [--config=configs/FILE.py[:ARG]] [--config.KEY=VALUE ...] [--workdir=DIR]`
 
-The RL loop. Each step: take a batch of prompts, collect a judged `Rollout` at the scheduler's
-temperature (step_batch.py, rollout.py: sample, judge this host's rows while the old log-probs
-run on the device, gather; under DAPO, refill until enough groups differ), the jitted GRPO step
-(rl/step.py: every mini-batch update), the scheduler update, the metrics row (metrics.py), and
-checkpoints / evaluation on their schedules. A run restarts from the newest complete checkpoint in
-its workdir and continues exactly (params, optimizer, data position, scheduler, keys).
+The RL loop: a short orchestration of two roles. The rollout worker (worker.py: sampler, judge
+pool, prompt stream, temperature scheduler) produces each step's judged `Rollout` (step_batch.py,
+rollout.py: sample, judge, gather; under DAPO, refill until enough groups differ); the learner
+(learner.py: train state, old log-probs, packing) trains on it with the jitted GRPO step
+(rl/step.py: every mini-batch update); then the metrics row (metrics.py), and checkpoints /
+evaluation on their schedules. `rl.off_policy_steps` = k (pipeline.py): 0 runs the two in turn
+(the old log-probs overlap the judge); k >= 1 samples the next batches in a background thread
+with weights at most k updates old while the learner trains. A run restarts from the newest
+complete checkpoint in its workdir and continues exactly (params, optimizer, data position,
+scheduler, keys, batches in flight).
 Multi-host: every process takes the same global prompt batch; sharding.py holds every device and
 process detail. Without --config it runs the demo (a tiny model learning a
 synthetic task on a CPU in minutes). `--help` lists every config key with its default and meaning.
@@ -13,7 +17,6 @@ synthetic task on a CPU in minutes). `--help` lists every config key with its de
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -28,12 +31,12 @@ from microcoder_jax import config as config_lib
 from microcoder_jax.checkpoint import Checkpointer, CheckpointReadError, CheckpointWriteError
 from microcoder_jax.config_check import validate
 from microcoder_jax.data import loader
-from microcoder_jax.rl import packing
-from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix, step_record
+from microcoder_jax.trainer.learner import Learner, row, scorer
+from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix
+from microcoder_jax.trainer.pipeline import Pipeline, load_inflight, prune_inflight, save_inflight
 from microcoder_jax.trainer.replay import RolloutSaver
 from microcoder_jax.trainer.resume import record_config
-from microcoder_jax.trainer.rollout import probe_temperature
-from microcoder_jax.trainer.step_batch import collect_step
+from microcoder_jax.trainer.worker import RolloutWorker
 from microcoder_jax.trainer.setup import abstract_train_state, key, setup, start_state
 
 log = logging.getLogger("microcoder_jax.trainer.loop")
@@ -54,12 +57,14 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
 
     from microcoder_jax.trainer import evaluation as eval_lib
     from microcoder_jax.evaluator.config import open_pool
-    from microcoder_jax.rl import step as rl_step
     from microcoder_jax.trainer.setup import problem_files
-    from microcoder_jax.sampling.diversity import diversity_metrics
     from microcoder_jax.sampling.temperature import TemperatureScheduler
 
-    train_config = validate(config)["train"]
+    blocks = validate(config)
+    train_config, rl = blocks["train"], blocks["rl"]
+    if rl.off_policy_steps and jax.process_count() > 1:
+        raise config_lib.ConfigError(f"rl.off_policy_steps={rl.off_policy_steps}: off-policy rollouts run in one "
+                                     f"process; this run has {jax.process_count()}. Use 0 for multi-host runs.")
     workdir = os.path.abspath(workdir)
     compile_cache.enable(train_config.compile_cache, workdir)  # before the first compile
     primary = jax.process_index() == 0
@@ -68,7 +73,6 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     record_config(workdir, config_lib.to_dict(config), write=False, log_fn=lambda message: None)
     run = setup(config, workdir)
     record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
-    rl, G = run.rl_config, run.sampling.group_size
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=run.train.keep_checkpoints,
                         async_save=run.train.async_checkpoint)
     scheduler = TemperatureScheduler(run.temperature)
@@ -84,59 +88,46 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True,
                            extra=wandb_run) if primary else None
     pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
-    train_step = rl_step.make_train_step(run.model_config, rl, run.mesh)
+    learner = Learner(run, state, begin.ref_params)
+    worker = RolloutWorker(run, pool, scheduler, data, state.params, start)
     saver = RolloutSaver(run, workdir)  # train.save_rollouts: batches kept for replay.py
     bar = tqdm(total=run.train.steps, initial=start, desc="train", disable=not (run.train.progress and primary),
                dynamic_ncols=True)
-    if run.temperature.policy == "diversity" and run.temperature.probe and not scheduler.probed:
-        first = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
-        decision = probe_temperature(run, scheduler, state.params,
-                                     [run.prompt_set.prompts[i] for i in next(first)], key(run.seed, 2))
-        log_fn(f"temperature probe: {decision.temperature:g} ({decision.reason})")
-        if writer is not None:
-            writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
-
-    def next_prompts():  # the next generation batch: (problems, prompts)
-        indices = next(data)
-        return [run.prompt_set.problems[i] for i in indices], [run.prompt_set.prompts[i] for i in indices]
+    decision = worker.probe(log_fn)
+    if decision is not None and writer is not None:
+        writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
+    in_flight = load_inflight(workdir, start) if start else []
+    if in_flight:
+        log_fn(f"resuming with {len(in_flight)} batch(es) sampled before the checkpoint (rl.off_policy_steps)")
+    pipeline = Pipeline(worker, k=rl.off_policy_steps, start=start, steps=run.train.steps, params=state.params,
+                        score_for=lambda: scorer(run, learner.params, learner.ref_params, on_host=rl.dynamic_sampling),
+                        ready=tuple(in_flight))
 
     nonfinite_streak = 0  # consecutive steps with a skipped non-finite update
     guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
     try:
         for step in range(start, run.train.steps):
-            t_step, temperature = time.perf_counter(), scheduler.temperature
-            times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
-            pool.take()  # tests an evaluation ran are not this step's
-            got = collect_step(run, pool, state.params, begin.ref_params, next_prompts, temperature=temperature,
-                               key_for=functools.partial(key, run.seed, 1, step), times=times)
-            batch = got.batch
-            saver.save_state(step + 1, state)  # before the step donates it
-            t0 = time.perf_counter()
-            step_in = batch
-            if rl.packing:  # rl.packing: the step runs on each mini-batch's rows laid end to end
-                step_in = {**batch.as_dict(), "packing": packing.for_step(batch.attention_mask, rl, run.mesh)}
-            state, step_metrics = train_step(state, sharding.put_batch(step_in, run.mesh))
-            step_metrics = jax.device_get(step_metrics)
-            times["train"] = time.perf_counter() - t0
-            saver.save_rollout(step + 1, got, times, temperature)  # a non-finite step too
+            t_step = time.perf_counter()
+            produced = pipeline.get(step, learner.params, step)  # k = 0: sampled now with these params
+            times = {**produced.times, "rollout_wait": time.perf_counter() - t_step}
+            saver.save_state(step + 1, learner.state)  # before the step donates it
+            batch, step_metrics, times["train"], gap = learner.train(produced.batch)
+            got = dataclasses.replace(produced.got, batch=batch, gaps=produced.got.gaps + ([gap] if gap is not None
+                                                                                          else []))
+            saver.save_rollout(step + 1, got, times, produced.temperature, step - produced.version)  # non-finite too
             # the step skipped its non-finite updates (params untouched); a streak of them stops the run
             nonfinite_streak = nonfinite_streak + 1 if int(step_metrics["nonfinite_skipped"]) else 0
-            div = diversity_metrics(batch.tokens[:, -run.sampling.max_new_tokens:], batch.response_lengths, G,
-                                    entropy=batch.sample_entropy)
-            decision = scheduler.update(step, div)
-            record = step_record(step_metrics, batch, div, signal=run.temperature.signal,
-                                 temperature=temperature, next_temperature=scheduler.temperature,
-                                 times=times, verdicts=got.verdicts, ds_stats=got.ds_stats,
-                                 generations=got.generations, t_step=t_step, group_size=G,
-                                 devices=jax.device_count(), judge_tests=sharding.allgather_counts(
-                                     {"tests": pool.take()}, ("tests",)).get("tests", 0))
-            record["sampler_logprob_gap"] = sum(got.gaps) / len(got.gaps)
+            decision = produced.decision
+            record = row(run, step_metrics, batch, produced.div, temperature=produced.temperature,
+                         next_temperature=produced.next_temperature, times=times, verdicts=got.verdicts,
+                         ds_stats=got.ds_stats, generations=got.generations, gaps=got.gaps, t_step=t_step,
+                         judge_tests=produced.judge_tests, staleness=step - produced.version)
             done = step + 1
             if writer is not None:
                 record = writer.write(done, record)
                 if decision.changed:
                     writer.write_text(done, "temperature", json.dumps(decision.to_dict()))
-            saver.save_record(done, record, scheduler.temperature)
+            saver.save_record(done, record, produced.next_temperature)
             if decision.changed:
                 log_fn(f"temperature {decision.previous:g} -> {decision.temperature:g} at step {done}: "
                        f"{decision.reason}")
@@ -152,17 +143,25 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                     f"checkpoint (step {ckpt.latest_step()}) holds finite params; lower rl.learning_rate or "
                     f"check the data before resuming.")
             if run.train.eval_every and done % run.train.eval_every == 0 and run.eval_problems:
-                eval_lib.evaluate_at_step(run, pool, state.params, done, writer, key(run.seed, 3, done), log_fn)
+                pipeline.drain()  # the worker idle: the pool and the sampler are the evaluation's
+                eval_lib.evaluate_at_step(run, pool, learner.params, done, writer, key(run.seed, 3, done), log_fn)
             stopping = guard.requested
             if stopping or done == run.train.steps or (run.train.checkpoint_every
                                                        and done % run.train.checkpoint_every == 0):
-                ckpt.save(done, state, {"step": done, "data": data.get_state(),
-                                        "scheduler": scheduler.state_dict()})
+                ahead = pipeline.drain()  # sampled, not yet trained on: saved with the state
+                if ahead:
+                    save_inflight(workdir, done, ahead)
+                last = ahead[-1] if ahead else produced  # the worker's state after its newest batch
+                ckpt.save(done, learner.state, {"step": done, "data": last.data_state,
+                                                "scheduler": last.scheduler_state})
+                prune_inflight(workdir, set(ckpt.all_steps()) | {done})
             ckpt.poll()  # a failed background save stops the run here, in one line
             if stopping and done < run.train.steps:
                 raise guard.stop(done, ckpt.directory)
+            pipeline.publish(learner.params, done)
     finally:
         try:  # the guard stays up while closing: a second signal during the final save exits at once
+            pipeline.close()
             bar.close()
             ckpt.close()
             saver.close()
@@ -171,7 +170,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                 writer.close()
         finally:
             guard.uninstall()
-    return state
+    return learner.state
 
 
 def _define_flags(fv) -> None:

@@ -10,12 +10,13 @@ sampling policy, reference log-probs under KL) as `rollouts/step_N.npz` beside
 times, the sampler log-prob gaps and the logged row). A step whose loss is not finite is saved
 too, before the run stops.
 
-`replay` restores that state, runs the jitted train step on the saved batch and builds the row
-as the loop does. On the same devices and config it equals the logged row bitwise, except the
-keys that depend on time (`time_*`, `throughput/*`, `share/*`, `cost/*`: sampling and judging
-are not re-run, their saved seconds are used). The command prints the row as one JSON line and
-which keys differ; exit status 0 when none does, 1 otherwise. A step in which no group's rewards
-differ (all 0, say) has zero advantages: the command says so, and names saved steps with signal.
+`replay` restores that state and runs the loop's learner (trainer/learner.py: packing, the
+jitted train step, the metrics row) on the saved batch. On the same devices and config it equals
+the logged row bitwise, except the keys that depend on time (`time_*`, `throughput/*`, `share/*`,
+`cost/*`: sampling and judging are not re-run, their saved seconds are used). The command
+prints the row as one JSON line and which keys differ; exit status 0 when none does, 1
+otherwise. A step in which no group's rewards differ (all 0, say) has zero advantages: the
+command says so, and names saved steps with signal.
 """
 from __future__ import annotations
 
@@ -75,8 +76,9 @@ class RolloutSaver:
         if self.wants(step):
             self._states().save(step - 1, state, {"step": step - 1})
 
-    def save_rollout(self, step: int, got, times: dict, temperature: float) -> None:
-        """After the train step (before its loss is checked): the batch and what the row needs."""
+    def save_rollout(self, step: int, got, times: dict, temperature: float, staleness: int = 0) -> None:
+        """After the train step (before its loss is checked): the batch as trained (old log-probs
+        in) and what the row needs; `staleness`: updates between its sampling and training policies."""
         if not self.wants(step):
             return
         arrays = {name: sharding.to_host(v) for name, v in got.batch.as_dict().items()}
@@ -84,9 +86,9 @@ class RolloutSaver:
             npz, meta_path = _paths(os.path.dirname(self.dir), step)
             os.makedirs(self.dir, exist_ok=True)
             np.savez(npz, **arrays)  # pyright: ignore[reportArgumentType] (no array is named allow_pickle)
-            meta = {"step": step, "policy_step": step - 1, "temperature": temperature, "times": dict(times),
-                    "verdicts": got.verdicts, "ds_stats": got.ds_stats, "generations": got.generations,
-                    "gaps": [float(g) for g in got.gaps], "devices": jax.device_count()}
+            meta = {"step": step, "policy_step": step - 1, "staleness": staleness, "temperature": temperature,
+                    "times": dict(times), "verdicts": got.verdicts, "ds_stats": got.ds_stats,
+                    "generations": got.generations, "gaps": [float(g) for g in got.gaps], "devices": jax.device_count()}
             _write_json(meta_path, meta)
 
     def save_record(self, step: int, record: dict, next_temperature: float) -> None:
@@ -142,13 +144,23 @@ def groups_with_signal(workdir: str, step: int, group_size: int) -> tuple[int, i
     return informative, len(rewards), distinct
 
 
+def _has_signal(workdir: str, step: int, group_size: int) -> bool:
+    try:
+        return groups_with_signal(workdir, step, group_size)[0] > 0
+    except (ValueError, OSError, KeyError):  # not whole groups, or an unreadable file: not offered
+        return False
+
+
 def _signal_note(workdir: str, step: int) -> str | None:
     """A warning line when the replayed step has no reward spread in any group, naming saved steps that do."""
     group_size = saved_config(workdir).sampling.group_size
-    informative, groups, distinct = groups_with_signal(workdir, step, group_size)
+    try:
+        informative, groups, distinct = groups_with_signal(workdir, step, group_size)
+    except ValueError:  # rows that are not whole groups: nothing to say
+        return None
     if informative:
         return None
-    others = [s for s in saved_steps(workdir) if s != step and groups_with_signal(workdir, s, group_size)[0]]
+    others = [s for s in saved_steps(workdir) if s != step and _has_signal(workdir, s, group_size)]
     rewards = "all " + ", ".join(f"{v:g}" for v in distinct) if len(distinct) == 1 else "equal within each group"
     hint = (f"saved steps with signal: {', '.join(map(str, others))}" if others else
             "save a step whose metrics row has frac_groups_all_equal < 1 (train.save_rollouts)")
@@ -163,12 +175,11 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     from microcoder_jax import config as config_lib
     from microcoder_jax.checkpoint import Checkpointer
     from microcoder_jax.config_check import validate
-    from microcoder_jax.rl import packing
-    from microcoder_jax.rl import step as rl_step
-    from microcoder_jax.sampling.diversity import diversity_metrics
+    from microcoder_jax.rl.batch import Rollout
     from microcoder_jax.trainer import compile_cache
-    from microcoder_jax.trainer.metrics import plain_row, step_record
-    from microcoder_jax.trainer.rollout import Rollout
+    from microcoder_jax.trainer.learner import Learner, row as step_row
+    from microcoder_jax.trainer.metrics import plain_row
+    from microcoder_jax.trainer.rollout import diversity
     from microcoder_jax.trainer.setup import abstract_train_state, setup
 
     workdir = os.path.abspath(workdir)
@@ -193,25 +204,15 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     with np.load(npz) as data:
         batch = Rollout(**{name: data[name] for name in data.files})
     log_fn(f"replaying step {step} from the state of step {meta['policy_step']} ({len(batch.rewards)} rows)")
-    train_step = rl_step.make_train_step(run.model_config, run.rl_config, run.mesh)
-    step_in = batch  # as the loop feeds the step (loop.py)
-    if run.rl_config.packing:
-        step_in = {**batch.as_dict(), "packing": packing.for_step(batch.attention_mask, run.rl_config, run.mesh)}
-    t0 = time.perf_counter()
-    state, metrics = train_step(state, sharding.put_batch(step_in, run.mesh))
-    metrics = jax.device_get(metrics)
-    times = {**meta["times"], "train": time.perf_counter() - t0}
-    div = diversity_metrics(batch.tokens[:, -run.sampling.max_new_tokens:], batch.response_lengths,
-                            run.sampling.group_size, entropy=batch.sample_entropy)
+    batch, metrics, train_s, _ = Learner(run, state, None).train(batch)  # as the loop trains it
+    times = {**meta["times"], "train": train_s}
     logged = meta.get("record")  # absent when the step's loss was not finite
     step_s = (logged or {}).get("time_step_s", sum(meta["times"].values()))
-    record = step_record(metrics, batch, div, signal=run.temperature.signal, temperature=meta["temperature"],
-                         next_temperature=meta.get("next_temperature", meta["temperature"]), times=times,
-                         verdicts=meta["verdicts"], ds_stats=meta["ds_stats"], generations=meta["generations"],
-                         t_step=time.perf_counter() - (step_s - meta["times"]["train"] + times["train"]),
-                         group_size=run.sampling.group_size, devices=jax.device_count(),
-                         judge_tests=(logged or {}).get("judge_tests"))
-    record["sampler_logprob_gap"] = sum(meta["gaps"]) / len(meta["gaps"])
+    record = step_row(run, metrics, batch, diversity(run, batch), temperature=meta["temperature"],
+                      next_temperature=meta.get("next_temperature", meta["temperature"]), times=times,
+                      verdicts=meta["verdicts"], ds_stats=meta["ds_stats"], generations=meta["generations"],
+                      gaps=meta["gaps"], t_step=time.perf_counter() - (step_s - meta["times"]["train"] + train_s),
+                      judge_tests=(logged or {}).get("judge_tests"), staleness=meta.get("staleness", 0))
     row = plain_row(step, record)
     diffs = {}
     if logged is not None:

@@ -1,73 +1,29 @@
 """The rollout: sample G responses per prompt, judge this host's rows, gather, assemble a `Rollout`.
 
-`Rollout` is the one contract between the sampler, the judge and the train step: built once, with
-the rewards in, from the sampler's output (its per-row temperature included) and the verdicts.
-`collect` makes one: it starts the judge on this host's rows (with the paged engine, each group as
-soon as the sampler reports it finished, so judging overlaps the tail of decoding), computes the
-old log-probs on the device while the pool judges (the training forward at the sampling params;
-see ARCHITECTURE.md "Old log-probs"), then all-gathers the verdicts so every host holds the same
-global rows. `GroupJudge` and `finish` are those two halves, for callers that drive the sampler
-themselves (step_batch.py: DAPO refills pushed into one running paged session).
+`Rollout` (rl/batch.py) is the one contract between the rollout worker, the judge and the learner:
+built once, with the rewards in, from the sampler's output (its per-row temperature and
+log-probs included) and the verdicts. `collect` makes one: it starts the judge on this host's
+rows (with the paged engine, each group as soon as the sampler reports it finished, so judging
+overlaps the tail of decoding), lets the learner's `score` (learner.scorer: the old log-probs of
+a synchronous run) run on the device while the pool judges, then all-gathers the verdicts so
+every host holds the same global rows. `GroupJudge` and `finish` are those two halves, for
+callers that drive the sampler themselves (step_batch.py: DAPO refills pushed into one running
+paged session).
 """
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import sharding
 from microcoder_jax.evaluator import VERDICTS, extract_code, reward
-from microcoder_jax.rl import packing
-from microcoder_jax.rl.logprobs import compute_logprobs
+from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.sampling.samplers import make_sampler
 
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class Rollout:
-    """One judged batch, N rows prompt-major (row = prompt * G + sample), S = prompt bucket + max_new.
-
-    tokens / attention_mask / response_mask [N, S] int32: [left-padded prompt | response];
-    old_logprobs [N, S] f32 (the sampling policy's, column t = log p(tokens[t])); rewards [N] f32;
-    passed / no_code / truncated [N] bool; response_lengths [N] int32; temperature and
-    sample_entropy [N] f32 from the sampler; ref_logprobs [N, S] f32 only when the KL term is on;
-    sampler_logprobs [N, S] f32 in old_logprobs' layout: the sampler's own log-probs of the response
-    tokens (0 elsewhere), the behaviour policy of rl.corrections (None in batches saved before it).
-    Fields read by name too (`rollout["tokens"]`), as the step and dynamic sampling do.
-    """
-
-    tokens: Any
-    attention_mask: Any
-    response_mask: Any
-    response_lengths: Any
-    truncated: Any
-    temperature: Any
-    sample_entropy: Any
-    old_logprobs: Any
-    rewards: Any
-    passed: Any
-    no_code: Any
-    ref_logprobs: Optional[Any] = None
-    sampler_logprobs: Optional[Any] = None
-
-    def __getitem__(self, name: str):
-        return getattr(self, name)
-
-    def __contains__(self, name: str) -> bool:
-        return getattr(self, name, None) is not None
-
-    def get(self, name: str, default=None):
-        value = getattr(self, name, None)
-        return default if value is None else value
-
-    def as_dict(self) -> dict:
-        """The set fields as a dict of arrays (what host-side row regrouping works on)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None}
+__all__ = ["Rollout", "GroupJudge", "collect", "finish", "generate", "sampler_for", "sequences"]
 
 
 def sequences(sample) -> dict[str, np.ndarray]:
@@ -120,15 +76,6 @@ def verdict_arrays(results, codes, mode: str):
     for r in results:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     return rewards, passed, no_code, counts
-
-
-@jax.jit
-def logprob_gap(old_logprobs, sampler_logprobs, response_mask):
-    """Mean |training-forward - sampler| log-prob over response tokens: the decode numerics' drift."""
-    width = sampler_logprobs.shape[1]
-    mask = response_mask[:, -width:].astype(jnp.float32)
-    diff = jnp.abs(old_logprobs[:, -width:] - sampler_logprobs) * mask
-    return jnp.sum(diff) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
 class GroupJudge:
@@ -192,56 +139,41 @@ class GroupJudge:
         return results, codes
 
 
-def finish(run, judge: GroupJudge, sample, params, ref_params, *, on_host: bool,
-           times: dict) -> tuple[Rollout, dict, float]:
-    """The rollout of a sampled batch whose rows `judge` holds: old (and reference) log-probs
+def finish(run, judge: GroupJudge, sample, *, times: dict,
+           score: Optional[Callable] = None) -> tuple[Rollout, dict, Optional[float]]:
+    """The rollout of a sampled batch whose rows `judge` holds: the learner's `score` (if given)
     dispatched to the device, then the verdicts waited for and all-gathered.
-    Returns (rollout, verdict counts over all hosts, logprob_gap)."""
+    Returns (rollout, verdict counts over all hosts, the sampler/learner log-prob gap or None)."""
     n = len(sample.lengths)
     t0 = time.perf_counter()
     seq = sequences(sample)
     temps = np.asarray(sample.temperature, np.float32)
-    on_device = sharding.put_batch({"tokens": seq["tokens"], "mask": seq["attention_mask"], "t": temps}, run.mesh)
-    micro = min(run.rl_config.micro_batch_size, n)
-    micro, pack = (micro if n % micro == 0 else None), None
-    if run.rl_config.packing:  # rl.packing: the pass runs on the rows laid end to end
-        pack, micro = packing.for_logprobs(seq["attention_mask"], run.rl_config, run.mesh)
-        pack = sharding.put_batch(pack, run.mesh)
-    keep = sharding.to_host if on_host else (lambda x: x)
-
-    def logprobs(p):  # dispatched now, runs on the device while the pool judges
-        return keep(compute_logprobs(p, run.model_config, on_device["tokens"], on_device["mask"],
-                                     on_device["t"], chunk=run.rl_config.logprob_chunk,
-                                     micro_batch=micro, packing=pack))
-
-    old = logprobs(params)
-    ref = logprobs(ref_params) if ref_params is not None else None
+    scored = score(seq, temps) if score is not None else None  # runs on the device while the pool judges
     t1 = time.perf_counter()
     results, codes = judge.results()
     times["judge_wait"] += time.perf_counter() - t1
     times["judge"] += time.perf_counter() - t0
     sampler_lp = sampler_logprobs(sample, seq["response_mask"])
-    check = sharding.put_batch({"lp": sampler_lp, "mask": seq["response_mask"]}, run.mesh)
-    gap = float(logprob_gap(old, check["lp"], check["mask"]))
+    logprobs, gap = scored(sampler_lp) if scored is not None else ({}, None)
     rewards, passed, no_code, counts = verdict_arrays(results, codes, run.evaluator.reward)
     rewards, passed, no_code = sharding.allgather_rows((rewards, passed, no_code), n)
     rollout = Rollout(
         **seq, response_lengths=np.asarray(sample.lengths, np.int32),
         truncated=np.asarray(sample.truncated, bool), temperature=temps,
-        sample_entropy=np.asarray(sample.entropy, np.float32), old_logprobs=old,
-        rewards=rewards, passed=passed, no_code=no_code, ref_logprobs=ref, sampler_logprobs=sampler_lp)
+        sample_entropy=np.asarray(sample.entropy, np.float32), rewards=rewards, passed=passed,
+        no_code=no_code, sampler_logprobs=sampler_lp, **logprobs)
     return rollout, sharding.allgather_counts(counts, VERDICTS), gap
 
 
-def collect(run, pool, params, ref_params, problems, prompts, *, temperature: float, rng,
-            on_host: bool, times: dict) -> tuple[Rollout, dict, float]:
+def collect(run, pool, params, problems, prompts, *, temperature: float, rng, times: dict,
+            score: Optional[Callable] = None) -> tuple[Rollout, dict, Optional[float]]:
     """Sample, judge and assemble one Rollout for these prompts; returns (rollout, verdict
-    counts, logprob_gap). The sampler's own log-probs go in the Rollout (rl.corrections) and give that gap.
+    counts, the log-prob gap when `score` is given). The sampler's own log-probs go in the
+    Rollout (rl.corrections, and the learner's gap).
 
     Paged engine: each group goes to the judge when the sampler reports it finished, so judging
     overlaps the tail of decoding; the rows, rewards and their order are those of judging after.
-    `on_host`: log-probs as numpy (dynamic sampling regroups rows on the host), else left on the
-    devices. `times` accumulates sample / judge / judge_wait seconds (judge: from the end of
+    `times` accumulates sample / judge / judge_wait seconds (judge: from the end of
     sampling to the last verdict; judge_wait: the part spent blocked on the pool).
     """
     s, G = run.sampling, run.sampling.group_size
@@ -250,7 +182,15 @@ def collect(run, pool, params, ref_params, problems, prompts, *, temperature: fl
     sample = generate(run, params, prompts, num_samples=G, temperature=temperature, max_new_tokens=s.max_new_tokens,
                       top_p=s.top_p, top_k=s.top_k, rng=rng, on_group_done=judge.add)
     times["sample"] += time.perf_counter() - t0
-    return finish(run, judge, sample, params, ref_params, on_host=on_host, times=times)
+    return finish(run, judge, sample, times=times, score=score)
+
+
+def diversity(run, batch: Rollout) -> dict:
+    """The temperature scheduler's diversity metrics of a batch's responses."""
+    from microcoder_jax.sampling.diversity import diversity_metrics
+
+    return diversity_metrics(batch.tokens[:, -run.sampling.max_new_tokens:], batch.response_lengths,
+                             run.sampling.group_size, entropy=batch.sample_entropy)
 
 
 def probe_temperature(run, scheduler, params, prompts, key):

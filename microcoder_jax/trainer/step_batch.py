@@ -32,7 +32,8 @@ from microcoder_jax import sharding
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill_certain
 from microcoder_jax.sampling.paged_sampler import PagedSession
 from microcoder_jax.sampling.sampler import SamplerOutput, prompt_bucket
-from microcoder_jax.trainer.rollout import GroupJudge, Rollout, collect, finish, sampler_for
+from microcoder_jax.rl.batch import Rollout
+from microcoder_jax.trainer.rollout import GroupJudge, collect, finish, sampler_for
 
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
 
@@ -45,7 +46,8 @@ def session_prompts(num_prompts: int, rl_config) -> int:
 @dataclasses.dataclass
 class StepRollout:
     """The step's batch and what it took: verdict counts over every generation batch, DAPO stats,
-    how many generation batches, each batch's sampler log-prob gap, sessions opened (paged DAPO)."""
+    how many generation batches, each batch's sampler/learner log-prob gap (when the learner
+    scored it), sessions opened (paged DAPO)."""
 
     batch: Rollout
     verdicts: dict
@@ -55,26 +57,28 @@ class StepRollout:
     sessions: int = 0
 
 
-def collect_step(run, pool, params, ref_params, next_prompts: Callable[[], tuple[list, list]], *,
-                 temperature: float, key_for: Callable[[int], object], times: dict) -> StepRollout:
+def collect_step(run, pool, params, next_prompts: Callable[[], tuple[list, list]], *, temperature: float,
+                 key_for: Callable[[int], object], times: dict, score: Optional[Callable] = None) -> StepRollout:
     """The step's batch; `next_prompts()` gives the next generation batch's (problems, prompts),
-    `key_for(k)` the sampling key of generation batch k (see the module doc)."""
+    `key_for(k)` the sampling key of generation batch k (see the module doc); `score` the
+    learner's (learner.scorer) for each generation batch, or None."""
     rl, sampler = run.rl_config, sampler_for(run)
     if rl.dynamic_sampling and sampler.sessions:
-        return RefillLoop(run, pool, sampler, params, ref_params, temperature, key_for, times).collect(next_prompts)
-    buffer, verdicts, gaps = GroupBuffer(), {}, []
+        return RefillLoop(run, pool, sampler, params, score, temperature, key_for, times).collect(next_prompts)
+    buffer, verdicts, gaps, generations = GroupBuffer(), {}, [], 0
     while True:
         problems, prompts = next_prompts()
-        rollout, counts, gap = collect(run, pool, params, ref_params, problems, prompts, temperature=temperature,
-                                       rng=key_for(len(gaps)), on_host=rl.dynamic_sampling, times=times)
+        rollout, counts, gap = collect(run, pool, params, problems, prompts, temperature=temperature,
+                                       rng=key_for(generations), times=times, score=score)
+        generations += 1
         _add_counts(verdicts, counts)
-        gaps.append(gap)
+        gaps += [gap] if gap is not None else []
         if not rl.dynamic_sampling:
             return StepRollout(rollout, verdicts, {}, 1, gaps)
         buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=run.sampling.group_size,
                                               num_prompts=len(prompts), max_refills=rl.max_refills)
         if full is not None:
-            return StepRollout(Rollout(**full), verdicts, ds_stats, len(gaps), gaps)
+            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, gaps)
 
 
 def _add_counts(total: dict, counts: dict) -> None:
@@ -102,7 +106,7 @@ class RefillLoop:
     pool: Any
     sampler: Any  # a sampler with sessions (sampling/samplers.py)
     params: Any
-    ref_params: Any
+    score: Optional[Callable]  # the learner's (learner.scorer), or None
     temperature: float
     key_for: Callable[[int], object]
     times: dict
@@ -111,6 +115,7 @@ class RefillLoop:
     buffer: GroupBuffer = dataclasses.field(default_factory=GroupBuffer)
     verdicts: dict = dataclasses.field(default_factory=dict)
     gaps: list = dataclasses.field(default_factory=list)
+    added: int = 0  # generation batches judged and added
     pushed: int = 0  # generation batches pushed
     sessions: int = 0  # sessions opened
     early: int = 0  # refills pushed before the batches before them were added
@@ -170,10 +175,10 @@ class RefillLoop:
             while self.pending and self.pending[0].judge.complete and (session.done or known[0][0].all()):
                 batch = self.pending.pop(0)
                 known.pop(0)
-                rollout, counts, gap = finish(run, batch.judge, batch.sample, self.params, self.ref_params,
-                                              on_host=True, times=self.times)
+                rollout, counts, gap = finish(run, batch.judge, batch.sample, times=self.times, score=self.score)
                 _add_counts(self.verdicts, counts)
-                self.gaps.append(gap)
+                self.added += 1
+                self.gaps += [gap] if gap is not None else []
                 self.buffer, full, ds_stats = add_rollouts(self.buffer, rollout.as_dict(), group_size=G,
                                                            num_prompts=run.data.num_prompts,
                                                            max_refills=rl.max_refills)
@@ -182,7 +187,7 @@ class RefillLoop:
                         raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
                     session.close()
                     ds_stats = {**ds_stats, "ds_early_refills": self.early, "ds_sessions": self.sessions}
-                    return StepRollout(Rollout(**full), self.verdicts, ds_stats, len(self.gaps), self.gaps,
+                    return StepRollout(Rollout(**full), self.verdicts, ds_stats, self.added, self.gaps,
                                        self.sessions)
             if not session.done:
                 self.run_session(every)

@@ -1,0 +1,147 @@
+"""The learner: owns the train state, the old (and reference) log-probs, packing and the step.
+
+It trains on the `Rollout`s the rollout worker (worker.py) hands it. Old log-probs are the
+training forward at the learner's params when it trains on the batch (rl.logprobs.batch_logprobs,
+here and nowhere else in the loop): for a synchronous run (rl.off_policy_steps=0) those are the
+params that sampled it, and `scorer()` lets the worker dispatch them per generation batch while
+the judge runs; a batch sampled k updates ago gets them at train time, and rl.is_correction
+weighs the sampler's stale log-probs against them. Packing is decided here for both passes
+(rl.packing). `row` builds the metrics row of a trained batch: the loop's and replay's tail.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from microcoder_jax import sharding
+from microcoder_jax.rl import packing
+from microcoder_jax.rl.batch import Rollout
+from microcoder_jax.rl.logprobs import compute_logprobs
+
+
+def logprob_packing(run, attention_mask) -> tuple[Optional[packing.Packing], Optional[int]]:
+    """The old-log-prob pass's (packing, micro-batch): packed rows under rl.packing, else None and
+    micro_batch_size rows (None when it does not divide the batch)."""
+    n = np.shape(attention_mask)[0]
+    if run.rl_config.packing:
+        pack, micro = packing.for_logprobs(attention_mask, run.rl_config, run.mesh)
+        return sharding.put_batch(pack, run.mesh), micro
+    micro = min(run.rl_config.micro_batch_size, n)
+    return None, (micro if n % micro == 0 else None)
+
+
+def step_packing(run, attention_mask) -> Optional[packing.Packing]:
+    """The train step's packed layout (one group per mini-batch) under rl.packing, else None."""
+    return packing.for_step(attention_mask, run.rl_config, run.mesh) if run.rl_config.packing else None
+
+
+def logprobs(run, params, tokens, attention_mask, temperature):
+    """[N, S] log-probs of these rows at `params` (dispatched, not waited for): the one old- and
+    reference-log-prob pass of the loop."""
+    on_device = sharding.put_batch({"tokens": tokens, "mask": attention_mask, "t": temperature}, run.mesh)
+    pack, micro = logprob_packing(run, attention_mask)
+    return compute_logprobs(params, run.model_config, on_device["tokens"], on_device["mask"], on_device["t"],
+                            chunk=run.rl_config.logprob_chunk, micro_batch=micro, packing=pack)
+
+
+@jax.jit
+def _gap(old_logprobs, sampler_logprobs, response_mask):
+    width = sampler_logprobs.shape[1]
+    mask = response_mask[:, -width:].astype(jnp.float32)
+    diff = jnp.abs(old_logprobs[:, -width:] - sampler_logprobs) * mask
+    return jnp.sum(diff) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def logprob_gap(run, old_logprobs, sampler_logprobs, response_mask) -> float:
+    """Mean |learner - sampler| log-prob over response tokens: the decode numerics' drift, plus
+    the policy's drift when the batch was sampled updates ago (rl.off_policy_steps)."""
+    check = sharding.put_batch({"lp": sampler_logprobs, "mask": response_mask}, run.mesh)
+    return float(_gap(old_logprobs, check["lp"], check["mask"]))
+
+
+Scored = Callable[[Any], tuple[dict, float]]
+
+
+def scorer(run, params, ref_params, *, on_host: bool) -> Callable[[dict, Any], Scored]:
+    """For the synchronous loop: `score(seq, temperature)` dispatches the old (and reference)
+    log-probs of a generation batch at these params now, and returns `done(sampler_logprobs)` ->
+    ({old_logprobs, ref_logprobs}, gap), called once the verdicts are in. `on_host`: as numpy
+    (dynamic sampling regroups rows on the host), else left on the devices."""
+    keep = sharding.to_host if on_host else (lambda x: x)
+
+    def score(seq: dict, temperature) -> Scored:
+        def one(p):
+            return keep(logprobs(run, p, seq["tokens"], seq["attention_mask"], temperature))
+
+        old = one(params)
+        ref = one(ref_params) if ref_params is not None else None
+
+        def done(sampler_lp) -> tuple[dict, float]:
+            return ({"old_logprobs": old, "ref_logprobs": ref},
+                    logprob_gap(run, old, sampler_lp, seq["response_mask"]))
+
+        return done
+
+    return score
+
+
+class Learner:
+    """The train state and its step. `train(batch)` adds the old (and reference) log-probs the
+    batch lacks (at the current params), packs it, runs the step; returns (batch as trained,
+    step metrics on the host, seconds, gap or None)."""
+
+    def __init__(self, run, state, ref_params):
+        from microcoder_jax.rl import step as rl_step
+
+        self.run, self.state, self.ref_params = run, state, ref_params
+        self.train_step = rl_step.make_train_step(run.model_config, run.rl_config, run.mesh)
+
+    @property
+    def params(self):
+        return self.state.params
+
+    def complete(self, batch: Rollout) -> tuple[Rollout, Optional[float]]:
+        """The batch with old (and reference) log-probs at the current params, and the gap to the
+        sampler's (None when the batch came with its old log-probs: the worker scored it)."""
+        if batch.old_logprobs is not None:
+            return batch, None
+        run, cfg = self.run, self.run.rl_config
+        old = logprobs(run, self.params, batch.tokens, batch.attention_mask, batch.temperature)
+        ref = None
+        if cfg.uses_reference:
+            ref = logprobs(run, self.ref_params, batch.tokens, batch.attention_mask, batch.temperature)
+        gap = None
+        if batch.sampler_logprobs is not None:
+            gap = logprob_gap(run, old, batch.sampler_logprobs, batch.response_mask)
+        return batch.replace(old_logprobs=old, ref_logprobs=ref), gap
+
+    def train(self, batch: Rollout) -> tuple[Rollout, dict, float, Optional[float]]:
+        t0 = time.perf_counter()
+        batch, gap = self.complete(batch)
+        pack = step_packing(self.run, batch.attention_mask)
+        self.state, metrics = self.train_step(self.state, sharding.put_batch(batch, self.run.mesh),
+                                              sharding.put_batch(pack, self.run.mesh))
+        return batch, jax.device_get(metrics), time.perf_counter() - t0, gap
+
+
+def row(run, step_metrics: dict, batch: Rollout, div: dict, *, temperature: float, next_temperature: float,
+        times: dict, verdicts: dict, ds_stats: dict, generations: int, gaps: list, t_step: float,
+        judge_tests, staleness: int = 0) -> dict:
+    """The metrics row of a trained batch (metrics.step_record), with the sampler/learner
+    log-prob gap (mean over its generation batches) and the batch's staleness (updates between
+    the policy that sampled it and the one that trained on it)."""
+    from microcoder_jax.trainer.metrics import step_record
+
+    record = step_record(step_metrics, batch, div, signal=run.temperature.signal, temperature=temperature,
+                         next_temperature=next_temperature, times=times, verdicts=verdicts, ds_stats=ds_stats,
+                         generations=generations, t_step=t_step, group_size=run.sampling.group_size,
+                         devices=jax.device_count(), judge_tests=judge_tests)
+    record["sampler_logprob_gap"] = sum(gaps) / len(gaps) if gaps else float("nan")
+    record["staleness"] = staleness
+    if "rollout_wait" in times:  # the learner waiting for the worker's batch
+        record["time_rollout_wait_s"] = times["rollout_wait"]
+    return record

@@ -1,0 +1,195 @@
+"""Rollouts ahead of the learner: `rl.off_policy_steps` = k.
+
+k = 0: the worker produces step t's batch when the learner asks, with the learner's own params,
+and the learner's old log-probs run per generation batch while the judge works (the synchronous
+loop). k >= 1: a background thread produces the batches while the learner trains. Batch t is
+sampled with the weights of version max(t - k, start) (the learner's params after that many
+updates; `start`: the version the run began or resumed at), waited for if the learner has not
+published them yet, so a batch is never more than k updates staler than the policy that trains
+on it, and what it holds depends only on (seed, t) and that version: thread timing cannot change
+a result. The learner computes the old log-probs at train time; rl.is_correction=tis weighs the
+stale sampler's log-probs against them.
+
+Checkpoints (`drain`, `save_inflight`, `load_inflight`): before the learner saves step s it waits
+for the batches the worker can already make (s .. s + k - 1: they need versions it has) and
+writes them beside the checkpoint (`WORKDIR/inflight/step_s/`); the checkpoint holds the
+worker's data position and scheduler after the last of them. A resume trains on those first, so a
+batch in flight is never lost and never trained on twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from microcoder_jax import sharding
+from microcoder_jax.rl.batch import Rollout
+from microcoder_jax.trainer.step_batch import StepRollout
+from microcoder_jax.trainer.worker import Produced, RolloutWorker
+
+INFLIGHT_DIR = "inflight"
+
+
+class Pipeline:
+    """The worker's batches in step order (see the module doc). `score_for()` gives the learner's
+    scorer for the synchronous path; `ready`: batches restored from a checkpoint."""
+
+    def __init__(self, worker: RolloutWorker, *, k: int, start: int, steps: int, params,
+                 score_for: Callable[[], Callable], ready: tuple[Produced, ...] = ()):
+        self.worker, self.k, self.start, self.steps, self.score_for = worker, k, start, steps, score_for
+        self.ready = {p.step: p for p in ready}
+        self.next = start + len(self.ready)  # the next step the worker produces
+        self.weights = {start: self._copy(params)} if k else {}
+        self.error: Optional[BaseException] = None
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.thread = None
+        if k:
+            self.thread = threading.Thread(target=self._run, name="rollout-worker", daemon=True)
+            self.thread.start()
+
+    def version_for(self, step: int) -> int:
+        """The weights version step `step`'s batch is sampled with (k >= 1)."""
+        return max(step - self.k, self.start)
+
+    def _copy(self, params):
+        return jax.tree.map(jnp.copy, params)  # the learner's state is donated by its next step
+
+    def _blocked(self) -> bool:  # the worker thread has nothing it may produce now
+        return self.next >= self.steps or self.version_for(self.next) not in self.weights
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self.cond:
+                    while not self.stopping and self._blocked():
+                        if self.next >= self.steps:
+                            return
+                        self.cond.wait()
+                    if self.stopping:
+                        return
+                    step, version = self.next, self.version_for(self.next)
+                    params = self.weights[version]
+                    for old in [v for v in self.weights if v < version]:
+                        del self.weights[old]
+                self.worker.update_weights(params, version)
+                produced = self.worker.produce(step)
+                with self.cond:
+                    self.ready[step] = produced
+                    self.next = step + 1
+                    self.cond.notify_all()
+        except BaseException as e:  # noqa: BLE001 - handed to the learner's thread, which raises it
+            with self.cond:
+                self.error = e
+                self.cond.notify_all()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"the rollout worker failed: {self.error!r}") from self.error
+
+    def get(self, step: int, params, version: int) -> Produced:
+        """Step `step`'s batch; synchronous (k = 0): produced now with `params` (version `version`)."""
+        if not self.k and step not in self.ready:
+            self.worker.update_weights(params, version)
+            return self.worker.produce(step, score=self.score_for())
+        with self.cond:
+            while step not in self.ready and self.error is None:
+                self.cond.wait()
+            self._raise()
+            return self.ready.pop(step)
+
+    def publish(self, params, version: int) -> None:
+        """The learner's params after `version` updates, for the batches that wait for them."""
+        if not self.k or version + self.k >= self.steps:
+            return  # no batch left to sample with them
+        copy = self._copy(params)
+        with self.cond:
+            self.weights[version] = copy
+            self.cond.notify_all()
+
+    def drain(self) -> list[Produced]:
+        """Wait until the worker has made every batch it can with the weights it has; those batches
+        (not yet trained on), oldest first. The worker is idle when this returns."""
+        with self.cond:
+            while self.k and not self._blocked() and self.error is None:
+                self.cond.wait()
+            self._raise()
+            return [self.ready[s] for s in sorted(self.ready)]
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join()
+
+
+def _step_dir(root: str, step: int) -> str:
+    return os.path.join(root, INFLIGHT_DIR, f"step_{step:08d}")
+
+
+def save_inflight(root: str, step: int, produced: list[Produced]) -> None:
+    """The batches in flight at checkpoint `step` (process 0 writes; written before the checkpoint)."""
+    if jax.process_index() != 0:
+        return
+    final = _step_dir(root, step)
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for p in produced:
+        arrays = {name: sharding.to_host(v) for name, v in p.batch.as_dict().items()}
+        np.savez(os.path.join(tmp, f"batch_{p.step:08d}.npz"), **arrays)  # pyright: ignore[reportArgumentType]
+        meta = {"step": p.step, "version": p.version, "temperature": p.temperature,
+                "next_temperature": p.next_temperature, "decision": p.decision.to_dict(), "div": p.div,
+                "times": p.times, "judge_tests": p.judge_tests, "data_state": p.data_state,
+                "scheduler_state": p.scheduler_state, "verdicts": p.got.verdicts, "ds_stats": p.got.ds_stats,
+                "generations": p.got.generations, "gaps": p.got.gaps, "sessions": p.got.sessions}
+        with open(os.path.join(tmp, f"batch_{p.step:08d}.json"), "w") as f:
+            json.dump(meta, f, default=_plain)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot save {type(value).__name__} with an in-flight batch")
+
+
+def load_inflight(root: str, step: int) -> list[Produced]:
+    """The batches saved in flight with checkpoint `step`, oldest first ([] when none)."""
+    from microcoder_jax.sampling.temperature import Decision
+
+    folder = _step_dir(root, step)
+    if not os.path.isdir(folder):
+        return []
+    out = []
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".json")):
+        with open(os.path.join(folder, name)) as f:
+            m = json.load(f)
+        with np.load(os.path.join(folder, name[:-5] + ".npz")) as data:
+            batch = Rollout(**{k: data[k] for k in data.files})
+        got = StepRollout(batch, m["verdicts"], m["ds_stats"], m["generations"], m["gaps"], m["sessions"])
+        out.append(Produced(m["step"], m["version"], got, m["temperature"], m["next_temperature"],
+                            Decision(**m["decision"]), m["div"], m["times"], m["judge_tests"],
+                            m["data_state"], m["scheduler_state"]))
+    return out
+
+
+def prune_inflight(root: str, keep: Any) -> None:
+    """Remove the in-flight folders of checkpoints no longer kept (`keep`: their steps)."""
+    folder = os.path.join(root, INFLIGHT_DIR)
+    if jax.process_index() != 0 or not os.path.isdir(folder):
+        return
+    keep = set(keep)
+    for name in os.listdir(folder):
+        if name.startswith("step_") and not name.endswith(".tmp") and int(name[5:]) not in keep:
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)

@@ -1,0 +1,92 @@
+"""The rollout worker: owns the sampler, the judge pool, the prompt stream, the temperature
+scheduler and the weights it samples with; `produce(step)` returns the judged batch of that step.
+
+A batch is stamped with the policy version (learner updates) of the weights that sampled it;
+`update_weights(params, version)` hands it newer ones. Batch t samples with key
+`setup.key(seed, 1, t)`, the next prompts of the stream and the scheduler's temperature, which
+the worker then updates from the batch's diversity: the scheduler sees batches in the order they
+are produced, and its decision applies to the next batch sampled. The worker's state after a
+batch (data position, scheduler) travels with it, so the learner checkpoints the state that
+matches what it has consumed (pipeline.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Optional
+
+from microcoder_jax import sharding
+from microcoder_jax.rl.batch import Rollout
+from microcoder_jax.trainer.setup import key
+from microcoder_jax.trainer.step_batch import StepRollout, collect_step
+
+
+@dataclasses.dataclass
+class Produced:
+    """One step's batch and what the learner logs and checkpoints with it."""
+
+    step: int  # the RL step it is for (0-based)
+    version: int  # learner updates behind the weights that sampled it
+    got: StepRollout
+    temperature: float  # it was sampled at
+    next_temperature: float  # the scheduler's after it
+    decision: Any  # the scheduler's Decision from its diversity
+    div: dict
+    times: dict  # sample / judge / judge_wait seconds
+    judge_tests: int  # tests its programs ran, all hosts
+    data_state: dict  # the prompt stream after it
+    scheduler_state: dict  # the scheduler after it
+
+    @property
+    def batch(self) -> Rollout:
+        return self.got.batch
+
+
+class RolloutWorker:
+    """Produces each step's batch (see the module doc). `data`: loader.prompt_iterator; `pool`:
+    a JudgeCounter; `params` / `version`: the weights it starts sampling with."""
+
+    def __init__(self, run, pool, scheduler, data, params, version: int):
+        self.run, self.pool, self.scheduler, self.data = run, pool, scheduler, data
+        self.params, self.version = params, version
+
+    def update_weights(self, params, version: int) -> None:
+        """Sample from now on with `params`, the policy after `version` learner updates."""
+        self.params, self.version = params, version
+
+    def next_prompts(self) -> tuple[list, list]:
+        """The next generation batch: (problems, prompts)."""
+        indices = next(self.data)
+        ps = self.run.prompt_set
+        return [ps.problems[i] for i in indices], [ps.prompts[i] for i in indices]
+
+    def probe(self, log_fn=print):
+        """The diversity policy's start-up probe (once per run) on the first prompts; its Decision or None."""
+        from microcoder_jax.data import loader
+        from microcoder_jax.trainer.rollout import probe_temperature
+
+        run = self.run
+        if not (run.temperature.policy == "diversity" and run.temperature.probe and not self.scheduler.probed):
+            return None
+        first = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed,
+                                       self.data.get_state())
+        decision = probe_temperature(run, self.scheduler, self.params,
+                                     [run.prompt_set.prompts[i] for i in next(first)], key(run.seed, 2))
+        log_fn(f"temperature probe: {decision.temperature:g} ({decision.reason})")
+        return decision
+
+    def produce(self, step: int, score: Optional[Callable] = None) -> Produced:
+        """Step `step`'s batch at the current weights; `score`: the learner's (synchronous runs)."""
+        from microcoder_jax.trainer.rollout import diversity
+
+        run = self.run
+        times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
+        temperature = self.scheduler.temperature
+        self.pool.take()  # tests an evaluation ran are not this batch's
+        got = collect_step(run, self.pool, self.params, self.next_prompts, temperature=temperature,
+                           key_for=functools.partial(key, run.seed, 1, step), times=times, score=score)
+        tests = sharding.allgather_counts({"tests": self.pool.take()}, ("tests",)).get("tests", 0)
+        div = diversity(run, got.batch)
+        decision = self.scheduler.update(step, div)
+        return Produced(step, self.version, got, temperature, self.scheduler.temperature, decision, div, times,
+                        tests, self.data.get_state(), self.scheduler.state_dict())
