@@ -134,8 +134,8 @@ def saved_config(workdir: str):
 
 def groups_with_signal(workdir: str, step: int, group_size: int) -> tuple[int, int, list]:
     """(groups whose judged rewards differ, groups, the distinct rewards) of a saved step. With no
-    such group every advantage is 0: the update is weight decay alone, so a replay that equals the
-    logged row says little about the loss and its gradients."""
+    such group every advantage is 0 (no policy gradient), so a replay that equals the logged row says
+    little about the loss and its gradients."""
     with np.load(_paths(workdir, step)[0]) as data:
         rewards = np.asarray(data["rewards"], np.float64).reshape(-1, group_size)  # row = prompt * G + sample
     judged = [g[~np.isnan(g)] for g in rewards]  # a judge_error has no reward
@@ -164,9 +164,9 @@ def _signal_note(workdir: str, step: int) -> str | None:
     rewards = "all " + ", ".join(f"{v:g}" for v in distinct) if len(distinct) == 1 else "equal within each group"
     hint = (f"saved steps with signal: {', '.join(map(str, others))}" if others else
             "save a step whose metrics row has frac_groups_all_equal < 1 (train.save_rollouts)")
-    return (f"note: step {step} has no learning signal (no group's rewards differ: {rewards}), so every "
-            f"advantage is 0 and the update is weight decay alone; the comparison checks little of the "
-            f"loss and its gradients; {hint}")
+    return (f"note: step {step} has no learning signal (no group's rewards differ: {rewards}): every "
+            f"advantage is 0, so the policy-gradient term is 0 and the update is the optimizer's momentum, "
+            f"weight decay and any KL term; the comparison checks little of the loss and its gradients; {hint}")
 
 
 def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
