@@ -33,8 +33,7 @@ def block_types() -> dict:
     from microcoder_jax.sampling.config import SamplingConfig
     from microcoder_jax.sampling.temperature import TemperatureConfig
     from microcoder_jax.sharding import DistributedConfig, MeshConfig
-    from microcoder_jax.trainer.config import EvalConfig, TrainConfig
-    from microcoder_jax.trainer.wandb_writer import WandbConfig
+    from microcoder_jax.trainer.config import EvalConfig, TrainConfig, WandbConfig
 
     return {"model": ModelConfig, "tokenizer": TokenizerConfig, "data": DataConfig, "sampling": SamplingConfig,
             "temperature": TemperatureConfig, "rl": RLConfig, "evaluator": EvaluatorConfig, "train": TrainConfig,

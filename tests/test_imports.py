@@ -1,4 +1,5 @@
-"""The package's import graph has no cycle (imports inside functions count too)."""
+"""The package's import graph has no cycle and every import goes down a floor or stays on its own
+(ARCHITECTURE.md's layering; imports inside functions count too)."""
 import ast
 import os
 
@@ -77,3 +78,64 @@ def test_no_import_cycle_in_the_package():
     loop = "microcoder_jax.trainer.loop"
     assert loop in graph and "microcoder_jax.trainer.worker" in graph[loop]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+# ARCHITECTURE.md's floors, top to bottom. A module's floor is its first matching prefix (after the
+# package name); an import may go to a module on a lower floor or on its own floor.
+FLOORS = [
+    (6, ("train", "eval", "plot", "evaluate", "convert", "replay", "plan.__main__", "data.pipeline.__main__",
+         "experiments")),
+    (5, ("plan",)),
+    (4, ("trainer", "data.pipeline")),
+    (3, ("config", "config_check", "cli")),
+    (2, ("rl", "sampling")),
+    (0, ("problems", "blocks", "data.jsonl", "libtpu_env")),
+    (1, ("models", "data", "evaluator", "sharding", "checkpoint")),
+]
+# Same-floor pairs that must not meet (they meet only in the trainer and the planner, or share a
+# lower module instead): (importer prefix, imported prefix); floor-0 leaves such as data/jsonl.py excepted.
+FORBIDDEN = [("rl", "sampling"), ("sampling", "rl"), ("data", "evaluator"), ("evaluator", "data")]
+
+
+def floor_of(module: str) -> int:
+    name = module.partition(".")[2]
+    for floor, prefixes in FLOORS:
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return floor
+    raise AssertionError(f"{module} has no floor in tests/test_imports.py FLOORS: add it where ARCHITECTURE.md puts it")
+
+
+def _under(module: str, prefix: str) -> bool:
+    name = module.partition(".")[2]
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge that goes up a floor or joins a forbidden pair. `config` assembles every package's
+    block module (`<package>/config.py`), which is its one allowed upward edge."""
+    bad = []
+    for module, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if module == "microcoder_jax.config" and dep.endswith(".config"):
+                continue
+            if floor_of(dep) > floor_of(module):
+                bad.append(f"{module} (floor {floor_of(module)}) imports {dep} (floor {floor_of(dep)})")
+            for a, b in FORBIDDEN:
+                if _under(module, a) and _under(dep, b) and floor_of(dep) > 0 and not _under(module, "data.pipeline"):
+                    bad.append(f"{module} imports {dep}: {a}/ and {b}/ must not import each other")
+    return bad
+
+
+def test_the_layering_check_sees_an_upward_and_a_forbidden_import():
+    graph = {"microcoder_jax.models.qwen3": {"microcoder_jax.trainer.loop"},
+             "microcoder_jax.rl.step": {"microcoder_jax.sampling.engine"},
+             "microcoder_jax.trainer.loop": {"microcoder_jax.models.qwen3"},
+             "microcoder_jax.config": {"microcoder_jax.trainer.config"}}
+    assert layering_violations(graph) == [
+        "microcoder_jax.models.qwen3 (floor 1) imports microcoder_jax.trainer.loop (floor 4)",
+        "microcoder_jax.rl.step imports microcoder_jax.sampling.engine: rl/ and sampling/ must not import each other"]
+
+
+def test_every_import_respects_the_floors():
+    violations = layering_violations(import_graph())
+    assert not violations, "\n".join(violations)

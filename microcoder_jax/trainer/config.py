@@ -1,8 +1,11 @@
-"""The loop's blocks: `TrainConfig` (`train.*`: steps, checkpoints, schedule) and `EvalConfig` (`eval.*`)."""
+"""The loop's blocks: `TrainConfig` (`train.*`: steps, checkpoints, schedule), `EvalConfig` (`eval.*`) and
+`WandbConfig` (`wandb.*`, used by trainer/wandb_writer.py)."""
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib.util
+import os
 
 from microcoder_jax.blocks import Block, knob
 
@@ -64,3 +67,32 @@ class EvalConfig(Block):
                     datetime.date.fromisoformat(value)
                 except ValueError:
                     self.fail(name, value, "expected an ISO date (YYYY-MM-DD) or ''")
+
+
+MODES = ("disabled", "online", "offline")
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbConfig(Block):
+    PREFIX = "wandb"
+
+    mode: str = knob("disabled", "Weights & Biases: disabled (never imported), online, or offline (a local "
+                     "run for `wandb sync`); needs pip install 'microcoder_jax[wandb]'", choices=MODES)
+    project: str = knob("microcoder_jax", "W&B project")
+    entity: str = knob("", "W&B entity, a team or user ('' = your default)")
+    name: str = knob("", "W&B run name ('' = the workdir's name)")
+    group: str = knob("", "W&B run group, e.g. one sweep ('' = none)")
+    tags: tuple = knob((), "W&B run tags")
+    notes: str = knob("", "W&B run notes")
+    dir: str = knob("", "where wandb keeps its files, under DIR/wandb ('' = the workdir)")
+
+    def check(self) -> None:
+        if self.mode != "disabled" and importlib.util.find_spec("wandb") is None:
+            self.fail("mode", self.mode, "wandb is not installed: pip install 'microcoder_jax[wandb]'")
+        if not self.project.strip():
+            self.fail("project", self.project, "a W&B project name is required")
+        for tag in self.tags:
+            if not isinstance(tag, str) or not tag.strip() or len(tag) > 64:
+                self.fail("tags", self.tags, "every tag must be a non-empty string of at most 64 characters")
+        if self.dir and not os.path.isdir(self.dir):
+            self.fail("dir", self.dir, "no such directory")

@@ -1,4 +1,5 @@
-"""Weights & Biases: the `wandb` block and a writer that mirrors the metrics rows to a W&B run.
+"""Weights & Biases: a writer that mirrors the metrics rows to a W&B run (its block, `wandb.*`, is
+`trainer.config.WandbConfig`).
 
 Off by default (`wandb.mode=disabled`: wandb is never imported). `online` streams to W&B,
 `offline` writes the run under `<dir>/wandb/` for `wandb sync` later (and for tests). Only the
@@ -11,44 +12,15 @@ which could replace them, is a private preview.)
 """
 from __future__ import annotations
 
-import dataclasses
 import html
-import importlib.util
 import json
 import os
 import secrets
 from typing import Literal, cast
 
-from microcoder_jax.blocks import Block, knob
+from microcoder_jax.trainer.config import MODES, WandbConfig  # noqa: F401  (MODES: the modes it takes)
 
 RUN_ID_FILE = "wandb_run_id"
-MODES = ("disabled", "online", "offline")
-
-
-@dataclasses.dataclass(frozen=True)
-class WandbConfig(Block):
-    PREFIX = "wandb"
-
-    mode: str = knob("disabled", "Weights & Biases: disabled (never imported), online, or offline (a local "
-                     "run for `wandb sync`); needs pip install 'microcoder_jax[wandb]'", choices=MODES)
-    project: str = knob("microcoder_jax", "W&B project")
-    entity: str = knob("", "W&B entity, a team or user ('' = your default)")
-    name: str = knob("", "W&B run name ('' = the workdir's name)")
-    group: str = knob("", "W&B run group, e.g. one sweep ('' = none)")
-    tags: tuple = knob((), "W&B run tags")
-    notes: str = knob("", "W&B run notes")
-    dir: str = knob("", "where wandb keeps its files, under DIR/wandb ('' = the workdir)")
-
-    def check(self) -> None:
-        if self.mode != "disabled" and importlib.util.find_spec("wandb") is None:
-            self.fail("mode", self.mode, "wandb is not installed: pip install 'microcoder_jax[wandb]'")
-        if not self.project.strip():
-            self.fail("project", self.project, "a W&B project name is required")
-        for tag in self.tags:
-            if not isinstance(tag, str) or not tag.strip() or len(tag) > 64:
-                self.fail("tags", self.tags, "every tag must be a non-empty string of at most 64 characters")
-        if self.dir and not os.path.isdir(self.dir):
-            self.fail("dir", self.dir, "no such directory")
 
 
 class WandbWriter:
