@@ -197,3 +197,24 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
     args.seeds = args.seeds or (1 if args.short else default_seeds)
     args.steps = args.steps or (3 if args.short else default_steps)
     return args
+
+
+def run_experiment(name: str, doc: str | None, argv, arms, *, draw, keys, title: str, meta=None,
+                   columns=None) -> int:
+    """One experiment command: parse the flags, train every arm x seed, then write and print the
+    summary, table and curves. `draw` is figure.draw; `title` may use {cap} and {seeds}."""
+    args = parse_args(argv, f"python -m microcoder_jax.experiments.{name}", doc, default_seeds=3, default_steps=40)
+    seeds = list(range(args.seeds))
+    results = run_all(arms, seeds, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
+    cap = run_config(arms[0], 0, args.steps, args.short, args.out).sampling.max_new_tokens
+    summary = summarize(arms, results, args.steps, {"experiment": name, "short": args.short, "seeds": seeds,
+                                                    **(meta or {}), "max_new_tokens": cap})
+
+    def fig(results, arms, path, summary):
+        draw(results, arms, path, keys=keys, cap=cap, title=title.format(cap=cap, seeds=len(seeds)))
+
+    write_outputs(args.out, summary, results, arms, fig, columns)
+    print(table(summary, columns) if columns else table(summary))
+    print(f"wrote {args.out}/summary.json, table.md, curves.png")
+    return 0
+

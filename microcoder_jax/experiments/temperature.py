@@ -26,24 +26,10 @@ KEYS = ("reward_mean", "response_length_mean", "truncation_rate", "diversity", "
 
 
 def main(argv=None) -> int:
-    args = common.parse_args(argv, "python -m microcoder_jax.experiments.temperature", __doc__,
-                             default_seeds=3, default_steps=40)
-    seeds = list(range(args.seeds))
-    results = common.run_all(ARMS, seeds, args.steps, args.out, short=args.short,
-                             log=lambda m: print(m, flush=True))
-    cap = common.run_config(ARMS[0], 0, args.steps, args.short, args.out).sampling.max_new_tokens
-    summary = common.summarize(ARMS, results, args.steps, {"experiment": "temperature", "short": args.short,
-                                                           "seeds": seeds, "rule": RULE, "max_new_tokens": cap})
-
-    def fig(results, arms, path, summary):
-        figure.draw(results, arms, path, keys=KEYS, cap=cap,
-                    title=f"Sampling temperature on the CPU truncation task ({RULE}, {len(seeds)} seeds)")
-
-    columns = ("reward", "length", "truncation", "diversity", "temperature")
-    common.write_outputs(args.out, summary, results, ARMS, fig, columns)
-    print(common.table(summary, columns))
-    print(f"wrote {args.out}/summary.json, table.md, curves.png")
-    return 0
+    return common.run_experiment("temperature", __doc__, argv, ARMS, draw=figure.draw, keys=KEYS,
+                                 title=f"Sampling temperature on the CPU truncation task ({RULE}, {{seeds}} seeds)",
+                                 meta={"rule": RULE},
+                                 columns=("reward", "length", "truncation", "diversity", "temperature"))
 
 
 if __name__ == "__main__":

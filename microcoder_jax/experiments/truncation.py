@@ -24,23 +24,8 @@ KEYS = ("reward_mean", "response_length_mean", "truncation_rate", "diversity", "
 
 
 def main(argv=None) -> int:
-    args = common.parse_args(argv, "python -m microcoder_jax.experiments.truncation", __doc__,
-                             default_seeds=3, default_steps=40)
-    seeds = list(range(args.seeds))
-    results = common.run_all(ARMS, seeds, args.steps, args.out, short=args.short,
-                             log=lambda m: print(m, flush=True))
-    cap = common.run_config(ARMS[0], 0, args.steps, args.short, args.out).sampling.max_new_tokens
-    summary = common.summarize(ARMS, results, args.steps, {"experiment": "truncation", "short": args.short,
-                                                           "seeds": seeds, "max_new_tokens": cap})
-
-    def fig(results, arms, path, summary):
-        figure.draw(results, arms, path, keys=KEYS, cap=cap,
-                    title=f"Truncation rules on the CPU truncation task (cap {cap} tokens, {len(seeds)} seeds)")
-
-    common.write_outputs(args.out, summary, results, ARMS, fig)
-    print(common.table(summary))
-    print(f"wrote {args.out}/summary.json, table.md, curves.png")
-    return 0
+    return common.run_experiment("truncation", __doc__, argv, ARMS, draw=figure.draw, keys=KEYS,
+                                 title="Truncation rules on the CPU truncation task (cap {cap} tokens, {seeds} seeds)")
 
 
 if __name__ == "__main__":
