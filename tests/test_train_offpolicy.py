@@ -77,3 +77,15 @@ def test_sigterm_with_a_batch_in_flight_resumes_exactly(first, tmp_path):
     params = run(tmp_path).params
     assert rows(tmp_path) == rows(first[0])
     assert_same_params(params, first[1])
+
+
+def test_dapo_refills_and_the_temperature_schedule_under_k1(tmp_path):
+    """DAPO's refill loop fills each step's batch and the scheduler's decision after batch t
+    applies to batch t + 1, with batches sampled a step ahead."""
+    run(tmp_path, **{"rl.dynamic_sampling": True, "rl.max_refills": 2, "temperature.policy": "staged",
+                     "temperature.schedule": ((0, 1.0), (2, 1.4))})
+    got = rows(tmp_path)
+    assert [r["temperature"] for r in got] == [1.0, 1.0, 1.4, 1.4]
+    assert [r["next_temperature"] for r in got] == [1.0, 1.4, 1.4, 1.4]
+    assert all(r["generations"] >= 1 and r["ds_generations"] == r["generations"] for r in got)
+    assert [r["staleness"] for r in got] == [0, 1, 1, 1]
