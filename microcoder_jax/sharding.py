@@ -51,11 +51,31 @@ class MeshConfig(Block):
     data: int = knob(1, "pure data-parallel axis (-1 = all remaining devices)")
     fsdp: int = knob(-1, "FSDP axis: params, grads, optimizer state sharded (-1 = the rest)")
     tensor: int = knob(1, "tensor-parallel axis over heads / MLP / vocab")
+    rollout_devices: float = knob(0.0, "the rollout worker's own devices, a count (>= 1) or a fraction (< 1) of "
+                                  "them, the first ones; the learner's mesh (data, fsdp, tensor) takes the rest "
+                                  "(0 = one mesh for both)", at_least=0.0)
 
     def check(self) -> None:
         sizes = [self.data, self.fsdp, self.tensor]
         if any(s != -1 and s < 1 for s in sizes) or sizes.count(-1) > 1:
             raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))!r}: sizes are >= 1, at most one is -1")
+        if self.rollout_devices >= 1 and self.rollout_devices != int(self.rollout_devices):
+            self.fail("rollout_devices", self.rollout_devices, "a count is a whole number (or a fraction below 1)")
+
+
+def split_devices(rollout_devices: float, devices: Sequence[Any]) -> tuple[list, list]:
+    """(the rollout worker's devices, the learner's) for `mesh.rollout_devices` (a count, or a
+    fraction below 1, of `devices`, the first ones); ([], devices) when it is 0."""
+    devices, value = list(devices), float(rollout_devices or 0)
+    n = len(devices)
+    r = int(round(value * n)) if 0 < value < 1 else int(value)
+    if not value:
+        return [], devices
+    if not 0 < r < n:
+        raise ValueError(f"mesh.rollout_devices={rollout_devices:g}: {r} of the {n} devices leaves none for "
+                         f"the {'learner' if r >= n else 'rollout worker'}; give a count in 1..{n - 1} or a "
+                         f"fraction")
+    return devices[:r], devices[r:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,15 +190,18 @@ def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, spec)
 
 
-def mesh_from_sizes(data: int, fsdp: int, tensor: int) -> Mesh | None:
+def mesh_from_sizes(data: int, fsdp: int, tensor: int, devices: Sequence[Any] | None = None) -> Mesh | None:
     """The run's mesh over the first data * fsdp * tensor devices (-1 = the rest), or None for one
-    device (then no sharding machinery runs at all)."""
+    device (then no sharding machinery runs at all). Given `devices` (a split run's learner's), a
+    mesh over them, one device included: its arrays must not land on the default device."""
     sizes = [data, fsdp, tensor]
-    n = len(jax.devices())
+    n = len(jax.devices() if devices is None else devices)
     if -1 in sizes:
         known = math.prod(s for s in sizes if s != -1)
         sizes[sizes.index(-1)] = max(n // known, 1)
     total = math.prod(sizes)
+    if devices is not None:
+        return make_mesh(*sizes, devices=list(devices)[:total])
     if total == 1:
         return None
     return make_mesh(*sizes, devices=jax.devices()[:total])

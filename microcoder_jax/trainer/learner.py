@@ -130,7 +130,7 @@ class Learner:
 
 def row(run, step_metrics: dict, batch: Rollout, div: dict, *, temperature: float, next_temperature: float,
         times: dict, verdicts: dict, ds_stats: dict, generations: int, gaps: list, t_step: float,
-        judge_tests, staleness: int = 0) -> dict:
+        judge_tests, staleness: int = 0, weights_bytes: int = 0) -> dict:
     """The metrics row of a trained batch (metrics.step_record), with the sampler/learner
     log-prob gap (mean over its generation batches) and the batch's staleness (updates between
     the policy that sampled it and the one that trained on it)."""
@@ -144,4 +144,7 @@ def row(run, step_metrics: dict, batch: Rollout, div: dict, *, temperature: floa
     record["staleness"] = staleness
     if "rollout_wait" in times:  # the learner waiting for the worker's batch
         record["time_rollout_wait_s"] = times["rollout_wait"]
+    if "weights" in times:  # mesh.rollout_devices: the learner -> worker weight transfer
+        record["time_weights_s"] = times["weights"]
+        record["weights_bytes"] = weights_bytes
     return record

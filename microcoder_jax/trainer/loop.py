@@ -65,6 +65,10 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     if rl.off_policy_steps and jax.process_count() > 1:
         raise config_lib.ConfigError(f"rl.off_policy_steps={rl.off_policy_steps}: off-policy rollouts run in one "
                                      f"process; this run has {jax.process_count()}. Use 0 for multi-host runs.")
+    if blocks["mesh"].rollout_devices and jax.process_count() > 1:
+        raise config_lib.ConfigError(f"mesh.rollout_devices={blocks['mesh'].rollout_devices:g}: a rollout mesh of "
+                                     f"its own runs in one process; this run has {jax.process_count()}. Use 0 "
+                                     "for multi-host runs (both roles on every device).")
     workdir = os.path.abspath(workdir)
     compile_cache.enable(train_config.compile_cache, workdir)  # before the first compile
     primary = jax.process_index() == 0
@@ -121,7 +125,8 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             record = row(run, step_metrics, batch, produced.div, temperature=produced.temperature,
                          next_temperature=produced.next_temperature, times=times, verdicts=got.verdicts,
                          ds_stats=got.ds_stats, generations=got.generations, gaps=got.gaps, t_step=t_step,
-                         judge_tests=produced.judge_tests, staleness=step - produced.version)
+                         judge_tests=produced.judge_tests, staleness=step - produced.version,
+                         weights_bytes=produced.weights_bytes)
             done = step + 1
             if writer is not None:
                 record = writer.write(done, record)

@@ -149,7 +149,8 @@ def save_inflight(root: str, step: int, produced: list[Produced]) -> None:
                 "next_temperature": p.next_temperature, "decision": p.decision.to_dict(), "div": p.div,
                 "times": p.times, "judge_tests": p.judge_tests, "data_state": p.data_state,
                 "scheduler_state": p.scheduler_state, "verdicts": p.got.verdicts, "ds_stats": p.got.ds_stats,
-                "generations": p.got.generations, "gaps": p.got.gaps, "sessions": p.got.sessions}
+                "generations": p.got.generations, "gaps": p.got.gaps, "sessions": p.got.sessions,
+                "weights_bytes": p.weights_bytes}
         with open(os.path.join(tmp, f"batch_{p.step:08d}.json"), "w") as f:
             json.dump(meta, f, default=_plain)
     shutil.rmtree(final, ignore_errors=True)
@@ -180,7 +181,7 @@ def load_inflight(root: str, step: int) -> list[Produced]:
         got = StepRollout(batch, m["verdicts"], m["ds_stats"], m["generations"], m["gaps"], m["sessions"])
         out.append(Produced(m["step"], m["version"], got, m["temperature"], m["next_temperature"],
                             Decision(**m["decision"]), m["div"], m["times"], m["judge_tests"],
-                            m["data_state"], m["scheduler_state"]))
+                            m["data_state"], m["scheduler_state"], m.get("weights_bytes", 0)))
     return out
 
 

@@ -52,11 +52,22 @@ class Run:
     tokenizer: Any  # a transformers tokenizer
     prompt_set: loader.PromptSet
     eval_problems: list[Problem]
-    mesh: Mesh | None  # the training mesh (None on one device)
+    mesh: Mesh | None  # the training mesh (None on one device); the learner's under mesh.rollout_devices
     sample_mesh: Mesh | None  # the paged sampler's mesh: the same devices (sampling.decode_tensor)
     stop_ids: list[int]
     pad_id: int
     seed: int
+    # mesh.rollout_devices: the rollout worker's own mesh (its devices, FSDP-like for the stored
+    # params) and its paged sampler's (sampling.decode_tensor over them); None: it shares `mesh`
+    rollout_mesh: Mesh | None = None
+    rollout_sample_mesh: Mesh | None = None
+
+
+def rollout_view(run: Run) -> Run:
+    """The Run as the rollout worker sees it: its own meshes under mesh.rollout_devices."""
+    if run.rollout_mesh is None:
+        return run
+    return dataclasses.replace(run, mesh=run.rollout_mesh, sample_mesh=run.rollout_sample_mesh)
 
 
 def key(seed: int, *path: int):
@@ -108,10 +119,15 @@ def block_fields(config) -> dict:
 
 def setup(config, workdir: str) -> Run:
     """Tokenizer, problems and prompts, model shape, typed blocks and meshes (config already validated)."""
-    mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     shape = models.model_config_from(config, None)  # the vocabulary may come from the tokenizer below
-    try:  # before anything is written: the KV heads must split over the sampler's chips
+    try:  # before anything is written: the devices split, the KV heads split over the sampler's chips
+        rollout, learner = sharding.split_devices(config.mesh.rollout_devices, jax.devices())
+        m = config.mesh
+        mesh = sharding.mesh_from_sizes(m.data, m.fsdp, m.tensor, devices=learner if rollout else None)
         sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, shape.num_kv_heads)
+        rollout_mesh = sharding.make_mesh(1, len(rollout), 1, devices=rollout) if rollout else None
+        rollout_sample_mesh = sharding.sampler_mesh(rollout_mesh, config.sampling.decode_tensor,
+                                                    shape.num_kv_heads)
     except ValueError as e:
         raise config_lib.ConfigError(str(e)) from None
     os.makedirs(workdir, exist_ok=True)
@@ -128,6 +144,7 @@ def setup(config, workdir: str) -> Run:
     model_config = shape if vocab is None else models.model_config_from(config, vocab)
     return Run(config=config, workdir=workdir, model_config=model_config, tokenizer=tokenizer,
                prompt_set=prompt_set, eval_problems=eval_problems, mesh=mesh, sample_mesh=sample_mesh,
+               rollout_mesh=rollout_mesh, rollout_sample_mesh=rollout_sample_mesh,
                stop_ids=stop_token_ids(tokenizer), pad_id=pad_token_id(tokenizer), **block_fields(config))
 
 

@@ -8,16 +8,25 @@ the worker then updates from the batch's diversity: the scheduler sees batches i
 are produced, and its decision applies to the next batch sampled. The worker's state after a
 batch (data position, scheduler) travels with it, so the learner checkpoints the state that
 matches what it has consumed (pipeline.py).
+
+Under `mesh.rollout_devices` the worker samples on devices of its own (`setup.rollout_view`:
+its mesh, and its paged sampler's tensor-parallel decode mesh over them): `update_weights` puts
+the learner's params onto the worker's shardings with `jax.device_put`, device to device, and
+logs the bytes and seconds of that transfer with the batch (`weights_bytes`, `time_weights_s`).
+Every process runs both roles (multi-host split runs are refused for now).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Any, Callable, Optional
 
-from microcoder_jax import sharding
+import jax
+
+from microcoder_jax import models, sharding
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.trainer.setup import key
+from microcoder_jax.trainer.setup import key, rollout_view
 from microcoder_jax.trainer.step_batch import StepRollout, collect_step
 
 
@@ -36,6 +45,7 @@ class Produced:
     judge_tests: int  # tests its programs ran, all hosts
     data_state: dict  # the prompt stream after it
     scheduler_state: dict  # the scheduler after it
+    weights_bytes: int = 0  # moved learner -> worker for it (mesh.rollout_devices; 0: one mesh)
 
     @property
     def batch(self) -> Rollout:
@@ -47,11 +57,20 @@ class RolloutWorker:
     a JudgeCounter; `params` / `version`: the weights it starts sampling with."""
 
     def __init__(self, run, pool, scheduler, data, params, version: int):
-        self.run, self.pool, self.scheduler, self.data = run, pool, scheduler, data
-        self.params, self.version = params, version
+        self.run, self.pool, self.scheduler, self.data = rollout_view(run), pool, scheduler, data
+        self.shardings = None
+        if run.rollout_mesh is not None:  # the stored params' layout on the worker's own devices
+            mc = run.model_config
+            self.shardings = sharding.logical_to_sharding(models.param_logical_axes(mc), run.rollout_mesh,
+                                                          models.param_shapes(mc))
+        self.moved_bytes, self.moved_s = 0, 0.0
+        self.update_weights(params, version)
 
     def update_weights(self, params, version: int) -> None:
-        """Sample from now on with `params`, the policy after `version` learner updates."""
+        """Sample from now on with `params`, the policy after `version` learner updates (moved onto
+        the worker's devices under mesh.rollout_devices)."""
+        if self.shardings is not None:
+            params, self.moved_bytes, self.moved_s = transfer(params, self.shardings)
         self.params, self.version = params, version
 
     def next_prompts(self) -> tuple[list, list]:
@@ -88,5 +107,15 @@ class RolloutWorker:
         tests = sharding.allgather_counts({"tests": self.pool.take()}, ("tests",)).get("tests", 0)
         div = diversity(run, got.batch)
         decision = self.scheduler.update(step, div)
+        if self.shardings is not None:
+            times["weights"] = self.moved_s
         return Produced(step, self.version, got, temperature, self.scheduler.temperature, decision, div, times,
-                        tests, self.data.get_state(), self.scheduler.state_dict())
+                        tests, self.data.get_state(), self.scheduler.state_dict(), self.moved_bytes)
+
+
+def transfer(params, shardings) -> tuple[Any, int, float]:
+    """`params` on `shardings` (another mesh's devices) by jax.device_put, device to device with no
+    host copy: (the moved params, bytes, seconds until they are there)."""
+    t0 = time.perf_counter()
+    moved = jax.block_until_ready(jax.device_put(params, shardings))
+    return moved, sum(x.nbytes for x in jax.tree.leaves(moved)), time.perf_counter() - t0

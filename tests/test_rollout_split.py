@@ -1,0 +1,88 @@
+"""mesh.rollout_devices: the rollout worker on devices of its own, the learner on the rest, on 8
+fake CPU devices. Quick: the split rule, and the weight transfer's result (the learner's params,
+on the worker's shardings and devices). Slow: the demo with k = 0 split 4 + 4 equals it on one
+4-device mesh to float rounding (rows and final params)."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from microcoder_jax import config as config_lib
+from microcoder_jax import models, sharding
+from microcoder_jax.trainer import loop as train
+from microcoder_jax.trainer.replay import is_timed
+from microcoder_jax.trainer.worker import transfer
+
+
+def test_split_devices_takes_a_count_or_a_fraction_of_the_first_devices():
+    devices = jax.devices()
+    assert sharding.split_devices(0, devices) == ([], devices)
+    assert sharding.split_devices(3, devices) == (devices[:3], devices[3:])
+    assert sharding.split_devices(0.25, devices) == (devices[:2], devices[2:])
+    with pytest.raises(ValueError, match="leaves none for the learner"):
+        sharding.split_devices(8, devices)
+
+
+def test_a_fractional_count_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"mesh.rollout_devices=2.5: a count is a whole number"):
+        sharding.MeshConfig(rollout_devices=2.5)
+
+
+def test_the_transferred_weights_are_the_learners_on_the_workers_shardings():
+    mc = models.get_preset("tiny", vocab_size=64, dtype="float32")
+    rollout, learner = sharding.split_devices(4, jax.devices())
+    lmesh, rmesh = sharding.make_mesh(1, 4, 1, devices=learner), sharding.make_mesh(1, 4, 1, devices=rollout)
+    axes, shapes = models.param_logical_axes(mc), models.param_shapes(mc)
+    params = jax.device_put(models.init_params(mc, jax.random.key(0)),
+                            sharding.logical_to_sharding(axes, lmesh, shapes))
+    target = sharding.logical_to_sharding(axes, rmesh, shapes)
+    moved, nbytes, seconds = transfer(params, target)
+    assert nbytes == sum(x.nbytes for x in jax.tree.leaves(params)) and seconds >= 0
+    for a, b, sh in zip(jax.tree.leaves(moved), jax.tree.leaves(params), jax.tree.leaves(target), strict=True):
+        assert a.sharding == sh and set(a.devices()) <= set(rollout)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def demo(**overrides):
+    c = config_lib.demo_config()
+    c.train.steps, c.train.progress, c.train.checkpoint_every = 3, False, 0
+    c.train.warm_start_steps, c.data.num_prompts = 30, 8
+    c.mesh.fsdp = 4
+    for key, value in overrides.items():
+        group, name = key.split(".")
+        c[group][name] = value
+    return c
+
+
+def rows(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items() if not is_timed(k)} for line in f]
+
+
+@pytest.mark.slow
+def test_k0_split_equals_one_mesh_to_float_rounding(tmp_path):
+    one = train.train(demo(), str(tmp_path / "one"), log_fn=lambda *a: None)
+    split = train.train(demo(**{"mesh.rollout_devices": 4}), str(tmp_path / "split"), log_fn=lambda *a: None)
+    a, b = rows(tmp_path / "one"), rows(tmp_path / "split")
+    assert [r["step"] for r in b] == [1, 2, 3] and all(r["weights_bytes"] > 0 for r in b)
+    for ra, rb in zip(a, b, strict=True):
+        for k, v in ra.items():
+            if isinstance(v, float):
+                np.testing.assert_allclose(rb[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
+            else:
+                assert rb[k] == v, k
+    devices = {d for x in jax.tree.leaves(split.params) for d in x.devices()}
+    assert devices == set(jax.devices()[4:])  # the learner's own devices
+    for x, y in zip(jax.tree.leaves(one.params), jax.tree.leaves(split.params), strict=True):
+        np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_k1_on_split_meshes_samples_a_step_behind_with_moved_weights(tmp_path):
+    train.train(demo(**{"mesh.rollout_devices": 0.5, "rl.off_policy_steps": 1, "rl.is_correction": "tis"}),
+                str(tmp_path), log_fn=lambda *a: None)
+    got = rows(tmp_path)
+    assert [r["staleness"] for r in got] == [0, 1, 1]
+    assert all(r["weights_bytes"] > 0 and np.isfinite(r["is_weight_mean"]) for r in got)
