@@ -10,24 +10,15 @@ import torch
 from microcoder_jax import sharding as shd
 from microcoder_jax.models import (PRESETS, Qwen3Config, decoding_params, forward, init_cache, init_params,
                                    load_hf_params, param_logical_axes, param_shapes, save_hf_params)
+from test_qwen3 import _hf_logits
+from test_qwen3 import _inputs as qwen3_inputs
 from tiny_checkpoint import make_tiny_hf_model
 
 jit_forward = jax.jit(forward, static_argnums=1)
 
 
-def _inputs(batch=3, length=24, pad=(0, 5, 11), seed=0):
-    ids = np.random.RandomState(seed).randint(3, 128, (batch, length))
-    mask = np.ones((batch, length), np.int32)
-    for row, p in enumerate(pad):
-        mask[row, :p] = 0
-    return ids, mask
-
-
-def _hf_logits(model, ids, mask):
-    positions = np.maximum(mask.cumsum(-1) - 1, 0)
-    with torch.no_grad():
-        return model(torch.tensor(ids), attention_mask=torch.tensor(mask),
-                     position_ids=torch.tensor(positions)).logits.numpy()
+def _inputs(seed=0):
+    return qwen3_inputs(length=24, pad=(0, 5, 11), seed=seed)
 
 
 @pytest.fixture(scope="module", params=[dict(), dict(tie_word_embeddings=False, num_key_value_heads=1)],

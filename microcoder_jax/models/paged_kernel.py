@@ -38,6 +38,23 @@ def paged_kernel_unsupported(head_dim: int, pool_dtype, on: str) -> str | None:
     return None
 
 
+def check_inputs(kernel: str, q, pool_k, pool_v, lengths, table, pages_per_block: int):
+    """(whether the pool is int8, the key pool's shape) after checking the shapes a paged kernel
+    takes: q [S, H, D], pools [KV, pages, page_size, D] with H a multiple of KV, lengths [S], table [S, pages]."""
+    s, h, d = q.shape
+    quantized = isinstance(pool_k, QuantizedPages)
+    kshape, vshape = (pool_k.data.shape, pool_v.data.shape) if quantized else (pool_k.shape, pool_v.shape)
+    if kshape != vshape or h % kshape[0] or kshape[3] != d:
+        raise ValueError(f"{kernel}: q {q.shape} needs pools [kv_heads, pages, page_size, {d}] with heads a "
+                         f"multiple of kv_heads, got keys {kshape} and values {vshape}")
+    if lengths.shape != (s,) or table.ndim != 2 or table.shape[0] != s:
+        raise ValueError(f"{kernel}: lengths must be [{s}] and table [{s}, pages], got "
+                         f"{lengths.shape} and {table.shape}")
+    if pages_per_block < 1:
+        raise ValueError(f"pages_per_block must be >= 1, got {pages_per_block}")
+    return quantized, kshape
+
+
 def paged_kernel_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, table: jax.Array, *,
                            pages_per_block: int) -> jax.Array:
     """One query per slot ``q [S, H, D]`` over its first ``lengths[s]`` paged keys -> ``[S, H, D]``.
@@ -48,17 +65,8 @@ def paged_kernel_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, tab
     expected replicated over the data axes: each shard reads its slots' pages from its own copy.
     """
     s, h, d = q.shape
-    quantized = isinstance(pool_k, QuantizedPages)
-    kshape, vshape = (pool_k.data.shape, pool_v.data.shape) if quantized else (pool_k.shape, pool_v.shape)
+    quantized, kshape = check_inputs("paged kernel", q, pool_k, pool_v, lengths, table, pages_per_block)
     kv, num_pages = kshape[0], kshape[1]
-    if kshape != vshape or h % kv or kshape[3] != d:
-        raise ValueError(f"paged kernel: q {q.shape} needs pools [kv_heads, pages, page_size, {d}] with heads a "
-                         f"multiple of kv_heads, got keys {kshape} and values {vshape}")
-    if lengths.shape != (s,) or table.ndim != 2 or table.shape[0] != s:
-        raise ValueError(f"paged kernel: lengths must be [{s}] and table [{s}, pages], got "
-                         f"{lengths.shape} and {table.shape}")
-    if pages_per_block < 1:
-        raise ValueError(f"pages_per_block must be >= 1, got {pages_per_block}")
     block = min(pages_per_block, table.shape[1])
     pad = -table.shape[1] % block  # the kernel needs whole blocks of entries per slot
     # Entries past a slot's pages ("no page" = num_pages, or anything) are still DMA'd inside its

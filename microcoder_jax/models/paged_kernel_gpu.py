@@ -59,20 +59,11 @@ def gpu_paged_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, table:
     interpret mode. Under a mesh it runs inside ``jax.shard_map`` with the TPU kernel's specs
     (slots over the data axes, kv heads over ``tensor`` where it divides them).
     """
-    from microcoder_jax.models.paged_kernel import _specs
+    from microcoder_jax.models.paged_kernel import _specs, check_inputs
 
     s, h, d = q.shape
-    quantized = isinstance(pool_k, QuantizedPages)
-    kshape, vshape = (pool_k.data.shape, pool_v.data.shape) if quantized else (pool_k.shape, pool_v.shape)
+    quantized, kshape = check_inputs("GPU paged kernel", q, pool_k, pool_v, lengths, table, pages_per_block)
     kv, num_pages, page_size = kshape[:3]
-    if kshape != vshape or h % kv or kshape[3] != d:
-        raise ValueError(f"GPU paged kernel: q {q.shape} needs pools [kv_heads, pages, page_size, {d}] with heads "
-                         f"a multiple of kv_heads, got keys {kshape} and values {vshape}")
-    if lengths.shape != (s,) or table.ndim != 2 or table.shape[0] != s:
-        raise ValueError(f"GPU paged kernel: lengths must be [{s}] and table [{s}, pages], got "
-                         f"{lengths.shape} and {table.shape}")
-    if pages_per_block < 1:
-        raise ValueError(f"pages_per_block must be >= 1, got {pages_per_block}")
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     block = compute_block(page_size, pages_per_block)
