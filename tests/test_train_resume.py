@@ -1,5 +1,7 @@
 """A run SIGKILLed after a checkpoint resumes and ends with bitwise the same params as an
-uninterrupted run (CPU, same seed). Subprocesses, a very small config, a checkpoint every step."""
+uninterrupted run (CPU, same seed), synchronous and with rl.off_policy_steps=1 (a batch in flight
+at the kill: saved beside its checkpoint, trained on once after the resume). Subprocesses, a very
+small config, a checkpoint every step."""
 import os
 import signal
 import subprocess
@@ -19,8 +21,8 @@ ARGS = [f"--config.train.steps={STEPS}", "--config.train.checkpoint_every=1",
         "--config.data.num_prompts=4", "--config.demo.problems_per_op=2"]
 
 
-def _cmd(workdir):
-    return [sys.executable, "-m", "microcoder_jax.train", f"--workdir={workdir}", *ARGS]
+def _cmd(workdir, extra=()):
+    return [sys.executable, "-m", "microcoder_jax.train", f"--workdir={workdir}", *ARGS, *extra]
 
 
 def _env():
@@ -47,11 +49,14 @@ def _final_params(workdir):
 
 
 @pytest.mark.slow
-def test_sigkill_resume_matches_uninterrupted_run_bitwise(tmp_path):
+@pytest.mark.parametrize("extra", [(), ("--config.rl.off_policy_steps=1", "--config.rl.is_correction=tis")],
+                         ids=["synchronous", "off_policy_1"])
+def test_sigkill_resume_matches_uninterrupted_run_bitwise(tmp_path, extra):
     full, killed = tmp_path / "full", tmp_path / "killed"
-    reference = subprocess.Popen(_cmd(full), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    reference = subprocess.Popen(_cmd(full, extra), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-    victim = subprocess.Popen(_cmd(killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(_cmd(killed, extra), env=_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
     ckpt = killed / "checkpoints"
     deadline = time.time() + 600
     while not (ckpt / "2").is_dir():  # a complete (renamed) checkpoint of step 2
@@ -63,7 +68,9 @@ def test_sigkill_resume_matches_uninterrupted_run_bitwise(tmp_path):
     done = sorted(int(d) for d in os.listdir(ckpt) if d.isdigit())
     assert done and done[-1] < STEPS, f"killed too late to test anything: {done}"
 
-    resumed = subprocess.run(_cmd(killed), env=_env(), capture_output=True, text=True, timeout=600)
+    if extra:  # the batch sampled ahead of the newest checkpoint is on disk beside it
+        assert os.listdir(killed / "inflight" / f"step_{done[-1]:08d}"), os.listdir(killed / "inflight")
+    resumed = subprocess.run(_cmd(killed, extra), env=_env(), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from step" in resumed.stdout
     _, err = reference.communicate(timeout=600)
