@@ -80,6 +80,7 @@ def test_params_convert_both_ways_without_copies(tiny):
     assert float(drawn.final_norm.get_value().min()) == 1.0 and float(jnp.std(drawn.embed.get_value())) > 0.01
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_grads_and_optimizer_state_are_the_functional_ones(tiny):
     """nnx.grad through the module = jax.grad of forward; an nnx.Optimizer step with the train
     step's optimizer = the optax update on the params dict; optax states convert both ways."""

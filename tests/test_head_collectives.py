@@ -76,6 +76,7 @@ def _chunk_loop_bytes(compiled) -> list[int]:
 
 
 @pytest.mark.parametrize("tensor", [1, 2])
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_vocab_projection_collectives_are_bounded(tensor):
     """Per chunk, the collectives move < 1/16 of the LM head (before: one all-gather of the head
     and, in the train step, one all-reduce of its gradient in every chunk)."""

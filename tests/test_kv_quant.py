@@ -142,6 +142,7 @@ def _run(tiny, kv_dtype, temperature):
                           kv_dtype=kv_dtype)
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_engine_int8_pool_against_model_dtype_pool(tiny):
     """Greedy: the fraction of identical tokens up to each row's first difference, and the log-prob gap
     of the tokens both chose; sampled (T=1, same keys): the gap while the rows agree."""

@@ -73,10 +73,10 @@ def run_step(params, cfg, batch, mesh):
 CASES = [  # every aggregation and truncation rule, KL on and off, accumulation, 1 and 8 devices
     ("token_mean", "conditional", False, 2, None, "1dev", False),
     ("seq_mean_token_mean", "overlong_filter", True, 4, 2 * S, "1dev", True),
-    ("constant", "soft_overlong", False, 2, None, "1dev", True),
-    ("token_mean", "mask_all", True, 8, None, "8dev", True),
-    ("constant", "none", False, 8, 2 * S, "8dev", False),
-]
+    pytest.param("constant", "soft_overlong", False, 2, None, "1dev", True, marks=pytest.mark.slow),
+    pytest.param("token_mean", "mask_all", True, 8, None, "8dev", True, marks=pytest.mark.slow),
+    pytest.param("constant", "none", False, 8, 2 * S, "8dev", False, marks=pytest.mark.slow),
+]  # (the slow ones: compile-heavy, run by the full suite; the quick tier keeps one 1-device case of each kind)
 
 
 @pytest.mark.parametrize("aggregation,truncation,kl,micro,width,where,given_old", CASES)
@@ -103,6 +103,7 @@ def test_packed_step_equals_padded(params, aggregation, truncation, kl, micro, w
     assert moved > 0.1 * cfg.learning_rate  # the updates are not trivially zero
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_packed_step_compiles_once_per_size(params):
     """Length mixes that pack into the same number of rows reuse one compile; a new size adds one."""
     cfg = cfg_for("token_mean", "conditional", False, 2)

@@ -178,6 +178,7 @@ def test_kernel_compiles_for_tpu_under_the_mesh(v5e_devices, mesh_shape, page_si
     assert memory.argument_size_in_bytes > 0
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_the_paged_engine_takes_the_kernel_where_it_serves_and_matches_xla():
     """A bf16 head_dim-128 model: attention=auto in interpret mode runs the engine's decode through the
     kernel (traced once per layer), greedy tokens equal to attention=xla."""

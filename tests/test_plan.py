@@ -32,6 +32,7 @@ def demo_plan():
     return planner.plan(config, parse_topology("v5e:2x2"), cache_dir=None, search=False)
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_demo_plan_compiles_every_program_and_fits(demo_plan):
     names = [r.program.name for r in demo_plan.rows]
     assert names == ["decode layout", "sample prefill", "sample decode", "old log-probs", "train step", "eval prefill",
@@ -48,6 +49,7 @@ def test_demo_plan_compiles_every_program_and_fits(demo_plan):
     assert bounds[-1] == 40 and len(bounds) == 4
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_report_renders_every_section(demo_plan):
     from microcoder_jax.plan import report
 
@@ -112,6 +114,7 @@ WIDE = ["mesh.fsdp=-1", "model.hidden_size=2048", "model.intermediate_size=6144"
         "data.prompt_buckets=(64,)"]
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_analytic_train_step_memory_tracks_xla():
     """Two Qwen3-1.7B-wide layers (buffers well above the chip's on-core memory, where XLA would keep
     small ones out of HBM): the analytic total is within 15% of XLA's."""
@@ -155,6 +158,7 @@ def test_analytic_memory_of_every_program_kind_tracks_xla(engine, names, tmp_pat
                                                 row.compiled.total_bytes)
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_not_fitting_train_step_suggests_a_micro_batch_that_fits():
     _tpu_devices("v5e:2x2")
     config = cli.load_config(DEMO, ["mesh.fsdp=-1", "sampling.max_new_tokens=448", "data.prompt_buckets=(64,)"])
@@ -215,6 +219,7 @@ PAGED = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.max_new_tokens=448",
          "sampling.slots=64", "model.dtype=bfloat16", "model.head_dim=128", "model.attention=auto"]
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_paged_engine_programs_are_planned_and_fit(tmp_path):
     """`sampling.engine=paged`: the engine's admit and run loop are compiled instead of prefill/decode."""
     _tpu_devices("v5e:2x2")
@@ -263,6 +268,7 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
     assert "--config.sampling.decode_tensor=-1" in tight.suggestions[0]
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_paged_decode_loop_collectives_on_the_sampler_mesh(tmp_path):
     """The paged run loop on the paper's sampler mesh (data=1, fsdp=1, tensor=4: the KV heads over every
     chip, as the paper configs sample on a v5p-8), here a demo-sized model with 4 KV heads on v5e:2x2.

@@ -142,6 +142,7 @@ def test_none_is_the_uncorrected_step_bit_for_bit(params, batch):
     assert_same(m1, m0)
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_tis_with_the_sampler_equal_to_old_is_none(params, batch):
     """r = 1 everywhere: weight 1, nothing capped; params, loss and every metric of `none`."""
     on_policy = dict(batch, sampler_logprobs=np.where(batch["response_mask"] > 0, batch["old_logprobs"], 0))
@@ -153,6 +154,7 @@ def test_tis_with_the_sampler_equal_to_old_is_none(params, batch):
     assert m1["is_truncated_frac"] == 0.0 and m1["is_masked_frac"] == 0.0 and m1["is_gap"] == 0.0
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_a_correction_reweights_and_drops_tokens(params, batch):
     """Off-policy sampler: tis changes the update; mis leaves out exactly the reference's tokens."""
     p0, m0 = run(params, cfg_for("none"), batch)
@@ -168,6 +170,7 @@ def test_a_correction_reweights_and_drops_tokens(params, batch):
     np.testing.assert_allclose(float(m2["is_masked_frac"]), 1 - kept.sum() / mask.sum(), rtol=1e-6)
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_packed_step_with_correction_equals_padded(params, batch):
     """tis, old log-probs computed in the step: packed rows give the padded rows' update."""
     from microcoder_jax.rl import packing

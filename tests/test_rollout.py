@@ -2,6 +2,7 @@
 from it (the judge's reward_mean kept, the step's shaped one under its own name)."""
 import jax
 import numpy as np
+import pytest
 
 from microcoder_jax.trainer.metrics import step_record
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts
@@ -69,6 +70,7 @@ def test_metrics_row_keeps_the_judges_reward_and_the_shaped_one():
     assert row["verdict/passed"] == 0.25 and row["rows"] == 4 and row["pass_rate"] == 0.25
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_sampling_engine_knob_picks_the_paged_sampler_with_the_same_greedy_tokens():
     import types
 

@@ -233,6 +233,7 @@ def test_sharded_matches_single_device(tiny):
     np.testing.assert_allclose(sharded.logprobs, single.logprobs, atol=1e-5)
 
 
+@pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_decode_tensor_mesh_from_fsdp_params_matches_single_device(tiny):
     """Params FSDP-sharded on the training mesh, sampled on `sampler_mesh` (KV heads and weights split
     over tensor, slots over data): the same tokens as one device, the pool split over the heads."""
