@@ -2,18 +2,15 @@
 fake CPU devices. Quick: the split rule, and the weight transfer's result (the learner's params,
 on the worker's shardings and devices). Slow: the demo with k = 0 split 4 + 4 equals it on one
 4-device mesh to float rounding (rows and final params)."""
-import json
-import os
 
 import jax
 import numpy as np
 import pytest
 
-from microcoder_jax import config as config_lib
 from microcoder_jax import models, sharding
 from microcoder_jax.trainer import loop as train
-from microcoder_jax.trainer.replay import is_timed
 from microcoder_jax.trainer.worker import transfer
+from short_demo import short_demo, untimed_rows
 
 
 def test_split_devices_takes_a_count_or_a_fraction_of_the_first_devices():
@@ -46,19 +43,10 @@ def test_the_transferred_weights_are_the_learners_on_the_workers_shardings():
 
 
 def demo(**overrides):
-    c = config_lib.demo_config()
-    c.train.steps, c.train.progress, c.train.checkpoint_every = 3, False, 0
-    c.train.warm_start_steps, c.data.num_prompts = 30, 8
-    c.mesh.fsdp = 4
-    for key, value in overrides.items():
-        group, name = key.split(".")
-        c[group][name] = value
-    return c
+    return short_demo(3, **{"mesh.fsdp": 4, **overrides})
 
 
-def rows(workdir):
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if not is_timed(k)} for line in f]
+rows = untimed_rows
 
 
 @pytest.mark.slow

@@ -2,7 +2,6 @@
 module): staleness is logged and never exceeds k, a second run of the same seed is identical
 (thread timing cannot change a result), and a run stopped by SIGTERM while a batch is in flight
 resumes to the same final params and rows (the batch is neither lost nor trained twice)."""
-import json
 import os
 import signal
 
@@ -10,31 +9,20 @@ import jax
 import numpy as np
 import pytest
 
-from microcoder_jax import config as config_lib
 from microcoder_jax.trainer import loop as train
 from microcoder_jax.trainer import preemption
 from microcoder_jax.trainer.pipeline import INFLIGHT_DIR
-from microcoder_jax.trainer.replay import is_timed
+from short_demo import short_demo, untimed_rows
 
 pytestmark = pytest.mark.slow  # three ~1-minute demo runs on 2 cores
 STEPS = 4
 
 
 def demo(**overrides):
-    c = config_lib.demo_config()
-    c.train.steps, c.train.progress, c.train.checkpoint_every = STEPS, False, 0
-    c.train.warm_start_steps = 30
-    c.data.num_prompts = 8
-    c.rl.off_policy_steps, c.rl.is_correction = 1, "tis"
-    for key, value in overrides.items():
-        group, name = key.split(".")
-        c[group][name] = value
-    return c
+    return short_demo(STEPS, **{"rl.off_policy_steps": 1, "rl.is_correction": "tis", **overrides})
 
 
-def rows(workdir):
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if not is_timed(k)} for line in f]
+rows = untimed_rows
 
 
 def run(workdir, **overrides):
