@@ -119,8 +119,8 @@ def start_test(groups: dict, memory_bytes: int, max_processes: int) -> list:
     procs = []
     for h in groups["hierarchies"]:
         fd = h["fd"]
-        if _exists(fd):
-            kill_and_remove(h)  # the last test's group survived a failure: never reuse it
+        if _exists(fd) and not kill_and_remove(h):  # a leftover group is never reused
+            raise OSError("the last test's cgroup still holds processes after SIGKILL and 10 s")
         os.mkdir(_TEST, 0o755, dir_fd=fd)
         if "memory" in h["controllers"]:
             if h["v2"]:
@@ -179,17 +179,23 @@ def finish_test(groups: dict, reaped: bool = False) -> dict:
     return {"cpu": cpu, "oom": oom}
 
 
-def kill_and_remove(h: dict) -> None:
-    """Remove the test group, killing what is still in it first (retried while the kernel lets go)."""
-    for _ in range(200):
+def kill_and_remove(h: dict, within: float = 10.0) -> bool:
+    """Remove the test group, killing what is still in it first; retried for up to `within`
+    seconds, since a killed process holds its group until its last context switch (later on a
+    loaded machine). False if the group is still there."""
+    deadline, pause = time.monotonic() + within, 0.001
+    while True:
         try:
             os.rmdir(_TEST, dir_fd=h["fd"])
-            return
+            return True
         except FileNotFoundError:
-            return
+            return True
         except OSError:
+            if time.monotonic() > deadline:
+                return False
             _kill(h)
-            time.sleep(0.001)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
 
 
 def close_groups(groups: dict) -> None:
