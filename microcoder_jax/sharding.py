@@ -295,6 +295,18 @@ def allgather_counts(counts: dict[str, int], names: Sequence[str] = ()) -> dict[
     return {k: int(v) for k, v in zip(names, total) if v}
 
 
+def assert_same_on_hosts(value: int, what: str) -> None:
+    """Raise on every host when the hosts disagree on `value` (e.g. what each read from its disk)."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    seen = np.asarray(multihost_utils.process_allgather(np.array([value], np.int64))).reshape(-1)
+    if len(set(seen.tolist())) > 1:
+        raise RuntimeError(f"the hosts disagree on {what}: {seen.tolist()} by process; every host must see "
+                           "the same files (a shared workdir, or copy it to each host)")
+
+
 def to_host(x) -> np.ndarray:
     """A (possibly multi-host, possibly on-device) array as numpy on every host."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:

@@ -50,10 +50,11 @@ class FakeWorker:
                         7, {"position": step + 1}, {"temperature": 1.0})
 
 
-def drive(k: int, steps: int = 6, start: int = 0, ready=(), jitter: float = 0.002):
+def drive(k: int, steps: int = 6, start: int = 0, ready=(), jitter: float = 0.002, inline: bool = False):
     """The loop's use of a pipeline: get, 'train' (w += 1), publish; returns what each step got."""
     worker, params = FakeWorker(jitter), {"w": np.float32(start)}
-    pipe = Pipeline(worker, k=k, start=start, steps=steps, params=params, score_for=lambda: "scorer", ready=ready)
+    pipe = Pipeline(worker, k=k, start=start, steps=steps, params=params, score_for=lambda: "scorer", ready=ready,
+                    inline=inline)
     got = []
     try:
         for step in range(start, steps):
@@ -80,6 +81,31 @@ def test_batches_are_sampled_by_the_version_k_behind_and_never_staler(k):
 def test_thread_timing_cannot_change_what_a_batch_holds():
     runs = [drive(1, jitter=j)[0] for j in (0.0, 0.01, 0.0)]
     assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_inline_mode_makes_the_threads_batches_in_the_learners_thread(k):
+    """Multi-host runs make batches in the learner's thread (collectives in one order on every
+    process): the same steps, versions and weights as the background thread."""
+    threaded, _ = drive(k)
+    inline, worker = drive(k, inline=True)
+    assert inline == threaded
+    assert all(name == threading.main_thread().name and score is None for _, _, name, score in worker.calls)
+    assert [c[0] for c in worker.calls] == list(range(6))  # each batch made once, in step order
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["thread", "inline"])
+def test_inline_drain_makes_what_the_thread_would_have_ahead(inline):
+    worker, params = FakeWorker(), {"w": np.float32(0)}
+    pipe = Pipeline(worker, k=2, start=0, steps=10, params=params, score_for=lambda: None, inline=inline)
+    try:
+        pipe.get(0, params, 0)
+        assert [p.step for p in pipe.drain()] == [1, 2]
+        pipe.publish({"w": np.float32(1)}, 1)
+        assert [p.step for p in pipe.drain()] == [1, 2, 3]
+        assert [(p.step, p.version) for p in [pipe.get(s, None, s) for s in (1, 2, 3)]] == [(1, 0), (2, 0), (3, 1)]
+    finally:
+        pipe.close()
 
 
 def test_k0_produces_on_demand_with_the_learners_params_and_scorer():

@@ -43,7 +43,8 @@ MEANINGS = {  # what each field means, as --help shows it (a test checks every f
     "packing": "run the old-log-prob pass and the train step on rows laid end to end (same loss and update)",
     "pack_width": "packing: tokens per packed row (None = the batch's padded width)",
     "off_policy_steps": "k: batches sampled ahead in a background thread with weights at most k updates old "
-                        "(0 = synchronous; k >= 1 wants is_correction=tis, one process)",
+                        "(0 = synchronous; k >= 1 wants is_correction=tis; multi-host: made in the learner's "
+                        "thread, no overlap)",
 }
 
 

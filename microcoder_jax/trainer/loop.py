@@ -62,9 +62,6 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
 
     blocks = validate(config)
     train_config, rl = blocks["train"], blocks["rl"]
-    if rl.off_policy_steps and jax.process_count() > 1:
-        raise config_lib.ConfigError(f"rl.off_policy_steps={rl.off_policy_steps}: off-policy rollouts run in one "
-                                     f"process; this run has {jax.process_count()}. Use 0 for multi-host runs.")
     if blocks["mesh"].rollout_devices and jax.process_count() > 1:
         raise config_lib.ConfigError(f"mesh.rollout_devices={blocks['mesh'].rollout_devices:g}: a rollout mesh of "
                                      f"its own runs in one process; this run has {jax.process_count()}. Use 0 "
@@ -101,11 +98,15 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     if decision is not None and writer is not None:
         writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
     in_flight = load_inflight(workdir, start) if start else []
+    sharding.assert_same_on_hosts(len(in_flight), f"batches in flight at checkpoint {start} (WORKDIR/inflight*)")
     if in_flight:
         log_fn(f"resuming with {len(in_flight)} batch(es) sampled before the checkpoint (rl.off_policy_steps)")
     pipeline = Pipeline(worker, k=rl.off_policy_steps, start=start, steps=run.train.steps, params=state.params,
                         score_for=lambda: scorer(run, learner.params, learner.ref_params, on_host=rl.dynamic_sampling),
-                        ready=tuple(in_flight))
+                        ready=tuple(in_flight), inline=jax.process_count() > 1)
+    if rl.off_policy_steps and pipeline.inline:
+        log_fn(f"rl.off_policy_steps={rl.off_policy_steps} on {jax.process_count()} processes: batches are made in "
+               "the learner's thread (same batches as one process, no overlap; see trainer/pipeline.py)")
 
     nonfinite_streak = 0  # consecutive steps with a skipped non-finite update
     guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit

@@ -10,6 +10,11 @@ on it, and what it holds depends only on (seed, t) and that version: thread timi
 a result. The learner computes the old log-probs at train time; rl.is_correction=tis weighs the
 stale sampler's log-probs against them.
 
+Multi-host (`inline`): every process must launch its collectives in the same order, which two
+threads per process cannot promise, so the worker runs in the learner's thread and makes batch t
+when the learner asks for it, from the same weights version: the same batches as one process
+with the thread, without the overlap.
+
 Checkpoints (`drain`, `save_inflight`, `load_inflight`): before the learner saves step s it waits
 for the batches the worker can already make (s .. s + k - 1: they need versions it has) and
 writes them beside the checkpoint (`WORKDIR/inflight/step_s/`); the checkpoint holds the
@@ -41,8 +46,9 @@ class Pipeline:
     scorer for the synchronous path; `ready`: batches restored from a checkpoint."""
 
     def __init__(self, worker: RolloutWorker, *, k: int, start: int, steps: int, params,
-                 score_for: Callable[[], Callable], ready: tuple[Produced, ...] = ()):
+                 score_for: Callable[[], Callable], ready: tuple[Produced, ...] = (), inline: bool = False):
         self.worker, self.k, self.start, self.steps, self.score_for = worker, k, start, steps, score_for
+        self.inline = inline
         self.ready = {p.step: p for p in ready}
         self.next = start + len(self.ready)  # the next step the worker produces
         self.weights = {start: self._copy(params)} if k else {}
@@ -50,7 +56,7 @@ class Pipeline:
         self.cond = threading.Condition()
         self.stopping = False
         self.thread = None
-        if k:
+        if k and not inline:
             self.thread = threading.Thread(target=self._run, name="rollout-worker", daemon=True)
             self.thread.start()
 
@@ -74,20 +80,33 @@ class Pipeline:
                         self.cond.wait()
                     if self.stopping:
                         return
-                    step, version = self.next, self.version_for(self.next)
-                    params = self.weights[version]
-                    for old in [v for v in self.weights if v < version]:
-                        del self.weights[old]
-                self.worker.update_weights(params, version)
-                produced = self.worker.produce(step)
-                with self.cond:
-                    self.ready[step] = produced
-                    self.next = step + 1
-                    self.cond.notify_all()
+                    step, version, params = self._take_weights()
+                self._produce(step, version, params)
         except BaseException as e:  # noqa: BLE001 - handed to the learner's thread, which raises it
             with self.cond:
                 self.error = e
                 self.cond.notify_all()
+
+    def _take_weights(self):
+        """The next step, its weights version and params (older versions are dropped)."""
+        step, version = self.next, self.version_for(self.next)
+        params = self.weights[version]
+        for old in [v for v in self.weights if v < version]:
+            del self.weights[old]
+        return step, version, params
+
+    def _produce(self, step: int, version: int, params) -> None:
+        self.worker.update_weights(params, version)
+        produced = self.worker.produce(step)
+        with self.cond:
+            self.ready[step] = produced
+            self.next = step + 1
+            self.cond.notify_all()
+
+    def _produce_inline(self, until: Optional[int]) -> None:
+        """Inline mode: make the batches the weights in hand allow, up to step `until` (None: all)."""
+        while not self._blocked() and (until is None or self.next <= until):
+            self._produce(*self._take_weights())
 
     def _raise(self) -> None:
         if self.error is not None:
@@ -98,6 +117,11 @@ class Pipeline:
         if not self.k and step not in self.ready:
             self.worker.update_weights(params, version)
             return self.worker.produce(step, score=self.score_for())
+        if self.inline:
+            self._produce_inline(step)
+            if step not in self.ready:
+                raise RuntimeError(f"step {step}'s batch needs weights version {self.version_for(step)}, "
+                                   "not published (a bug)")
         with self.cond:
             while step not in self.ready and self.error is None:
                 self.cond.wait()
@@ -116,6 +140,8 @@ class Pipeline:
     def drain(self) -> list[Produced]:
         """Wait until the worker has made every batch it can with the weights it has; those batches
         (not yet trained on), oldest first. The worker is idle when this returns."""
+        if self.inline and self.k:
+            self._produce_inline(None)
         with self.cond:
             while self.k and not self._blocked() and self.error is None:
                 self.cond.wait()
@@ -130,20 +156,25 @@ class Pipeline:
             self.thread.join()
 
 
+def _inflight_root(root: str) -> str:
+    """This process's in-flight folder: each process keeps its own copy (hosts need not share a disk)."""
+    index = jax.process_index()
+    return os.path.join(root, INFLIGHT_DIR if index == 0 else f"{INFLIGHT_DIR}.p{index}")
+
+
 def _step_dir(root: str, step: int) -> str:
-    return os.path.join(root, INFLIGHT_DIR, f"step_{step:08d}")
+    return os.path.join(_inflight_root(root), f"step_{step:08d}")
 
 
 def save_inflight(root: str, step: int, produced: list[Produced]) -> None:
-    """The batches in flight at checkpoint `step` (process 0 writes; written before the checkpoint)."""
-    if jax.process_index() != 0:
-        return
+    """The batches in flight at checkpoint `step`, written before the checkpoint by every process
+    (the arrays are all-gathered: every process must call this)."""
+    host = [{name: sharding.to_host(v) for name, v in p.batch.as_dict().items()} for p in produced]
     final = _step_dir(root, step)
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    for p in produced:
-        arrays = {name: sharding.to_host(v) for name, v in p.batch.as_dict().items()}
+    for p, arrays in zip(produced, host):
         np.savez(os.path.join(tmp, f"batch_{p.step:08d}.npz"), **arrays)  # pyright: ignore[reportArgumentType]
         meta = {"step": p.step, "version": p.version, "temperature": p.temperature,
                 "next_temperature": p.next_temperature, "decision": p.decision.to_dict(), "div": p.div,
@@ -187,8 +218,8 @@ def load_inflight(root: str, step: int) -> list[Produced]:
 
 def prune_inflight(root: str, keep: Any) -> None:
     """Remove the in-flight folders of checkpoints no longer kept (`keep`: their steps)."""
-    folder = os.path.join(root, INFLIGHT_DIR)
-    if jax.process_index() != 0 or not os.path.isdir(folder):
+    folder = _inflight_root(root)
+    if not os.path.isdir(folder):
         return
     keep = set(keep)
     for name in os.listdir(folder):
