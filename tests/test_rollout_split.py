@@ -40,6 +40,13 @@ def test_the_transferred_weights_are_the_learners_on_the_workers_shardings():
     for a, b, sh in zip(jax.tree.leaves(moved), jax.tree.leaves(params), jax.tree.leaves(target), strict=True):
         assert a.sharding == sh and set(a.devices()) <= set(rollout)
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # the next version replaces that copy leaf by leaf: the old one is freed, the learner's kept
+    newer = jax.tree.map(lambda x: x + 1, params)
+    again, _, _ = transfer(newer, target, replaces=moved)
+    assert all(x.is_deleted() for x in jax.tree.leaves(moved))
+    assert not any(x.is_deleted() for x in jax.tree.leaves(newer) + jax.tree.leaves(params))
+    for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(newer), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def demo(**overrides):

@@ -11,9 +11,9 @@ matches what it has consumed (pipeline.py).
 
 Under `mesh.rollout_devices` the worker samples on devices of its own (`setup.rollout_view`:
 its mesh, and its paged sampler's tensor-parallel decode mesh over them): `update_weights` puts
-the learner's params onto the worker's shardings with `jax.device_put`, device to device, and
-logs the bytes and seconds of that transfer with the batch (`weights_bytes`, `time_weights_s`).
-Every process runs both roles (multi-host split runs are refused for now).
+the learner's params onto the worker's shardings with `jax.device_put`, device to device and
+leaf by leaf (its previous copy freed as each leaf lands), and logs the bytes and seconds of that transfer with the batch (`weights_bytes`, `time_weights_s`).
+Every process runs both roles; multi-host split runs are refused for now.
 """
 from __future__ import annotations
 
@@ -63,14 +63,14 @@ class RolloutWorker:
             mc = run.model_config
             self.shardings = sharding.logical_to_sharding(models.param_logical_axes(mc), run.rollout_mesh,
                                                           models.param_shapes(mc))
-        self.moved_bytes, self.moved_s = 0, 0.0
+        self.moved_bytes, self.moved_s, self.params = 0, 0.0, None
         self.update_weights(params, version)
 
     def update_weights(self, params, version: int) -> None:
         """Sample from now on with `params`, the policy after `version` learner updates (moved onto
         the worker's devices under mesh.rollout_devices)."""
         if self.shardings is not None:
-            params, self.moved_bytes, self.moved_s = transfer(params, self.shardings)
+            params, self.moved_bytes, self.moved_s = transfer(params, self.shardings, self.params)
         self.params, self.version = params, version
 
     def next_prompts(self) -> tuple[list, list]:
@@ -113,9 +113,18 @@ class RolloutWorker:
                         tests, self.data.get_state(), self.scheduler.state_dict(), self.moved_bytes)
 
 
-def transfer(params, shardings) -> tuple[Any, int, float]:
+def transfer(params, shardings, replaces=None) -> tuple[Any, int, float]:
     """`params` on `shardings` (another mesh's devices) by jax.device_put, device to device with no
-    host copy: (the moved params, bytes, seconds until they are there)."""
+    host copy, one leaf at a time: each leaf of `replaces` (the worker's previous copy) is freed as
+    its successor lands, so the worker's devices never hold two full copies (one copy plus the
+    largest leaf). Returns (the moved params, bytes, seconds until they are there)."""
     t0 = time.perf_counter()
-    moved = jax.block_until_ready(jax.device_put(params, shardings))
-    return moved, sum(x.nbytes for x in jax.tree.leaves(moved)), time.perf_counter() - t0
+    leaves, treedef = jax.tree.flatten(params)
+    targets = treedef.flatten_up_to(shardings)
+    old = treedef.flatten_up_to(replaces) if replaces is not None else [None] * len(leaves)
+    moved = []
+    for leaf, target, previous in zip(leaves, targets, old):
+        moved.append(jax.block_until_ready(jax.device_put(leaf, target)))
+        if isinstance(previous, jax.Array) and previous is not leaf and not previous.is_deleted():
+            previous.delete()
+    return treedef.unflatten(moved), sum(x.nbytes for x in moved), time.perf_counter() - t0
