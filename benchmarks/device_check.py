@@ -166,7 +166,7 @@ def decode(name: str, mc, kv_dtype: str, slots: int, cap: int, page_size: int, d
 def judge(programs: int, workers: int) -> dict:
     """Programs/s of the judge over the bundled problems' reference solutions (all should pass)."""
     from microcoder_jax.evaluator.pool import EvaluatorPool
-    from microcoder_jax.problems import load_problems
+    from microcoder_jax.data.problems import load_problems
 
     problems = [p for p in load_problems(os.path.join(ROOT, "microcoder_jax", "data", "samples", "problems.jsonl"))
                 if p.solutions]

@@ -21,7 +21,7 @@ import numpy as np
 
 from microcoder_jax import cli
 from microcoder_jax import config as config_lib
-from microcoder_jax.checkpoint import Checkpointer
+from microcoder_jax.models.checkpoint import Checkpointer
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.trainer.learner import scorer
 from microcoder_jax.trainer.rollout import GroupJudge, collect, finish, generate

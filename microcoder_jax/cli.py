@@ -18,7 +18,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from microcoder_jax.config import ConfigError, default_config, describe, flat_keys
-from microcoder_jax.libtpu_env import describe_host_without_tpu
+from microcoder_jax.sharding import describe_host_without_tpu
 
 FILE_LIST_KEYS = ("data.train_files", "eval.files")  # "a.jsonl,b-*.jsonl" on the command line
 

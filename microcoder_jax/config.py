@@ -5,9 +5,9 @@ sampling/, `EvaluatorConfig` in evaluator/, `RLConfig` in rl/, ...); its fields 
 defaults and meanings. `default_config()` builds the ConfigDict (what `--config.KEY=VALUE`
 overrides), `demo_config()` is the bundled demo, `configs/*.py` files return one from
 `get_config(arg)`. In the `rl` block a key a preset sets is None (= the preset's value).
-`config_check.validate(config)` builds every typed block (`blocks(config)`), which checks each
-value, and raises `ConfigError` naming the key and what is valid; `describe(config)` is what
-`--help` prints. Command lines are parsed by `microcoder_jax.cli`.
+`validate(config)` (at the end) builds every typed block (`blocks(config)`), which checks each
+value, then the rules across blocks, and raises `ConfigError` naming the key and what is valid;
+`describe(config)` is what `--help` prints. Command lines are parsed by `microcoder_jax.cli`.
 """
 from __future__ import annotations
 
@@ -226,3 +226,44 @@ def config_dir() -> str:
     import os
 
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+# Checks before anything is written: every typed block checks its own fields (`blocks.Block`,
+# `RLConfig`); the rules below are the ones that join two blocks (the task and its files, the paged
+# engine and the prompt buckets). `validate` raises ConfigError with the key, the bad value and what is valid.
+
+def _fail(key: str, value, what: str):
+    raise ConfigError(f"{key}={value!r}: {what}")
+
+
+def _check_known_keys(config) -> None:
+    """A key no block declares (a typo in a config file) is an error, not silently ignored."""
+    known = {k for k, _, _ in all_keys()}
+    unknown = sorted(set(flat_keys(config)) - known)
+    if unknown:
+        raise ConfigError(f"unknown config keys {unknown}; `--help` lists every key")
+
+
+def _check_across(config, typed: dict) -> None:
+    data, sampling, train = typed["data"], typed["sampling"], typed["train"]
+    if sampling.engine == "paged" and any(b % sampling.page_size for b in data.prompt_buckets):
+        _fail("data.prompt_buckets", data.prompt_buckets, f"with sampling.engine=paged every bucket must be a "
+              f"multiple of sampling.page_size={sampling.page_size} (or change the page size)")
+    if data.task == "problems":
+        if not data.train_files:
+            _fail("data.train_files", (), "data.task=problems needs problem files")
+        if not (typed["tokenizer"].path or typed["model"].path):
+            _fail("tokenizer.path", "", "set model.path (or tokenizer.path) to load a tokenizer")
+        if train.warm_start_steps:
+            _fail("train.warm_start_steps", train.warm_start_steps, "only for data.task=demo")
+
+
+def validate(config) -> dict:
+    """Raise ConfigError on the first bad value; returns the typed blocks (`config.blocks`)."""
+    seed = get(config, "seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        _fail("seed", seed, "must be an int >= 0")
+    _check_known_keys(config)
+    typed = blocks(config)
+    _check_across(config, typed)
+    return typed

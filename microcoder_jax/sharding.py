@@ -3,7 +3,8 @@
 The only module that knows devices and processes: `make_mesh` / `mesh_from_sizes` build the one
 mesh (`sampler_mesh` lays the same devices out for the paged sampler), `initialize_distributed`
 joins a multi-host run, `host_rows` / `allgather_rows` / `allgather_counts` / `to_host` /
-`put_batch` move a batch between this host and the global arrays.
+`put_batch` move a batch between this host and the global arrays; `describe_host_without_tpu`
+keeps libtpu quiet on a machine without TPU chips.
 It takes logical axes as input (the model's `param_logical_axes(config)`): it never imports the model.
 
 Mesh axes are ``("data", "fsdp", "tensor")``:
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, Optional, Sequence, TypeVar
 
 import jax
@@ -334,3 +336,32 @@ def put_batch(batch, mesh: Mesh | None):
         return jax.device_put(x, batch_sharding(mesh, x.ndim) if rows else replicated(mesh))
 
     return jax.tree.map(put, batch)
+
+
+# libtpu off a TPU VM. libtpu loads where there is no TPU chip too: when JAX tries every backend
+# (JAX_PLATFORMS unset) and when the planner compiles for a TPU topology ahead of time. Without the
+# metadata server it then prints `Failed to find host bounds ... TPU_ACCELERATOR_TYPE` and an
+# `E0000 ... worker hostname` line, noise about the missing metadata, not the run. These two
+# variables name one local host instead; only the local host's bounds are read from them (an AOT
+# compile takes its topology from get_topology_desc: the same programs for v4, v5p, v6e and v5e
+# topologies with this value, v4-8 or unset: checked).
+NO_TPU_HOST = {"TPU_WORKER_HOSTNAMES": "localhost", "TPU_ACCELERATOR_TYPE": "v5litepod-1"}
+
+
+def tpu_chips_here() -> int:
+    """The TPU chips on this machine's PCI bus (JAX's own test, which reads /sys; 0 off a TPU VM)."""
+    try:
+        from jax._src import hardware_utils
+
+        return hardware_utils.num_available_tpu_chips_and_device_id()[0]
+    except Exception:  # noqa: BLE001 — an older or newer JAX without it: assume a TPU may be here
+        return -1
+
+
+def describe_host_without_tpu() -> None:
+    """Before libtpu loads: on a machine with no TPU chip, set NO_TPU_HOST (unset keys only), so
+    loading libtpu prints no metadata-server noise; a TPU VM or the user's own settings decide otherwise."""
+    if any(k in os.environ for k in NO_TPU_HOST) or tpu_chips_here() != 0:
+        return
+    for key, value in NO_TPU_HOST.items():
+        os.environ.setdefault(key, value)

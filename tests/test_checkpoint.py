@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from microcoder_jax import models
-from microcoder_jax.checkpoint import Checkpointer, CheckpointReadError, load_params
+from microcoder_jax.models.checkpoint import Checkpointer, CheckpointReadError, load_params
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state
 

@@ -10,13 +10,13 @@ import jax
 import numpy as np
 import pytest
 
-from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
+from microcoder_jax.models.checkpoint import Checkpointer, CheckpointWriteError
 
 # A real write failure: after step 1, files may not grow past 50 kB (EFBIG, like a full disk).
 _SCRIPT = textwrap.dedent("""
     import resource, signal, sys
     import jax
-    from microcoder_jax.checkpoint import Checkpointer, CheckpointWriteError
+    from microcoder_jax.models.checkpoint import Checkpointer, CheckpointWriteError
     ck = Checkpointer(sys.argv[1], keep=3, async_save=True)
     state = {"w": jax.random.normal(jax.random.PRNGKey(0), (300_000,))}  # 1.2 MB, incompressible
     ck.save(1, state, {"step": 1})

@@ -6,7 +6,7 @@ import pytest
 
 from microcoder_jax import cli
 from microcoder_jax import config as config_lib
-from microcoder_jax.config_check import validate
+from microcoder_jax.config import validate
 from microcoder_jax.rl.config import RLConfig
 from microcoder_jax.rl.presets import PRESETS
 from microcoder_jax.sampling import temperature

@@ -54,7 +54,7 @@ def test_bf16_checkpoint_and_export(hf_dir, tmp_path):
 
 
 def test_training_checkpoint_exports_to_hf(hf_dir, tmp_path):
-    from microcoder_jax.checkpoint import Checkpointer
+    from microcoder_jax.models.checkpoint import Checkpointer
 
     config = Qwen3Config.from_hf(hf_dir)
     params = load_hf_params(hf_dir, config)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from microcoder_jax.data.pipeline import collect, dedup, filters, process, stages, verify
-from microcoder_jax.problems import Problem, TestCase, load_problems
+from microcoder_jax.data.problems import Problem, TestCase, load_problems
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

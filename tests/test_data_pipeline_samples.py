@@ -9,7 +9,7 @@ import pytest
 
 from microcoder_jax.data.pipeline import process, stages
 from microcoder_jax.evaluator.pool import EvaluatorPool
-from microcoder_jax.problems import load_problems
+from microcoder_jax.data.problems import load_problems
 
 from test_data_pipeline import load_cfg
 

@@ -6,7 +6,7 @@ import pytest
 
 from microcoder_jax.trainer import evaluation as ev
 from microcoder_jax.data.dates import in_window
-from microcoder_jax.problems import Problem, TestCase
+from microcoder_jax.data.problems import Problem, TestCase
 
 
 def _brute_pass_at_k(n, c, k):

@@ -2,7 +2,7 @@
 import json
 
 from microcoder_jax.evaluator import cli as evaluate
-from microcoder_jax.problems import Problem, TestCase
+from microcoder_jax.data.problems import Problem, TestCase
 
 LCB_ROW = {"question_id": "lcb1", "platform": "atcoder", "metadata": "{}",
            "public_test_cases": json.dumps([{"input": "2\n", "output": "4\n", "testtype": "stdin"}]),

@@ -3,7 +3,7 @@ APPS/TACO harness) and assert-style tests (`check(candidate)`, LeetCode/HumanEva
 import pytest
 
 from microcoder_jax.evaluator.pool import EvaluatorPool
-from microcoder_jax.problems import Problem, TestCase
+from microcoder_jax.data.problems import Problem, TestCase
 
 EARLY_RETURN = "n = int(input())\nif n < 0:\n    print('neg')\n    return\nprint(n * 2)\n"
 CHECK = ("def check(candidate):\n    assert candidate([1, 2]) == 3\n"

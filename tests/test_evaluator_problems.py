@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from microcoder_jax.problems import Problem, TestCase, func_name_from_starter, load_problems, problem_from_row
+from microcoder_jax.data.problems import Problem, TestCase, func_name_from_starter, load_problems, problem_from_row
 
 
 def _compress(tests):

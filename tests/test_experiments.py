@@ -10,7 +10,7 @@ import pytest
 
 from microcoder_jax.cli import load_config
 from microcoder_jax.config import blocks
-from microcoder_jax.config_check import validate
+from microcoder_jax.config import validate
 from microcoder_jax.data import truncation_task as tt
 from microcoder_jax.evaluator.extract import extract_code
 from microcoder_jax.experiments import common

@@ -9,7 +9,7 @@ import torch
 from flax import nnx
 
 from microcoder_jax import models, sharding
-from microcoder_jax.checkpoint import Checkpointer, load_params
+from microcoder_jax.models.checkpoint import Checkpointer, load_params
 from microcoder_jax.models.flax_qwen3 import Qwen3, load_optax_state, logical_axes, mesh_shardings, optax_state
 from microcoder_jax.models.hf import load_hf_params
 from microcoder_jax.rl.presets import make_rl_config

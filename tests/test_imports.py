@@ -87,10 +87,10 @@ FLOORS = [
          "experiments")),
     (5, ("plan",)),
     (4, ("trainer", "data.pipeline")),
-    (3, ("config", "config_check", "cli")),
+    (3, ("config", "cli")),
     (2, ("rl", "sampling")),
-    (0, ("problems", "blocks", "data.jsonl", "libtpu_env")),
-    (1, ("models", "data", "evaluator", "sharding", "checkpoint")),
+    (0, ("data.problems", "blocks", "data.jsonl")),
+    (1, ("models", "data", "evaluator", "sharding")),
 ]
 # Same-floor pairs that must not meet (they meet only in the trainer and the planner, or share a
 # lower module instead): (importer prefix, imported prefix); floor-0 leaves such as data/jsonl.py excepted.

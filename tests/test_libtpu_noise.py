@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from microcoder_jax.libtpu_env import NO_TPU_HOST, tpu_chips_here
+from microcoder_jax.sharding import NO_TPU_HOST, tpu_chips_here
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = ("Failed to find host bounds", "TPU_ACCELERATOR_TYPE", "common_lib.cc", "worker hostname", "E0000")

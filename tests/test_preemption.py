@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from microcoder_jax.checkpoint import Checkpointer
+from microcoder_jax.models.checkpoint import Checkpointer
 from microcoder_jax.trainer.metrics import read_metrics
 from microcoder_jax.trainer.preemption import Guard, Preempted
 

@@ -5,7 +5,7 @@ import pytest
 from microcoder_jax.config import default_config
 from microcoder_jax.data import prompts
 from microcoder_jax.data.tokenizer import qwen_tiktoken_tokenizer, stop_token_ids, train_bpe_tokenizer
-from microcoder_jax.problems import Problem, TestCase
+from microcoder_jax.data.problems import Problem, TestCase
 
 STDIN = Problem("p1", [TestCase("1 2\n", "3\n")], question_content="Add two numbers.")
 CALL = Problem("p2", [TestCase("[1, 2]", "3", "functional")], func_name="add",

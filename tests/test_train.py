@@ -11,7 +11,7 @@ from microcoder_jax import config as config_lib
 from microcoder_jax.trainer import evaluation as eval_lib
 from microcoder_jax.trainer import plot
 from microcoder_jax.trainer import loop as train
-from microcoder_jax.checkpoint import Checkpointer
+from microcoder_jax.models.checkpoint import Checkpointer
 from microcoder_jax.trainer.metrics import read_metrics
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"

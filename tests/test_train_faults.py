@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from microcoder_jax.checkpoint import load_params
+from microcoder_jax.models.checkpoint import load_params
 from microcoder_jax.trainer.metrics import read_metrics
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ def test_distributed_init_is_a_no_op_on_one_cpu_process():
 
 
 def test_distributed_init_rejects_unknown_modes():
-    from microcoder_jax.config_check import validate
+    from microcoder_jax.config import validate
 
     config = cli.load_config(None, ["distributed.initialize=sometimes"])
     with pytest.raises(config_lib.ConfigError, match="auto, always, never"):
@@ -33,7 +33,7 @@ def test_distributed_init_rejects_unknown_modes():
 
 
 def _write(path, problems):
-    from microcoder_jax.problems import save_problems
+    from microcoder_jax.data.problems import save_problems
 
     save_problems(problems, str(path))
     return str(path)
@@ -144,7 +144,7 @@ def test_two_process_demo_run_matches_one_process(tmp_path):
 
     import numpy as np
 
-    from microcoder_jax.checkpoint import Checkpointer
+    from microcoder_jax.models.checkpoint import Checkpointer
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

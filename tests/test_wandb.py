@@ -11,7 +11,7 @@ import time
 import pytest
 
 from microcoder_jax import config as config_lib
-from microcoder_jax.config_check import validate
+from microcoder_jax.config import validate
 from microcoder_jax.trainer import loop
 from microcoder_jax.trainer.metrics import MetricsWriter
 from microcoder_jax.trainer.wandb_writer import RUN_ID_FILE, open_writer
@@ -155,7 +155,7 @@ def test_help_lists_the_new_keys(capsys):
 
 
 def test_wandb_is_never_imported_when_off(tmp_path):
-    code = ("import sys; from microcoder_jax import config as c; from microcoder_jax.config_check import validate; "
+    code = ("import sys; from microcoder_jax import config as c; from microcoder_jax.config import validate; "
             "from microcoder_jax.trainer import loop, metrics; validate(c.demo_config()); "
             "w = metrics.MetricsWriter(sys.argv[1], tensorboard=False, extra=loop.wandb_writer.open_writer("
             "c.demo_config(), sys.argv[1], resume=False)); w.write(1, {'x': 1.0}); w.close(); "

@@ -12,7 +12,7 @@ import numpy as np
 
 from microcoder_jax.data.prompts import encode_prompt, left_pad, prompt_bucket, render_prompt
 from microcoder_jax.data.tokenizer import CHATML_TEMPLATE, pad_token_id, train_bpe_tokenizer
-from microcoder_jax.problems import Problem, TestCase
+from microcoder_jax.data.problems import Problem, TestCase
 
 # operation -> (statement phrasings, Python expression, reference function). The first phrasing
 # names the operation as the program writes it, the others in words.

@@ -17,7 +17,7 @@ import grain
 import numpy as np
 
 from microcoder_jax.data.prompts import encode_prompt
-from microcoder_jax import problems as problems_lib
+from microcoder_jax.data import problems as problems_lib
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ Isolation of each program (`EvaluatorPool(...).isolation` reports what the OS gr
 from microcoder_jax.evaluator.extract import extract_code
 from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool, JudgeHandle
-from microcoder_jax.problems import Problem, TestCase, load_problems
+from microcoder_jax.data.problems import Problem, TestCase, load_problems
 
 __all__ = ["EvaluatorPool", "JudgeHandle", "JudgeResult", "Problem", "TestCase", "VERDICTS",
            "extract_code", "load_problems", "reward"]

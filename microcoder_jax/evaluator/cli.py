@@ -23,7 +23,7 @@ from microcoder_jax.data.jsonl import BadLine, read_jsonl
 from microcoder_jax.evaluator.extract import extract_code
 from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, judge_error, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool
-from microcoder_jax.problems import load_problems
+from microcoder_jax.data.problems import load_problems
 
 
 def _parse_args(argv):

@@ -14,7 +14,7 @@ import tempfile
 from typing import IO, Callable, Iterator
 
 from microcoder_jax.evaluator import compare
-from microcoder_jax.problems import Problem, TestCase
+from microcoder_jax.data.problems import Problem, TestCase
 from microcoder_jax.evaluator.sandbox import EXIT_COMPILE, EXIT_MEMORY, EXIT_SETUP
 
 VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "compile_error",

@@ -20,7 +20,7 @@ from typing import Iterator, Sequence, cast
 
 from microcoder_jax.evaluator import cgroups, channel, syscall_filter, worker
 from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
-from microcoder_jax.problems import Problem
+from microcoder_jax.data.problems import Problem
 
 log = logging.getLogger(__name__)
 

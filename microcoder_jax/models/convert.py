@@ -89,7 +89,7 @@ def load_checkpoint(path, mesh=None, config: Qwen3Config | None = None, step: in
     if config is None:
         raise ValueError(f"{path} has no {CONFIG_FILE}: pass the model shape (--model-config) to read it as a "
                          "training checkpoint directory")
-    from microcoder_jax.checkpoint import load_params
+    from microcoder_jax.models.checkpoint import load_params
 
     config = config.replace(**config_overrides)
     params, _ = load_params(path, _abstract_params(config, mesh), step=step)

@@ -76,7 +76,7 @@ class Topology:
         A single chip needs chips_per_host_bounds (1, 1, 1): libtpu's default host is 2x2x1."""
         from jax.experimental import topologies
 
-        from microcoder_jax.libtpu_env import describe_host_without_tpu
+        from microcoder_jax.sharding import describe_host_without_tpu
 
         describe_host_without_tpu()  # libtpu loads here: off a TPU VM, without metadata-server noise
         assert self.aot_name is not None, "an analytic-only topology has no devices"

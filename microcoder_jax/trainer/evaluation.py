@@ -141,7 +141,7 @@ def _is_hf_dir(path: str) -> bool:
 
 def _load_params(run, checkpoint: str, step: int | None):
     """Params from a training workdir / its checkpoints dir, or from a HF checkpoint directory."""
-    from microcoder_jax.checkpoint import load_params
+    from microcoder_jax.models.checkpoint import load_params
     from microcoder_jax.trainer.setup import abstract_train_state
 
     if _is_hf_dir(checkpoint):
@@ -165,7 +165,7 @@ def _define_flags(fv) -> None:
 def _prepare(args):
     """The validated config and the workdir for `--checkpoint`; raises ConfigError."""
     from microcoder_jax import config as config_lib
-    from microcoder_jax.config_check import validate
+    from microcoder_jax.config import validate
 
     if not args.checkpoint or not os.path.exists(args.checkpoint):
         raise config_lib.ConfigError(f"--checkpoint={args.checkpoint!r}: pass an existing training "

@@ -28,8 +28,8 @@ import jax
 from microcoder_jax import cli, sharding
 from microcoder_jax.trainer import compile_cache, preemption, wandb_writer
 from microcoder_jax import config as config_lib
-from microcoder_jax.checkpoint import Checkpointer, CheckpointReadError, CheckpointWriteError
-from microcoder_jax.config_check import validate
+from microcoder_jax.models.checkpoint import Checkpointer, CheckpointReadError, CheckpointWriteError
+from microcoder_jax.config import validate
 from microcoder_jax.data import loader
 from microcoder_jax.trainer.learner import Learner, row, scorer
 from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix

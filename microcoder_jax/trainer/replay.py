@@ -66,7 +66,7 @@ class RolloutSaver:
 
     def _states(self):
         if self._ckpt is None:
-            from microcoder_jax.checkpoint import Checkpointer
+            from microcoder_jax.models.checkpoint import Checkpointer
 
             self._ckpt = Checkpointer(os.path.join(self.dir, "states"), keep=1 << 30, async_save=False)
         return self._ckpt
@@ -173,8 +173,8 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     """Re-run step `step` of the run in `workdir`; returns (row, {key: (logged, replayed)} of the
     keys that differ, time-dependent ones left out)."""
     from microcoder_jax import config as config_lib
-    from microcoder_jax.checkpoint import Checkpointer
-    from microcoder_jax.config_check import validate
+    from microcoder_jax.models.checkpoint import Checkpointer
+    from microcoder_jax.config import validate
     from microcoder_jax.rl.batch import Rollout
     from microcoder_jax.trainer import compile_cache
     from microcoder_jax.trainer.learner import Learner, row as step_row

@@ -23,7 +23,7 @@ from microcoder_jax.data import demo_task, loader, truncation_task
 from microcoder_jax.data.config import DataConfig
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
 from microcoder_jax.evaluator.config import EvaluatorConfig
-from microcoder_jax.problems import Problem
+from microcoder_jax.data.problems import Problem
 from microcoder_jax.rl.config import RLConfig
 from microcoder_jax.sampling.config import SamplingConfig
 from microcoder_jax.sampling.temperature import TemperatureConfig

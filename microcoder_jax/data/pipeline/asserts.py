@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import json
 
-from microcoder_jax.problems import TestCase
+from microcoder_jax.data.problems import TestCase
 
 
 def split_check(test_code: str) -> tuple[str, str | None]:

@@ -125,7 +125,7 @@ def check(cfg: ml_collections.ConfigDict) -> None:
     (Types are ml_collections': an override keeps its default's type.)"""
     from microcoder_jax.config import get
     from microcoder_jax.data.pipeline.collect import FORMATS
-    from microcoder_jax.problems import STDIN_HARNESSES
+    from microcoder_jax.data.problems import STDIN_HARNESSES
 
     choices = dict(CHOICES)
     for name in cfg.sources:

@@ -23,7 +23,7 @@ REASONS = {
     "malformed": "any other defect of the row (the log line says which)",
 }
 
-# Messages the schema's own readers (problems.py) raise, mapped to their reason.
+# Messages the schema's own readers (data/problems.py) raise, mapped to their reason.
 _MESSAGES = (
     ("no test", "no_tests"), ("no_tests", "no_tests"), ("func_name", "no_func_name"),
     ("mixed test kinds", "mixed_test_kinds"), ("neither an id nor", "no_id"), ("has no question_id", "no_id"),

@@ -20,7 +20,7 @@ import numpy as np
 
 from microcoder_jax.data.dates import in_window
 from microcoder_jax.data.pipeline import dedup
-from microcoder_jax.problems import Problem
+from microcoder_jax.data.problems import Problem
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Process: raw collected rows -> `microcoder_jax.problems.Problem` (the one schema of the project).
+"""Process: raw collected rows -> `microcoder_jax.data.problems.Problem` (the one schema of the project).
 
 Per row: convert by format (readers.py), decode tests, keep Python reference solutions in
 `Problem.solutions`, clean the statement (markup, source-specific "read from stdin / write the
@@ -14,7 +14,7 @@ from typing import Any
 
 from microcoder_jax.data.dates import parse_date  # noqa: F401 (re-exported: the readers' date parser)
 from microcoder_jax.data.pipeline.readers import READERS, parse_solutions
-from microcoder_jax.problems import STDIN_HARNESSES, Problem
+from microcoder_jax.data.problems import STDIN_HARNESSES, Problem
 
 # Formats whose own harness runs stdin programs inside a function (a top-level `return` is
 # allowed there): their problems get the "apps" harness unless the source config names one.

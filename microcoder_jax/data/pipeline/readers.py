@@ -14,7 +14,7 @@ from typing import Any
 
 from microcoder_jax.data.pipeline import asserts
 from microcoder_jax.data.pipeline.drops import RowError
-from microcoder_jax.problems import Problem, TestCase, func_name_from_starter
+from microcoder_jax.data.problems import Problem, TestCase, func_name_from_starter
 
 # CodeContests enums (deepmind/code_contests, contest_problem.proto).
 CC_SOURCES = {1: "codechef", 2: "codeforces", 3: "hackerearth", 4: "codejam", 5: "atcoder", 6: "aizu"}

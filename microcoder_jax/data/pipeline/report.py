@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from typing import Sequence
 
-from microcoder_jax.problems import Problem
+from microcoder_jax.data.problems import Problem
 
 DIFFICULTIES = ("easy", "medium", "hard", "")
 
