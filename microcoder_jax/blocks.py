@@ -24,12 +24,14 @@ class ConfigError(ValueError):
 
 
 def knob(default: Any, meaning: str, *, choices: tuple | None = None, at_least: float | None = None,
-         probability: bool = False, path: str | None = None):
+         probability: bool = False, path: str | None = None, from_run: str | None = None):
     """A block field: its default, what it means (shown by --help) and its limits.
 
     `path`: "dir" (must be an existing directory when set) or "files" (every path or glob in the
-    tuple must match a file)."""
-    meta = dict(meaning=meaning, choices=choices, at_least=at_least, probability=probability, path=path)
+    tuple must match a file). `from_run`: the key of another block the run copies into this field
+    (it is then no key of its own)."""
+    meta = dict(meaning=meaning, choices=choices, at_least=at_least, probability=probability, path=path,
+                from_run=from_run)
     return dataclasses.field(default=default, metadata=meta)
 
 

@@ -18,7 +18,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from microcoder_jax.blocks import ConfigError
-from microcoder_jax.rl.config import MEANINGS, RLConfig
+from microcoder_jax.rl.config import RLConfig
 
 __all__ = ["ConfigError"]  # re-exported: every CLI catches it from here
 
@@ -41,9 +41,9 @@ def block_types() -> dict:
             "demo": DemoConfig}
 
 
-# RLConfig fields the run fills in from other blocks (the meanings of the others: rl.config.MEANINGS).
-RL_FROM_RUN = {"group_size": "sampling.group_size", "prompts_per_batch": "data.num_prompts",
-               "total_steps": "train.steps"}
+def rl_from_run() -> dict[str, str]:
+    """RLConfig fields the run fills in from other blocks' keys (their `from_run`)."""
+    return {f.name: f.metadata["from_run"] for f in dataclasses.fields(RLConfig) if f.metadata.get("from_run")}
 
 
 def _rl_keys() -> list[tuple[str, object, str]]:
@@ -54,10 +54,10 @@ def _rl_keys() -> list[tuple[str, object, str]]:
     hints = typing.get_type_hints(RLConfig)
     out = []
     for f in dataclasses.fields(RLConfig):
-        if f.name in RL_FROM_RUN or f.name == "preset":
+        if f.metadata.get("from_run") or f.name == "preset":
             continue
         kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
-        meaning = MEANINGS[f.name]
+        meaning = f.metadata["meaning"]
         if f.name in preset_set:
             out.append((f"rl.{f.name}", kind, f"{meaning} (None = the preset's)"))
         elif f.default is None:
@@ -180,7 +180,7 @@ def get(config: ml_collections.ConfigDict, key: str):
 def rl_overrides(config: ml_collections.ConfigDict) -> dict:
     """The `rl` block as make_rl_config overrides (set keys except the preset), plus the batch shape."""
     out = {k: v for k, v in config.rl.items() if k != "preset" and v is not None}
-    out.update({field: get(config, key) for field, key in RL_FROM_RUN.items()})
+    out.update({field: get(config, key) for field, key in rl_from_run().items()})
     return out
 
 

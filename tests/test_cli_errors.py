@@ -75,7 +75,7 @@ def test_the_config_files_own_check_is_kept_as_it_is(capsys, tmp_path):
     ("rl.decay=x", "rl.decay='x': must be one of"),
     ("rl.truncation=sometimes", "rl.truncation='sometimes': unknown truncation rule; registered: conditional"),
     ("rl.preset=x", "rl.preset='x': unknown RL preset; choose from dapo, grpo, microcoder"),
-    ("rl.repeat_m=0", "rl.repeat_m=0: must be >= 1"),
+    ("rl.repeat_m=0", "rl.repeat_m=0: must be a number >= 1"),
     ("train.steps=-3", "train.steps=-3: must be a number >= 0"),
     ("sampling.top_p=0", "sampling.top_p=0.0: must lie in (0, 1]")])
 def test_bad_values_are_key_value_what_is_wrong(override, line, capsys):

@@ -13,6 +13,7 @@ from microcoder_jax.models.qwen3 import (
     SharedPrefix,
     decoding_params,
     forward,
+    head_weight,
     init_cache,
     init_params,
     lm_head,
@@ -23,6 +24,7 @@ from microcoder_jax.models.qwen3 import (
 
 __all__ = [
     "DecodingParams", "KVCache", "PRESETS", "ParamSpec", "Qwen3Config", "Qwen3ForCausalLM", "SharedPrefix",
-    "decoding_params", "forward", "get_preset", "model_config_from", "init_cache", "init_params", "lm_head",
+    "decoding_params", "forward", "get_preset", "head_weight", "model_config_from", "init_cache", "init_params",
+    "lm_head",
     "load_hf_params", "param_logical_axes", "param_shapes", "param_specs", "save_hf_params",
 ]

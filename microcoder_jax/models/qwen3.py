@@ -242,6 +242,14 @@ def _get(params, name: str):
     return getattr(params, name) if is_decoding(params) else params[name]
 
 
+def head_weight(params: dict, config: Qwen3Config) -> tuple[jax.Array, tuple, str, int]:
+    """The stored params' vocab projection: (weight, its logical axes, the einsum from flattened
+    hidden states [n, d] to logits [n, v], the weight's vocab dim), tied or not."""
+    if config.tie_word_embeddings:
+        return params["embed"], ("vocab", "embed"), "nd,vd->nv", 0
+    return params["lm_head"], ("embed", "vocab"), "nd,dv->nv", 1
+
+
 def lm_head(params: dict | DecodingParams, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
     """Float32 logits ``[..., vocab]`` from final-normed hidden states (stored or ``DecodingParams``).
 

@@ -22,10 +22,9 @@ from microcoder_jax.rl import packing as packing_lib
 
 def _head(params, model_config, dtype):
     """The vocab projection's weight in the compute dtype, its einsum, and which dim is the vocab."""
+    weight, axes, spec, vocab_dim = models.head_weight(params, model_config)
     # cast where the weight lies (FSDP-sharded), so the gather moves the compute dtype
-    if model_config.tie_word_embeddings:
-        return sharding.constrain(params["embed"].astype(dtype), ("vocab", "embed")), "nd,vd->nv", 0
-    return sharding.constrain(params["lm_head"].astype(dtype), ("embed", "vocab")), "nd,dv->nv", 1
+    return sharding.constrain(weight.astype(dtype), axes), spec, vocab_dim
 
 
 def _chunk_stats(w, spec, hidden, targets, inv_temp, vocab_axis=None):

@@ -12,7 +12,8 @@ matches what it has consumed (pipeline.py).
 Under `mesh.rollout_devices` the worker samples on devices of its own (`setup.rollout_view`:
 its mesh, and its paged sampler's tensor-parallel decode mesh over them): `update_weights` puts
 the learner's params onto the worker's shardings with `jax.device_put`, device to device and
-leaf by leaf (its previous copy freed as each leaf lands), and logs the bytes and seconds of that transfer with the batch (`weights_bytes`, `time_weights_s`).
+leaf by leaf (its previous copy freed as each leaf lands), and logs the bytes and seconds of
+that transfer with the batch (`weights_bytes`, `time_weights_s`).
 Every process runs both roles; multi-host split runs are refused for now.
 """
 from __future__ import annotations
