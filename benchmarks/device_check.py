@@ -72,12 +72,12 @@ def run_tests(smoke: bool, timeout: float) -> dict:
 
 
 def model_configs(smoke: bool) -> dict:
-    from microcoder_jax.models import Qwen3Config, get_preset
+    from microcoder_jax.models import DecoderConfig, get_preset
 
     if smoke:
         tiny = dict(vocab_size=256, intermediate_size=128, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=32,
                     dtype="float32", remat="full", attention="auto")
-        return {"tiny": Qwen3Config(hidden_size=64, **tiny)}
+        return {"tiny": DecoderConfig(hidden_size=64, **tiny)}
     return {name: get_preset(name, dtype="bfloat16", remat="full", attention="auto")
             for name in ("qwen3-0.6b", "qwen3-1.7b")}
 

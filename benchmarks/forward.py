@@ -65,7 +65,7 @@ def main() -> None:
 
     import torch
 
-    from microcoder_jax.models import Qwen3Config, forward
+    from microcoder_jax.models import DecoderConfig, forward
     from microcoder_jax.models.hf import load_hf_params
     from tiny_checkpoint import make_tiny_hf_model
 
@@ -76,7 +76,7 @@ def main() -> None:
     model = make_tiny_hf_model(seed=0, **hf_shape)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
-        config = Qwen3Config.from_hf(tmp, dtype="float32", attention="xla")
+        config = DecoderConfig.from_hf(tmp, dtype="float32", attention="xla")
         params = load_hf_params(tmp, config)
 
     ids = np.random.RandomState(0).randint(0, args.vocab, (args.batch, args.seq))

@@ -74,12 +74,12 @@ def _compile_listener():
 
 def bench_jax(path, prompts, lengths, args, paged: bool, compile_s: list, slots: int = 0):
     """Compile and warm up; return (row without timings, a timed full call -> (seconds, useful tokens))."""
-    from microcoder_jax.models import Qwen3Config
+    from microcoder_jax.models import DecoderConfig
     from microcoder_jax.models.hf import load_hf_params
     from microcoder_jax.sampling import sampler
     from microcoder_jax.sampling.paged_sampler import generate_paged
 
-    config = Qwen3Config.from_hf(path, dtype=args.dtype)
+    config = DecoderConfig.from_hf(path, dtype=args.dtype)
     params = load_hf_params(path, config)
     seeds = iter(range(1 << 30))
     rows, cap = len(lengths), args.new_tokens

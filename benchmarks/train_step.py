@@ -106,14 +106,14 @@ def build_skewed(args, path: str, packed: bool):
     """Our step and old-log-prob pass on the skewed batch, padded or packed; (info, step)."""
     import jax
 
-    from microcoder_jax.models import Qwen3Config
+    from microcoder_jax.models import DecoderConfig
     from microcoder_jax.models.hf import load_hf_params
     from microcoder_jax.rl import packing
     from microcoder_jax.rl.logprobs import compute_logprobs
     from microcoder_jax.rl.presets import make_rl_config
     from microcoder_jax.rl.step import init_train_state, make_train_step
 
-    mc = Qwen3Config.from_hf(path, dtype=args.dtype, remat="full")
+    mc = DecoderConfig.from_hf(path, dtype=args.dtype, remat="full")
     cfg = make_rl_config("dapo", truncation="none", group_size=args.rows // 2, num_minibatches=1,
                          micro_batch_size=args.micro, logprob_chunk=args.chunk,
                          learning_rate=1e-5, packing=packed)
@@ -190,12 +190,12 @@ def build_jax(args, path: str, remat: str):
     """Compile our step; returns (info, run-one-step callable)."""
     import jax
 
-    from microcoder_jax.models import Qwen3Config
+    from microcoder_jax.models import DecoderConfig
     from microcoder_jax.models.hf import load_hf_params
     from microcoder_jax.rl.presets import make_rl_config
     from microcoder_jax.rl.step import init_train_state, make_train_step
 
-    mc = Qwen3Config.from_hf(path, dtype=args.dtype, remat=remat)
+    mc = DecoderConfig.from_hf(path, dtype=args.dtype, remat=remat)
     cfg = make_rl_config("dapo", truncation="none", group_size=args.rows // 2, num_minibatches=1,
                          micro_batch_size=args.micro, logprob_chunk=args.chunk,
                          learning_rate=1e-5)

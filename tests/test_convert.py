@@ -9,7 +9,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from microcoder_jax.models import convert
-from microcoder_jax.models import Qwen3Config, load_hf_params
+from microcoder_jax.models import DecoderConfig, load_hf_params
 from tiny_checkpoint import make_tiny_hf_checkpoint
 
 
@@ -33,14 +33,14 @@ def test_cli_round_trip_is_bitwise(hf_dir, tmp_path, capsys):
     assert convert.main(["--from-hf", str(hf_dir), "--to", str(ckpt), "--mesh", "fsdp=2,tensor=4"]) == 0
     assert sorted(os.listdir(ckpt)) == ["hf_files", "model_config.json", "params"]
     params, config = convert.load_checkpoint(ckpt)
-    assert config == Qwen3Config.from_hf(hf_dir)
+    assert config == DecoderConfig.from_hf(hf_dir)
     assert convert.main(["--from", str(ckpt), "--to-hf", str(out), "--max-shard-gb", "0.00005"]) == 0
     assert "wrote" in capsys.readouterr().out
     a, b = _tensors(hf_dir), _tensors(out)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
     assert os.path.exists(out / "model.safetensors.index.json")
     assert json.load(open(out / "tokenizer_config.json")) == {"model_max_length": 256}
-    assert Qwen3Config.from_hf(out) == config
+    assert DecoderConfig.from_hf(out) == config
 
 
 def test_bf16_checkpoint_and_export(hf_dir, tmp_path):
@@ -56,7 +56,7 @@ def test_bf16_checkpoint_and_export(hf_dir, tmp_path):
 def test_training_checkpoint_exports_to_hf(hf_dir, tmp_path):
     from microcoder_jax.models.checkpoint import Checkpointer
 
-    config = Qwen3Config.from_hf(hf_dir)
+    config = DecoderConfig.from_hf(hf_dir)
     params = load_hf_params(hf_dir, config)
     ckpt = Checkpointer(str(tmp_path / "run" / "checkpoints"), async_save=False)
     ckpt.save(3, {"params": params, "step": np.int32(3)}, {"note": "test"})

@@ -23,7 +23,7 @@ def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("hf")
     hf = make_tiny_hf_model(seed=3, tie_word_embeddings=False)
     hf.save_pretrained(path)
-    config = models.Qwen3Config.from_hf(path, dtype="float32")
+    config = models.DecoderConfig.from_hf(path, dtype="float32")
     ids = np.random.RandomState(0).randint(3, 128, (2, 12))
     mask = np.ones_like(ids)
     mask[1, :4] = 0  # left padding

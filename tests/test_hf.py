@@ -12,7 +12,7 @@ from safetensors.numpy import load_file
 from safetensors.torch import save_file as torch_save_file
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import (Qwen3Config, Qwen3ForCausalLM, get_preset, load_hf_params, param_logical_axes,
+from microcoder_jax.models import (DecoderConfig, Qwen3ForCausalLM, get_preset, load_hf_params, param_logical_axes,
                                    param_shapes, save_hf_params)
 from tiny_checkpoint import make_tiny_hf_checkpoint
 
@@ -32,7 +32,7 @@ def untied(tmp_path_factory):
 @pytest.mark.parametrize("mesh_axes", [None, dict(fsdp=2, tensor=4), dict(data=2, fsdp=4)])
 def test_round_trip_is_bitwise(untied, tmp_path, mesh_axes):
     mesh = shd.make_mesh(**mesh_axes) if mesh_axes else None
-    config = Qwen3Config.from_hf(untied)
+    config = DecoderConfig.from_hf(untied)
     params = load_hf_params(untied, config, mesh=mesh)
     if mesh is not None:
         want = shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config))
@@ -79,7 +79,7 @@ def test_bf16_checkpoint_converts_to_fp32_and_back(tmp_path):
     os.makedirs(tmp_path / "bf16")
     torch_save_file(bf16, str(tmp_path / "bf16" / "model.safetensors"), metadata={"format": "pt"})
     os.link(os.path.join(path, "config.json"), tmp_path / "bf16" / "config.json")
-    config = Qwen3Config.from_hf(tmp_path / "bf16")
+    config = DecoderConfig.from_hf(tmp_path / "bf16")
     params = load_hf_params(tmp_path / "bf16", config, param_dtype="float32")
     assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype("float32")}
     embed = bf16["model.embed_tokens.weight"].float().numpy()
@@ -110,7 +110,7 @@ def test_missing_tensor_is_named(broken):
     del tensors["model.layers.1.mlp.up_proj.weight"]
     _rewrite(path, tensors)
     with pytest.raises(ValueError, match=r"missing tensor.*model\.layers\.1\.mlp\.up_proj\.weight"):
-        load_hf_params(path, Qwen3Config.from_hf(path))
+        load_hf_params(path, DecoderConfig.from_hf(path))
 
 
 def test_unexpected_tensor_is_named(broken):
@@ -118,7 +118,7 @@ def test_unexpected_tensor_is_named(broken):
     tensors["model.layers.0.self_attn.q_proj.bias"] = np.zeros(64, np.float32)
     _rewrite(path, tensors)
     with pytest.raises(ValueError, match=r"unexpected tensor.*q_proj\.bias"):
-        load_hf_params(path, Qwen3Config.from_hf(path))
+        load_hf_params(path, DecoderConfig.from_hf(path))
 
 
 def test_shape_mismatch_is_named(broken):
@@ -126,7 +126,7 @@ def test_shape_mismatch_is_named(broken):
     tensors["model.layers.0.self_attn.k_proj.weight"] = np.zeros((48, 64), np.float32)
     _rewrite(path, tensors)
     with pytest.raises(ValueError, match=r"k_proj\.weight has shape \[48, 64\].*\[32, 64\]"):
-        load_hf_params(path, Qwen3Config.from_hf(path))
+        load_hf_params(path, DecoderConfig.from_hf(path))
 
 
 def test_truncated_file_is_reported(broken):
@@ -136,28 +136,28 @@ def test_truncated_file_is_reported(broken):
     with open(file, "r+b") as f:
         f.truncate(size - 1000)
     with pytest.raises(ValueError, match="truncated"):
-        load_hf_params(path, Qwen3Config.from_hf(path))
+        load_hf_params(path, DecoderConfig.from_hf(path))
 
 
 def test_unsupported_architecture_and_rope_are_named(broken):
     path, _ = broken
     cfg = json.load(open(os.path.join(path, "config.json")))
     with pytest.raises(ValueError, match="LlamaForCausalLM"):
-        Qwen3Config.from_hf({**cfg, "architectures": ["LlamaForCausalLM"]})
+        DecoderConfig.from_hf({**cfg, "architectures": ["LlamaForCausalLM"]})
     with pytest.raises(ValueError, match="longrope"):
-        Qwen3Config.from_hf({**cfg, "rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "factor": 2.0}})
+        DecoderConfig.from_hf({**cfg, "rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "factor": 2.0}})
 
 
 def test_missing_weights_dir_is_reported(tmp_path):
-    config = Qwen3Config.from_hf(make_tiny_hf_checkpoint(tmp_path / "ck"))
+    config = DecoderConfig.from_hf(make_tiny_hf_checkpoint(tmp_path / "ck"))
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         load_hf_params(tmp_path, config)
 
 
 def test_failed_export_leaves_no_output(untied, tmp_path):
-    config = Qwen3Config.from_hf(untied)
+    config = DecoderConfig.from_hf(untied)
     params = load_hf_params(untied, config)
-    wrong = Qwen3Config.from_hf(untied, tie_word_embeddings=True)  # leaf count mismatch mid-export
+    wrong = DecoderConfig.from_hf(untied, tie_word_embeddings=True)  # leaf count mismatch mid-export
     with pytest.raises(ValueError):
         save_hf_params(params, wrong, tmp_path / "out")
     assert os.listdir(tmp_path) == []
@@ -169,11 +169,11 @@ def test_exported_config_reads_back_through_transformers(rope):
     """Our config.json (old-style rope_theta/rope_scaling) means the same model to transformers."""
     from transformers import Qwen3Config as HFConfig
 
-    ours = Qwen3Config.from_hf({**get_preset("qwen3-4b-instruct-2507").to_hf(), "rope_scaling": rope})
+    ours = DecoderConfig.from_hf({**get_preset("qwen3-4b-instruct-2507").to_hf(), "rope_scaling": rope})
     theirs = HFConfig(**ours.to_hf())
     assert theirs.rope_parameters["rope_theta"] == ours.rope_theta
     assert theirs.rope_parameters["rope_type"] == (rope or {}).get("rope_type", "default")
-    assert Qwen3Config.from_hf(theirs.to_dict()) == ours
+    assert DecoderConfig.from_hf(theirs.to_dict()) == ours
 
 
 def test_each_device_reads_only_its_shard(untied, monkeypatch):
@@ -189,7 +189,7 @@ def test_each_device_reads_only_its_shard(untied, monkeypatch):
         return block
 
     monkeypatch.setattr(hf, "_read_block", spy)
-    config = Qwen3Config.from_hf(untied)
+    config = DecoderConfig.from_hf(untied)
     load_hf_params(untied, config, mesh=shd.make_mesh(fsdp=2, tensor=4))
     big = [(shape, size) for shape, size in reads if len(shape) == 2]  # every matrix is split 2 or 8 ways
     assert big and all(size * 2 <= np.prod(shape) for shape, size in big)

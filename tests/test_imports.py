@@ -139,3 +139,23 @@ def test_the_layering_check_sees_an_upward_and_a_forbidden_import():
 def test_every_import_respects_the_floors():
     violations = layering_violations(import_graph())
     assert not violations, "\n".join(violations)
+
+
+def test_only_models_names_a_model_family_or_its_param_keys():
+    """The model seam: outside models/ code reaches a model through `microcoder_jax.models` names
+    (DecoderConfig, forward, head_weight, ...), never a family's type or a key of its params dict."""
+    import re
+
+    family_names = re.compile(r"\bQwen[23]\w*(Config|ForCausalLM)\b|models\.qwen3\b|\bflax_qwen3\b")
+    param_key = re.compile(r"""\[\s*["'](embed|lm_head|layers|final_norm|q_proj|k_proj|v_proj|o_proj)["']\s*\]""")
+    found = []
+    for folder, _, files in os.walk(ROOT):
+        if os.path.relpath(folder, ROOT).split(os.sep)[0] == "models":
+            continue
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                for n, line in enumerate(open(path, encoding="utf-8"), 1):
+                    if family_names.search(line) or param_key.search(line):
+                        found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)

@@ -185,11 +185,11 @@ def test_the_paged_engine_takes_the_kernel_where_it_serves_and_matches_xla():
     import dataclasses
     from unittest import mock
 
-    from microcoder_jax.models import Qwen3Config, init_params
+    from microcoder_jax.models import DecoderConfig, init_params
     from microcoder_jax.models import paged_attention as pa
     from microcoder_jax.sampling.paged_sampler import generate_paged
 
-    config = Qwen3Config(vocab_size=64, hidden_size=128, intermediate_size=256, num_layers=2, num_heads=2,
+    config = DecoderConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_layers=2, num_heads=2,
                          num_kv_heads=1, head_dim=128, dtype="bfloat16", attention="auto")
     params = init_params(config, jax.random.key(0))
     prompts = [[5, 9, 13], list(range(3, 14)), [7] * 9]

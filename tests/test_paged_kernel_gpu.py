@@ -91,9 +91,9 @@ def test_the_decode_step_takes_the_gpu_kernel_on_a_forced_gpu(monkeypatch, kv_dt
     import dataclasses
     from unittest import mock
 
-    from microcoder_jax.models import Qwen3Config, decoding_params, init_params
+    from microcoder_jax.models import DecoderConfig, decoding_params, init_params
 
-    config = Qwen3Config(vocab_size=64, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=4,
+    config = DecoderConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=4,
                          num_kv_heads=2, head_dim=16, dtype="bfloat16", attention="auto")
     params = decoding_params(init_params(config, jax.random.key(0)), config)
     q, k, v, lengths, table = _inputs(4, 2, seed=5)

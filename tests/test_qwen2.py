@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import (PRESETS, Qwen3Config, decoding_params, forward, init_cache, init_params,
+from microcoder_jax.models import (PRESETS, DecoderConfig, decoding_params, forward, init_cache, init_params,
                                    load_hf_params, param_logical_axes, param_shapes, save_hf_params)
 from test_qwen3 import _hf_logits
 from test_qwen3 import _inputs as qwen3_inputs
@@ -32,20 +32,20 @@ def checkpoint(request, tmp_path_factory):
 
 def test_config_reads_the_family_and_round_trips(checkpoint):
     _, path = checkpoint
-    config = Qwen3Config.from_hf(path, dtype="float32")
+    config = DecoderConfig.from_hf(path, dtype="float32")
     assert config.family == "qwen2" and config.attention_bias and not config.qk_norm
     assert config.head_dim == 16
     hf = config.to_hf()
     assert hf["architectures"] == ["Qwen2ForCausalLM"] and hf["model_type"] == "qwen2"
-    assert Qwen3Config.from_hf(hf, dtype="float32") == config
-    assert Qwen3Config.from_json(config.to_json()) == config
+    assert DecoderConfig.from_hf(hf, dtype="float32") == config
+    assert DecoderConfig.from_json(config.to_json()) == config
     assert {"q_bias", "k_bias", "v_bias"} <= set(param_shapes(config)["layers"])
     assert not {"q_norm", "k_norm"} & set(param_shapes(config)["layers"])
 
 
 def test_logits_match_transformers(checkpoint):
     model, path = checkpoint
-    config = Qwen3Config.from_hf(path, dtype="float32")
+    config = DecoderConfig.from_hf(path, dtype="float32")
     params = load_hf_params(path, config)
     assert float(jnp.abs(params["layers"]["q_bias"]).max()) > 0  # the random biases were read
     ids, mask = _inputs()
@@ -60,7 +60,7 @@ def test_sharded_import_and_export_are_bitwise_and_load_in_transformers(checkpoi
     from transformers import AutoModelForCausalLM
 
     model, path = checkpoint
-    config = Qwen3Config.from_hf(path, dtype="float32")
+    config = DecoderConfig.from_hf(path, dtype="float32")
     mesh = shd.make_mesh(fsdp=2, tensor=4)
     params = load_hf_params(path, config, mesh=mesh)
     want = shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config))
@@ -80,7 +80,7 @@ def test_cached_decoding_in_the_decode_layout_matches_the_full_forward(checkpoin
     """Prefill then token-by-token steps over DecodingParams (the samplers' path) give the full
     forward's logits: the biases survive the (out, in) re-layout."""
     _, path = checkpoint
-    config = Qwen3Config.from_hf(path, dtype="float32")
+    config = DecoderConfig.from_hf(path, dtype="float32")
     params = load_hf_params(path, config)
     ids = jnp.asarray(np.random.RandomState(2).randint(3, 128, (2, 12)))
     full = np.asarray(jit_forward(params, config, ids)[0])
@@ -114,7 +114,7 @@ def test_random_init_has_zero_biases_and_unknown_family_is_refused():
     with pytest.raises(ValueError, match="family must be one of"):
         config.replace(family="llama")
     with pytest.raises(ValueError, match="Qwen2ForCausalLM"):
-        Qwen3Config.from_hf({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+        DecoderConfig.from_hf({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
 
 
 @pytest.mark.slow  # the paged engine's compile: ~1 min on 2 cores
@@ -125,7 +125,7 @@ def test_paged_engine_greedy_equals_transformers(tmp_path):
 
     model, path = make_tiny_hf_model(seed=6, family="qwen2", tie_word_embeddings=False), tmp_path
     model.save_pretrained(path)
-    config = Qwen3Config.from_hf(path, dtype="float32")
+    config = DecoderConfig.from_hf(path, dtype="float32")
     params = load_hf_params(path, config)
     prompts, stops = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]], [2, 10, 20]
     out = generate_paged(params, config, prompts, num_samples=1, max_new_tokens=10, stop_token_ids=stops, pad_id=0,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from microcoder_jax.models import (PRESETS, Qwen3Config, decoding_params, forward, init_cache, init_params, lm_head,
+from microcoder_jax.models import (PRESETS, DecoderConfig, decoding_params, forward, init_cache, init_params, lm_head,
                                    param_logical_axes)
 from microcoder_jax.models import attention as attn_lib
 from microcoder_jax.models.decoding import DecodingParams
@@ -56,7 +56,7 @@ def tiny(tmp_path_factory):
 def test_logits_match_transformers(name, overrides, tmp_path):
     model = make_tiny_hf_model(seed=0, **overrides)
     model.save_pretrained(tmp_path)
-    config = Qwen3Config.from_hf(tmp_path, dtype="float32")
+    config = DecoderConfig.from_hf(tmp_path, dtype="float32")
     params = load_hf_params(tmp_path, config)
     ids, mask = _inputs()
     ours, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
@@ -101,7 +101,7 @@ def test_kv_cache_decoding_matches_full_forward(tiny):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_decoding_params_give_the_same_logits(dtype):
     """Cast, (out, in)-transposed, per-layer params (the decode loop's) = the stored params, untied head too."""
-    config = Qwen3Config(vocab_size=96, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4,
+    config = DecoderConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4,
                          num_kv_heads=2, head_dim=16, tie_word_embeddings=False, dtype=dtype)
     params = init_params(config, jax.random.key(3))
     prepared = decoding_params(params, config)
@@ -273,17 +273,17 @@ def test_preset_param_counts(name, billions):
 
 def test_config_round_trips_and_rejects_unsupported():
     config = PRESETS["qwen3-4b-instruct-2507"]
-    assert Qwen3Config.from_hf(config.to_hf()) == config.replace(dtype="bfloat16")
-    assert Qwen3Config.from_json(config.to_json()) == config
+    assert DecoderConfig.from_hf(config.to_hf()) == config.replace(dtype="bfloat16")
+    assert DecoderConfig.from_json(config.to_json()) == config
     yarn = {**config.to_hf(), "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                                 "original_max_position_embeddings": 32768}}
-    assert dict(Qwen3Config.from_hf(yarn).rope_scaling)["factor"] == 4.0
-    hash(Qwen3Config.from_hf(yarn))
+    assert dict(DecoderConfig.from_hf(yarn).rope_scaling)["factor"] == 4.0
+    hash(DecoderConfig.from_hf(yarn))
     with pytest.raises(ValueError, match="rope_type='dynamic'"):
-        Qwen3Config.from_hf({**config.to_hf(), "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
+        DecoderConfig.from_hf({**config.to_hf(), "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
     with pytest.raises(ValueError, match="architecture"):
-        Qwen3Config.from_hf({**config.to_hf(), "architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+        DecoderConfig.from_hf({**config.to_hf(), "architectures": ["LlamaForCausalLM"], "model_type": "llama"})
     bad = config.to_hf()
     del bad["hidden_size"]
     with pytest.raises(ValueError, match="hidden_size"):
-        Qwen3Config.from_hf(bad)
+        DecoderConfig.from_hf(bad)

@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import (Qwen3Config, forward, get_preset, init_cache, init_params, load_hf_params,
+from microcoder_jax.models import (DecoderConfig, forward, get_preset, init_cache, init_params, load_hf_params,
                                    param_logical_axes, param_shapes)
 
 def param_shardings(config, mesh):
@@ -158,7 +158,7 @@ def test_two_process_distributed_run(tmp_path):
     ids = jnp.asarray(np.arange(4 * 8).reshape(4, 8) % config.vocab_size)
     ref, _ = jax.jit(forward, static_argnums=1)(params, config, ids)
     np.testing.assert_allclose(np.load(out), np.asarray(ref), rtol=2e-5, atol=2e-5)
-    exported = jax.tree_util.tree_flatten_with_path(load_hf_params(export, Qwen3Config.from_hf(export)))[0]
+    exported = jax.tree_util.tree_flatten_with_path(load_hf_params(export, DecoderConfig.from_hf(export)))[0]
     gathered = np.load(str(export) + ".npz")
     for key, value in exported:  # the multi-host export is bitwise the params the processes held
         np.testing.assert_array_equal(np.asarray(value), gathered[jax.tree_util.keystr(key)])

@@ -63,12 +63,12 @@ def make_tiny_hf_checkpoint(path, seed: int = 0, family: str = "qwen3", **config
 
 
 def saved_tiny_model(path, seed: int = 0, **config_overrides):
-    """Save a tiny model at `path` and load it back as ours: (transformers model, fp32 Qwen3Config, params)."""
-    from microcoder_jax.models import Qwen3Config, load_hf_params
+    """Save a tiny model at `path` and load it back as ours: (transformers model, fp32 DecoderConfig, params)."""
+    from microcoder_jax.models import DecoderConfig, load_hf_params
 
     hf = make_tiny_hf_model(seed=seed, **config_overrides)
     hf.save_pretrained(path)
-    config = Qwen3Config.from_hf(path, dtype="float32")
+    config = DecoderConfig.from_hf(path, dtype="float32")
     return hf, config, load_hf_params(path, config)
 
 

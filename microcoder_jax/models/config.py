@@ -1,4 +1,4 @@
-"""The decoder's shapes and numerics (`Qwen3Config`), read from and written to Hugging Face config.json.
+"""The decoder's shapes and numerics (`DecoderConfig`), read from and written to Hugging Face config.json.
 
 One config covers both families we train: Qwen3 (per-head RMSNorm on q and k, no biases) and
 Qwen2 / Qwen2.5 (biases on q, k, v, no q/k norm: DeepSeek-R1-Distill-Qwen, Qwen2.5-Coder). The
@@ -20,7 +20,7 @@ FAMILIES = {"qwen3": ("Qwen3ForCausalLM", "qwen3", True, False),
 
 
 @dataclasses.dataclass(frozen=True)
-class Qwen3Config:
+class DecoderConfig:
     """Decoder shapes and numerics; frozen and hashable so it can be a static jit argument.
 
     ``family`` is ``qwen3`` or ``qwen2`` (see FAMILIES): the same math but for q/k norms vs q/k/v biases.
@@ -71,11 +71,11 @@ class Qwen3Config:
         if rope_type not in ROPE_TYPES:
             raise ValueError(f"unsupported rope_scaling type {rope_type!r}; supported: {ROPE_TYPES}")
 
-    def replace(self, **changes) -> "Qwen3Config":
+    def replace(self, **changes) -> "DecoderConfig":
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_hf(cls, config: dict | str | os.PathLike, **overrides) -> "Qwen3Config":
+    def from_hf(cls, config: dict | str | os.PathLike, **overrides) -> "DecoderConfig":
         """From a Hugging Face ``config.json`` (dict, file, or checkpoint directory)."""
         if not isinstance(config, dict):
             path = os.fspath(config)
@@ -160,7 +160,7 @@ class Qwen3Config:
         return json.dumps(d, indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Qwen3Config":
+    def from_json(cls, text: str) -> "DecoderConfig":
         return cls(**json.loads(text))
 
     def num_params(self) -> int:
@@ -172,3 +172,6 @@ class Qwen3Config:
         per_layer += hd * (h + 2 * k) if self.attention_bias else 0
         head = 0 if self.tie_word_embeddings else d * self.vocab_size
         return self.vocab_size * d + layers * per_layer + d + head
+
+
+Qwen3Config = DecoderConfig  # its name before Qwen2 joined; kept for users' code for a release

@@ -5,7 +5,7 @@
     python -m microcoder_jax.convert --from RUN --to-hf HF_DIR [--step N]
     python -m microcoder_jax.convert --from RUN/checkpoints --model-config HF_DIR_OR_PRESET --to-hf HF_DIR
 
-CKPT layout: ``params/`` (Orbax, StandardCheckpointer), ``model_config.json`` (our ``Qwen3Config``)
+CKPT layout: ``params/`` (Orbax, StandardCheckpointer), ``model_config.json`` (our ``DecoderConfig``)
 and ``hf_files/`` (tokenizer and generation files copied from the HF dir, restored on export so the
 exported dir is complete). A training run (its workdir, or its ``checkpoints`` dir) is read with
 the run's own ``config.json``: model shape, tokenizer (chat template included) and a generation
@@ -24,7 +24,7 @@ import orbax.checkpoint as ocp
 
 from microcoder_jax import sharding as shd
 from microcoder_jax.models import hf
-from microcoder_jax.models.qwen3 import Qwen3Config, param_logical_axes, param_shapes
+from microcoder_jax.models.qwen3 import DecoderConfig, param_logical_axes, param_shapes
 
 CONFIG_FILE = "model_config.json"
 PARAMS_DIR = "params"
@@ -32,7 +32,7 @@ HF_FILES_DIR = "hf_files"
 _SKIP_HF_FILES = {"config.json", hf.INDEX_FILE}
 
 
-def _abstract_params(config: Qwen3Config, mesh=None, dtype=None) -> dict:
+def _abstract_params(config: DecoderConfig, mesh=None, dtype=None) -> dict:
     """ShapeDtypeStructs with target shardings: Orbax restores straight into them."""
     shapes = param_shapes(config)
     is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)  # noqa: E731
@@ -46,7 +46,7 @@ def _abstract_params(config: Qwen3Config, mesh=None, dtype=None) -> dict:
                         shapes, shardings, is_leaf=is_shape)
 
 
-def save_checkpoint(params: dict, config: Qwen3Config, path, hf_files_from=None) -> str:
+def save_checkpoint(params: dict, config: DecoderConfig, path, hf_files_from=None) -> str:
     """Write ``params`` + config (+ HF tokenizer files) as CKPT; every process must call it."""
     path = os.path.abspath(os.fspath(path))
     if os.path.exists(path):
@@ -72,15 +72,15 @@ def save_checkpoint(params: dict, config: Qwen3Config, path, hf_files_from=None)
     return path
 
 
-def load_checkpoint(path, mesh=None, config: Qwen3Config | None = None, step: int | None = None,
-                    **config_overrides) -> tuple[dict, Qwen3Config]:
+def load_checkpoint(path, mesh=None, config: DecoderConfig | None = None, step: int | None = None,
+                    **config_overrides) -> tuple[dict, DecoderConfig]:
     """(params, config) from a CKPT written by ``save_checkpoint``, or from a training run's
     ``checkpoints`` dir (then ``config`` gives the model shape; ``step`` defaults to the newest)."""
     path = os.path.abspath(os.fspath(path))
     config_file = os.path.join(path, CONFIG_FILE)
     if os.path.exists(config_file):
         with open(config_file) as f:
-            config = Qwen3Config.from_json(f.read()).replace(**config_overrides)
+            config = DecoderConfig.from_json(f.read()).replace(**config_overrides)
         target = _abstract_params(config, mesh)
         params = ocp.StandardCheckpointer().restore(os.path.join(path, PARAMS_DIR), target)
         return params, config
@@ -96,15 +96,15 @@ def load_checkpoint(path, mesh=None, config: Qwen3Config | None = None, step: in
     return params, config
 
 
-def _model_config(spec: str) -> Qwen3Config:
+def _model_config(spec: str) -> DecoderConfig:
     """A model shape from an HF dir / config.json path, our model_config.json, or a preset name."""
     from microcoder_jax.models.presets import get_preset
 
     if os.path.isdir(spec) and os.path.exists(os.path.join(spec, CONFIG_FILE)):
         with open(os.path.join(spec, CONFIG_FILE)) as f:
-            return Qwen3Config.from_json(f.read())
+            return DecoderConfig.from_json(f.read())
     if os.path.exists(spec):
-        return Qwen3Config.from_hf(spec)
+        return DecoderConfig.from_hf(spec)
     return get_preset(spec)
 
 
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         if args.from_hf:
             if not os.path.isdir(args.from_hf):
                 parser.error(f"--from-hf {args.from_hf}: no such directory")
-            config = Qwen3Config.from_hf(args.from_hf, param_dtype=args.param_dtype or "float32")
+            config = DecoderConfig.from_hf(args.from_hf, param_dtype=args.param_dtype or "float32")
             params = hf.load_hf_params(args.from_hf, config, mesh=mesh)
             out = save_checkpoint(params, config, args.to_ckpt, hf_files_from=args.from_hf)
         else:

@@ -21,7 +21,7 @@ from flax import nnx
 
 from microcoder_jax import sharding
 from microcoder_jax.models import qwen3
-from microcoder_jax.models.qwen3 import ParamSpec, Qwen3Config
+from microcoder_jax.models.qwen3 import ParamSpec, DecoderConfig
 
 
 def _param(value, spec: ParamSpec, name: str) -> nnx.Param:
@@ -33,7 +33,7 @@ def _param(value, spec: ParamSpec, name: str) -> nnx.Param:
 class Qwen3(nnx.Module):
     """Dense Qwen3 over ``embed``, ``layers`` (stacked), ``final_norm`` [and ``lm_head``] Params."""
 
-    def __init__(self, config: Qwen3Config, params: dict | None = None, *, rngs: nnx.Rngs | None = None):
+    def __init__(self, config: DecoderConfig, params: dict | None = None, *, rngs: nnx.Rngs | None = None):
         """Wrap `params` (not copied), or draw fresh ones with ``init_params`` from `rngs`."""
         if params is None:
             if rngs is None:

@@ -20,7 +20,7 @@ import numpy as np
 from safetensors import safe_open
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models.qwen3 import Qwen3Config, forward, param_logical_axes, param_shapes
+from microcoder_jax.models.qwen3 import DecoderConfig, forward, param_logical_axes, param_shapes
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -52,7 +52,7 @@ _TOP_KEYS = {
 }
 
 
-def hf_key_map(config: Qwen3Config) -> dict:
+def hf_key_map(config: DecoderConfig) -> dict:
     """Params-shaped tree of ``(hf_names, layout)``; ``hf_names`` has one name per layer for stacked leaves."""
     ours = param_shapes(config)["layers"]  # the family's leaves: q/k norms or q/k/v biases
     layers = {k: ([t.format(i) for i in range(config.num_layers)], lay) for k, (t, lay) in _LAYER_KEYS.items()
@@ -153,7 +153,7 @@ class _Reader:
         return self.handles[file].get_slice(name)
 
 
-def load_hf_params(path, config: Qwen3Config, mesh=None, param_dtype=None) -> dict:
+def load_hf_params(path, config: DecoderConfig, mesh=None, param_dtype=None) -> dict:
     """Read an HF Qwen3 checkpoint directory into our params, each leaf placed in its sharding.
 
     Without a mesh every leaf lands on the default device. ``param_dtype`` (default
@@ -225,7 +225,7 @@ def _host_array(x: jax.Array) -> np.ndarray:
     return np.asarray(x)
 
 
-def iter_hf_tensors(params: dict, config: Qwen3Config):
+def iter_hf_tensors(params: dict, config: DecoderConfig):
     """Yield ``(hf_name, numpy array)`` for every tensor, one stacked leaf at a time."""
     keys = hf_key_map(config)
     key_leaves = jax.tree.leaves(keys, is_leaf=_is_key_leaf)
@@ -240,7 +240,7 @@ def iter_hf_tensors(params: dict, config: Qwen3Config):
             yield names[0], np.ascontiguousarray(_to_hf(_host_array(leaf), layout))
 
 
-def save_hf_params(params: dict, config: Qwen3Config, path, max_shard_bytes: int = 5 * 1024**3,
+def save_hf_params(params: dict, config: DecoderConfig, path, max_shard_bytes: int = 5 * 1024**3,
                    dtype=None, extra_files: dict[str, Callable[[str], object]] | None = None) -> str:
     """Write ``params`` as an HF checkpoint dir (safetensors shards + index + config.json); returns ``path``.
 
@@ -318,7 +318,7 @@ def _flush(shards, tmp, save_file):
 class Qwen3ForCausalLM:
     """A thin holder of ``config``, ``params`` and ``mesh`` with the familiar HF entry points."""
 
-    def __init__(self, config: Qwen3Config, params: dict, mesh=None):
+    def __init__(self, config: DecoderConfig, params: dict, mesh=None):
         self.config, self.params, self.mesh = config, params, mesh
         self._forward = jax.jit(_logits, static_argnums=1)
 
@@ -326,7 +326,7 @@ class Qwen3ForCausalLM:
     def from_pretrained(cls, path, dtype: str = "bfloat16", param_dtype: str = "float32", mesh=None,
                         **config_overrides) -> "Qwen3ForCausalLM":
         """Load an HF checkpoint dir; ``dtype`` is the compute dtype, ``param_dtype`` the stored one."""
-        config = Qwen3Config.from_hf(path, dtype=dtype, param_dtype=param_dtype, **config_overrides)
+        config = DecoderConfig.from_hf(path, dtype=dtype, param_dtype=param_dtype, **config_overrides)
         return cls(config, load_hf_params(path, config, mesh=mesh), mesh)
 
     def __call__(self, input_ids, attention_mask=None) -> jax.Array:

@@ -62,16 +62,16 @@ def dequantize(q: jax.Array, scale: jax.Array, dtype=jnp.float32) -> jax.Array:
     return (q.astype(jnp.float32) * scale[..., None]).astype(dtype)
 
 
-def pool_shape(config: qwen3.Qwen3Config, num_pages: int, page_size: int) -> tuple[int, ...]:
+def pool_shape(config: qwen3.DecoderConfig, num_pages: int, page_size: int) -> tuple[int, ...]:
     return (config.num_kv_heads, num_pages, page_size, config.head_dim)
 
 
-def pool_dtype(kv_dtype: str | None, config: qwen3.Qwen3Config):
+def pool_dtype(kv_dtype: str | None, config: qwen3.DecoderConfig):
     """The element dtype of a pool for ``sampling.kv_dtype`` (``model``/None: the model's dtype)."""
     return jnp.dtype(config.dtype if kv_dtype in (None, "model") else kv_dtype)
 
 
-def init_pool(config: qwen3.Qwen3Config, num_pages: int, page_size: int, dtype=None) -> PagePool:
+def init_pool(config: qwen3.DecoderConfig, num_pages: int, page_size: int, dtype=None) -> PagePool:
     shape = pool_shape(config, num_pages, page_size)
     dtype = pool_dtype(dtype, config)
     if dtype == jnp.int8:
@@ -228,7 +228,7 @@ def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None
     return _fall_back(f"paged decode: {reason}") if reason else "kernel"
 
 
-def paged_decode_step(params: Any, config: qwen3.Qwen3Config, tokens: jax.Array, positions: jax.Array,
+def paged_decode_step(params: Any, config: qwen3.DecoderConfig, tokens: jax.Array, positions: jax.Array,
                       pool: PagePool, write_page: jax.Array, write_offset: jax.Array, view: SlotView,
                       block_pages: int) -> tuple[jax.Array, PagePool]:
     """Feed one token per slot (``tokens, positions [S]``) -> (float32 logits ``[S, V]``, updated pool).

@@ -6,14 +6,14 @@ import os
 from typing import Optional
 
 from microcoder_jax.blocks import Block, knob
-from microcoder_jax.models.qwen3 import Qwen3Config
+from microcoder_jax.models.qwen3 import DecoderConfig
 
 _QWEN3 = dict(vocab_size=151936, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
               max_position_embeddings=40960)
 
 
-def _qwen3(hidden, inter, layers, heads, tied, **extra) -> Qwen3Config:
-    return Qwen3Config(hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
+def _qwen3(hidden, inter, layers, heads, tied, **extra) -> DecoderConfig:
+    return DecoderConfig(hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
                        tie_word_embeddings=tied, **{**_QWEN3, **extra})
 
 
@@ -21,13 +21,13 @@ _QWEN2 = dict(vocab_size=151936, num_kv_heads=2, rope_theta=1_000_000.0, rms_nor
               max_position_embeddings=32768, family="qwen2")
 
 
-def _qwen2(hidden, inter, layers, heads, tied, **extra) -> Qwen3Config:
+def _qwen2(hidden, inter, layers, heads, tied, **extra) -> DecoderConfig:
     """Qwen2 / Qwen2.5 (and the DeepSeek-R1-Distill-Qwen models built on it): head_dim = hidden / heads."""
-    return Qwen3Config(hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
+    return DecoderConfig(hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
                        head_dim=hidden // heads, tie_word_embeddings=tied, **{**_QWEN2, **extra})
 
 
-PRESETS: dict[str, Qwen3Config] = {
+PRESETS: dict[str, DecoderConfig] = {
     "qwen3-0.6b": _qwen3(1024, 3072, 28, 16, True),
     "qwen3-1.7b": _qwen3(2048, 6144, 28, 16, True),
     "qwen3-4b": _qwen3(2560, 9728, 36, 32, True),
@@ -42,16 +42,16 @@ PRESETS: dict[str, Qwen3Config] = {
     "r1-distill-qwen-7b": _qwen2(3584, 18944, 28, 28, False, num_kv_heads=4, vocab_size=152064, rope_theta=10000.0,
                                  max_position_embeddings=131072),
     # Test shapes: head_dim != hidden / heads and GQA, as in the real models.
-    "tiny": Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+    "tiny": DecoderConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                         num_kv_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
                         max_position_embeddings=256),
-    "tiny-qwen2": Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+    "tiny-qwen2": DecoderConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                               num_kv_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
                               max_position_embeddings=256, family="qwen2"),
 }
 
 
-def get_preset(name: str, **overrides) -> Qwen3Config:
+def get_preset(name: str, **overrides) -> DecoderConfig:
     """``PRESETS[name]`` with field overrides (e.g. ``dtype="float32"``); a clear error for unknown names."""
     key = name.lower()
     if key not in PRESETS:
@@ -98,14 +98,14 @@ SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "n
               "head_dim")
 
 
-def model_config_from(config, vocab_size: int | None) -> Qwen3Config:
+def model_config_from(config, vocab_size: int | None) -> DecoderConfig:
     """The model shape: a HF checkpoint's config.json, or a preset, with the run config's overrides
     (`config` is a run config with a `model` block, or a `ModelConfig`)."""
     m = config if isinstance(config, ModelConfig) else config.model
     runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
     shape = {k: getattr(m, k) for k in SHAPE_KEYS if getattr(m, k) is not None}
     if m.path:
-        return Qwen3Config.from_hf(m.path, **runtime, **shape)
+        return DecoderConfig.from_hf(m.path, **runtime, **shape)
     if vocab_size is not None and "vocab_size" not in shape:
         shape["vocab_size"] = vocab_size
     return get_preset(m.preset, **runtime, **shape)

@@ -1,4 +1,4 @@
-"""Dense Qwen3 (and Qwen2, its q/k/v-bias sibling: ``Qwen3Config.family``) as pure functions over a
+"""Dense Qwen3 (and Qwen2, its q/k/v-bias sibling: ``DecoderConfig.family``) as pure functions over a
 plain params dict.
 
 The decoder layers are stacked on a leading ``layers`` axis and run with one ``lax.scan`` (28 layers
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax.models import attention as attn_lib
-from microcoder_jax.models.config import Qwen3Config
+from microcoder_jax.models.config import DecoderConfig
 from microcoder_jax.models.decoding import INPUT_DIMS, DecodingParams, decoding_params, is_decoding  # noqa: F401
 from microcoder_jax.sharding import constrain
 
@@ -60,7 +60,7 @@ class ParamSpec(NamedTuple):
     axes: tuple
 
 
-def param_specs(config: Qwen3Config) -> dict:
+def param_specs(config: DecoderConfig) -> dict:
     """Shape and logical axes of every parameter: the one table the params tree is built from."""
     c = config
     spec = lambda *dims: ParamSpec(tuple(n for n, _ in dims), tuple(a for _, a in dims))  # noqa: E731
@@ -93,12 +93,12 @@ def _is_spec(x) -> bool:
     return isinstance(x, ParamSpec)
 
 
-def param_shapes(config: Qwen3Config) -> dict:
+def param_shapes(config: DecoderConfig) -> dict:
     """Shape of every parameter (same structure as ``init_params``), from ``param_specs``."""
     return jax.tree.map(lambda s: s.shape, param_specs(config), is_leaf=_is_spec)
 
 
-def param_logical_axes(config: Qwen3Config) -> dict:
+def param_logical_axes(config: DecoderConfig) -> dict:
     """Logical axis names of every parameter (same structure as ``init_params``), from ``param_specs``."""
     return jax.tree.map(lambda s: s.axes, param_specs(config), is_leaf=_is_spec)
 
@@ -107,7 +107,7 @@ def _is_shape(x) -> bool:
     return isinstance(x, tuple) and all(isinstance(d, int) for d in x)
 
 
-def init_params(config: Qwen3Config, rng: jax.Array) -> dict:
+def init_params(config: DecoderConfig, rng: jax.Array) -> dict:
     """Random params: norms at 1, biases at 0, matrices ~ N(0, 0.02^2) (HF's initializer_range), in ``param_dtype``."""
     shapes = param_shapes(config)
     leaves, treedef = jax.tree.flatten(shapes, is_leaf=_is_shape)
@@ -119,7 +119,7 @@ def init_params(config: Qwen3Config, rng: jax.Array) -> dict:
     return jax.tree.unflatten(treedef, out)
 
 
-def init_cache(config: Qwen3Config, batch: int, max_len: int, dtype: Any = None) -> KVCache:
+def init_cache(config: DecoderConfig, batch: int, max_len: int, dtype: Any = None) -> KVCache:
     """Zeroed KV cache in the compute dtype (or ``dtype``)."""
     shape = (batch, config.num_kv_heads, max_len, config.head_dim)
     dtype = jnp.dtype(dtype or config.dtype)
@@ -136,7 +136,7 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return (y * weight.astype(jnp.float32)).astype(x.dtype)
 
 
-def rope_frequencies(config: Qwen3Config) -> tuple[np.ndarray, float]:
+def rope_frequencies(config: DecoderConfig) -> tuple[np.ndarray, float]:
     """Inverse frequencies ``[head_dim / 2]`` and the cos/sin scale (YaRN's attention factor)."""
     dim, base = config.head_dim, config.rope_theta
     inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
@@ -168,7 +168,7 @@ def rope_frequencies(config: Qwen3Config) -> tuple[np.ndarray, float]:
     return inv_freq.astype(np.float32), float(attention_factor)
 
 
-def rope_tables(positions: jax.Array, config: Qwen3Config) -> tuple[jax.Array, jax.Array]:
+def rope_tables(positions: jax.Array, config: DecoderConfig) -> tuple[jax.Array, jax.Array]:
     """fp32 ``cos, sin [B, T, 1, head_dim]`` for ``positions [B, T]``; computed once, shared by all layers."""
     inv_freq, scale = rope_frequencies(config)
     freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
@@ -202,7 +202,7 @@ def _remat(fn, policy: str):
 _INPUT_DIMS = INPUT_DIMS
 
 
-def _layer(config: Qwen3Config, x, p, rope, attend, out_in: bool = False):
+def _layer(config: DecoderConfig, x, p, rope, attend, out_in: bool = False):
     """One decoder block -> (x, aux). ``attend(q, k, v) -> (out [B, T, H, D], aux)`` hides the cache.
 
     ``out_in``: the matrices are in the ``DecodingParams`` (out, in) layout.
@@ -242,7 +242,7 @@ def _get(params, name: str):
     return getattr(params, name) if is_decoding(params) else params[name]
 
 
-def head_weight(params: dict, config: Qwen3Config) -> tuple[jax.Array, tuple, str, int]:
+def head_weight(params: dict, config: DecoderConfig) -> tuple[jax.Array, tuple, str, int]:
     """The stored params' vocab projection: (weight, its logical axes, the einsum from flattened
     hidden states [n, d] to logits [n, v], the weight's vocab dim), tied or not."""
     if config.tie_word_embeddings:
@@ -250,7 +250,7 @@ def head_weight(params: dict, config: Qwen3Config) -> tuple[jax.Array, tuple, st
     return params["lm_head"], ("embed", "vocab"), "nd,dv->nv", 1
 
 
-def lm_head(params: dict | DecodingParams, config: Qwen3Config, hidden: jax.Array) -> jax.Array:
+def lm_head(params: dict | DecodingParams, config: DecoderConfig, hidden: jax.Array) -> jax.Array:
     """Float32 logits ``[..., vocab]`` from final-normed hidden states (stored or ``DecodingParams``).
 
     Tokens are flattened to one dim first, as in ``_layer`` (the embedding gradient then
@@ -264,7 +264,7 @@ def lm_head(params: dict | DecodingParams, config: Qwen3Config, hidden: jax.Arra
     return logits.reshape(*hidden.shape[:-1], -1)
 
 
-def forward(params: dict | DecodingParams, config: Qwen3Config, input_ids: jax.Array, *,
+def forward(params: dict | DecodingParams, config: DecoderConfig, input_ids: jax.Array, *,
             attention_mask: jax.Array | None = None,
             positions: jax.Array | None = None, cache: KVCache | None = None,
             cache_index: jax.Array | int | None = None, prefix: SharedPrefix | None = None,

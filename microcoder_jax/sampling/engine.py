@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from microcoder_jax.models import Qwen3Config, decoding_params, forward, init_cache, lm_head
+from microcoder_jax.models import DecoderConfig, decoding_params, forward, init_cache, lm_head
 from microcoder_jax.models.decoding import is_decoding
 from microcoder_jax.models import paged_attention as pa
 from microcoder_jax.sampling import pages as pg
@@ -83,7 +83,7 @@ def default_num_pages(max_prompts: int, prompt_width: int, slots: int, max_new: 
     return max_prompts * (prompt_width // page_size) + slots * max_own_pages(max_new, page_size)
 
 
-def init_state(config: Qwen3Config, shape: EngineShape, pad_id) -> dict[str, Any]:
+def init_state(config: DecoderConfig, shape: EngineShape, pad_id) -> dict[str, Any]:
     n, s, w = shape.rows, shape.slots, shape.max_new
     none = jnp.int32(shape.num_pages)
     return dict(
@@ -106,7 +106,7 @@ def init_state(config: Qwen3Config, shape: EngineShape, pad_id) -> dict[str, Any
 
 @functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
 def admit(state, params, prompt_ids, prompt_mask, count, cap, temperature, top_p, top_k, order, *,
-          config: Qwen3Config, shape: EngineShape):
+          config: DecoderConfig, shape: EngineShape):
     """Prefill the first ``count`` of ``prompt_ids [A, P]`` (left-padded) and queue their samples.
 
     Per-row arrays are ``[A * G]`` in prompt-major order; ``order [A * G]`` lists the local rows
@@ -244,7 +244,7 @@ def _refill(state: dict[str, Any], rng, stop_ids, pad_id, shape: EngineShape):
     return _sample(state, state["prompt_logits"][new_seq // g], joins, rng, stop_ids, pad_id, shape)
 
 
-def _step(state, params, rng, stop_ids, pad_id, config: Qwen3Config, shape: EngineShape):
+def _step(state, params, rng, stop_ids, pad_id, config: DecoderConfig, shape: EngineShape):
     """Feed every live slot's last token (generated index t - 1) and sample token t."""
     s, ps, bp, g = shape.slots, shape.page_size, shape.block_pages, shape.samples
     live = (state["slot_seq"] >= 0) & ~state["slot_done"]
@@ -269,7 +269,7 @@ def _step(state, params, rng, stop_ids, pad_id, config: Qwen3Config, shape: Engi
 
 
 @functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
-def run(state, params, stop_ids, pad_id, rng, budget, *, config: Qwen3Config, shape: EngineShape):
+def run(state, params, stop_ids, pad_id, rng, budget, *, config: DecoderConfig, shape: EngineShape):
     """Decode until every queued sequence is done or ``budget`` steps have run; see the module doc."""
     if not is_decoding(params):  # callers pass the decode layout (PagedSession); converting here
         params = decoding_params(params, config)  # lets XLA sink the conversion into the loop

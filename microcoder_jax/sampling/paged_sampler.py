@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import Qwen3Config, param_logical_axes, param_shapes
+from microcoder_jax.models import DecoderConfig, param_logical_axes, param_shapes
 from microcoder_jax.sampling import engine
 from microcoder_jax.models.decoding import free
 from microcoder_jax.sampling.sampler import SamplerOutput, _per_row, left_pad, prompt_bucket, to_decode_layout
@@ -80,7 +80,7 @@ def _take_rows(arrays: dict, rows: jax.Array) -> dict:
 class PagedSession:
     """One engine: a page pool, S slots and a queue with room for ``max_prompts`` prompts x G."""
 
-    def __init__(self, params, config: Qwen3Config, *, num_samples: int, max_prompts: int, max_new_tokens: int,
+    def __init__(self, params, config: DecoderConfig, *, num_samples: int, max_prompts: int, max_new_tokens: int,
                  prompt_width: int, stop_token_ids: Sequence[int], pad_id: int, rng: jax.Array, slots: int,
                  page_size: int = 16, refill_every: int = 4, tail_slots: int | None = None,
                  block_pages: int | None = None, num_pages: int | None = None, max_admit: int = 64, mesh=None,
@@ -242,7 +242,7 @@ class PagedSession:
         return dict(steps=steps, slot_steps=slot_steps, live_slot_steps=live, reads=reads, generated=lengths)
 
 
-def generate_paged(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
+def generate_paged(params, config: DecoderConfig, prompts: Sequence[Sequence[int]], *, num_samples: int,
                    temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
                    pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None,
                    slots: int | None = None, page_size: int = 16, refill_every: int = 4,

@@ -29,7 +29,7 @@ import numpy as np
 
 from microcoder_jax import sharding as shd
 from microcoder_jax.data.prompts import left_pad, prompt_bucket  # noqa: F401 (prompt_bucket re-exported)
-from microcoder_jax.models import (KVCache, Qwen3Config, SharedPrefix, forward, init_cache, init_params, lm_head,
+from microcoder_jax.models import (KVCache, DecoderConfig, SharedPrefix, forward, init_cache, init_params, lm_head,
                                    param_logical_axes, param_shapes)
 from microcoder_jax.models.decoding import DecodingParams, decoding_layout, decoding_params, free
 
@@ -187,7 +187,7 @@ def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top
 
 
 @functools.partial(jax.jit, static_argnames=("config", "num_samples"))
-def prefill(params: DecodingParams, prompt_ids, prompt_mask, *, config: Qwen3Config, num_samples: int):
+def prefill(params: DecodingParams, prompt_ids, prompt_mask, *, config: DecoderConfig, num_samples: int):
     """Prompts [B, P] -> (their KV cache, one copy per prompt; next-token logits [B * G, V])."""
     batch, width = prompt_ids.shape
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
@@ -205,7 +205,7 @@ def phase_ends(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int
 
 @functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "phases"))
 def decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id,
-           rng, *, config: Qwen3Config, max_new_tokens: int, phases: int):
+           rng, *, config: DecoderConfig, max_new_tokens: int, phases: int):
     """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy).
 
     The prompts' cache is read as a `SharedPrefix` by all G rows of each prompt; the generated
@@ -264,13 +264,13 @@ def decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperatur
     return state["tokens"], state["logprobs"], state["lengths"], state["done"], entropy
 
 
-def decode_shardings(config: Qwen3Config, mesh, rules: dict | None = None) -> DecodingParams:
+def decode_shardings(config: DecoderConfig, mesh, rules: dict | None = None) -> DecodingParams:
     """``NamedSharding`` of every ``DecodingParams`` leaf on ``mesh`` (``rules``: ``DECODE_AXIS_RULES``)."""
     axes, sizes = decoding_layout(config, param_logical_axes(config), param_shapes(config))
     return shd.logical_to_sharding(axes, mesh, sizes, rules=DECODE_AXIS_RULES if rules is None else rules)
 
 
-def decode_param_specs(config: Qwen3Config, mesh=None, rules: dict | None = None) -> DecodingParams:
+def decode_param_specs(config: DecoderConfig, mesh=None, rules: dict | None = None) -> DecodingParams:
     """``DecodingParams`` of ``jax.ShapeDtypeStruct`` (with the decode shardings): compile without weights."""
     params = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
     shapes = jax.eval_shape(functools.partial(decoding_params, config=config), params)
@@ -281,13 +281,13 @@ def decode_param_specs(config: Qwen3Config, mesh=None, rules: dict | None = None
 
 
 @functools.lru_cache(maxsize=8)
-def decode_layout_fn(config: Qwen3Config, mesh, rules: tuple | None):
+def decode_layout_fn(config: DecoderConfig, mesh, rules: tuple | None):
     """The jitted stored-params -> ``DecodingParams`` reshard, one per (config, mesh, rules)."""
     out = None if mesh is None else decode_shardings(config, mesh, None if rules is None else dict(rules))
     return jax.jit(functools.partial(decoding_params, config=config), out_shardings=out)
 
 
-def to_decode_layout(params, config: Qwen3Config, mesh=None, rules: dict | None = None) -> DecodingParams:
+def to_decode_layout(params, config: DecoderConfig, mesh=None, rules: dict | None = None) -> DecodingParams:
     """The stored params (placed on ``mesh``) -> ``DecodingParams`` in the decode layout, once per call:
     a decode loop then reads replicated compute-dtype weights and gathers none per step."""
     return decode_layout_fn(config, mesh, None if rules is None else tuple(sorted(rules.items())))(params)
@@ -295,7 +295,7 @@ def to_decode_layout(params, config: Qwen3Config, mesh=None, rules: dict | None 
 
 # ------------------------------------------------------------------------------ entry point
 
-def generate(params, config: Qwen3Config, prompts: Sequence[Sequence[int]], *, num_samples: int,
+def generate(params, config: DecoderConfig, prompts: Sequence[Sequence[int]], *, num_samples: int,
              temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
              pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None,
              decode_phases: int = 4, decode_rules: dict | None = None) -> SamplerOutput:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional, Sequence
 
-from microcoder_jax.models.qwen3 import Qwen3Config
+from microcoder_jax.models import DecoderConfig
 from microcoder_jax.sampling import paged_sampler, sampler
 from microcoder_jax.sampling.config import SamplingConfig
 from microcoder_jax.sampling.sampler import SamplerOutput
@@ -28,7 +28,7 @@ class _Common:
     """What every engine needs besides the params: the model, stop and pad ids, buckets, mesh."""
 
     config: SamplingConfig
-    model_config: Qwen3Config
+    model_config: DecoderConfig
     stop_ids: tuple
     pad_id: int
     prompt_buckets: tuple
@@ -96,7 +96,7 @@ class PagedSampler(_Common):
 ENGINES = {"static": StaticSampler, "paged": PagedSampler}
 
 
-def make_sampler(config: SamplingConfig, model_config: Qwen3Config, *, stop_ids: Sequence[int], pad_id: int,
+def make_sampler(config: SamplingConfig, model_config: DecoderConfig, *, stop_ids: Sequence[int], pad_id: int,
                  prompt_buckets: Sequence[int], mesh=None, sample_mesh=None):
     """The engine `config.engine` names; the paged one samples on `sample_mesh` (its own mesh,
     `sampling.decode_tensor`), the static one on the training `mesh`."""

@@ -41,7 +41,7 @@ class Run:
 
     config: ml_collections.ConfigDict  # as given (saved as config.json; the planner re-derives from it)
     workdir: str
-    model_config: models.Qwen3Config
+    model_config: models.DecoderConfig
     rl_config: RLConfig
     data: DataConfig
     sampling: SamplingConfig
@@ -169,7 +169,7 @@ def abstract_train_state(run: Run):
     return train_state_shapes(run.model_config, run.rl_config, run.mesh)
 
 
-def train_state_shapes(model_config: models.Qwen3Config, rl_config: RLConfig, mesh):
+def train_state_shapes(model_config: models.DecoderConfig, rl_config: RLConfig, mesh):
     """`abstract_train_state` from its parts; `mesh` may be an AbstractMesh (the planner's)."""
     shapes = jax.eval_shape(lambda: rl_step.init_train_state(
         models.init_params(model_config, jax.random.PRNGKey(0)), rl_config))
