@@ -1,5 +1,6 @@
 """A checkpoint that cannot be written (disk full, file-size limit) stops the run with one line at
 the first failed save, and the last good checkpoint stays intact and restorable."""
+
 import errno
 import os
 import subprocess
@@ -42,8 +43,9 @@ def test_failed_background_write_is_one_line_and_keeps_the_last_good_checkpoint(
     directory = str(tmp_path / "checkpoints")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, directory], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, directory], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr[-3000:]
@@ -51,8 +53,9 @@ def test_failed_background_write_is_one_line_and_keeps_the_last_good_checkpoint(
     assert "newest complete checkpoint is step 1" in lines[0] and "rerun" in lines[0]
     ck = Checkpointer(directory)
     assert ck.latest_step() == 1
-    target = {"w": jax.ShapeDtypeStruct((300_000,), np.float32,
-                                        sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))}
+    target = {
+        "w": jax.ShapeDtypeStruct((300_000,), np.float32, sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+    }
     state, meta, step = ck.restore(target)
     expected = jax.random.normal(jax.random.PRNGKey(0), (300_000,))
     assert step == 1 and meta == {"step": 1} and np.array_equal(np.asarray(state["w"]), np.asarray(expected))
@@ -73,3 +76,25 @@ def test_synchronous_write_failure_names_the_cause_and_the_fix(tmp_path):
     assert "\n" not in msg and "step 2" in msg and "No space left on device" in msg
     assert "step 1 (intact)" in msg and "--workdir" in msg
     ck.close()  # the reported failure is not raised a second time
+
+
+def test_only_orbax_coroutines_are_dropped_from_unraisable_reports():
+    """After a failed restore the process drops the tracebacks of Orbax's abandoned read coroutines
+    whenever they are finalised, and nothing else."""
+    import types
+
+    from microcoder_jax.models import checkpoint
+
+    def coroutine_from(filename):
+        scope: dict = {}
+        exec(compile("async def read():\n    return 1\n", filename, "exec"), scope)
+        return scope["read"]()
+
+    ours, theirs = coroutine_from("/x/site-packages/orbax/checkpoint/s.py"), coroutine_from("/x/mine/s.py")
+    try:
+        assert checkpoint._from_orbax(types.SimpleNamespace(object=ours))
+        assert not checkpoint._from_orbax(types.SimpleNamespace(object=theirs))
+        assert not checkpoint._from_orbax(types.SimpleNamespace(object=None))
+    finally:
+        ours.close()
+        theirs.close()

@@ -11,6 +11,7 @@ missing file) to the next older one, logging one line for each; the unreadable o
 aside (`<step>.unreadable`) so the run can write those steps again. None readable:
 `CheckpointReadError`, one line. A killed save's temporary directories are never read.
 """
+
 from __future__ import annotations
 
 import gc
@@ -59,15 +60,26 @@ def _read_cause(error: BaseException) -> str:
     return _cause(error)
 
 
+def _from_orbax(unraisable) -> bool:
+    """An unraisable exception of one of Orbax's abandoned read coroutines."""
+    code = getattr(unraisable.object, "cr_code", None) or getattr(unraisable.object, "__code__", None)
+    return f"{os.sep}orbax{os.sep}" in getattr(code, "co_filename", "")
+
+
 def _collect_quietly() -> None:
-    """Collect the reads a failed restore left unawaited now, without their 'Exception ignored'
-    tracebacks (Orbax abandons the sibling reads of the one that failed; it is reported in one line)."""
-    hook = sys.unraisablehook
-    sys.unraisablehook = lambda unraisable: None
-    try:
-        gc.collect()
-    finally:
-        sys.unraisablehook = hook
+    """Drop the 'Exception ignored' tracebacks of the reads a failed restore left unawaited (Orbax
+    abandons the sibling reads of the one that failed; it is reported in one line), now and
+    whenever they are finalised later (its event-loop thread may still hold some): from then on
+    the process's unraisable hook drops Orbax's coroutines and passes everything else on."""
+    global _hook_installed
+    if not _hook_installed:
+        previous = sys.unraisablehook
+        sys.unraisablehook = lambda u: None if _from_orbax(u) else previous(u)
+        _hook_installed = True
+    gc.collect()
+
+
+_hook_installed = False
 
 
 def _drop_background_save_tracebacks(record: logging.LogRecord) -> bool:
@@ -90,8 +102,7 @@ class Checkpointer:
             create=True,
             cleanup_tmp_directories=True,  # leftovers of a killed save are removed, never read
         )
-        self.manager = ocp.CheckpointManager(self.directory, options=options,
-                                             item_names=("state", "meta"))
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
     def latest_step(self) -> int | None:
         """The newest complete checkpoint's step, or None."""
@@ -108,8 +119,11 @@ class Checkpointer:
         self.poll()
         self._saving = step
         try:
-            self.manager.save(step, args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                force=True,
+            )
         except Exception as e:  # noqa: BLE001 - any write failure ends the run the same way
             raise self._write_error(e) from e
         if not self.manager.is_saving_in_progress():
@@ -123,11 +137,15 @@ class Checkpointer:
     def _write_error(self, error: BaseException) -> CheckpointWriteError:
         step, self._saving, self._failed = self._saving, None, True
         good = self.latest_step()
-        kept = f"the newest complete checkpoint is step {good} (intact)" if good is not None else \
-            "there is no complete checkpoint yet"
+        kept = (
+            f"the newest complete checkpoint is step {good} (intact)"
+            if good is not None
+            else "there is no complete checkpoint yet"
+        )
         return CheckpointWriteError(
             f"could not write the checkpoint of step {step} to {self.directory}: {_cause(error)}; "
-            f"{kept}. Free space there (or use another --workdir) and rerun the same command to resume.")
+            f"{kept}. Free space there (or use another --workdir) and rerun the same command to resume."
+        )
 
     def restore(self, target_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
         """(state, meta, step) of `step` (default: the newest), shaped and sharded like `target_state`."""
@@ -135,8 +153,9 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
+        )
         return restored["state"], dict(restored["meta"]), step
 
     def restore_readable(self, target_state: Any, log_fn=print) -> tuple[Any, dict, int] | None:
@@ -157,15 +176,20 @@ class Checkpointer:
             older = [s for s in steps if s < step]
             then = f"trying step {older[0]}" if older else "no older checkpoint"
             log_fn(f"checkpoint of step {step} in {self.directory} cannot be read ({failed[-1][1]}); {then}")
-        on_disk = sorted(int(n) for n in os.listdir(self.directory) if n.isdigit()) \
-            if os.path.isdir(self.directory) else []
+        on_disk = (
+            sorted(int(n) for n in os.listdir(self.directory) if n.isdigit()) if os.path.isdir(self.directory) else []
+        )
         if not failed and not on_disk:
             return None
-        causes = (f"steps {', '.join(str(s) for s, _ in failed)}; the newest: {failed[0][1]}" if failed
-                  else f"step directories {on_disk} are not complete checkpoints")
+        causes = (
+            f"steps {', '.join(str(s) for s, _ in failed)}; the newest: {failed[0][1]}"
+            if failed
+            else f"step directories {on_disk} are not complete checkpoints"
+        )
         raise CheckpointReadError(
             f"no checkpoint in {self.directory} can be read ({causes}). Restore the directory from a copy, "
-            "or start a new run with another --workdir; the checkpoints were left as they are.")
+            "or start a new run with another --workdir; the checkpoints were left as they are."
+        )
 
     def _set_aside(self, steps: list[int]) -> None:
         """Rename unreadable step directories to `<step>.unreadable` (process 0; every host waits)."""
@@ -214,15 +238,25 @@ def load_params(directory: str, target_params: Any, step: int | None = None) -> 
     """(params, step) of a training checkpoint, without reading the optimizer state (evaluation)."""
     # create=False and no save: nothing is written. Not read_only=True: Orbax logs three warnings for it
     # (it resets save_interval_steps and create, and announces the read-only directory) on every eval.
-    manager = ocp.CheckpointManager(os.path.abspath(directory), item_names=("state", "meta"),
-                                    options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0))
+    manager = ocp.CheckpointManager(
+        os.path.abspath(directory),
+        item_names=("state", "meta"),
+        options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0),
+    )
     step = manager.latest_step() if step is None else step
     if step is None:
         raise FileNotFoundError(f"no checkpoint in {directory}")
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_params)
-    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
-        item={"params": abstract}, restore_args={"params": jax.tree.map(_restore_arg, abstract)},
-        partial_restore=True)))
+    restored = manager.restore(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(
+                item={"params": abstract},
+                restore_args={"params": jax.tree.map(_restore_arg, abstract)},
+                partial_restore=True,
+            )
+        ),
+    )
     manager.close()
     return restored["state"]["params"], step
 
