@@ -10,6 +10,7 @@ start nor the first compile is in them). Prints one JSON line per run and a summ
 each k (mean over seeds), the speed-up, and each k's mean reward over the last half of the steps
 with its spread over seeds (max - min), the reward curves in the JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,9 +60,12 @@ def main(argv) -> int:
             print(json.dumps(r), flush=True)
     summary = {}
     for k, runs in results.items():
-        late = [statistics.mean(r["rewards"][len(r["rewards"]) // 2:]) for r in runs]
-        summary[k] = {"steps_per_s": statistics.mean(r["steps_per_s"] for r in runs),
-                      "late_reward": statistics.mean(late), "late_reward_spread": max(late) - min(late)}
+        late = [statistics.mean(r["rewards"][len(r["rewards"]) // 2 :]) for r in runs]
+        summary[k] = {
+            "steps_per_s": statistics.mean(r["steps_per_s"] for r in runs),
+            "late_reward": statistics.mean(late),
+            "late_reward_spread": max(late) - min(late),
+        }
     summary["speedup"] = summary[1]["steps_per_s"] / summary[0]["steps_per_s"]
     print(json.dumps({"summary": summary}))
     return 0

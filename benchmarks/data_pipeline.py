@@ -11,6 +11,7 @@ Then times collect, process, filter (MinHash + LSH at `near_duplicate_threshold`
 through `stages.run_stage`, and verify separately on `--verify` problems with a reference solution
 (judged by the real evaluator with `--workers` processes): problems/s. Prints one line per stage.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,11 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from microcoder_jax.data.pipeline import dedup, stages  # noqa: E402
 
-VOCAB = [f"{a}{b}" for a in ("al", "be", "ca", "do", "el", "fa", "go", "hi", "io", "ju", "ka", "lo", "mu", "no")
-         for b in ("ra", "te", "mi", "so", "vu", "xe", "qi", "zo", "ny", "pa", "we", "ki")]
+VOCAB = [
+    f"{a}{b}"
+    for a in ("al", "be", "ca", "do", "el", "fa", "go", "hi", "io", "ju", "ka", "lo", "mu", "no")
+    for b in ("ra", "te", "mi", "so", "vu", "xe", "qi", "zo", "ny", "pa", "we", "ki")
+]
 SHINGLE = 5
 
 
@@ -68,26 +72,53 @@ def near_copy(rng: random.Random, text: str, low: float, high: float) -> str | N
 
 def lcb_row(qid: str, text: str, k: int) -> dict:
     tests = [{"input": f"{i}\n", "output": f"{i + k}\n", "testtype": "stdin"} for i in range(3)]
-    return {"question_title": qid, "question_content": text, "platform": "atcoder", "question_id": qid,
-            "contest_id": "c", "contest_date": "2023-05-06T00:00:00", "starter_code": "", "difficulty": "easy",
-            "public_test_cases": json.dumps(tests), "private_test_cases": "", "metadata": "{}"}
+    return {
+        "question_title": qid,
+        "question_content": text,
+        "platform": "atcoder",
+        "question_id": qid,
+        "contest_id": "c",
+        "contest_date": "2023-05-06T00:00:00",
+        "starter_code": "",
+        "difficulty": "easy",
+        "public_test_cases": json.dumps(tests),
+        "private_test_cases": "",
+        "metadata": "{}",
+    }
 
 
 def apps_row(pid: int, text: str, k: int) -> dict:
     io = {"inputs": [f"{i}\n" for i in range(3)], "outputs": [f"{i + k}\n" for i in range(3)]}
-    return {"problem_id": pid, "question": "-----Input-----\n" + text, "difficulty": "interview",
-            "input_output": json.dumps(io), "solutions": json.dumps([f"print(int(input()) + {k})\n"]),
-            "starter_code": "", "url": f"https://example.org/{pid}"}
+    return {
+        "problem_id": pid,
+        "question": "-----Input-----\n" + text,
+        "difficulty": "interview",
+        "input_output": json.dumps(io),
+        "solutions": json.dumps([f"print(int(input()) + {k})\n"]),
+        "starter_code": "",
+        "url": f"https://example.org/{pid}",
+    }
 
 
 def cc_row(name: str, text: str, k: int) -> dict:
     tests = {"input": [f"{i}\n" for i in range(3)], "output": [f"{i + k}\n" for i in range(3)]}
     empty = {"input": [], "output": []}
-    return {"name": name, "description": text, "public_tests": tests, "private_tests": empty,
-            "generated_tests": empty, "source": 2, "difficulty": 7, "cf_rating": 1200,
-            "solutions": {"language": [3], "solution": [f"print(int(input()) + {k})"]},
-            "time_limit": {"seconds": 2, "nanos": 0}, "memory_limit_bytes": 256 << 20, "input_file": "",
-            "output_file": "", "cf_tags": []}
+    return {
+        "name": name,
+        "description": text,
+        "public_tests": tests,
+        "private_tests": empty,
+        "generated_tests": empty,
+        "source": 2,
+        "difficulty": 7,
+        "cf_rating": 1200,
+        "solutions": {"language": [3], "solution": [f"print(int(input()) + {k})"]},
+        "time_limit": {"seconds": 2, "nanos": 0},
+        "memory_limit_bytes": 256 << 20,
+        "input_file": "",
+        "output_file": "",
+        "cf_tags": [],
+    }
 
 
 def make_dump(root: str, distinct: int, near_high: int, near_mid: int, seed: int = 0) -> dict:
@@ -109,8 +140,9 @@ def make_dump(root: str, distinct: int, near_high: int, near_mid: int, seed: int
     with open(os.path.join(root, "lcb.jsonl"), "w") as f:
         for n, qid, text in lcb:
             f.write(json.dumps(lcb_row(qid, text, n % 7)) + "\n")
-    pq.write_table(pa.Table.from_pylist([apps_row(n, text, n % 7) for n, _, text in apps]),
-                   os.path.join(root, "apps.parquet"))
+    pq.write_table(
+        pa.Table.from_pylist([apps_row(n, text, n % 7) for n, _, text in apps]), os.path.join(root, "apps.parquet")
+    )
     with open(os.path.join(root, "codecontests.jsonl"), "w") as f:
         for n, qid, text in cc:
             f.write(json.dumps(cc_row(qid, text, n % 7)) + "\n")
@@ -131,11 +163,18 @@ def main(argv=None) -> int:
     os.makedirs(dumps, exist_ok=True)
     t = time.perf_counter()
     made = make_dump(dumps, args.distinct, args.near_high, args.near_mid)
-    print(f"dump: {made['rows']} problems in 3 formats ({args.distinct} distinct, {args.near_high} planted at "
-          f"Jaccard >= 0.8, {args.near_mid} at 0.7-0.8) in {time.perf_counter() - t:.1f} s; workdir {root}")
-    cfg = load_cfg(os.path.join(root, "work"), {"lcb": (os.path.join(dumps, "lcb.jsonl"), "lcb"),
-                                                 "apps": (os.path.join(dumps, "apps.parquet"), "apps"),
-                                                 "cc": (os.path.join(dumps, "codecontests.jsonl"), "codecontests")})
+    print(
+        f"dump: {made['rows']} problems in 3 formats ({args.distinct} distinct, {args.near_high} planted at "
+        f"Jaccard >= 0.8, {args.near_mid} at 0.7-0.8) in {time.perf_counter() - t:.1f} s; workdir {root}"
+    )
+    cfg = load_cfg(
+        os.path.join(root, "work"),
+        {
+            "lcb": (os.path.join(dumps, "lcb.jsonl"), "lcb"),
+            "apps": (os.path.join(dumps, "apps.parquet"), "apps"),
+            "cc": (os.path.join(dumps, "codecontests.jsonl"), "codecontests"),
+        },
+    )
     with cfg.unlocked():
         cfg.verify.enabled = False  # timed on its own below, on a slice
     for stage in stages.STAGES:
@@ -143,18 +182,24 @@ def main(argv=None) -> int:
         record = stages.run_stage(cfg, stage, force=True)
         brief = {k: v for k, v in record.items() if k in ("kept", "removed", "problems", "written", "read")}
         print(f"{stage}: {time.perf_counter() - t:.1f} s  {json.dumps(brief, default=str)[:300]}")
+
     def own(question_id: str) -> str:  # "lcb/d7", "cc/nhigh3", "apps/<row number>" -> the dump's id
         source, _, rest = question_id.partition("/")
         return made["ids"][int(rest)] if source == "apps" else rest
 
-    removed = {own(r["question_id"]): r["rule"]
-               for r in stages._read_jsonl(os.path.join(cfg.workdir, "filter", "removed.jsonl"))}
+    removed = {
+        own(r["question_id"]): r["rule"]
+        for r in stages._read_jsonl(os.path.join(cfg.workdir, "filter", "removed.jsonl"))
+    }
     for band in ("high", "mid"):
         ids = [f"n{band}{j}" for j in range(len(made["planted"][band]))]
         pairs = list(zip(ids, made["planted"][band]))
         # a pair counts as found when one of the two was removed as a near-duplicate
-        found = sum(1 for qid, (i, _, _) in pairs if removed.get(qid) == "near_duplicate"
-                    or removed.get(f"d{i}") == "near_duplicate")
+        found = sum(
+            1
+            for qid, (i, _, _) in pairs
+            if removed.get(qid) == "near_duplicate" or removed.get(f"d{i}") == "near_duplicate"
+        )
         sims = [s for _, _, s in made["planted"][band]]
         print(f"planted {band} ({min(sims):.2f}-{max(sims):.2f}): {found} of {len(ids)} found")
     originals = {i for band in made["planted"].values() for i, _, _ in band}
@@ -164,15 +209,19 @@ def main(argv=None) -> int:
         from microcoder_jax.data.pipeline import verify
         from microcoder_jax.evaluator.pool import EvaluatorPool
 
-        problems = [p for p in stages._read_problems(os.path.join(cfg.workdir, "filter", "problems.jsonl"))
-                    if p.solutions][:args.verify]
+        problems = [
+            p for p in stages._read_problems(os.path.join(cfg.workdir, "filter", "problems.jsonl")) if p.solutions
+        ][: args.verify]
         with EvaluatorPool(workers=args.workers, timeout=cfg.verify.timeout, memory_mb=cfg.verify.memory_mb) as pool:
             t = time.perf_counter()
-            kept, counts, _ = verify.verify_problems(problems, cfg.verify, pool, cache_path=None,
-                                                     limits=(cfg.verify.timeout, cfg.verify.memory_mb))
+            kept, counts, _ = verify.verify_problems(
+                problems, cfg.verify, pool, cache_path=None, limits=(cfg.verify.timeout, cfg.verify.memory_mb)
+            )
             secs = time.perf_counter() - t
-        print(f"verify: {len(problems)} problems in {secs:.1f} s = {len(problems) / secs:.1f} problems/s with "
-              f"{args.workers} workers ({len(kept)} kept, {counts})")
+        print(
+            f"verify: {len(problems)} problems in {secs:.1f} s = {len(problems) / secs:.1f} problems/s with "
+            f"{args.workers} workers ({len(kept)} kept, {counts})"
+        )
     return 0
 
 

@@ -11,6 +11,7 @@ filter and the per-program network namespace, and a flood row: the judge's peak 
 for one program printing 60 MiB of two-letter tokens (`--before REV` measures a git revision
 too, e.g. one from before streaming comparison).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,26 +29,41 @@ from microcoder_jax.evaluator.compare import compare_stdout
 
 # (name, input generator, reference, correct program, wrong program)
 TASKS = [
-    ("sum", lambda r: " ".join(str(r.randint(-99, 99)) for _ in range(r.randint(1, 20))),
-     lambda s: str(sum(map(int, s.split()))),
-     "print(sum(map(int, input().split())))",
-     "print(sum(map(int, input().split())) + 1)"),
-    ("max", lambda r: " ".join(str(r.randint(-99, 99)) for _ in range(r.randint(1, 20))),
-     lambda s: str(max(map(int, s.split()))),
-     "import sys\nprint(max(map(int, sys.stdin.read().split())))",
-     "import sys\nprint(min(map(int, sys.stdin.read().split())))"),
-    ("reverse", lambda r: "".join(r.choice("abcde") for _ in range(r.randint(1, 30))),
-     lambda s: s[::-1],
-     "print(open(0).read().strip()[::-1])",
-     "print(open(0).read().strip())"),
-    ("fib", lambda r: str(r.randint(1, 500)),
-     lambda s: str(_fib(int(s))),
-     "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, (a + b) % 1000000007\nprint(a)",
-     "n = int(input())\na, b = 0, 1\nfor _ in range(n - 1):\n    a, b = b, (a + b) % 1000000007\nprint(a)"),
-    ("sort", lambda r: " ".join(str(r.randint(0, 999)) for _ in range(r.randint(1, 50))),
-     lambda s: " ".join(map(str, sorted(map(int, s.split())))),
-     "import sys\nxs = sorted(map(int, sys.stdin.buffer.read().split()))\nsys.stdout.write(' '.join(map(str, xs)))",
-     "import sys\nxs = list(map(int, sys.stdin.buffer.read().split()))\nprint(*xs)"),
+    (
+        "sum",
+        lambda r: " ".join(str(r.randint(-99, 99)) for _ in range(r.randint(1, 20))),
+        lambda s: str(sum(map(int, s.split()))),
+        "print(sum(map(int, input().split())))",
+        "print(sum(map(int, input().split())) + 1)",
+    ),
+    (
+        "max",
+        lambda r: " ".join(str(r.randint(-99, 99)) for _ in range(r.randint(1, 20))),
+        lambda s: str(max(map(int, s.split()))),
+        "import sys\nprint(max(map(int, sys.stdin.read().split())))",
+        "import sys\nprint(min(map(int, sys.stdin.read().split())))",
+    ),
+    (
+        "reverse",
+        lambda r: "".join(r.choice("abcde") for _ in range(r.randint(1, 30))),
+        lambda s: s[::-1],
+        "print(open(0).read().strip()[::-1])",
+        "print(open(0).read().strip())",
+    ),
+    (
+        "fib",
+        lambda r: str(r.randint(1, 500)),
+        lambda s: str(_fib(int(s))),
+        "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, (a + b) % 1000000007\nprint(a)",
+        "n = int(input())\na, b = 0, 1\nfor _ in range(n - 1):\n    a, b = b, (a + b) % 1000000007\nprint(a)",
+    ),
+    (
+        "sort",
+        lambda r: " ".join(str(r.randint(0, 999)) for _ in range(r.randint(1, 50))),
+        lambda s: " ".join(map(str, sorted(map(int, s.split())))),
+        "import sys\nxs = sorted(map(int, sys.stdin.buffer.read().split()))\nsys.stdout.write(' '.join(map(str, xs)))",
+        "import sys\nxs = list(map(int, sys.stdin.buffer.read().split()))\nprint(*xs)",
+    ),
 ]
 
 
@@ -83,8 +99,13 @@ def naive_judge(problems, codes, workers: int, timeout: float):
         for test in problems[k].tests:
             ran += 1
             try:
-                proc = subprocess.run([sys.executable, path], input=test.input.encode(), capture_output=True,
-                                      timeout=timeout * 3 + 1, cwd=tmp)
+                proc = subprocess.run(
+                    [sys.executable, path],
+                    input=test.input.encode(),
+                    capture_output=True,
+                    timeout=timeout * 3 + 1,
+                    cwd=tmp,
+                )
             except subprocess.TimeoutExpired:
                 passed = False
                 break
@@ -152,7 +173,8 @@ def main(argv=None) -> None:
     problems, codes = make_batch(args.programs)
 
     fast, fast_ran, fast_wall, fast_cpu, (idle_wall, idle_cpu, idle_ran), iso = pool_judge(
-        problems, codes, args.workers, args.timeout)
+        problems, codes, args.workers, args.timeout
+    )
     cpu0 = time.process_time() + _children_cpu()
     start = time.perf_counter()
     slow, slow_ran = naive_judge(problems, codes, args.workers, args.timeout)
@@ -162,38 +184,54 @@ def main(argv=None) -> None:
     assert fast_ran == slow_ran
 
     n, w = len(codes), args.workers
-    print(f"{n} programs ({sum(fast)} correct), {fast_ran} tests run, {w} workers, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{n} programs ({sum(fast)} correct), {fast_ran} tests run, {w} workers, load average {os.getloadavg()[0]:.1f}"
+    )
     print(f"sandbox: {iso}")
-    header = (f"{'design':<27}{'wall s':>7}{'programs/s':>11}{'tests/s':>9}{'CPU ms/prog':>12}"
-              f"{'CPU ms/test':>12}{'wall ms/test':>13}")
+    header = (
+        f"{'design':<27}{'wall s':>7}{'programs/s':>11}{'tests/s':>9}{'CPU ms/prog':>12}"
+        f"{'CPU ms/test':>12}{'wall ms/test':>13}"
+    )
     print(header)
     print("-" * len(header))
-    rows = [("fork-server pool", fast_wall, fast_cpu, n, fast_ran),
-            ("fresh python3 per test", slow_wall, slow_cpu, n, fast_ran),
-            ("pool, print(input()) only", idle_wall, idle_cpu, n, idle_ran)]
+    rows = [
+        ("fork-server pool", fast_wall, fast_cpu, n, fast_ran),
+        ("fresh python3 per test", slow_wall, slow_cpu, n, fast_ran),
+        ("pool, print(input()) only", idle_wall, idle_cpu, n, idle_ran),
+    ]
     for name, wall, cpu, progs, tests in rows:
-        print(f"{name:<27}{wall:>7.2f}{progs / wall:>11.1f}{tests / wall:>9.1f}{cpu / progs * 1e3:>12.2f}"
-              f"{cpu / tests * 1e3:>12.2f}{wall * w / tests * 1e3:>13.2f}")
-    print(f"speed-up {slow_wall / fast_wall:.1f}x (wall), {slow_cpu / fast_cpu:.1f}x (CPU). CPU counts every "
-          f"process of the judge (pool threads, fork servers, programs); wall ms/test = wall x workers / "
-          f"tests. The last row, a program that does nothing, is the per-test overhead.")
+        print(
+            f"{name:<27}{wall:>7.2f}{progs / wall:>11.1f}{tests / wall:>9.1f}{cpu / progs * 1e3:>12.2f}"
+            f"{cpu / tests * 1e3:>12.2f}{wall * w / tests * 1e3:>13.2f}"
+        )
+    print(
+        f"speed-up {slow_wall / fast_wall:.1f}x (wall), {slow_cpu / fast_cpu:.1f}x (CPU). CPU counts every "
+        f"process of the judge (pool threads, fork servers, programs); wall ms/test = wall x workers / "
+        f"tests. The last row, a program that does nothing, is the per-test overhead."
+    )
     overhead = idle_cpu / idle_ran * 1e3
-    print(f"targets: per-test overhead {overhead:.2f} ms CPU (<= 5: {'met' if overhead <= 5 else 'MISSED'}); "
-          f"throughput {slow_wall / fast_wall:.1f}x one fresh python per test "
-          f"(>= 10: {'met' if slow_wall / fast_wall >= 10 else 'MISSED'})")
+    print(
+        f"targets: per-test overhead {overhead:.2f} ms CPU (<= 5: {'met' if overhead <= 5 else 'MISSED'}); "
+        f"throughput {slow_wall / fast_wall:.1f}x one fresh python per test "
+        f"(>= 10: {'met' if slow_wall / fast_wall >= 10 else 'MISSED'})"
+    )
 
     print("per-test overhead (print(input()) only, CPU ms/test of every process of the judge):")
-    for label, options in (("no filter, no per-program netns", {"seccomp": False, "program_net_ns": False}),
-                           ("filter only", {"program_net_ns": False}),
-                           ("per-program netns only", {"seccomp": False}),
-                           ("filter + per-program netns", {})):
+    for label, options in (
+        ("no filter, no per-program netns", {"seccomp": False, "program_net_ns": False}),
+        ("filter only", {"program_net_ns": False}),
+        ("per-program netns only", {"seccomp": False}),
+        ("filter + per-program netns", {}),
+    ):
         *_, (_, cpu, ran), granted = pool_judge(problems[:40], codes[:40], w, args.timeout, **options)
-        print(f"  {label:<34}{cpu / ran * 1e3:>7.2f} ms  (seccomp {granted['seccomp']}, "
-              f"program_net_ns {granted['program_net_ns']})")
+        print(
+            f"  {label:<34}{cpu / ran * 1e3:>7.2f} ms  (seccomp {granted['seccomp']}, "
+            f"program_net_ns {granted['program_net_ns']})"
+        )
     print(f"flood: one program printing 60 MiB of 'ab ' tokens against expected '6' ({w} workers idle)")
     for label, tree in [("this tree", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))] + (
-            [(f"--before {args.before}", _tree_at(args.before))] if args.before else []):
+        [(f"--before {args.before}", _tree_at(args.before))] if args.before else []
+    ):
         print(f"  {label:<34}{_flood_row(tree)}")
 
 
@@ -216,8 +254,7 @@ print(json.dumps([mib('VmHWM') - base, r1.ru_utime + r1.ru_stime - r0.ru_utime -
 def _flood_row(tree: str) -> str:
     """The judge's peak RSS above its baseline and its CPU for the flood, in a fresh process."""
     env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run([sys.executable, "-c", FLOOD], env=env, capture_output=True, text=True,
-                         cwd=tree, timeout=600)
+    out = subprocess.run([sys.executable, "-c", FLOOD], env=env, capture_output=True, text=True, cwd=tree, timeout=600)
     if out.returncode != 0:
         return f"failed: {out.stderr.strip().splitlines()[-1:]}"
     peak, cpu, verdict = __import__("json").loads(out.stdout.splitlines()[-1])
@@ -228,8 +265,9 @@ def _tree_at(rev: str) -> str:
     """The package as of git revision `rev`, unpacked into a temporary directory."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tmp = tempfile.mkdtemp(prefix="mcj-before-")
-    archive = subprocess.run(["git", "-C", root, "archive", rev, "microcoder_jax"], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", root, "archive", rev, "microcoder_jax"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
     return tmp
 

@@ -7,6 +7,7 @@ Times a prefill on Qwen3-0.6B layer shapes cut to a few layers (fp32), and a 1-t
 params dict, `nnx.jit` on the module, and `jax.jit` over `nnx.split`'s state merged inside
 (Flax's fast pattern). Prints best and median ms per call; all three must give the same logits.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,12 +44,12 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--reps", type=int, default=5)
     a = p.parse_args()
-    big = models.get_preset("qwen3-0.6b", num_layers=a.layers, vocab_size=a.vocab, dtype="float32",
-                            remat="none")
+    big = models.get_preset("qwen3-0.6b", num_layers=a.layers, vocab_size=a.vocab, dtype="float32", remat="none")
     rows = []
-    for name, config, shape, reps in (("prefill", big, (a.batch, a.seq), a.reps),
-                                      ("1 token", models.get_preset("tiny", dtype="float32", remat="none"),
-                                       (1, 1), 100 * a.reps)):
+    for name, config, shape, reps in (
+        ("prefill", big, (a.batch, a.seq), a.reps),
+        ("1 token", models.get_preset("tiny", dtype="float32", remat="none"), (1, 1), 100 * a.reps),
+    ):
         params = models.init_params(config, jax.random.key(0))
         model = Qwen3(config, params)
         graphdef, state = nnx.split(model)
@@ -59,13 +60,17 @@ def main() -> None:
         outs = [functional(params, ids), module(model, ids), split(state, ids)]
         for o in outs[1:]:
             np.testing.assert_allclose(np.asarray(o), np.asarray(outs[0]), rtol=1e-6, atol=1e-6)
-        fns = [lambda: functional(params, ids).block_until_ready(),
-               lambda: module(model, ids).block_until_ready(),
-               lambda: split(state, ids).block_until_ready()]
+        fns = [
+            lambda: functional(params, ids).block_until_ready(),
+            lambda: module(model, ids).block_until_ready(),
+            lambda: split(state, ids).block_until_ready(),
+        ]
         rows.append((name, shape, times(fns, reps)))
 
-    print(f"{jax.devices()[0].platform}; prefill: {a.layers} layers of Qwen3-0.6B shape, vocab {a.vocab}; "
-          "1 token: the tiny preset; fp32; ms per call, best / median")
+    print(
+        f"{jax.devices()[0].platform}; prefill: {a.layers} layers of Qwen3-0.6B shape, vocab {a.vocab}; "
+        "1 token: the tiny preset; fp32; ms per call, best / median"
+    )
     print(f"{'call':<10}{'shape':<12}{'jax.jit(forward)':>20}{'nnx.jit(module)':>20}{'jit(split state)':>20}")
     for name, shape, cols in rows:
         cells = "".join(f"{f'{b * 1e3:.2f} / {m * 1e3:.2f}':>20}" for b, m in cols)

@@ -6,6 +6,7 @@ Qwen3-0.6B layer shapes (hidden 1024, 16 heads / 8 kv heads x 128, MLP 3072) cut
 fp32 in both frameworks, on whatever this machine has. Also measures the machine's jitted fp32
 matmul peak and reports our achieved FLOP/s as a fraction of it. Prints a table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,9 +71,18 @@ def main() -> None:
     from tiny_checkpoint import make_tiny_hf_model
 
     torch.set_num_threads(args.threads)
-    hf_shape = dict(vocab_size=args.vocab, hidden_size=1024, intermediate_size=3072, num_hidden_layers=args.layers,
-                    num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                    rope_theta=1_000_000.0, tie_word_embeddings=True)
+    hf_shape = dict(
+        vocab_size=args.vocab,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=args.layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+    )
     model = make_tiny_hf_model(seed=0, **hf_shape)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
@@ -90,8 +100,9 @@ def main() -> None:
             model(torch_ids, logits_to_keep=0)
 
     peak_fn, peak_flops = matmul_peak_fn(4096)
-    ours, theirs, t_peak = _best_times([lambda: fwd(params, jax_ids).block_until_ready(), run_torch, peak_fn],
-                                       args.reps)
+    ours, theirs, t_peak = _best_times(
+        [lambda: fwd(params, jax_ids).block_until_ready(), run_torch, peak_fn], args.reps
+    )
     peak = peak_flops / t_peak
     with torch.inference_mode():
         ref = model(torch_ids[:1, :64]).logits.numpy()
@@ -100,9 +111,11 @@ def main() -> None:
 
     flops = forward_flops(config, args.batch, args.seq)
     tokens = args.batch * args.seq
-    print(f"\nQwen3-0.6B shapes, {args.layers} layers, vocab {args.vocab} (real: 151936), batch {args.batch} x "
-          f"{args.seq} tokens, fp32, {jax.devices()[0].platform} x{jax.device_count()}, torch threads "
-          f"{torch.get_num_threads()}, max rel logit diff {rel:.1e}\n")
+    print(
+        f"\nQwen3-0.6B shapes, {args.layers} layers, vocab {args.vocab} (real: 151936), batch {args.batch} x "
+        f"{args.seq} tokens, fp32, {jax.devices()[0].platform} x{jax.device_count()}, torch threads "
+        f"{torch.get_num_threads()}, max rel logit diff {rel:.1e}\n"
+    )
     print(f"| {'implementation':<24} | {'time (s)':>9} | {'tokens/s':>9} | {'GFLOP/s':>8} | {'% matmul peak':>13} |")
     print(f"|{'-' * 26}|{'-' * 11}|{'-' * 11}|{'-' * 10}|{'-' * 15}|")
     for name, t in (("microcoder_jax (jit)", ours), ("transformers (PyTorch)", theirs)):

@@ -9,6 +9,7 @@ trainer's (`rollout.collect`: groups submitted from `on_group_done`) and the seq
 seconds per rollout of sampling, judging after sampling, time blocked on the pool, and the total.
 On a CPU-only machine the sampler and the judge share the cores, so little can overlap there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,17 @@ def sequential(run, pool, params, problems, prompts, rng, times):
     c = run.config
     judge = GroupJudge(run, pool, problems, c.sampling.group_size)
     t0 = time.perf_counter()
-    sample = generate(run, params, prompts, num_samples=c.sampling.group_size, temperature=1.0,
-                      max_new_tokens=c.sampling.max_new_tokens, top_p=1.0, top_k=0, rng=rng)
+    sample = generate(
+        run,
+        params,
+        prompts,
+        num_samples=c.sampling.group_size,
+        temperature=1.0,
+        max_new_tokens=c.sampling.max_new_tokens,
+        top_p=1.0,
+        top_k=0,
+        rng=rng,
+    )
     times["sample"] += time.perf_counter() - t0
     judge.add(0, sample)
     return finish(run, judge, sample, times=times, score=scorer(run, params, None, on_host=False))[0]
@@ -54,19 +64,29 @@ def main(argv) -> int:
     ckpt.close()
     n = config.data.num_prompts
     results = {"overlapped": [], "sequential": []}
-    with EvaluatorPool(workers=config.evaluator.workers or None, timeout=config.evaluator.timeout,
-                       memory_mb=config.evaluator.memory_mb) as pool:
+    with EvaluatorPool(
+        workers=config.evaluator.workers or None, timeout=config.evaluator.timeout, memory_mb=config.evaluator.memory_mb
+    ) as pool:
         for rep in range(args.reps + 1):  # rep 0 compiles both
             lo = rep * n % max(1, len(run.prompt_set.prompts) - n)
-            problems, prompts = run.prompt_set.problems[lo:lo + n], run.prompt_set.prompts[lo:lo + n]
+            problems, prompts = run.prompt_set.problems[lo : lo + n], run.prompt_set.prompts[lo : lo + n]
             rng = key(config.seed, 9, rep)
             rollouts = {}
             for name in ("overlapped", "sequential") if rep % 2 else ("sequential", "overlapped"):
                 times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
                 t0 = time.perf_counter()
                 if name == "overlapped":
-                    rollouts[name] = collect(run, pool, params, problems, prompts, temperature=1.0, rng=rng,
-                                             times=times, score=scorer(run, params, None, on_host=False))[0]
+                    rollouts[name] = collect(
+                        run,
+                        pool,
+                        params,
+                        problems,
+                        prompts,
+                        temperature=1.0,
+                        rng=rng,
+                        times=times,
+                        score=scorer(run, params, None, on_host=False),
+                    )[0]
                 else:
                     rollouts[name] = sequential(run, pool, params, problems, prompts, rng, times)
                 jax.block_until_ready(rollouts[name].old_logprobs)
@@ -76,8 +96,10 @@ def main(argv) -> int:
             np.testing.assert_array_equal(rollouts["overlapped"].rewards, rollouts["sequential"].rewards)
             np.testing.assert_array_equal(rollouts["overlapped"].tokens, rollouts["sequential"].tokens)
     rows = n * config.sampling.group_size
-    print(f"paged engine, {rows} rows ({n} prompts x {config.sampling.group_size}), slots="
-          f"{args.slots or 'all'}, {args.reps} rollouts each, median seconds; rewards equal row by row")
+    print(
+        f"paged engine, {rows} rows ({n} prompts x {config.sampling.group_size}), slots="
+        f"{args.slots or 'all'}, {args.reps} rollouts each, median seconds; rewards equal row by row"
+    )
     print(f"{'':12} {'sample':>8} {'judge':>8} {'judge_wait':>11} {'total':>8}")
     for name, reps in results.items():
         med = {k: statistics.median(t[k] for t in reps) for k in ("sample", "judge", "judge_wait", "total")}

@@ -11,6 +11,7 @@ sample; at the end it closes the pool and counts what is left there. Prints the 
 verdict on the goals: flat memory and descriptors after warm-up (the first 20% of the runs), no
 files left after close, throughput at the end within 10% of the start.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,15 +68,15 @@ def entries(root: str) -> int:
     return count
 
 
-def soak(runs: int, workers: int, every: float, tests: int = TESTS, timeout: float = 0.05,
-         log=print) -> dict:
+def soak(runs: int, workers: int, every: float, tests: int = TESTS, timeout: float = 0.05, log=print) -> dict:
     """Judge the mix until `runs` tests have run; the samples and what was left after close."""
     root = tempfile.mkdtemp(prefix="judge-soak-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     codes = mix(20)
     prob = problem(tests)
     samples, done, verdicts = [], 0, {}
-    pool = EvaluatorPool(workers=workers, timeout=timeout, memory_mb=256, output_limit_mb=1,
-                         wall_factor=4.0, tmpdir=root)
+    pool = EvaluatorPool(
+        workers=workers, timeout=timeout, memory_mb=256, output_limit_mb=1, wall_factor=4.0, tmpdir=root
+    )
     try:
         t0 = last_t = time.perf_counter()
         last_done = 0
@@ -88,14 +89,19 @@ def soak(runs: int, workers: int, every: float, tests: int = TESTS, timeout: flo
             handle = nxt
             now = time.perf_counter()
             if now - last_t >= every or done >= runs:
-                servers = pool.server_pids + [s._proc.pid for s in pool._checkers
-                                              if s is not None and s._proc is not None]
-                row = {"t_s": round(now - t0, 1), "runs": done,
-                       "runs_per_s": round((done - last_done) / (now - last_t), 1),
-                       "judge_rss_mib": round(rss_mib("self"), 1),
-                       "servers_rss_mib": round(sum(rss_mib(p) for p in servers), 1),
-                       "fds": len(os.listdir("/proc/self/fd")), "tmp_entries": entries(root),
-                       "threads": len(os.listdir("/proc/self/task"))}
+                servers = pool.server_pids + [
+                    s._proc.pid for s in pool._checkers if s is not None and s._proc is not None
+                ]
+                row = {
+                    "t_s": round(now - t0, 1),
+                    "runs": done,
+                    "runs_per_s": round((done - last_done) / (now - last_t), 1),
+                    "judge_rss_mib": round(rss_mib("self"), 1),
+                    "servers_rss_mib": round(sum(rss_mib(p) for p in servers), 1),
+                    "fds": len(os.listdir("/proc/self/fd")),
+                    "tmp_entries": entries(root),
+                    "threads": len(os.listdir("/proc/self/task")),
+                }
                 samples.append(row)
                 log(" ".join(f"{k}={v}" for k, v in row.items()))
                 last_t, last_done = now, done
@@ -107,8 +113,14 @@ def soak(runs: int, workers: int, every: float, tests: int = TESTS, timeout: flo
         os.rmdir(root)
     except OSError:
         pass
-    return {"samples": samples, "left_after_close": left, "verdicts": verdicts,
-            "workers": workers, "tests_per_program": tests, "timeout_s": timeout}
+    return {
+        "samples": samples,
+        "left_after_close": left,
+        "verdicts": verdicts,
+        "workers": workers,
+        "tests_per_program": tests,
+        "timeout_s": timeout,
+    }
 
 
 def growth(result: dict, warmup: float = 0.2) -> dict:
@@ -121,14 +133,20 @@ def growth(result: dict, warmup: float = 0.2) -> dict:
     kept = [r for r in s if r["runs"] >= warmup * total] or s[-1:]
     k = max(1, len(kept) // 10)
     head, tail = kept[:k], kept[-k:]
+
     def g(key):  # noqa: E306
         pick = max if key.endswith("mib") else min
         return pick(r[key] for r in tail) - pick(r[key] for r in head)
+
     rate = lambda rows: sum(r["runs_per_s"] for r in rows) / len(rows)  # noqa: E731
-    return {"judge_rss_mib": g("judge_rss_mib"), "servers_rss_mib": g("servers_rss_mib"),
-            "fds": g("fds"), "tmp_entries": g("tmp_entries"),
-            "throughput_ratio": rate(tail) / rate(head) if rate(head) else float("nan"),
-            "left_after_close": result["left_after_close"]}
+    return {
+        "judge_rss_mib": g("judge_rss_mib"),
+        "servers_rss_mib": g("servers_rss_mib"),
+        "fds": g("fds"),
+        "tmp_entries": g("tmp_entries"),
+        "throughput_ratio": rate(tail) / rate(head) if rate(head) else float("nan"),
+        "left_after_close": result["left_after_close"],
+    }
 
 
 def failures(g: dict) -> list[str]:

@@ -9,6 +9,7 @@ side's time on its own chips, the weight transfer (bf16 decode copy, per receivi
 or DCN: an estimate), the one-step off-policy pipelined step (max of the sides + the transfer) and
 the planner's recommendation. A roofline: an upper bound on speed for every figure alike.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,10 +40,12 @@ def rows(model: str, topo_name: str, profile_name: str, overrides: list[str]) ->
     for label, roll, learn, link in timing.split_layouts(topology, config):
         s = timing.split_plan(config, topology, profile, planner.plan, label, roll, learn, link, sync)
         fits = lambda side, s=s: "" if s[side]["fits"] else " !"  # noqa: E731
-        out.append(f"| {model} | {profile_name} | {label} | {sync:.1f} | {s['rollout']['seconds']:.1f}{fits('rollout')}"
-                   f" | {s['learner']['seconds']:.1f}{fits('learner')} | {s['transfer_bytes_per_chip'] / 1e9:.2f} GB "
-                   f"/ {link} / {s['transfer_s'] * 1e3:.1f} ms | {s['pipelined_s']:.1f} | "
-                   f"{sync / s['pipelined_s']:.2f}x | {s['recommend']} |")
+        out.append(
+            f"| {model} | {profile_name} | {label} | {sync:.1f} | {s['rollout']['seconds']:.1f}{fits('rollout')}"
+            f" | {s['learner']['seconds']:.1f}{fits('learner')} | {s['transfer_bytes_per_chip'] / 1e9:.2f} GB "
+            f"/ {link} / {s['transfer_s'] * 1e3:.1f} ms | {s['pipelined_s']:.1f} | "
+            f"{sync / s['pipelined_s']:.2f}x | {s['recommend']} |"
+        )
     return out
 
 
@@ -52,9 +55,11 @@ def main(argv=None) -> int:
     parser.add_argument("--topologies", default="v5e-8,v5p-16,v5e-16,v5e-8x2")
     parser.add_argument("--lengths", default="cap,paper")
     args, rest = parser.parse_known_args(argv)
-    overrides = [a[len("--config."):] for a in rest if a.startswith("--config.")]
-    print("| model | lengths | layout | synchronous s | rollout s | learner s | transfer (per chip / link / s) "
-          "| pipelined s | speed-up | planner says |")
+    overrides = [a[len("--config.") :] for a in rest if a.startswith("--config.")]
+    print(
+        "| model | lengths | layout | synchronous s | rollout s | learner s | transfer (per chip / link / s) "
+        "| pipelined s | speed-up | planner says |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for profile in args.lengths.split(","):
         for model in args.models.split(","):

@@ -21,6 +21,7 @@ shared machine hits all alike; the load average is printed with the table.
     python benchmarks/sample.py                       # CPU, fp32 on all sides
     python benchmarks/sample.py --dtype bfloat16 --vocab 151936 --layers 28 --skip-torch  # accelerator
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,18 +33,32 @@ import time
 import jax
 import numpy as np
 
-COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                  "/jax/core/compile/backend_compile_duration")
+COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
 
 
 def _hf_model(layers: int, vocab: int):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(vocab_size=vocab, hidden_size=1024, intermediate_size=3072, num_hidden_layers=layers,
-                         num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                         tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).to(torch.float32).eval()
     with torch.no_grad():
@@ -60,7 +75,7 @@ def _prompts(num: int, vocab: int, seed: int = 0) -> list[list[int]]:
 def _lognormal_lengths(rows: int, cap: int, seed: int = 0) -> np.ndarray:
     """Per-row lengths: lognormal with mean cap / 3 before clipping and P(length >= cap) = 5%."""
     sigma = 0.932  # solves ln 3 + sigma^2 / 2 = 1.645 sigma (the 95% quantile at the cap)
-    mu = np.log(cap / 3) - sigma ** 2 / 2
+    mu = np.log(cap / 3) - sigma**2 / 2
     lengths = np.random.default_rng(seed).lognormal(mu, sigma, rows)
     return np.clip(np.ceil(lengths), 1, cap).astype(np.int32)
 
@@ -68,7 +83,8 @@ def _lognormal_lengths(rows: int, cap: int, seed: int = 0) -> np.ndarray:
 def _compile_listener():
     compile_s = []
     jax.monitoring.register_event_duration_secs_listener(
-        lambda event, secs, **_: compile_s.append(secs) if event in COMPILE_EVENTS else None)
+        lambda event, secs, **_: compile_s.append(secs) if event in COMPILE_EVENTS else None
+    )
     return compile_s
 
 
@@ -89,9 +105,18 @@ def bench_jax(path, prompts, lengths, args, paged: bool, compile_s: list, slots:
     def run():
         start = time.perf_counter()
         if paged:
-            out = generate_paged(params, config, prompts, rng=jax.random.key(next(seeds)), caps=lengths,
-                                 slots=slots, page_size=args.page_size,
-                                 refill_every=args.refill_every, stats=stats, **kw)
+            out = generate_paged(
+                params,
+                config,
+                prompts,
+                rng=jax.random.key(next(seeds)),
+                caps=lengths,
+                slots=slots,
+                page_size=args.page_size,
+                refill_every=args.refill_every,
+                stats=stats,
+                **kw,
+            )
         else:
             out = sampler.generate(params, config, prompts, rng=jax.random.key(next(seeds)), **kw)
         seconds = time.perf_counter() - start
@@ -121,8 +146,17 @@ def bench_torch(model, prompts, lengths, args):
     width, cap = max(map(len, prompts)), args.new_tokens
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    kw = dict(attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-              num_return_sequences=args.samples, use_cache=True, pad_token_id=0, eos_token_id=None)
+    kw = dict(
+        attention_mask=mask,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        num_return_sequences=args.samples,
+        use_cache=True,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
 
     def run(new_tokens=cap):
         with torch.inference_mode():
@@ -133,14 +167,20 @@ def bench_torch(model, prompts, lengths, args):
     run(1)  # warm-up
     rows = len(lengths)
     reads = rows * (width + np.arange(1, cap + 1)).sum() / lengths.sum()
-    return dict(name=f"torch {torch.__version__} generate (float32, {torch.get_num_threads()} threads)",
-                compile=None, useful=lengths.sum() / (rows * cap), reads=reads), run
+    return dict(
+        name=f"torch {torch.__version__} generate (float32, {torch.get_num_threads()} threads)",
+        compile=None,
+        useful=lengths.sum() / (rows * cap),
+        reads=reads,
+    ), run
 
 
 def run_workload(name, model, path, args, num_prompts, lengths, slots, compile_s):
     prompts = _prompts(num_prompts, args.vocab)
-    sides = [bench_jax(path, prompts, lengths, args, paged=True, compile_s=compile_s, slots=slots),
-             bench_jax(path, prompts, lengths, args, paged=False, compile_s=compile_s)]
+    sides = [
+        bench_jax(path, prompts, lengths, args, paged=True, compile_s=compile_s, slots=slots),
+        bench_jax(path, prompts, lengths, args, paged=False, compile_s=compile_s),
+    ]
     if not args.skip_torch:
         sides.append(bench_torch(model, prompts, lengths, args))
     times = [[] for _ in sides]
@@ -149,16 +189,22 @@ def run_workload(name, model, path, args, num_prompts, lengths, slots, compile_s
             side.append(run())
     rows = [dict(row, seconds=min(t for t, _ in timed), tokens=timed[0][1]) for (row, _), timed in zip(sides, times)]
     load = os.getloadavg()[0]
-    print(f"\n{name}: {num_prompts} prompts x {args.samples} samples, cap {args.new_tokens}, mean length "
-          f"{lengths.mean():.1f}, {np.mean(lengths == args.new_tokens):.0%} at the cap; load average {load:.1f}")
-    print(f"{'implementation':<58} {'tokens/s':>9} {'call s':>7} {'useful':>7} {'reads/token':>12} "
-          f"{'compile s':>10} {'vs today':>9}")
+    print(
+        f"\n{name}: {num_prompts} prompts x {args.samples} samples, cap {args.new_tokens}, mean length "
+        f"{lengths.mean():.1f}, {np.mean(lengths == args.new_tokens):.0%} at the cap; load average {load:.1f}"
+    )
+    print(
+        f"{'implementation':<58} {'tokens/s':>9} {'call s':>7} {'useful':>7} {'reads/token':>12} "
+        f"{'compile s':>10} {'vs today':>9}"
+    )
     rate = lambda r: r["tokens"] / r["seconds"]  # noqa: E731
     today = rows[1]
     for r in rows:
         comp = f"{r['compile']:.1f}" if r["compile"] is not None else "-"
-        print(f"{r['name']:<58} {rate(r):>9.1f} {r['seconds']:>7.2f} {r['useful']:>7.1%} {r['reads']:>12.0f} "
-              f"{comp:>10} {rate(r) / rate(today):>8.2f}x")
+        print(
+            f"{r['name']:<58} {rate(r):>9.1f} {r['seconds']:>7.2f} {r['useful']:>7.1%} {r['reads']:>12.0f} "
+            f"{comp:>10} {rate(r) / rate(today):>8.2f}x"
+        )
     return rows
 
 
@@ -185,8 +231,10 @@ def main(argv=None):
     torch.set_num_threads(os.cpu_count() or 1)
     model = _hf_model(args.layers, args.vocab)
     compile_s = _compile_listener()
-    print(f"Qwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}; jax {jax.__version__} on "
-          f"{jax.devices()[0].platform}, {os.cpu_count()} CPUs")
+    print(
+        f"Qwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}; jax {jax.__version__} on "
+        f"{jax.devices()[0].platform}, {os.cpu_count()} CPUs"
+    )
     results = {}
     with tempfile.TemporaryDirectory() as path:
         model.save_pretrained(path)

@@ -25,6 +25,7 @@ both compute the same thing.
     python benchmarks/train_step.py --dtype bfloat16 --layers 28 --vocab 151936 --skip-torch
     python benchmarks/train_step.py --workload skewed --rows 32 --seq 512 --micro 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,13 +59,17 @@ def make_batch(rows: int, seq: int, vocab: int, seed: int = 0) -> dict:
     lengths = rng.integers(seq // 2, seq - prompt + 1, rows).astype(np.int32)
     for i in range(rows):
         start = rng.integers(0, prompt // 2)
-        attn[i, start:prompt + lengths[i]] = 1
-        resp[i, prompt:prompt + lengths[i]] = 1
+        attn[i, start : prompt + lengths[i]] = 1
+        resp[i, prompt : prompt + lengths[i]] = 1
     return {
-        "tokens": tokens, "attention_mask": attn, "response_mask": resp,
+        "tokens": tokens,
+        "attention_mask": attn,
+        "response_mask": resp,
         "rewards": rng.integers(0, 2, rows).astype(np.float32),
-        "passed": rng.random(rows) < 0.5, "no_code": np.zeros(rows, bool),
-        "truncated": lengths == seq - prompt, "response_lengths": lengths,
+        "passed": rng.random(rows) < 0.5,
+        "no_code": np.zeros(rows, bool),
+        "truncated": lengths == seq - prompt,
+        "response_lengths": lengths,
         "temperature": np.full(rows, 1.2, np.float32),
         "old_logprobs": rng.normal(-5.0, 0.1, (rows, seq)).astype(np.float32),
     }
@@ -96,10 +101,15 @@ def skewed_batch(rows: int, seq: int, vocab: int, seed: int = 0) -> dict:
     lengths = lognormal_lengths(rng, rows, seq - prompt)
     attn, resp = np.zeros((rows, seq), np.int32), np.zeros((rows, seq), np.int32)
     for i in range(rows):
-        attn[i, prompt - rng.integers(prompt // 2, prompt + 1):prompt + lengths[i]] = 1
-        resp[i, prompt:prompt + lengths[i]] = 1
-    return {**batch, "attention_mask": attn, "response_mask": resp, "response_lengths": lengths,
-            "truncated": lengths == seq - prompt}
+        attn[i, prompt - rng.integers(prompt // 2, prompt + 1) : prompt + lengths[i]] = 1
+        resp[i, prompt : prompt + lengths[i]] = 1
+    return {
+        **batch,
+        "attention_mask": attn,
+        "response_mask": resp,
+        "response_lengths": lengths,
+        "truncated": lengths == seq - prompt,
+    }
 
 
 def build_skewed(args, path: str, packed: bool):
@@ -114,9 +124,16 @@ def build_skewed(args, path: str, packed: bool):
     from microcoder_jax.rl.step import init_train_state, make_train_step
 
     mc = DecoderConfig.from_hf(path, dtype=args.dtype, remat="full")
-    cfg = make_rl_config("dapo", truncation="none", group_size=args.rows // 2, num_minibatches=1,
-                         micro_batch_size=args.micro, logprob_chunk=args.chunk,
-                         learning_rate=1e-5, packing=packed)
+    cfg = make_rl_config(
+        "dapo",
+        truncation="none",
+        group_size=args.rows // 2,
+        num_minibatches=1,
+        micro_batch_size=args.micro,
+        logprob_chunk=args.chunk,
+        learning_rate=1e-5,
+        packing=packed,
+    )
     params = load_hf_params(path, mc)
     state = [init_train_state(params, cfg)]
     host = skewed_batch(args.rows, args.seq, args.vocab)
@@ -134,9 +151,13 @@ def build_skewed(args, path: str, packed: bool):
     lp = np.asarray(run_logprobs())
     useful = int(host["attention_mask"].sum())
     computed = batch["packing"].src.size if packed else host["attention_mask"].size
-    info = {"name": "packed" if packed else "padded", "compile_s": time.perf_counter() - t0,
-            "useful_tokens": useful, "computed_tokens": int(computed),
-            "logprob_checksum": float((lp * host["response_mask"]).sum())}
+    info = {
+        "name": "packed" if packed else "padded",
+        "compile_s": time.perf_counter() - t0,
+        "useful_tokens": useful,
+        "computed_tokens": int(computed),
+        "logprob_checksum": float((lp * host["response_mask"]).sum()),
+    }
 
     def step():
         t = time.perf_counter()
@@ -155,11 +176,21 @@ def hf_model(layers: int, vocab: int):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=INTER,
-                         num_hidden_layers=layers, num_attention_heads=HEADS,
-                         num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, tie_word_embeddings=True,
-                         max_position_embeddings=40960, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        num_hidden_layers=layers,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        tie_word_embeddings=True,
+        max_position_embeddings=40960,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+    )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).to(torch.float32)
     with torch.no_grad():
@@ -177,7 +208,7 @@ def matmul_peak(n: int = 2048, reps: int = 10) -> float:
     f = jax.jit(lambda x: x @ x)
     f(a).block_until_ready()
     best = min(_timed(lambda: f(a).block_until_ready()) for _ in range(reps))
-    return 2 * n ** 3 / best
+    return 2 * n**3 / best
 
 
 def _timed(fn) -> float:
@@ -196,15 +227,24 @@ def build_jax(args, path: str, remat: str):
     from microcoder_jax.rl.step import init_train_state, make_train_step
 
     mc = DecoderConfig.from_hf(path, dtype=args.dtype, remat=remat)
-    cfg = make_rl_config("dapo", truncation="none", group_size=args.rows // 2, num_minibatches=1,
-                         micro_batch_size=args.micro, logprob_chunk=args.chunk,
-                         learning_rate=1e-5)
+    cfg = make_rl_config(
+        "dapo",
+        truncation="none",
+        group_size=args.rows // 2,
+        num_minibatches=1,
+        micro_batch_size=args.micro,
+        logprob_chunk=args.chunk,
+        learning_rate=1e-5,
+    )
     state = [init_train_state(load_hf_params(path, mc), cfg)]
     batch = jax.device_put(make_batch(args.rows, args.seq, args.vocab))
     t0 = time.perf_counter()
     compiled = make_train_step(mc, cfg).lower(state[0], batch).compile()
-    info = {"name": f"jax (remat={remat})", "compile_s": time.perf_counter() - t0,
-            "xla_temp_mb": compiled.memory_analysis().temp_size_in_bytes / 2 ** 20}
+    info = {
+        "name": f"jax (remat={remat})",
+        "compile_s": time.perf_counter() - t0,
+        "xla_temp_mb": compiled.memory_analysis().temp_size_in_bytes / 2**20,
+    }
 
     def step():
         state[0], metrics = compiled(state[0], batch)
@@ -231,8 +271,11 @@ def build_torch(args, path: str, checkpointing: bool):
         total = mask.sum()
         for s in range(0, args.rows, args.micro):
             sl = slice(s, s + args.micro)
-            logits = model(input_ids=b["tokens"][sl], attention_mask=b["attention_mask"][sl],
-                           position_ids=position_ids[sl]).logits[:, :-1].float()
+            logits = (
+                model(input_ids=b["tokens"][sl], attention_mask=b["attention_mask"][sl], position_ids=position_ids[sl])
+                .logits[:, :-1]
+                .float()
+            )
             logp = torch.log_softmax(logits / b["temperature"][sl, None, None], dim=-1)
             logp = logp.gather(-1, b["tokens"][sl, 1:, None].long())[..., 0]
             adv = (b["rewards"][sl] - 0.5)[:, None]
@@ -269,7 +312,7 @@ def child(args) -> None:
 def _read(proc, prefix: str) -> str:
     for line in proc.stdout:
         if line.startswith(prefix):
-            return line[len(prefix):].strip()
+            return line[len(prefix) :].strip()
     proc.err.seek(0)
     sys.exit(f"a benchmark child exited early:\n{proc.err.read()[-3000:]}")
 
@@ -301,8 +344,7 @@ def main() -> None:
         for fw in frameworks:  # one process each (own peak memory), built one after the other
             cmd = [sys.executable, __file__, "--framework", fw, "--path", path] + sys.argv[1:]
             err = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty child never blocks
-            procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=err, text=True))
+            procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True))
             procs[-1].err = err
             _read(procs[-1], "READY")
         # Round-robin timing: load from other processes on the machine hits every side alike.
@@ -318,41 +360,60 @@ def main() -> None:
         for proc, t in zip(procs, times):
             proc.stdin.write("done\n")
             proc.stdin.flush()
-            results.append({**json.loads(_read(proc, "RESULT")), "step_s": float(np.median([x[0] for x in t])),
-                            "logprob_s": float(np.median([x[-1] for x in t]))})
+            results.append(
+                {
+                    **json.loads(_read(proc, "RESULT")),
+                    "step_s": float(np.median([x[0] for x in t])),
+                    "logprob_s": float(np.median([x[-1] for x in t])),
+                }
+            )
             proc.wait()
     if args.workload == "skewed":
         return report_skewed(args, results)
     peak = max(peaks)
     flops = model_flops_per_step(args.layers, args.vocab, args.rows, args.seq)
     tokens = args.rows * args.seq
-    print(f"\nQwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}, {args.rows} rows x "
-          f"{args.seq} tokens, micro-batch {args.micro}, {args.dtype}; "
-          f"jitted f32 matmul peak {peak / 1e9:.1f} GFLOP/s; model FLOPs/step {flops / 1e9:.1f} G")
-    print(f"{'':24s} {'step s':>8s} {'tokens/s':>9s} {'GFLOP/s':>8s} {'of peak':>8s} "
-          f"{'peak RSS MB':>11s} {'XLA temp MB':>11s} {'compile s':>9s}")
+    print(
+        f"\nQwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}, {args.rows} rows x "
+        f"{args.seq} tokens, micro-batch {args.micro}, {args.dtype}; "
+        f"jitted f32 matmul peak {peak / 1e9:.1f} GFLOP/s; model FLOPs/step {flops / 1e9:.1f} G"
+    )
+    print(
+        f"{'':24s} {'step s':>8s} {'tokens/s':>9s} {'GFLOP/s':>8s} {'of peak':>8s} "
+        f"{'peak RSS MB':>11s} {'XLA temp MB':>11s} {'compile s':>9s}"
+    )
     for r in results:
-        print(f"{r['name']:24s} {r['step_s']:8.2f} {tokens / r['step_s']:9.0f} "
-              f"{flops / r['step_s'] / 1e9:8.1f} {flops / r['step_s'] / peak:8.1%} "
-              f"{r['peak_rss_mb']:11.0f} {r.get('xla_temp_mb', float('nan')):11.0f} "
-              f"{r.get('compile_s', float('nan')):9.1f}")
+        print(
+            f"{r['name']:24s} {r['step_s']:8.2f} {tokens / r['step_s']:9.0f} "
+            f"{flops / r['step_s'] / 1e9:8.1f} {flops / r['step_s'] / peak:8.1%} "
+            f"{r['peak_rss_mb']:11.0f} {r.get('xla_temp_mb', float('nan')):11.0f} "
+            f"{r.get('compile_s', float('nan')):9.1f}"
+        )
 
 
 def report_skewed(args, results) -> None:
     pad, pack = results
     useful = pad["useful_tokens"]
-    print(f"\nQwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}, {args.rows} rows x {args.seq} "
-          f"(prompt bucket {args.seq // 4}), micro-batch {args.micro}, {args.dtype}; skewed lengths: "
-          f"{useful} useful tokens = {useful / pad['computed_tokens']:.1%} of padded, "
-          f"{useful / pack['computed_tokens']:.1%} of packed positions")
-    print(f"{'':8s} {'step s':>8s} {'useful tok/s':>12s} {'logprob s':>9s} {'useful tok/s':>12s} "
-          f"{'first loss':>12s} {'logp checksum':>14s} {'compile s':>9s}")
+    print(
+        f"\nQwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}, {args.rows} rows x {args.seq} "
+        f"(prompt bucket {args.seq // 4}), micro-batch {args.micro}, {args.dtype}; skewed lengths: "
+        f"{useful} useful tokens = {useful / pad['computed_tokens']:.1%} of padded, "
+        f"{useful / pack['computed_tokens']:.1%} of packed positions"
+    )
+    print(
+        f"{'':8s} {'step s':>8s} {'useful tok/s':>12s} {'logprob s':>9s} {'useful tok/s':>12s} "
+        f"{'first loss':>12s} {'logp checksum':>14s} {'compile s':>9s}"
+    )
     for r in results:
-        print(f"{r['name']:8s} {r['step_s']:8.2f} {useful / r['step_s']:12.0f} {r['logprob_s']:9.2f} "
-              f"{useful / r['logprob_s']:12.0f} {r['first_loss']:12.6g} {r['logprob_checksum']:14.6g} "
-              f"{r['compile_s']:9.1f}")
-    print(f"packed / padded: step {pad['step_s'] / pack['step_s']:.2f}x, log-prob pass "
-          f"{pad['logprob_s'] / pack['logprob_s']:.2f}x")
+        print(
+            f"{r['name']:8s} {r['step_s']:8.2f} {useful / r['step_s']:12.0f} {r['logprob_s']:9.2f} "
+            f"{useful / r['logprob_s']:12.0f} {r['first_loss']:12.6g} {r['logprob_checksum']:14.6g} "
+            f"{r['compile_s']:9.1f}"
+        )
+    print(
+        f"packed / padded: step {pad['step_s'] / pack['step_s']:.2f}x, log-prob pass "
+        f"{pad['logprob_s'] / pack['logprob_s']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ below. Every knob, its default and its meaning live in microcoder_jax/data/pipel
 (`python -m microcoder_jax.data.pipeline --help` lists them). Stage outputs land in
 `<workdir>/<stage>/`, shards in `<workdir>/export/`.
 """
+
 from microcoder_jax.data.pipeline.config import SAMPLES, default_config, source  # noqa: F401 (source: for callers)
 
 

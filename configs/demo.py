@@ -8,6 +8,7 @@ starts passing about 1 / len(demo.ops) of the time; RL must teach it to read the
 prompt. Every knob is listed by `python -m microcoder_jax.train --help`; this file is
 `config.demo_config()`, which is also what the trainer runs without --config.
 """
+
 from microcoder_jax.config import demo_config
 
 

@@ -13,6 +13,7 @@ code-RL runs start from; not in the paper). ALGO: the rl preset, i.e. the only b
 Setting (docs/method.md): 64 prompts x G=8 per rollout batch, 4K response tokens in training,
 constant temperature 1.2, 300 steps, evaluation at 8K. Every key is listed by `train --help`.
 """
+
 from microcoder_jax.config import default_config
 
 MODELS = {  # model-specific knobs: the preset (its shape, when no model.path is given) and memory
@@ -22,12 +23,19 @@ MODELS = {  # model-specific knobs: the preset (its shape, when no model.path is
     "qwen3-1.7b": {"model.preset": "qwen3-1.7b", "sampling.slots": 64},
     # 4B: a v5p-8, training with FSDP over 2 chips and tensor parallelism over 2; micro-batch 4
     # splits over the FSDP pair
-    "qwen3-4b": {"model.preset": "qwen3-4b-instruct-2507", "rl.micro_batch_size": 4, "mesh.tensor": 2,
-                 "sampling.slots": 64},
+    "qwen3-4b": {
+        "model.preset": "qwen3-4b-instruct-2507",
+        "rl.micro_batch_size": 4,
+        "mesh.tensor": 2,
+        "sampling.slots": 64,
+    },
     # R1-Distill-Qwen-1.5B (Qwen2: q/k/v biases, untied head, 2 KV heads, so the sampler's tensor split
     # stops at 2 chips): the paper's setting at its own recommended sampling temperature, 0.6
-    "r1-distill-qwen-1.5b": {"model.preset": "r1-distill-qwen-1.5b", "sampling.slots": 64,
-                             "temperature.temperature": 0.6},
+    "r1-distill-qwen-1.5b": {
+        "model.preset": "r1-distill-qwen-1.5b",
+        "sampling.slots": 64,
+        "temperature.temperature": 0.6,
+    },
 }
 ALGORITHMS = ("microcoder", "grpo", "dapo")
 
@@ -35,8 +43,10 @@ ALGORITHMS = ("microcoder", "grpo", "dapo")
 def get_config(arg: str = "qwen3-1.7b,microcoder"):
     model, _, algorithm = (arg or "").partition(",")
     if model not in MODELS or algorithm not in ALGORITHMS:
-        raise ValueError(f"configs/paper.py:{arg}: expected MODEL,ALGO with MODEL in {sorted(MODELS)} "
-                         f"and ALGO in {list(ALGORITHMS)}, e.g. configs/paper.py:qwen3-1.7b,microcoder")
+        raise ValueError(
+            f"configs/paper.py:{arg}: expected MODEL,ALGO with MODEL in {sorted(MODELS)} "
+            f"and ALGO in {list(ALGORITHMS)}, e.g. configs/paper.py:qwen3-1.7b,microcoder"
+        )
     c = default_config()
     # Model: the released checkpoint (config.json + safetensors + tokenizer) in model.path.
     c.model.dtype = "bfloat16"  # compute dtype; params and Adam moments stay float32

@@ -16,19 +16,27 @@ RULE:
   conditional_RHO  MicroCoder's conditional mask at rho=RHO, e.g. conditional_0.1, conditional_0.3
   soft_overlong    DAPO's soft overlong punishment over the last quarter of the cap (no dynamic sampling)
 """
+
 from microcoder_jax.config import demo_config
 
 MAX_NEW_TOKENS = 56  # the response cap: warm-start answers are 31-70 tokens (1-40 votes)
-RULES = {"grpo": "none", "overlong_filter": "overlong_filter", "mask_all": "mask_all",
-         "soft_overlong": "soft_overlong", "conditional": "conditional"}
+RULES = {
+    "grpo": "none",
+    "overlong_filter": "overlong_filter",
+    "mask_all": "mask_all",
+    "soft_overlong": "soft_overlong",
+    "conditional": "conditional",
+}
 
 
 def parse_rule(arg: str) -> tuple[str, float | None]:
     """'conditional_0.3' -> ('conditional', 0.3); 'grpo' -> ('none', None)."""
     name, _, rho = arg.partition("_") if arg.startswith("conditional") else (arg, "", "")
     if name not in RULES or (rho and name != "conditional"):
-        raise ValueError(f"configs/truncation_task.py:{arg}: expected one of {sorted(RULES)} "
-                         "(conditional as conditional_RHO, e.g. conditional_0.1)")
+        raise ValueError(
+            f"configs/truncation_task.py:{arg}: expected one of {sorted(RULES)} "
+            "(conditional as conditional_RHO, e.g. conditional_0.1)"
+        )
     if name != "conditional":
         return RULES[name], None
     try:

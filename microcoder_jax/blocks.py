@@ -6,6 +6,7 @@ turns each ml_collections block into its typed block with `Block.from_node`, whi
 value (type, choices, lower bound, probability, paths) and the block's own rules (`check`).
 A bad value raises `ValueError("block.key=value: what is valid")`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,15 +24,24 @@ class ConfigError(ValueError):
     """A bad config file, key or value (the message names the key and what is valid)."""
 
 
-def knob(default: Any, meaning: str, *, choices: tuple | None = None, at_least: float | None = None,
-         probability: bool = False, path: str | None = None, from_run: str | None = None):
+def knob(
+    default: Any,
+    meaning: str,
+    *,
+    choices: tuple | None = None,
+    at_least: float | None = None,
+    probability: bool = False,
+    path: str | None = None,
+    from_run: str | None = None,
+):
     """A block field: its default, what it means (shown by --help) and its limits.
 
     `path`: "dir" (must be an existing directory when set) or "files" (every path or glob in the
     tuple must match a file). `from_run`: the key of another block the run copies into this field
     (it is then no key of its own)."""
-    meta = dict(meaning=meaning, choices=choices, at_least=at_least, probability=probability, path=path,
-                from_run=from_run)
+    meta = dict(
+        meaning=meaning, choices=choices, at_least=at_least, probability=probability, path=path, from_run=from_run
+    )
     return dataclasses.field(default=default, metadata=meta)
 
 

@@ -5,6 +5,7 @@ config file (or the built-in default when `--config` is absent), typed overrides
 absl flags, and `--help` listing every config key with its value and meaning. A bad argument or
 value becomes one `ConfigError`; `main_guard` turns it into `error: ...` and exit code 2.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,15 +48,16 @@ def _with_default(argv: Sequence[str], default_file: str | None) -> list[str]:
 def _flag_values(define_flags, argv: Sequence[str]) -> flags.FlagValues:
     """Fresh flags (the CLIs can share a process, e.g. in tests); the overrides are read from argv."""
     fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "config file, FILE or FILE:ARG", flag_values=fv,
-                                    sys_argv=["prog", *argv])
+    config_flags.DEFINE_config_file(
+        "config", None, "config file, FILE or FILE:ARG", flag_values=fv, sys_argv=["prog", *argv]
+    )
     if define_flags is not None:
         define_flags(fv)
     return fv
 
 
 def _override_keys(argv) -> list[str]:
-    return [a[len("--config."):].partition("=")[0] for a in argv if a.startswith("--config.")]
+    return [a[len("--config.") :].partition("=")[0] for a in argv if a.startswith("--config.")]
 
 
 def _explain(argv, define_flags, error: Exception) -> str:
@@ -146,14 +148,20 @@ def _file_lists(argv: Sequence[str]) -> list[str]:
     out = []
     for a in argv:
         name, eq, value = a.partition("=")
-        if eq and name[len("--config."):] in FILE_LIST_KEYS and not value.lstrip().startswith(("(", "[")):
+        if eq and name[len("--config.") :] in FILE_LIST_KEYS and not value.lstrip().startswith(("(", "[")):
             a = f"{name}={tuple(p.strip() for p in value.split(',') if p.strip())!r}"
         out.append(a)
     return out
 
 
-def parse(argv: Sequence[str] | None, *, prog: str, doc: str | None, default_file: str | None,
-          define_flags: Callable[[flags.FlagValues], None] | None = None) -> Parsed:
+def parse(
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    doc: str | None,
+    default_file: str | None,
+    define_flags: Callable[[flags.FlagValues], None] | None = None,
+) -> Parsed:
     """Parse `argv` (without the program name); raises ConfigError, or prints --help and exits 0.
 
     `default_file`: the config file used when argv names none (a python file with get_config).
@@ -183,8 +191,8 @@ def _usage(prog: str, doc: str | None) -> tuple[str, str]:
     lines = (doc or "").strip().splitlines()
     if lines and lines[0].startswith("`python -m"):
         end = next((i for i, ln in enumerate(lines) if ln.rstrip().endswith("`")), 0)
-        synopsis = " ".join(ln.strip() for ln in lines[:end + 1]).strip("`")
-        return f"usage: {synopsis}", "\n".join(lines[end + 1:]).strip()
+        synopsis = " ".join(ln.strip() for ln in lines[: end + 1]).strip("`")
+        return f"usage: {synopsis}", "\n".join(lines[end + 1 :]).strip()
     return f"usage: {prog}", "\n".join(lines)
 
 
@@ -196,13 +204,27 @@ def help_text(argv, *, prog, doc, define_flags) -> str:
         keys = describe(fv.config if fv.config is not None else default_config())
     except Exception as e:  # noqa: BLE001 — help still prints, with the reason the keys are missing
         keys = f"  (cannot list the config keys: {_explain(argv, define_flags, e)})"
-    own = [f"  --{name}: {fl.help}" + (f" (default: {fl.default!r})" if fl.default is not None else "")
-           for name, fl in sorted(fv._flags().items()) if name != "config" and name == fl.name]
+    own = [
+        f"  --{name}: {fl.help}" + (f" (default: {fl.default!r})" if fl.default is not None else "")
+        for name, fl in sorted(fv._flags().items())
+        if name != "config" and name == fl.name
+    ]
     source = next((a.partition("=")[2] for a in argv if a.startswith("--config=")), "the defaults")
     usage, text = _usage(prog, doc)
-    return "\n".join([usage, "", text, "", "flags:",
-                      "  --config=FILE[:ARG]: a config file (a python file with get_config(arg))",
-                      *own, "", f"config keys (values from {source}; override with --config.KEY=VALUE):", keys])
+    return "\n".join(
+        [
+            usage,
+            "",
+            text,
+            "",
+            "flags:",
+            "  --config=FILE[:ARG]: a config file (a python file with get_config(arg))",
+            *own,
+            "",
+            f"config keys (values from {source}; override with --config.KEY=VALUE):",
+            keys,
+        ]
+    )
 
 
 def load_config(path: str | None = None, overrides: Sequence[str] = ()):
@@ -225,8 +247,11 @@ def main_guard(fn: Callable[[], int]) -> int:
 def run_name(argv: Sequence[str], default: str) -> str:
     """A run's default name from its config argument: configs/paper.py:qwen3-4b,dapo -> paper_qwen3-4b_dapo."""
     for i, a in enumerate(argv):
-        value = a.partition("=")[2] if a.startswith("--config=") else (
-            argv[i + 1] if a == "--config" and i + 1 < len(argv) else None)
+        value = (
+            a.partition("=")[2]
+            if a.startswith("--config=")
+            else (argv[i + 1] if a == "--config" and i + 1 < len(argv) else None)
+        )
         if value:
             path, _, arg = value.partition(":")
             name = os.path.splitext(os.path.basename(path))[0]

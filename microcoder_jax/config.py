@@ -9,6 +9,7 @@ overrides), `demo_config()` is the bundled demo, `configs/*.py` files return one
 value, then the rules across blocks, and raises `ConfigError` naming the key and what is valid;
 `describe(config)` is what `--help` prints. Command lines are parsed by `microcoder_jax.cli`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,10 +36,21 @@ def block_types() -> dict:
     from microcoder_jax.sharding import DistributedConfig, MeshConfig
     from microcoder_jax.trainer.config import EvalConfig, TrainConfig, WandbConfig
 
-    return {"model": ModelConfig, "tokenizer": TokenizerConfig, "data": DataConfig, "sampling": SamplingConfig,
-            "temperature": TemperatureConfig, "rl": RLConfig, "evaluator": EvaluatorConfig, "train": TrainConfig,
-            "eval": EvalConfig, "wandb": WandbConfig, "mesh": MeshConfig, "distributed": DistributedConfig,
-            "demo": DemoConfig}
+    return {
+        "model": ModelConfig,
+        "tokenizer": TokenizerConfig,
+        "data": DataConfig,
+        "sampling": SamplingConfig,
+        "temperature": TemperatureConfig,
+        "rl": RLConfig,
+        "evaluator": EvaluatorConfig,
+        "train": TrainConfig,
+        "eval": EvalConfig,
+        "wandb": WandbConfig,
+        "mesh": MeshConfig,
+        "distributed": DistributedConfig,
+        "demo": DemoConfig,
+    }
 
 
 def rl_from_run() -> dict[str, str]:
@@ -193,12 +205,14 @@ def make_rl_config(config: ml_collections.ConfigDict) -> RLConfig:
 
 def to_dict(config: ml_collections.ConfigDict) -> dict:
     """A JSON-ready plain dict of the config (saved beside checkpoints and metrics)."""
+
     def plain(v) -> typing.Any:
         if isinstance(v, ml_collections.ConfigDict):
             return {k: plain(x) for k, x in v.items()}
         if isinstance(v, (tuple, list)):
             return [plain(x) for x in v]
         return v
+
     return plain(config)
 
 
@@ -232,6 +246,7 @@ def config_dir() -> str:
 # `RLConfig`); the rules below are the ones that join two blocks (the task and its files, the paged
 # engine and the prompt buckets). `validate` raises ConfigError with the key, the bad value and what is valid.
 
+
 def _fail(key: str, value, what: str):
     raise ConfigError(f"{key}={value!r}: {what}")
 
@@ -247,8 +262,12 @@ def _check_known_keys(config) -> None:
 def _check_across(config, typed: dict) -> None:
     data, sampling, train = typed["data"], typed["sampling"], typed["train"]
     if sampling.engine == "paged" and any(b % sampling.page_size for b in data.prompt_buckets):
-        _fail("data.prompt_buckets", data.prompt_buckets, f"with sampling.engine=paged every bucket must be a "
-              f"multiple of sampling.page_size={sampling.page_size} (or change the page size)")
+        _fail(
+            "data.prompt_buckets",
+            data.prompt_buckets,
+            f"with sampling.engine=paged every bucket must be a "
+            f"multiple of sampling.page_size={sampling.page_size} (or change the page size)",
+        )
     if data.task == "problems":
         if not data.train_files:
             _fail("data.train_files", (), "data.task=problems needs problem files")

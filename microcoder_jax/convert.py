@@ -2,6 +2,7 @@
 
 The code is `microcoder_jax.models.convert`.
 """
+
 import sys
 
 from microcoder_jax.models.convert import main

@@ -2,6 +2,7 @@
 
 The code is `microcoder_jax.trainer.evaluation`.
 """
+
 import sys
 
 from microcoder_jax.trainer.evaluation import main

@@ -2,6 +2,7 @@
 
 The code is `microcoder_jax.evaluator.cli`.
 """
+
 import sys
 
 from microcoder_jax.evaluator.cli import main

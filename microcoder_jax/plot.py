@@ -1,4 +1,5 @@
 """`python -m microcoder_jax.plot`: PNG plots of a run's curves (the code is `microcoder_jax.trainer.plot`)."""
+
 import sys
 
 from microcoder_jax.trainer.plot import main

@@ -26,6 +26,7 @@ Two rules keep any config runnable on any mesh: a mesh axis is used at most once
 and keep the hidden dim whole), and a mapping is dropped — the dim is replicated — when the dim
 size is not divisible by the mesh axes' size (e.g. ``kv_heads=2`` on ``tensor=4``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,9 +54,13 @@ class MeshConfig(Block):
     data: int = knob(1, "pure data-parallel axis (-1 = all remaining devices)")
     fsdp: int = knob(-1, "FSDP axis: params, grads, optimizer state sharded (-1 = the rest)")
     tensor: int = knob(1, "tensor-parallel axis over heads / MLP / vocab")
-    rollout_devices: float = knob(0.0, "the rollout worker's own devices, a count (>= 1) or a fraction (< 1) of "
-                                  "them, the first ones; the learner's mesh (data, fsdp, tensor) takes the rest "
-                                  "(0 = one mesh for both)", at_least=0.0)
+    rollout_devices: float = knob(
+        0.0,
+        "the rollout worker's own devices, a count (>= 1) or a fraction (< 1) of "
+        "them, the first ones; the learner's mesh (data, fsdp, tensor) takes the rest "
+        "(0 = one mesh for both)",
+        at_least=0.0,
+    )
 
     def check(self) -> None:
         sizes = [self.data, self.fsdp, self.tensor]
@@ -74,9 +79,11 @@ def split_devices(rollout_devices: float, devices: Sequence[Any]) -> tuple[list,
     if not value:
         return [], devices
     if not 0 < r < n:
-        raise ValueError(f"mesh.rollout_devices={rollout_devices:g}: {r} of the {n} devices leaves none for "
-                         f"the {'learner' if r >= n else 'rollout worker'}; give a count in 1..{n - 1} or a "
-                         f"fraction")
+        raise ValueError(
+            f"mesh.rollout_devices={rollout_devices:g}: {r} of the {n} devices leaves none for "
+            f"the {'learner' if r >= n else 'rollout worker'}; give a count in 1..{n - 1} or a "
+            f"fraction"
+        )
     return devices[:r], devices[r:]
 
 
@@ -86,11 +93,15 @@ class DistributedConfig(Block):
 
     PREFIX = "distributed"
 
-    initialize: str = knob("auto", "multi-host JAX: auto (a cluster JAX detects, or the keys below), always, never",
-                           choices=("auto", "always", "never"))
+    initialize: str = knob(
+        "auto",
+        "multi-host JAX: auto (a cluster JAX detects, or the keys below), always, never",
+        choices=("auto", "always", "never"),
+    )
     coordinator_address: Optional[str] = knob(None, "host:port of process 0 (None = autodetect)")
     num_processes: Optional[int] = knob(None, "process count (None = autodetect; 1 = single process)", at_least=1)
     process_id: Optional[int] = knob(None, "this process's index (None = autodetect)", at_least=0)
+
 
 LOGICAL_AXIS_RULES: dict[str, tuple[str, ...] | str | None] = {
     "batch": ("data", "fsdp"),
@@ -131,8 +142,12 @@ def _axis_size(mesh_shape: dict[str, int], axes: tuple[str, ...]) -> int:
     return math.prod(mesh_shape.get(a, 1) for a in axes)
 
 
-def logical_to_spec(logical_axes: Sequence[str | None], mesh: Mesh | Any, shape: Sequence[int] | None = None,
-                    rules: dict[str, Any] | None = None) -> PartitionSpec:
+def logical_to_spec(
+    logical_axes: Sequence[str | None],
+    mesh: Mesh | Any,
+    shape: Sequence[int] | None = None,
+    rules: dict[str, Any] | None = None,
+) -> PartitionSpec:
     """PartitionSpec for one array named by logical axes (see the module doc for the two rules)."""
     rules = LOGICAL_AXIS_RULES if rules is None else rules
     mesh_shape = dict(mesh.shape)
@@ -162,15 +177,18 @@ def logical_to_sharding(logical_axes_tree, mesh: Mesh, shapes=None, rules: dict[
     divisibility rule; without it every rule is applied as written.
     """
     if shapes is None:
-        return jax.tree.map(lambda ax: NamedSharding(mesh, logical_to_spec(ax, mesh, None, rules)),
-                            logical_axes_tree, is_leaf=_is_axes)
+        return jax.tree.map(
+            lambda ax: NamedSharding(mesh, logical_to_spec(ax, mesh, None, rules)), logical_axes_tree, is_leaf=_is_axes
+        )
     is_shape = lambda s: isinstance(s, tuple) and all(isinstance(d, int) for d in s)  # noqa: E731
     shape_leaves = jax.tree.leaves(shapes, is_leaf=is_shape)
     axes_leaves, treedef = jax.tree.flatten(logical_axes_tree, is_leaf=_is_axes)
     if len(shape_leaves) != len(axes_leaves):
         raise ValueError(f"shapes has {len(shape_leaves)} leaves, logical axes {len(axes_leaves)}")
-    out = [NamedSharding(mesh, logical_to_spec(ax, mesh, tuple(getattr(s, "shape", s)), rules))
-           for ax, s in zip(axes_leaves, shape_leaves)]
+    out = [
+        NamedSharding(mesh, logical_to_spec(ax, mesh, tuple(getattr(s, "shape", s)), rules))
+        for ax, s in zip(axes_leaves, shape_leaves)
+    ]
     return jax.tree.unflatten(treedef, out)
 
 
@@ -221,8 +239,10 @@ def sampler_mesh(mesh: AnyMesh | None, tensor: int, kv_heads: int) -> AnyMesh | 
     n = mesh.size
     t = math.gcd(n, kv_heads) if tensor == -1 else tensor
     if n % t or kv_heads % t:
-        raise ValueError(f"sampling.decode_tensor={tensor}: {t} must divide both the {n} devices and the "
-                         f"model's {kv_heads} KV heads; use -1 (the largest that does) or 0 (the training mesh)")
+        raise ValueError(
+            f"sampling.decode_tensor={tensor}: {t} must divide both the {n} devices and the "
+            f"model's {kv_heads} KV heads; use -1 (the largest that does) or 0 (the training mesh)"
+        )
     if t == mesh.shape["tensor"] and mesh.shape["fsdp"] == 1:
         return mesh
     if isinstance(mesh, jax.sharding.AbstractMesh):  # device-free plans
@@ -231,9 +251,14 @@ def sampler_mesh(mesh: AnyMesh | None, tensor: int, kv_heads: int) -> AnyMesh | 
     return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
-def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
-                           process_id: int | None = None, local_device_ids: Sequence[int] | None = None,
-                           *, mode: str = "auto") -> None:
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    local_device_ids: Sequence[int] | None = None,
+    *,
+    mode: str = "auto",
+) -> None:
     """Join a multi-process JAX run (call before any other JAX call); a no-op for a single process.
 
     `mode`: `never` does nothing; `always` initializes (explicit arguments, or JAX's autodetection,
@@ -248,8 +273,12 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
     if num_processes is not None and num_processes <= 1:
         return
     if (coordinator_address, num_processes, process_id) != (None, None, None):
-        jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                                   process_id=process_id, local_device_ids=local_device_ids)
+        jax.distributed.initialize(
+            coordinator_address=coordinator_address,
+            num_processes=num_processes,
+            process_id=process_id,
+            local_device_ids=local_device_ids,
+        )
     elif mode == "always":
         jax.distributed.initialize()
     elif str(jax.config.jax_platforms or "").strip().lower() != "cpu":  # pyright: ignore[reportAttributeAccessIssue]
@@ -276,11 +305,14 @@ def allgather_rows(arrays: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
     from jax.experimental import multihost_utils
 
     per = -(-n // jax.process_count())
-    padded = [np.concatenate([np.asarray(a), np.zeros((per - len(a),) + np.shape(a)[1:], np.asarray(a).dtype)])
-              for a in arrays]
+    padded = [
+        np.concatenate([np.asarray(a), np.zeros((per - len(a),) + np.shape(a)[1:], np.asarray(a).dtype)])
+        for a in arrays
+    ]
     dtypes = [a.dtype for a in padded]
     gathered = multihost_utils.process_allgather(
-        [a.astype(np.int32) if a.dtype == bool else a for a in padded], tiled=True)
+        [a.astype(np.int32) if a.dtype == bool else a for a in padded], tiled=True
+    )
     return [np.asarray(g)[:n].astype(d) for g, d in zip(gathered, dtypes)]
 
 
@@ -305,8 +337,10 @@ def assert_same_on_hosts(value: int, what: str) -> None:
 
     seen = np.asarray(multihost_utils.process_allgather(np.array([value], np.int64))).reshape(-1)
     if len(set(seen.tolist())) > 1:
-        raise RuntimeError(f"the hosts disagree on {what}: {seen.tolist()} by process; every host must see "
-                           "the same files (a shared workdir, or copy it to each host)")
+        raise RuntimeError(
+            f"the hosts disagree on {what}: {seen.tolist()} by process; every host must see "
+            "the same files (a shared workdir, or copy it to each host)"
+        )
 
 
 def to_host(x) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Test set-up: fake an 8-device CPU mesh before JAX is imported anywhere; under CI on Linux x86_64,
 a skipped TPU-compile, planner or kernel test fails the run (libtpu installs there, so they must run)."""
+
 import os
 import platform
 import sys
@@ -17,16 +18,21 @@ MUST_RUN = ("test_tpu_compile.py", "test_plan.py", "test_paged_kernel.py", "test
 
 
 def _strict() -> bool:
-    return (os.environ.get("CI", "").strip().lower() in ("1", "true", "yes") and sys.platform.startswith("linux")
-            and platform.machine() in ("x86_64", "AMD64"))
+    return (
+        os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+        and sys.platform.startswith("linux")
+        and platform.machine() in ("x86_64", "AMD64")
+    )
 
 
 def _fail_skip(report, name: str) -> None:
     if report.skipped and not hasattr(report, "wasxfail") and name in MUST_RUN and _strict():
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = (f"{name} skipped under CI=true on Linux x86_64, where these tests must run "
-                           f"(libtpu is a test dependency there): {reason}")
+        report.longrepr = (
+            f"{name} skipped under CI=true on Linux x86_64, where these tests must run "
+            f"(libtpu is a test dependency there): {reason}"
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,4 +1,5 @@
 """Read a compiled program's HLO text: which collectives run inside its while loops."""
+
 from __future__ import annotations
 
 import collections
@@ -44,8 +45,12 @@ def _loop_ops(hlo: str):
     comps = computations(hlo)
     bodies = [m.group(1) for lines in comps.values() for line in lines if (m := _WHILE.search(line))]
     for body in bodies:
-        yield [(m.group(1), line) for name in _reachable(comps, body) for line in comps[name]
-               if (m := _OP.search(line)) and "-done(" not in line]
+        yield [
+            (m.group(1), line)
+            for name in _reachable(comps, body)
+            for line in comps[name]
+            if (m := _OP.search(line)) and "-done(" not in line
+        ]
 
 
 def loop_collectives(hlo: str) -> list[collections.Counter]:

@@ -1,4 +1,5 @@
 """The demo cut short for end-to-end tests of the loop, and its metrics rows without the timed keys."""
+
 import json
 import os
 

@@ -5,6 +5,7 @@ our XLA path; and the whole forward + backward lowers for CUDA ahead of time (no
 cuDNN checks of shapes and dtypes run while lowering). Where JAX sees a GPU (the ``accelerator``
 tests, which ``benchmarks/device_check.py`` runs), cuDNN's values and gradients equal XLA's.
 """
+
 from unittest import mock
 
 import jax
@@ -80,8 +81,7 @@ def test_the_cudnn_train_step_lowers_for_cuda(monkeypatch, packed):
         return attn.causal_attention(q, k, v, mask, "auto", segment_ids=seg).astype(jnp.float32).sum()
 
     with mock.patch.object(fa, "check_cudnn_version", return_value=91000):
-        text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, k, v).lower(
-            lowering_platforms=("cuda",)).as_text()
+        text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, k, v).lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("__cudnn$fmha") >= 2, "the forward and backward cuDNN attention calls"
 
 
@@ -96,15 +96,20 @@ def test_cudnn_equals_xla_on_a_gpu(packed):
     real = mask.astype(bool)[:, :, None, None]
 
     def loss(impl):
-        return lambda q, k, v: jnp.where(real, attn.causal_attention(q, k, v, mask, impl, segment_ids=seg),
-                                         0).astype(jnp.float32).sum()
+        return lambda q, k, v: (
+            jnp.where(real, attn.causal_attention(q, k, v, mask, impl, segment_ids=seg), 0).astype(jnp.float32).sum()
+        )
 
     def run(impl):
         out = jax.jit(lambda *a: attn.causal_attention(*a, mask, impl, segment_ids=seg))(q, k, v)
         return out, jax.jit(jax.grad(loss(impl), argnums=(0, 1, 2)))(q, k, v)
 
     (out_c, grads_c), (out_x, grads_x) = run("cudnn"), run("xla")
-    np.testing.assert_allclose(np.asarray(jnp.where(real, out_c, 0), np.float32),
-                               np.asarray(jnp.where(real, out_x, 0), np.float32), atol=2e-2, rtol=2e-2)
+    np.testing.assert_allclose(
+        np.asarray(jnp.where(real, out_c, 0), np.float32),
+        np.asarray(jnp.where(real, out_x, 0), np.float32),
+        atol=2e-2,
+        rtol=2e-2,
+    )
     for a, b in zip(grads_c, grads_x):
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=5e-2, rtol=5e-2)

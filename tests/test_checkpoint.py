@@ -21,7 +21,8 @@ def _equal(a, b):
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     return len(la) == len(lb) and all(
         np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(np.asarray(x), np.asarray(y))
-        for x, y in zip(la, lb))
+        for x, y in zip(la, lb)
+    )
 
 
 def _bumped(state, k):

@@ -1,5 +1,6 @@
 """Under CI=true on Linux x86_64 a skipped TPU-compile, planner or kernel test fails the run
 (conftest.py); elsewhere, or for other tests, a skip stays a skip."""
+
 import os
 import platform
 import shutil
@@ -17,15 +18,26 @@ def _pytest(tmp_path, files: dict, ci: str):
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci:
         env["CI"] = ci
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
 
 
 def test_unexpected_skips_fail_under_ci(tmp_path):
     strict = sys.platform.startswith("linux") and platform.machine() == "x86_64"
     module = {"test_tpu_compile.py": "import pytest\npytest.skip('libtpu is not installed', allow_module_level=True)\n"}
-    tests = {"test_plan.py": SKIPS, "test_paged_kernel.py": SKIPS, "test_kv_quant.py": SKIPS, "test_plan_lengths.py": SKIPS,
-             "test_other.py": SKIPS}
+    tests = {
+        "test_plan.py": SKIPS,
+        "test_paged_kernel.py": SKIPS,
+        "test_kv_quant.py": SKIPS,
+        "test_plan_lengths.py": SKIPS,
+        "test_other.py": SKIPS,
+    }
     for files in (module, tests):
         for name in os.listdir(tmp_path):
             os.remove(tmp_path / name) if name.endswith(".py") else None

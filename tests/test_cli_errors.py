@@ -1,4 +1,5 @@
 """A missing or broken config file is one `error:` line naming the file, for every command with --config."""
+
 from __future__ import annotations
 
 import os
@@ -70,14 +71,18 @@ def test_the_config_files_own_check_is_kept_as_it_is(capsys, tmp_path):
     assert line == f"error: --config={tmp_path}/checks.py:xl: unknown size 'xl'", line
 
 
-@pytest.mark.parametrize("override, line", [  # RLConfig's checks and the blocks' knob checks: one format
-    ("rl.rho=1.5", "rl.rho=1.5: must lie in [0, 1]"),
-    ("rl.decay=x", "rl.decay='x': must be one of"),
-    ("rl.truncation=sometimes", "rl.truncation='sometimes': unknown truncation rule; registered: conditional"),
-    ("rl.preset=x", "rl.preset='x': unknown RL preset; choose from dapo, grpo, microcoder"),
-    ("rl.repeat_m=0", "rl.repeat_m=0: must be a number >= 1"),
-    ("train.steps=-3", "train.steps=-3: must be a number >= 0"),
-    ("sampling.top_p=0", "sampling.top_p=0.0: must lie in (0, 1]")])
+@pytest.mark.parametrize(
+    "override, line",
+    [  # RLConfig's checks and the blocks' knob checks: one format
+        ("rl.rho=1.5", "rl.rho=1.5: must lie in [0, 1]"),
+        ("rl.decay=x", "rl.decay='x': must be one of"),
+        ("rl.truncation=sometimes", "rl.truncation='sometimes': unknown truncation rule; registered: conditional"),
+        ("rl.preset=x", "rl.preset='x': unknown RL preset; choose from dapo, grpo, microcoder"),
+        ("rl.repeat_m=0", "rl.repeat_m=0: must be a number >= 1"),
+        ("train.steps=-3", "train.steps=-3: must be a number >= 0"),
+        ("sampling.top_p=0", "sampling.top_p=0.0: must lie in (0, 1]"),
+    ],
+)
 def test_bad_values_are_key_value_what_is_wrong(override, line, capsys):
     error = _error_line(capsys, train_main, [f"--config.{override}", "--workdir=/nonexistent/run"])
     assert error.startswith(f"error: {line}"), error

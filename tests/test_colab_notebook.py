@@ -1,5 +1,6 @@
 """launch/colab_tpu.ipynb runs top to bottom on a CPU with a shortened demo: its code cells are
 executed in order in one namespace (the TPU-only cells must skip themselves), as Jupyter would."""
+
 import contextlib
 import io
 import json
@@ -9,8 +10,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "launch", "colab_tpu.ipynb")
-SHORT_DEMO = ("--config.train.steps=3 --config.train.warm_start_steps=20 --config.data.num_prompts=4 "
-              "--config.demo.problems_per_op=2 --config.train.checkpoint_every=0 --config.train.progress=false")
+SHORT_DEMO = (
+    "--config.train.steps=3 --config.train.warm_start_steps=20 --config.data.num_prompts=4 "
+    "--config.demo.problems_per_op=2 --config.train.checkpoint_every=0 --config.train.progress=false"
+)
 
 
 def _code_cells():

@@ -1,6 +1,7 @@
 """The persistent compile cache: a program compiled once is loaded from the directory after the
 in-memory caches are cleared (what a restarted process sees); '' turns it off; bad values are
 one error line before anything is written."""
+
 import os
 
 import jax
@@ -44,10 +45,13 @@ def test_shared_path_and_placeholder(tmp_path):
     assert compile_cache.template_error("{workdir}/cc") is None and compile_cache.template_error("/a/{x}")
 
 
-@pytest.mark.parametrize("value, message", [
-    ("{run}/cache", "train.compile_cache='{run}/cache': the only placeholder is {workdir}"),
-    ("file", "exists and is not a directory"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("{run}/cache", "train.compile_cache='{run}/cache': the only placeholder is {workdir}"),
+        ("file", "exists and is not a directory"),
+    ],
+)
 def test_bad_value_is_one_error_line_and_nothing_is_written(tmp_path, capsys, value, message):
     (tmp_path / "file").write_text("not a directory")
     workdir = tmp_path / "run"

@@ -1,4 +1,5 @@
 """Config defaults, config files, command-line overrides, validation and their errors."""
+
 import dataclasses
 import os
 
@@ -43,7 +44,8 @@ def test_baselines_differ_only_in_algorithm_block(model):
     assert presets["grpo"].kl_beta > 0 and presets["grpo"].aggregation == "seq_mean_token_mean"
     assert presets["dapo"].dynamic_sampling and presets["dapo"].truncation == "soft_overlong"
     assert {a: {k: v for k, v in r.items() if k != "preset"} for a, r in rls.items()}["grpo"] == {
-        k: v for k, v in rls["microcoder"].items() if k != "preset"}  # the preset name is the difference
+        k: v for k, v in rls["microcoder"].items() if k != "preset"
+    }  # the preset name is the difference
 
 
 def test_paper_setting_and_bad_argument():
@@ -56,9 +58,16 @@ def test_paper_setting_and_bad_argument():
 
 
 def test_overrides_parse_by_type():
-    c = load("--config.rl.rho=0.2", "--config.train.steps=7", "--config.data.prompt_buckets=(64,128)",
-             "--config.train.progress=false", "--config.model.path=/x/y", "--config.rl.decay=cosine",
-             "--config.rl.learning_rate=1", "--config.data.train_files=a.jsonl,b-*.jsonl")
+    c = load(
+        "--config.rl.rho=0.2",
+        "--config.train.steps=7",
+        "--config.data.prompt_buckets=(64,128)",
+        "--config.train.progress=false",
+        "--config.model.path=/x/y",
+        "--config.rl.decay=cosine",
+        "--config.rl.learning_rate=1",
+        "--config.data.train_files=a.jsonl,b-*.jsonl",
+    )
     assert c.rl.rho == 0.2 and c.train.steps == 7 and c.data.prompt_buckets == (64, 128)
     assert c.train.progress is False and c.model.path == "/x/y" and c.rl.decay == "cosine"
     assert c.rl.learning_rate == 1.0 and isinstance(c.rl.learning_rate, float)
@@ -80,19 +89,29 @@ def test_unknown_key_names_the_closest_keys_and_points_to_help():
     assert "train.steps" not in message and len(message) < 300, message
 
 
-@pytest.mark.parametrize("override", ["train.steps=abc", "train.progress=maybe", "train=1", "steps",
-                                      "rl.rho=abc"])
+@pytest.mark.parametrize("override", ["train.steps=abc", "train.progress=maybe", "train=1", "steps", "rl.rho=abc"])
 def test_bad_overrides_are_errors(override):
     with pytest.raises(config_lib.ConfigError):
         load(f"--config.{override}")
 
 
-@pytest.mark.parametrize("override, key", [
-    ("rl.rho=1.5", "rho"), ("temperature.policy=bogus", "policy"), ("model.remat=some", "model.remat"),
-    ("sampling.top_p=0", "sampling.top_p"), ("data.task=other", "data.task"), ("mesh.fsdp=0", "mesh"),
-    ("eval.date_from=yesterday", "eval.date_from"), ("rl.truncation=sometimes", "truncation"),
-    ("eval.files=/no/such/file.jsonl", "eval.files"), ("distributed.initialize=sometimes", "distributed.initialize.*auto, always, never"),
-    ("model.path=/no/such/dir", "model.path"), ("sampling.group_size=1", "sampling.group_size")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("rl.rho=1.5", "rho"),
+        ("temperature.policy=bogus", "policy"),
+        ("model.remat=some", "model.remat"),
+        ("sampling.top_p=0", "sampling.top_p"),
+        ("data.task=other", "data.task"),
+        ("mesh.fsdp=0", "mesh"),
+        ("eval.date_from=yesterday", "eval.date_from"),
+        ("rl.truncation=sometimes", "truncation"),
+        ("eval.files=/no/such/file.jsonl", "eval.files"),
+        ("distributed.initialize=sometimes", "distributed.initialize.*auto, always, never"),
+        ("model.path=/no/such/dir", "model.path"),
+        ("sampling.group_size=1", "sampling.group_size"),
+    ],
+)
 def test_bad_values_are_refused_by_validation(override, key):
     c = load(f"--config.{override}")
     with pytest.raises(config_lib.ConfigError, match=key):
@@ -101,8 +120,13 @@ def test_bad_values_are_refused_by_validation(override, key):
 
 def test_validation_accepts_the_shipped_configs():
     validate(config_lib.demo_config())
-    validate(load(f"--config={PAPER}:qwen3-1.7b,grpo", f"--config.data.train_files={PAPER}",
-                  f"--config.tokenizer.path={config_lib.config_dir()}"))
+    validate(
+        load(
+            f"--config={PAPER}:qwen3-1.7b,grpo",
+            f"--config.data.train_files={PAPER}",
+            f"--config.tokenizer.path={config_lib.config_dir()}",
+        )
+    )
 
 
 def test_unknown_rl_field_is_an_error():
@@ -142,5 +166,8 @@ def test_every_knob_has_a_meaning():
     missing = [k for k, _, meaning in config_lib.all_keys() if not meaning.strip()]
     assert not missing, missing
     assert all(f.metadata.get("meaning", "").strip() for f in dataclasses.fields(RLConfig))
-    assert config_lib.rl_from_run() == {"group_size": "sampling.group_size", "prompts_per_batch": "data.num_prompts",
-                                        "total_steps": "train.steps"}
+    assert config_lib.rl_from_run() == {
+        "group_size": "sampling.group_size",
+        "prompts_per_batch": "data.num_prompts",
+        "total_steps": "train.steps",
+    }

@@ -1,4 +1,5 @@
 """The convert CLI: HF -> Orbax -> HF round trip, training checkpoints, and bad input."""
+
 import glob
 import json
 import os

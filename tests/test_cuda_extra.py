@@ -1,5 +1,6 @@
 """`pip install -e '.[cuda]'` (and `[cuda13]`) pins a CUDA JAX equal to the installed jax: a jax
 upgrade that leaves the pins behind fails here, not on the first GPU machine."""
+
 import configparser
 import os
 
@@ -27,4 +28,5 @@ def test_the_cuda_extras_pin_the_installed_jax():
         pins = [s for s in req.specifier if s.operator == "=="]
         assert pins and all(Version(s.version) == installed for s in pins), (
             f"[{extra}] pins {req.specifier}, the installed jax is {installed}: set jax[{cuda}]=={installed} "
-            "in setup.cfg")
+            "in setup.cfg"
+        )

@@ -4,6 +4,7 @@ contamination, the difficulty band, verify's policy, and the resumable stage run
 Judging here uses a stand-in pool (the real evaluator runs in test_data_pipeline_samples.py), so
 this module needs no subprocesses and runs in seconds.
 """
+
 import base64
 import importlib.util
 import json
@@ -52,19 +53,30 @@ def lcb_rows():
     packed = base64.b64encode(zlib.compress(pickle.dumps(json.dumps(private)))).decode()
     return [
         {
-            "question_title": "t", "question_content": statement("lcbstdin"), "platform": "atcoder",
-            "question_id": "abc100_a", "contest_id": "abc100", "contest_date": "2023-05-06T00:00:00",
-            "starter_code": "", "difficulty": "easy",
+            "question_title": "t",
+            "question_content": statement("lcbstdin"),
+            "platform": "atcoder",
+            "question_id": "abc100_a",
+            "contest_id": "abc100",
+            "contest_date": "2023-05-06T00:00:00",
+            "starter_code": "",
+            "difficulty": "easy",
             "public_test_cases": json.dumps([{"input": "2\n", "output": "3\n", "testtype": "stdin"}]),
-            "private_test_cases": packed, "metadata": "{}",
+            "private_test_cases": packed,
+            "metadata": "{}",
         },
         {
-            "question_title": "f", "question_content": statement("lcbcall"), "platform": "leetcode",
-            "question_id": "3000", "contest_id": "w1", "contest_date": "2024-09-01T00:00:00",
+            "question_title": "f",
+            "question_content": statement("lcbcall"),
+            "platform": "leetcode",
+            "question_id": "3000",
+            "contest_id": "w1",
+            "contest_date": "2024-09-01T00:00:00",
             "starter_code": "class Solution:\n    def f(self, x: int) -> int:\n        ",
             "difficulty": "medium",
             "public_test_cases": json.dumps([{"input": "2", "output": "4", "testtype": "functional"}]),
-            "private_test_cases": "", "metadata": json.dumps({"func_name": "f"}),
+            "private_test_cases": "",
+            "metadata": json.dumps({"func_name": "f"}),
         },
     ]
 
@@ -72,15 +84,23 @@ def lcb_rows():
 def apps_rows():
     return [
         {  # APPS stdin
-            "problem_id": 7, "question": "-----Input-----\n" + statement("appsstdin"), "difficulty": "interview",
+            "problem_id": 7,
+            "question": "-----Input-----\n" + statement("appsstdin"),
+            "difficulty": "interview",
             "input_output": json.dumps({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}),
             "solutions": json.dumps(["a, b = map(int, input().split())\nprint(a + b)\n"]),
-            "starter_code": "", "url": "https://example.org/7",
+            "starter_code": "",
+            "url": "https://example.org/7",
         },
         {  # TACO call-based with no starter code
-            "name": "double", "question": statement("tacocall"), "difficulty": "MEDIUM_HARD", "source": "codewars",
+            "name": "double",
+            "question": statement("tacocall"),
+            "difficulty": "MEDIUM_HARD",
+            "source": "codewars",
             "input_output": {"inputs": [[1], [5]], "outputs": [[2], [10]], "fn_name": "double"},
-            "solutions": ["def double(x):\n    return 2 * x\n"], "starter_code": "", "date": "2019-03-01",
+            "solutions": ["def double(x):\n    return 2 * x\n"],
+            "starter_code": "",
+            "date": "2019-03-01",
         },
     ]
 
@@ -91,37 +111,69 @@ def codecontests_rows():
 
     return [
         {
-            "name": "1500_A. Sum", "description": statement("ccsum"),
-            "public_tests": tests([("1 2\n", "3\n")]), "private_tests": tests([("5 5\n", "10\n")]),
-            "generated_tests": tests([("0 0\n", "0\n")]), "source": 2, "difficulty": 7, "cf_rating": 2400,
-            "solutions": {"language": [2, 3, 1],
-                          "solution": ["int main(){}", "print(sum(map(int, input().split())))", "print 1"]},
-            "time_limit": {"seconds": 2, "nanos": 500000000}, "memory_limit_bytes": 256 << 20,
-            "input_file": "", "output_file": "", "cf_tags": ["math"],
+            "name": "1500_A. Sum",
+            "description": statement("ccsum"),
+            "public_tests": tests([("1 2\n", "3\n")]),
+            "private_tests": tests([("5 5\n", "10\n")]),
+            "generated_tests": tests([("0 0\n", "0\n")]),
+            "source": 2,
+            "difficulty": 7,
+            "cf_rating": 2400,
+            "solutions": {
+                "language": [2, 3, 1],
+                "solution": ["int main(){}", "print(sum(map(int, input().split())))", "print 1"],
+            },
+            "time_limit": {"seconds": 2, "nanos": 500000000},
+            "memory_limit_bytes": 256 << 20,
+            "input_file": "",
+            "output_file": "",
+            "cf_tags": ["math"],
         },
         {
-            "name": "1500_B. Empty", "description": statement("ccempty"),
-            "public_tests": tests([]), "private_tests": tests([]), "generated_tests": tests([]),
-            "source": 2, "difficulty": 8, "cf_rating": 0,
-            "solutions": {"language": [], "solution": []}, "time_limit": None, "memory_limit_bytes": 0,
-            "input_file": "", "output_file": "", "cf_tags": [],
+            "name": "1500_B. Empty",
+            "description": statement("ccempty"),
+            "public_tests": tests([]),
+            "private_tests": tests([]),
+            "generated_tests": tests([]),
+            "source": 2,
+            "difficulty": 8,
+            "cf_rating": 0,
+            "solutions": {"language": [], "solution": []},
+            "time_limit": None,
+            "memory_limit_bytes": 0,
+            "input_file": "",
+            "output_file": "",
+            "cf_tags": [],
         },
     ]
 
 
 def deepcoder_rows():
     return [
-        {"problem": "Solve the following coding problem using the programming language python:\n\n" + statement("dclcb")
-         + "\n\nThe input will be given via stdin and the output should be printed to stdout by your code.\n\n"
-           "Now solve the problem by providing the code.",
-         "tests": json.dumps([{"input": "1\n", "output": "1\n", "testtype": "stdin"}]), "metadata": "{}"},
-        {"problem": statement("dcprime"),
-         "tests": json.dumps([{"type": "function_call", "fn_name": "inc", "input": [1], "output": [2]},
-                              {"type": "function_call", "fn_name": "inc", "input": [4], "output": [5]}])},
+        {
+            "problem": "Solve the following coding problem using the programming language python:\n\n"
+            + statement("dclcb")
+            + "\n\nThe input will be given via stdin and the output should be printed to stdout by your code.\n\n"
+            "Now solve the problem by providing the code.",
+            "tests": json.dumps([{"input": "1\n", "output": "1\n", "testtype": "stdin"}]),
+            "metadata": "{}",
+        },
+        {
+            "problem": statement("dcprime"),
+            "tests": json.dumps(
+                [
+                    {"type": "function_call", "fn_name": "inc", "input": [1], "output": [2]},
+                    {"type": "function_call", "fn_name": "inc", "input": [4], "output": [5]},
+                ]
+            ),
+        },
         {"problem": statement("dctaco"), "tests": json.dumps({"inputs": ["2\n"], "outputs": ["4\n"]})},
-        {"problem": statement("dcfunc"),
-         "tests": json.dumps([{"input": "[1, 2]\n3", "output": "6", "testtype": "functional",
-                               "metadata": {"func_name": "total"}}])},
+        {
+            "problem": statement("dcfunc"),
+            "tests": json.dumps(
+                [{"input": "[1, 2]\n3", "output": "6", "testtype": "functional", "metadata": {"func_name": "total"}}]
+            ),
+        },
         {"problem": statement("dcliteral"), "tests": str([{"type": "stdin_stdout", "input": "1\n", "output": "2\n"}])},
         {"problem": statement("dcbad"), "tests": json.dumps([{"type": "weird", "input": "1", "output": "2"}])},
     ]
@@ -247,8 +299,10 @@ def test_deepcoder_shapes(dumps):
     assert lcb.question_id.startswith("dc/sha1-")  # stable id from the statement
     with pytest.raises(ValueError, match="unknown test type"):
         process.to_problem(records[5])
-    no_name = {**records[3], "row": {**records[3]["row"], "tests": json.dumps([{"input": "1", "output": "1",
-                                                                                 "testtype": "functional"}])}}
+    no_name = {
+        **records[3],
+        "row": {**records[3]["row"], "tests": json.dumps([{"input": "1", "output": "1", "testtype": "functional"}])},
+    }
     with pytest.raises(ValueError, match="need a func_name"):
         process.to_problem(no_name)
 
@@ -285,7 +339,12 @@ def test_unreadable_file_and_missing_source(tmp_path):
 
 def test_difficulty_and_dates():
     assert [process.normalize_difficulty(x) for x in ("introductory", "EASY", "VERY_HARD", 2, "?")] == [
-        "easy", "easy", "hard", "medium", ""]
+        "easy",
+        "easy",
+        "hard",
+        "medium",
+        "",
+    ]
     assert process.normalize_difficulty("A", rating=1000) == "easy"
     assert process.parse_date("2024-08-01T00:00:00").isoformat() == "2024-08-01"
     assert process.parse_date("March 3, 2021").isoformat() == "2021-03-03"
@@ -455,8 +514,13 @@ def test_difficulty_band_live_fn_fills_cache(tmp_path):
 def test_pass_rate_fn_from_generate():
     def generate(problems, k):
         # p0: every answer passes; p1: one of four; the rest have no program at all.
-        return [f"```python\n{'OK' if p.question_id == 'p0' or (p.question_id == 'p1' and j == 0) else 'x'}\n```"
-                if p.question_id in ("p0", "p1") else "no code here" for p in problems for j in range(k)]
+        return [
+            f"```python\n{'OK' if p.question_id == 'p0' or (p.question_id == 'p1' and j == 0) else 'x'}\n```"
+            if p.question_id in ("p0", "p1")
+            else "no code here"
+            for p in problems
+            for j in range(k)
+        ]
 
     fn = filters.pass_rate_fn_from_generate(generate, FakePool(), num_samples=4)
     assert fn([make("p0"), make("p1"), make("p2")]) == [1.0, 0.25, 0.0]
@@ -470,8 +534,12 @@ def test_filter_problems_counts_each_rule(tmp_path):
     with open(cfg.difficulty.pass_rate_cache, "w") as f:
         f.write(json.dumps({"question_id": "solved", "pass_rate": 1.0}) + "\n")
     problems = [
-        make("keep"), make("dup", statement("keep")), make("few", n_tests=1),
-        make("late", contest_date="2025-01-10"), make("leak", statement("evalset")), make("solved"),
+        make("keep"),
+        make("dup", statement("keep")),
+        make("few", n_tests=1),
+        make("late", contest_date="2025-01-10"),
+        make("leak", statement("evalset")),
+        make("solved"),
     ]
     kept, counts, removed = filters.filter_problems(problems, cfg, eval_problems=[make("e", statement("evalset"))])
     assert [p.question_id for p in kept] == ["keep"]
@@ -504,8 +572,7 @@ def test_verify_policies():
     cfg = load_cfg().verify
 
     def problems():
-        return [make("good", solutions=["bad", "OK"]), make("bad", solutions=["bad"]),
-                make("none")]
+        return [make("good", solutions=["bad", "OK"]), make("bad", solutions=["bad"]), make("none")]
 
     kept, counts, failures = verify.verify_problems(problems(), cfg, FakePool())
     assert [p.question_id for p in kept] == ["good", "none"]

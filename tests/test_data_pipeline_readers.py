@@ -1,6 +1,7 @@
 """The readers of real dataset layouts (one small fixture of each shape, our own text) and the
 drop accounting: every dropped row counted by stage, source and reason, in the stage records and
 report.md, one warning line per (source, reason), and `limit=` stopping the scan."""
+
 import json
 import logging
 import os
@@ -13,10 +14,14 @@ from microcoder_jax.data.pipeline.readers import parse_solutions
 from test_data_pipeline import load_cfg, statement
 
 STARTER = "class Solution:\n    def pairSum(self, nums: List[int], k: int) -> int:\n        "
-REFERENCE = ("class Solution:\n    def pairSum(self, nums: List[int], k: int) -> int:\n"
-             "        return sum(1 for i in range(len(nums)) for j in range(i) if nums[i] + nums[j] == k)\n")
-CHECK = ("def check(candidate):\n    assert candidate(nums = [1, 2, 3], k = 4) == 1\n"
-         "    assert candidate([2, 2, 2], 4) == 3\n")
+REFERENCE = (
+    "class Solution:\n    def pairSum(self, nums: List[int], k: int) -> int:\n"
+    "        return sum(1 for i in range(len(nums)) for j in range(i) if nums[i] + nums[j] == k)\n"
+)
+CHECK = (
+    "def check(candidate):\n    assert candidate(nums = [1, 2, 3], k = 4) == 1\n"
+    "    assert candidate([2, 2, 2], 4) == 3\n"
+)
 
 
 def record(row, fmt=None, source="s"):
@@ -32,52 +37,76 @@ def read(row, fmt=None):
 
 
 def test_rllm_livecodebench_call_row_takes_func_name_from_starter_code():
-    row = {"problem": statement("pairs"), "starter_code": STARTER,
-           "tests": [{"input": "[1, 3]\n4", "output": "1", "testtype": "functional"}]}
+    row = {
+        "problem": statement("pairs"),
+        "starter_code": STARTER,
+        "tests": [{"input": "[1, 3]\n4", "output": "1", "testtype": "functional"}],
+    }
     p = read(row)
     assert collect.detect_format(row) == "deepcoder"
     assert p.func_name == "pairSum" and p.metadata["func_name_from_starter"] and p.tests[0].kind == "functional"
 
 
-@pytest.mark.parametrize("solutions, programs", [
-    ("n = int(input())\nprint(n + 1)\n", ["n = int(input())\nprint(n + 1)\n"]),  # one program as text
-    (["print(1)", "print(2)"], ["print(1)", "print(2)"]),
-    (json.dumps(["print(1)"]), ["print(1)"]),
-    ("['print(1)', \"print('x')\"]", ["print(1)", "print('x')"]),  # a Python literal
-    ("{'language': [1, 3], 'solution': ['print 1', 'print(1)']}", ["print(1)"]),  # CodeContests, Python 3 only
-])
+@pytest.mark.parametrize(
+    "solutions, programs",
+    [
+        ("n = int(input())\nprint(n + 1)\n", ["n = int(input())\nprint(n + 1)\n"]),  # one program as text
+        (["print(1)", "print(2)"], ["print(1)", "print(2)"]),
+        (json.dumps(["print(1)"]), ["print(1)"]),
+        ("['print(1)', \"print('x')\"]", ["print(1)", "print('x')"]),  # a Python literal
+        ("{'language': [1, 3], 'solution': ['print 1', 'print(1)']}", ["print(1)"]),  # CodeContests, Python 3 only
+    ],
+)
 def test_solutions_in_every_shape(solutions, programs):
-    row = {"problem_id": 1, "question": statement("sol"), "solutions": solutions,
-           "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["2\n"]})}
+    row = {
+        "problem_id": 1,
+        "question": statement("sol"),
+        "solutions": solutions,
+        "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["2\n"]}),
+    }
     p = read(row)
     assert p.solutions == programs and len(p.tests) == 1 and "solutions_unreadable" not in p.metadata
 
 
 def test_bad_solutions_field_keeps_the_tests():
-    row = {"problem_id": 2, "question": statement("badsol"), "solutions": "['print(1)', ",
-           "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["2\n"]})}
+    row = {
+        "problem_id": 2,
+        "question": statement("badsol"),
+        "solutions": "['print(1)', ",
+        "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["2\n"]}),
+    }
     p = read(row)
     assert p.solutions == [] and p.metadata["solutions_unreadable"] and len(p.tests) == 1
     assert parse_solutions(42) == ([], False)
 
 
 def test_rllm_codeforces_test_cases():
-    row = {"problem": statement("cf") + "\n\nTime Limit: 1000 ms\n",
-           "test_cases": [{"input": "2\n1 9\n8 4", "output": "1 9\n4 8"}]}
+    row = {
+        "problem": statement("cf") + "\n\nTime Limit: 1000 ms\n",
+        "test_cases": [{"input": "2\n1 9\n8 4", "output": "1 9\n4 8"}],
+    }
     p = read(row)
     assert collect.detect_format(row) == "deepcoder" and not p.call_based
     assert [(t.input, t.output) for t in p.tests] == [("2\n1 9\n8 4", "1 9\n4 8")]
 
 
 def test_stringified_codecontests_row():
-    row = {"name": "brackets", "problem": statement("brk"),
-           "public_tests": "{'input': ['2\\n()\\n)(\\n'], 'output': ['YES\\nNO\\n']}",
-           "private_tests": "{'input': [], 'output': []}",
-           "generated_tests": "{'input': ['1\\n(\\n'], 'output': ['NO\\n']}",
-           "source": "2", "difficulty": "7", "cf_rating": "0", "cf_tags": "['strings']",
-           "solutions": "{'language': [3], 'solution': ['print(1)']}",
-           "time_limit": "{'seconds': 2, 'nanos': 0}", "memory_limit_bytes": "256000000",
-           "input_file": "", "output_file": ""}
+    row = {
+        "name": "brackets",
+        "problem": statement("brk"),
+        "public_tests": "{'input': ['2\\n()\\n)(\\n'], 'output': ['YES\\nNO\\n']}",
+        "private_tests": "{'input': [], 'output': []}",
+        "generated_tests": "{'input': ['1\\n(\\n'], 'output': ['NO\\n']}",
+        "source": "2",
+        "difficulty": "7",
+        "cf_rating": "0",
+        "cf_tags": "['strings']",
+        "solutions": "{'language': [3], 'solution': ['print(1)']}",
+        "time_limit": "{'seconds': 2, 'nanos': 0}",
+        "memory_limit_bytes": "256000000",
+        "input_file": "",
+        "output_file": "",
+    }
     p = read(row)
     assert collect.detect_format(row) == "codecontests" and p.question_id == "s/brackets"
     assert [t.output for t in p.tests] == ["YES\nNO\n", "NO\n"] and p.platform == "codeforces"
@@ -92,30 +121,53 @@ def test_codecontests_intermediate_row():
 
 
 def test_leetcode_literal_asserts_become_functional_tests():
-    row = {"task_id": "pair-sum", "question_id": 9001, "difficulty": "Easy", "problem_description": statement("lc"),
-           "starter_code": STARTER, "entry_point": "Solution().pairSum", "prompt": "from typing import *\n",
-           "test": CHECK, "completion": REFERENCE, "estimated_date": "2021-07-01"}
+    row = {
+        "task_id": "pair-sum",
+        "question_id": 9001,
+        "difficulty": "Easy",
+        "problem_description": statement("lc"),
+        "starter_code": STARTER,
+        "entry_point": "Solution().pairSum",
+        "prompt": "from typing import *\n",
+        "test": CHECK,
+        "completion": REFERENCE,
+        "estimated_date": "2021-07-01",
+    }
     p = read(row)
     assert collect.detect_format(row) == "leetcode" and p.func_name == "pairSum"
-    assert [(t.input, t.output, t.kind) for t in p.tests] == [("[1, 2, 3]\n4", "1", "functional"),
-                                                              ("[2, 2, 2]\n4", "3", "functional")]
+    assert [(t.input, t.output, t.kind) for t in p.tests] == [
+        ("[1, 2, 3]\n4", "1", "functional"),
+        ("[2, 2, 2]\n4", "3", "functional"),
+    ]
     assert p.solutions == [REFERENCE] and p.contest_date == "2021-07-01" and p.difficulty == "easy"
 
 
 def test_leetcode_helper_asserts_stay_assert_tests():
     helpers = "from typing import *\n\ndef as_list(n):\n    return [1] * n\n"
-    row = {"task_id": "ones", "starter_code": STARTER, "entry_point": "Solution().pairSum", "prompt": helpers,
-           "test": "def check(candidate):\n    assert candidate(as_list(3), 2) == 3\n", "completion": REFERENCE}
+    row = {
+        "task_id": "ones",
+        "starter_code": STARTER,
+        "entry_point": "Solution().pairSum",
+        "prompt": helpers,
+        "test": "def check(candidate):\n    assert candidate(as_list(3), 2) == 3\n",
+        "completion": REFERENCE,
+    }
     p = read(row)
     assert [t.kind for t in p.tests] == ["assert"] and p.metadata["assert_tests"]
     assert "def as_list" in p.tests[0].input and "def check" in p.tests[0].input
 
 
 def test_rllm_leetcode_row_and_entry_point_mismatch():
-    problem = ("Please solve the programming task below using a self-contained code snippet in a markdown code "
-               f"block.\n\n{statement('rl')}\n\u00a0\nPlease complete the following python code precisely:\n"
-               f"```python\n{STARTER.rstrip()}\n```")
-    row = {"problem": problem, "completion": REFERENCE, "tests": {"functional": CHECK + "\n\ncheck(Solution().pairSum)"}}
+    problem = (
+        "Please solve the programming task below using a self-contained code snippet in a markdown code "
+        f"block.\n\n{statement('rl')}\n\u00a0\nPlease complete the following python code precisely:\n"
+        f"```python\n{STARTER.rstrip()}\n```"
+    )
+    row = {
+        "problem": problem,
+        "completion": REFERENCE,
+        "tests": {"functional": CHECK + "\n\ncheck(Solution().pairSum)"},
+    }
     p = read(row)
     assert p.func_name == "pairSum" and p.starter_code.startswith("class Solution") and len(p.tests) == 2
     assert p.question_content == statement("rl")
@@ -138,20 +190,28 @@ def folders(tmp_path):
     good.mkdir(parents=True)
     (good / "question.txt").write_text(statement("appsdir"))
     (good / "input_output.json").write_text(json.dumps({"inputs": ["2\n", "-1\n"], "outputs": ["4\n", "neg\n"]}))
-    (good / "solutions.json").write_text(json.dumps(["n = int(input())\nif n < 0:\n    print('neg')\n    return\n"
-                                                      "print(2 * n)\n"]))
+    (good / "solutions.json").write_text(
+        json.dumps(["n = int(input())\nif n < 0:\n    print('neg')\n    return\nprint(2 * n)\n"])
+    )
     (good / "metadata.json").write_text(json.dumps({"difficulty": "interview", "url": "https://example.org/1"}))
     (tmp_path / "apps" / "train" / "0002").mkdir()
     (tmp_path / "apps" / "train" / "0002" / "question.txt").write_text(statement("appsnotests"))
     kattis = tmp_path / "kattis" / "addtwo"
-    for sub in ("problem_statement", "data/sample", "data/secret/group1", "submissions/accepted",
-                "submissions/wrong_answer"):
+    for sub in (
+        "problem_statement",
+        "data/sample",
+        "data/secret/group1",
+        "submissions/accepted",
+        "submissions/wrong_answer",
+    ):
         (kattis / sub).mkdir(parents=True)
     (kattis / "problem.yaml").write_text("name: Add Two\nsource: Our Contest\nlimits:\n  time_limit: 2\n")
     (kattis / "README.md").write_text("This folder was exported by a tool; see the package format documentation.")
     (kattis / "problem_statement" / "problem.en.tex").write_text(
-        "\\problemname{Add Two}\n% a comment\nRead $n$ and print $n+2$. " + statement("kattis")
-        + "\n\\section*{Input}\nOne integer.\n\\section*{Output}\nThe \\emph{sum}.\n")
+        "\\problemname{Add Two}\n% a comment\nRead $n$ and print $n+2$. "
+        + statement("kattis")
+        + "\n\\section*{Input}\nOne integer.\n\\section*{Output}\nThe \\emph{sum}.\n"
+    )
     (kattis / "data" / "sample" / "1.in").write_text("1\n")
     (kattis / "data" / "sample" / "1.ans").write_text("3\n")
     (kattis / "data" / "secret" / "group1" / "2.in").write_text("5\n")
@@ -203,11 +263,20 @@ PROCESS_DROPS = {
     "no_tests": {"problem": statement("nt"), "tests": []},
     "bad_tests": {"problem": statement("bt"), "tests": "[{'input': '1'"},
     "no_func_name": {"problem": statement("nf"), "tests": [{"input": "1", "output": "1", "testtype": "functional"}]},
-    "entry_point_mismatch": {"starter_code": STARTER, "entry_point": "Solution().other", "test": CHECK,
-                             "completion": REFERENCE},
-    "mixed_test_kinds": {"problem": statement("mx"), "metadata": {"func_name": "f"},
-                         "tests": [{"input": "1", "output": "1", "testtype": "stdin"},
-                                   {"input": "1", "output": "1", "testtype": "functional"}]},
+    "entry_point_mismatch": {
+        "starter_code": STARTER,
+        "entry_point": "Solution().other",
+        "test": CHECK,
+        "completion": REFERENCE,
+    },
+    "mixed_test_kinds": {
+        "problem": statement("mx"),
+        "metadata": {"func_name": "f"},
+        "tests": [
+            {"input": "1", "output": "1", "testtype": "stdin"},
+            {"input": "1", "output": "1", "testtype": "functional"},
+        ],
+    },
     "no_id": {"problem": "", "public_tests": {"input": ["1\n"], "output": ["1\n"]}},
     "malformed": _ours("bad", tests=[{"input": "1\n", "output": "1\n", "weight": 2}]),
 }
@@ -215,8 +284,13 @@ PROCESS_DROPS = {
 
 @pytest.fixture()
 def drop_dump(tmp_path):
-    rows = [json.dumps(_ours("keep")), json.dumps(_ours("keep")),  # the second: duplicate_id
-            "{broken", "[1, 2]", json.dumps({"unrelated": True})]  # invalid_json, not_an_object, unknown_format
+    rows = [
+        json.dumps(_ours("keep")),
+        json.dumps(_ours("keep")),  # the second: duplicate_id
+        "{broken",
+        "[1, 2]",
+        json.dumps({"unrelated": True}),
+    ]  # invalid_json, not_an_object, unknown_format
     rows += [json.dumps(r) for r in PROCESS_DROPS.values()]
     (tmp_path / "rows.jsonl").write_text("\n".join(rows) + "\n")
     folders = tmp_path / "folders"
@@ -274,8 +348,10 @@ def test_kattis_custom_validation_needs_a_checker(folders):
     package = folders / "kattis" / "addtwo"
     (package / "problem.yaml").write_text("name: Add Two\nvalidation: custom\n")
     (package / ".timelimit").write_text("3\n")
-    (p,) = [process.to_problem(r) for r in collect.iter_source({"name": "kt", "path": str(folders / "kattis"),
-                                                                "format": "dir"}, {})]
+    (p,) = [
+        process.to_problem(r)
+        for r in collect.iter_source({"name": "kt", "path": str(folders / "kattis"), "format": "dir"}, {})
+    ]
     assert p.metadata["custom_validation"] and p.metadata["time_limit"] == 3.0
     _, counts, _ = filters.filter_problems([p], load_cfg().filter)
     assert counts == {"multi_answer_no_checker": 1}

@@ -1,6 +1,7 @@
 """The bundled sample problems under the real evaluator: every reference solution passes, a
 program that only knows the first expected answer fails, and the verify stage drops a problem
 whose tests disagree with its reference."""
+
 import copy
 import json
 import os
@@ -13,8 +14,9 @@ from microcoder_jax.data.problems import load_problems
 
 from test_data_pipeline import load_cfg
 
-SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "microcoder_jax", "data", "samples", "problems.jsonl")
+SAMPLES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "microcoder_jax", "data", "samples", "problems.jsonl"
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +36,10 @@ def first_answer_only(problem) -> str:
     """A wrong program that prints (or returns) the first test's expected output for every input."""
     expected = problem.tests[0].output
     if problem.call_based:
-        return (f"import json\nclass Solution:\n    def {problem.func_name}(self, *args):\n"
-                f"        return json.loads({expected!r})\n")
+        return (
+            f"import json\nclass Solution:\n    def {problem.func_name}(self, *args):\n"
+            f"        return json.loads({expected!r})\n"
+        )
     return f"import sys\nsys.stdin.read()\nsys.stdout.write({expected!r})\n"
 
 
@@ -51,8 +55,9 @@ def test_samples_are_well_formed(samples):
 
 
 def test_references_pass_and_wrong_programs_fail(samples, pool):
-    results = pool.judge(samples + samples,
-                         [process.solutions_of(p)[0] for p in samples] + [first_answer_only(p) for p in samples])
+    results = pool.judge(
+        samples + samples, [process.solutions_of(p)[0] for p in samples] + [first_answer_only(p) for p in samples]
+    )
     right, wrong = results[:24], results[24:]
     failed = [(p.question_id, r.verdict, r.reason) for p, r in zip(samples, right) if not r.passed]
     assert not failed
@@ -88,19 +93,39 @@ def test_verify_runs_apps_references_and_assert_tests_as_their_datasets_do(pool)
     tests need its helpers runs as an assert test: its reference passes, a wrong one fails."""
     from test_data_pipeline_readers import REFERENCE, STARTER
 
-    apps = process.to_problem({"source": "apps", "format": "apps", "origin": "", "row": {
-        "problem_id": 1, "question": "Double n, or print neg for a negative n. " * 3,
-        "input_output": json.dumps({"inputs": ["2\n", "-1\n"], "outputs": ["4\n", "neg\n"]}),
-        "solutions": json.dumps(["n = int(input())\nif n < 0:\n    print('neg')\n    return\nprint(2 * n)\n"])}})
+    apps = process.to_problem(
+        {
+            "source": "apps",
+            "format": "apps",
+            "origin": "",
+            "row": {
+                "problem_id": 1,
+                "question": "Double n, or print neg for a negative n. " * 3,
+                "input_output": json.dumps({"inputs": ["2\n", "-1\n"], "outputs": ["4\n", "neg\n"]}),
+                "solutions": json.dumps(["n = int(input())\nif n < 0:\n    print('neg')\n    return\nprint(2 * n)\n"]),
+            },
+        }
+    )
     helpers = "def as_list(n):\n    return [1] * n\n"
-    leet = process.to_problem({"source": "lc", "format": "leetcode", "origin": "", "row": {
-        "task_id": "ones", "starter_code": STARTER, "entry_point": "Solution().pairSum", "prompt": helpers,
-        "test": "def check(candidate):\n    assert candidate(as_list(3), 2) == 3\n    assert candidate([1], 2) == 0\n",
-        "completion": REFERENCE}})
+    leet = process.to_problem(
+        {
+            "source": "lc",
+            "format": "leetcode",
+            "origin": "",
+            "row": {
+                "task_id": "ones",
+                "starter_code": STARTER,
+                "entry_point": "Solution().pairSum",
+                "prompt": helpers,
+                "test": "def check(candidate):\n    assert candidate(as_list(3), 2) == 3\n    assert candidate([1], 2) == 0\n",
+                "completion": REFERENCE,
+            },
+        }
+    )
     wrong = REFERENCE.replace("== k", "!= k")
     apps_ok, plain, leet_ok, leet_wrong = pool.judge(
-        [apps, _without_harness(apps), leet, leet],
-        [apps.solutions[0], apps.solutions[0], leet.solutions[0], wrong])
+        [apps, _without_harness(apps), leet, leet], [apps.solutions[0], apps.solutions[0], leet.solutions[0], wrong]
+    )
     assert apps_ok.passed and plain.verdict == "compile_error"
     assert leet.tests[0].kind == "assert" and leet_ok.passed and leet_wrong.verdict == "wrong_answer"
 

@@ -1,5 +1,6 @@
 """benchmarks/device_check.py: the peak table, the budget, and its --smoke run on CPU (so the one
 script meant for a GPU machine cannot rot while no GPU is at hand)."""
+
 import json
 import os
 import subprocess
@@ -38,8 +39,13 @@ def test_the_smoke_run_measures_every_section(tmp_path):
     their reason, and train, decode and the judge each give a number."""
     out = tmp_path / "check.json"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    run = subprocess.run([sys.executable, SCRIPT, "--smoke", "--budget-s", "300", "--out", str(out)],
-                         capture_output=True, text=True, env=env, timeout=600)
+    run = subprocess.run(
+        [sys.executable, SCRIPT, "--smoke", "--budget-s", "300", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = {(r["section"], r["name"].split(":")[-1].strip()): r for r in json.loads(out.read_text())["rows"]}
     tests = rows[("tests", "pytest -m accelerator")]

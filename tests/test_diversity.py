@@ -1,4 +1,5 @@
 """Diversity metrics against brute-force n-gram counting on small hand-made and random batches."""
+
 import math
 
 import numpy as np
@@ -9,11 +10,11 @@ from microcoder_jax.sampling.diversity import diversity_metrics
 
 def _brute(tokens, lengths, group_size, n):
     rows = [list(map(int, t[:l])) for t, l in zip(tokens, lengths)]
-    grams = [[tuple(r[i:i + n]) for i in range(len(r) - n + 1)] for r in rows]
+    grams = [[tuple(r[i : i + n]) for i in range(len(r) - n + 1)] for r in rows]
     within = [len(set(g)) / len(g) for g in grams if g]
     across = []
     for start in range(0, len(rows), group_size):
-        pooled = [x for g in grams[start:start + group_size] for x in g]
+        pooled = [x for g in grams[start : start + group_size] for x in g]
         if pooled:
             across.append(len(set(pooled)) / len(pooled))
     mean = lambda xs: float(np.mean(xs)) if xs else float("nan")

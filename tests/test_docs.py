@@ -1,5 +1,6 @@
 """Every doc links only to files inside the repository that exist, and to headings that exist in them;
 the README links the method, benchmark and architecture documents."""
+
 import glob
 import os
 import re
@@ -7,8 +8,13 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = sorted({os.path.relpath(p, ROOT) for pattern in ("*.md", "docs/*.md", "docs/**/*.md")
-               for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)})
+DOCS = sorted(
+    {
+        os.path.relpath(p, ROOT)
+        for pattern in ("*.md", "docs/*.md", "docs/**/*.md")
+        for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)
+    }
+)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 

@@ -1,4 +1,5 @@
 """pass@k, grouping by difficulty/platform, the date window, the table."""
+
 import itertools
 import math
 
@@ -31,8 +32,11 @@ def _p(qid, difficulty, platform, date):
 
 
 def test_summarize_groups_and_table():
-    problems = [_p("a", "easy", "atcoder", "2024-08-01"), _p("b", "hard", "leetcode", "2024-09-01"),
-                _p("c", "easy", "leetcode", "2025-01-01T00:00:00")]
+    problems = [
+        _p("a", "easy", "atcoder", "2024-08-01"),
+        _p("b", "hard", "leetcode", "2024-09-01"),
+        _p("c", "easy", "leetcode", "2025-01-01T00:00:00"),
+    ]
     passes = [[True, False], [False, False], [True, True]]
     report = ev.summarize(problems, passes)
     assert report["samples_per_problem"] == 2

@@ -2,6 +2,7 @@
 cgroup.kill) on a real v2 mount where we may write one, and the limits (memory.max, pids.max,
 memory.events) against a fake cgroupfs tree where the kernel gives v2 no controllers (here: a
 hybrid host whose memory and pids sit on v1 hierarchies)."""
+
 import os
 import time
 
@@ -11,11 +12,19 @@ from microcoder_jax.evaluator import cgroups
 
 # A new group's files: what is only read, with the kernel's first contents; the knobs the judge
 # writes, empty (a plain file is not truncated by a write, a kernel knob is replaced whole).
-INTERFACE = {"cgroup.procs": "", "cgroup.controllers": "", "cgroup.subtree_control": "",
-             "cgroup.events": "populated 0\nfrozen 0\n", "cgroup.kill": "", "memory.max": "",
-             "memory.swap.max": "", "memory.oom.group": "", "pids.max": "",
-             "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n",
-             "cpu.stat": "usage_usec 0\nuser_usec 0\nsystem_usec 0\n"}
+INTERFACE = {
+    "cgroup.procs": "",
+    "cgroup.controllers": "",
+    "cgroup.subtree_control": "",
+    "cgroup.events": "populated 0\nfrozen 0\n",
+    "cgroup.kill": "",
+    "memory.max": "",
+    "memory.swap.max": "",
+    "memory.oom.group": "",
+    "pids.max": "",
+    "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n",
+    "cpu.stat": "usage_usec 0\nuser_usec 0\nsystem_usec 0\n",
+}
 
 
 def _real_v2_mount():
@@ -116,7 +125,11 @@ def test_v2_limits_oom_and_removal_on_a_fake_tree(tmp_path, monkeypatch):
     test = os.path.join(parent, "t")
     read = lambda name: open(os.path.join(test, name)).read()  # noqa: E731
     assert (read("memory.max"), read("memory.swap.max"), read("memory.oom.group"), read("pids.max")) == (
-        str(256 << 20), "0", "1", "32")
+        str(256 << 20),
+        "0",
+        "1",
+        "32",
+    )
     for fd in procs:
         os.close(fd)
     with open(os.path.join(test, "cpu.stat"), "w") as f:  # what the kernel would have counted
@@ -126,8 +139,11 @@ def test_v2_limits_oom_and_removal_on_a_fake_tree(tmp_path, monkeypatch):
     assert cgroups.cpu_seconds(groups) == 1.5
     killed = []
     real_set = cgroups._set
-    monkeypatch.setattr(cgroups, "_set", lambda fd, name, value, optional=False: (
-        killed.append((name, value)), real_set(fd, name, value, optional))[1])
+    monkeypatch.setattr(
+        cgroups,
+        "_set",
+        lambda fd, name, value, optional=False: (killed.append((name, value)), real_set(fd, name, value, optional))[1],
+    )
     measured = cgroups.finish_test(groups)
     assert measured == {"cpu": 1.5, "oom": True}
     assert ("cgroup.kill", 1) in killed  # the whole group killed at once

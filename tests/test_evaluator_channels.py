@@ -2,6 +2,7 @@
 the host: each tries it, fails, and leaves nothing behind (kernel objects, files, sockets,
 processes). Where this kernel or user is refused the isolation a channel needs, the test is
 skipped with the reason."""
+
 import ctypes
 import os
 import socket
@@ -23,8 +24,9 @@ pytestmark = pytest.mark.skipif(not LINUX, reason="these channels are closed by 
 @pytest.fixture(scope="module")
 def pool():
     # One server: every program below is forked from the same process, one after another.
-    with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=6.0,
-                       max_processes=64) as p:
+    with EvaluatorPool(
+        workers=1, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=6.0, max_processes=64
+    ) as p:
         yield p
 
 
@@ -150,13 +152,29 @@ def test_no_judge_file_path_or_result_is_visible(tmp_path):
         f"seen += sorted(set(os.listdir('/')) - {allowed!r})\n"
         "print(6 if not seen else seen)"
     )
-    solutions.write_text("\n".join(__import__("json").dumps({"question_id": "six", "code": c})
-                                   for c in (hostile, hostile)) + "\n")
+    solutions.write_text(
+        "\n".join(__import__("json").dumps({"question_id": "six", "code": c}) for c in (hostile, hostile)) + "\n"
+    )
     with EvaluatorPool(workers=1) as probe:
         if not probe.isolation["minimal_root"]:
             pytest.skip("no minimal root here (mount namespaces or pivot_root refused)")
-    assert evaluate.main(["--problems", str(problems), "--solutions", str(solutions), "--out", str(out),
-                          "--workers", "1", "--timeout", "1"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--problems",
+                str(problems),
+                "--solutions",
+                str(solutions),
+                "--out",
+                str(out),
+                "--workers",
+                "1",
+                "--timeout",
+                "1",
+            ]
+        )
+        == 0
+    )
     rows = [__import__("json").loads(line) for line in out.read_text().splitlines()]
     assert [r["verdict"] for r in rows] == ["passed", "passed"], [r["reason"] for r in rows]
 
@@ -204,9 +222,11 @@ def test_no_scratch_survives_a_test(pool):
     needs(pool, "private_tmp")
     tag = uuid.uuid4().hex[:12]
     # Writes a file into every directory it can write to, anywhere; the next program looks for them.
-    places = ("import os\ndef places():\n    yield '/'\n    yield from (os.path.join('/', d) for d in os.listdir('/'))\n"
-              "    for top in ('/tmp', '/dev/shm', os.getcwd()):\n"
-              "        for here, dirs, files in os.walk(top):\n            yield here\n")
+    places = (
+        "import os\ndef places():\n    yield '/'\n    yield from (os.path.join('/', d) for d in os.listdir('/'))\n"
+        "    for top in ('/tmp', '/dev/shm', os.getcwd()):\n"
+        "        for here, dirs, files in os.walk(top):\n            yield here\n"
+    )
     litter = places + (
         f"for here in places():\n    try:\n        open(os.path.join(here, '.mcj-{tag}'), 'w').write('x')\n"
         "    except OSError:\n        pass\n"
@@ -257,16 +277,20 @@ def test_memory_limit_is_resident_memory_not_address_space(pool):
     needs(pool, "cgroup")
     if "memory" not in pool.isolation["cgroup_controllers"]:
         pytest.skip("no memory controller")
-    threads = ("import _thread, time\nlock, done = _thread.allocate_lock(), []\n"  # 40 x 8 MiB stacks
-               "def work():\n    time.sleep(0.2)\n    with lock:\n        done.append(1)\n"
-               "for _ in range(40):\n    _thread.start_new_thread(work, ())\n"
-               "while len(done) < 40:\n    time.sleep(0.01)\nprint(6)")
+    threads = (
+        "import _thread, time\nlock, done = _thread.allocate_lock(), []\n"  # 40 x 8 MiB stacks
+        "def work():\n    time.sleep(0.2)\n    with lock:\n        done.append(1)\n"
+        "for _ in range(40):\n    _thread.start_new_thread(work, ())\n"
+        "while len(done) < 40:\n    time.sleep(0.01)\nprint(6)"
+    )
     hog = "x = bytearray(400 << 20)\nprint(6)"  # really touched: over 256 MiB resident
     # SysV segments, each attached, filled and detached: 512 MiB that no address space ever holds.
-    shm = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
-           "for _ in range(4):\n    seg = libc.shmget(0, 128 << 20, 0o1000 | 0o600)\n"
-           "    addr = libc.shmat(seg, None, 0)\n    ctypes.memset(addr, 1, 128 << 20)\n"
-           "    libc.shmdt(ctypes.c_void_p(addr))\nprint(6)")
+    shm = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+        "for _ in range(4):\n    seg = libc.shmget(0, 128 << 20, 0o1000 | 0o600)\n"
+        "    addr = libc.shmat(seg, None, 0)\n    ctypes.memset(addr, 1, 128 << 20)\n"
+        "    libc.shmdt(ctypes.c_void_p(addr))\nprint(6)"
+    )
     # Its own pool with 10 CPU seconds: a cgroup at its memory limit reclaims before it kills, and on
     # a loaded machine that took the hog past the fixture's 1 s (a 'timeout' verdict, not the memory one).
     with EvaluatorPool(workers=1, timeout=10.0, memory_mb=256, output_limit_mb=1, max_processes=64) as roomy:
@@ -290,8 +314,12 @@ def test_a_judge_python_under_tmp_keeps_its_import_paths(tmp_path):
     venv = f"/tmp/mcj-venv-{uuid.uuid4().hex[:8]}"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     try:
-        site = subprocess.run([f"{venv}/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
+        site = subprocess.run(
+            [f"{venv}/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         module = f"mcj_probe_{uuid.uuid4().hex[:8]}"
         with open(f"{site}/{module}.py", "w") as f:
             f.write("ANSWER = 6\n")
@@ -303,8 +331,9 @@ def test_a_judge_python_under_tmp_keeps_its_import_paths(tmp_path):
             f"    r = p.judge([Problem('x', [TestCase('', '6\\n')])], ['import {module}\\nprint({module}.ANSWER)'])[0]\n"
             "    print(p.isolation['minimal_root'], r.verdict, r.reason)\n"
         )
-        out = subprocess.run([f"{venv}/bin/python", "-c", script], check=True, capture_output=True,
-                             text=True, timeout=120).stdout.split()
+        out = subprocess.run(
+            [f"{venv}/bin/python", "-c", script], check=True, capture_output=True, text=True, timeout=120
+        ).stdout.split()
         assert out[1] == "passed", out
     finally:
         subprocess.run(["rm", "-rf", venv], check=True)

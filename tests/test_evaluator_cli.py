@@ -1,12 +1,17 @@
 """The judge CLI: input-order streaming output, per-row error verdicts, summary, clear errors."""
+
 import json
 
 from microcoder_jax.evaluator import cli as evaluate
 from microcoder_jax.data.problems import Problem, TestCase
 
-LCB_ROW = {"question_id": "lcb1", "platform": "atcoder", "metadata": "{}",
-           "public_test_cases": json.dumps([{"input": "2\n", "output": "4\n", "testtype": "stdin"}]),
-           "private_test_cases": json.dumps([{"input": "3\n", "output": "9\n", "testtype": "stdin"}])}
+LCB_ROW = {
+    "question_id": "lcb1",
+    "platform": "atcoder",
+    "metadata": "{}",
+    "public_test_cases": json.dumps([{"input": "2\n", "output": "4\n", "testtype": "stdin"}]),
+    "private_test_cases": json.dumps([{"input": "3\n", "output": "9\n", "testtype": "stdin"}]),
+}
 
 
 def _write_jsonl(path, rows):
@@ -17,22 +22,50 @@ def test_cli_end_to_end(tmp_path, capsys):
     problems, solutions, out = tmp_path / "p.jsonl", tmp_path / "s.jsonl", tmp_path / "r.jsonl"
     _write_jsonl(problems, [LCB_ROW, Problem("own", [TestCase("", "hi\n")]).to_json()])
     square = "n = int(input())\nprint(n * n)"
-    _write_jsonl(solutions, [
-        {"question_id": "lcb1", "code": square, "extra": 1},
-        {"question_id": "lcb1", "response": f"<think>hmm</think>\n```python\n{square}\n```"},
-        {"question_id": "lcb1", "response": "<think>never finished"},
-        {"question_id": "missing", "code": "print(1)"},
-        "{not json",
-        {"question_id": "own", "code": "print('hi')"},
-        {"question_id": "lcb1", "code": "n = int(input())\nprint(n + n)"},
-        {"question_id": "own"},
-    ])
-    assert evaluate.main(["--problems", str(problems), "--solutions", str(solutions), "--out", str(out),
-                          "--workers", "2", "--timeout", "1", "--reward", "fraction"]) == 0
+    _write_jsonl(
+        solutions,
+        [
+            {"question_id": "lcb1", "code": square, "extra": 1},
+            {"question_id": "lcb1", "response": f"<think>hmm</think>\n```python\n{square}\n```"},
+            {"question_id": "lcb1", "response": "<think>never finished"},
+            {"question_id": "missing", "code": "print(1)"},
+            "{not json",
+            {"question_id": "own", "code": "print('hi')"},
+            {"question_id": "lcb1", "code": "n = int(input())\nprint(n + n)"},
+            {"question_id": "own"},
+        ],
+    )
+    assert (
+        evaluate.main(
+            [
+                "--problems",
+                str(problems),
+                "--solutions",
+                str(solutions),
+                "--out",
+                str(out),
+                "--workers",
+                "2",
+                "--timeout",
+                "1",
+                "--reward",
+                "fraction",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in rows] == list(range(8))
-    assert [r["verdict"] for r in rows] == ["passed", "passed", "no_code", "judge_error", "judge_error",
-                                            "passed", "wrong_answer", "judge_error"]
+    assert [r["verdict"] for r in rows] == [
+        "passed",
+        "passed",
+        "no_code",
+        "judge_error",
+        "judge_error",
+        "passed",
+        "wrong_answer",
+        "judge_error",
+    ]
     assert rows[3]["question_id"] == "missing" and "unknown question_id" in rows[3]["reason"]
     assert (rows[6]["tests_passed"], rows[6]["tests_total"], rows[6]["reward"]) == (1, 2, 0.5)
     summary = capsys.readouterr().out
@@ -42,8 +75,9 @@ def test_cli_end_to_end(tmp_path, capsys):
 
 def test_cli_reports_unreadable_input(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    code = evaluate.main(["--problems", str(tmp_path / "nope.jsonl"), "--solutions", str(tmp_path / "s.jsonl"),
-                          "--out", str(out)])
+    code = evaluate.main(
+        ["--problems", str(tmp_path / "nope.jsonl"), "--solutions", str(tmp_path / "s.jsonl"), "--out", str(out)]
+    )
     assert code == 2 and capsys.readouterr().err == f"error: --problems {tmp_path / 'nope.jsonl'}: no such file\n"
     problems = tmp_path / "p.jsonl"
     _write_jsonl(problems, [LCB_ROW])
@@ -69,8 +103,11 @@ def test_cli_refuses_to_write_over_its_inputs(tmp_path, capsys):
     _write_jsonl(problems, [LCB_ROW])
     _write_jsonl(solutions, [{"question_id": "lcb1", "code": "print(4)"}])
     before = problems.read_text(), solutions.read_text()
-    for out, name in ((solutions, "--solutions"), (problems, "--problems"),
-                      (tmp_path / "." / "s.jsonl", "--solutions")):
+    for out, name in (
+        (solutions, "--solutions"),
+        (problems, "--problems"),
+        (tmp_path / "." / "s.jsonl", "--solutions"),
+    ):
         code = evaluate.main(["--problems", str(problems), "--solutions", str(solutions), "--out", str(out)])
         assert code == 2 and f"is the {name} file" in capsys.readouterr().err
     assert (problems.read_text(), solutions.read_text()) == before
@@ -83,8 +120,12 @@ def test_cli_warns_about_an_empty_problem_file_and_problems_without_tests(tmp_pa
     _write_jsonl(solutions, [{"question_id": "hollow", "code": "print(1)"}])
     with caplog.at_level("WARNING"):
         assert evaluate.main(["--problems", str(empty), "--solutions", str(solutions), "--out", str(out)]) == 0
-        assert evaluate.main(["--problems", str(problems), "--solutions", str(solutions), "--out", str(out),
-                              "--workers", "1"]) == 0
+        assert (
+            evaluate.main(
+                ["--problems", str(problems), "--solutions", str(solutions), "--out", str(out), "--workers", "1"]
+            )
+            == 0
+        )
     messages = [r.getMessage() for r in caplog.records]
     assert any(str(empty) in m and "holds no problems" in m for m in messages)
     assert any(str(problems) in m and "1 problems have no tests" in m and "hollow" in m for m in messages)

@@ -1,6 +1,7 @@
 """Faults the judge did not cause: fork servers killed from outside (os.kill, as the OOM killer or an
 operator would) are replaced and the test retried, with a bound; past it the verdict is
 judge_error, never the program's runtime_error."""
+
 import contextlib
 import os
 import signal

@@ -1,5 +1,6 @@
 """Output floods and neighbours: the judge compares as the bytes arrive, in bounded memory; one
 program's flood never changes another's verdict; abstract sockets die with their program."""
+
 import os
 import socket
 import sys
@@ -87,13 +88,17 @@ def test_an_abstract_socket_kept_alive_by_a_descriptor_cycle_is_gone_next_test(p
     name = f"\0mcj-{uuid.uuid4().hex[:12]}"
     # A listening abstract socket sent (SCM_RIGHTS) into a socket pair that is itself in flight:
     # only the kernel's socket collector frees it, some time after the program is gone.
-    holder = ("import socket\n"
-              f"s = socket.socket(socket.AF_UNIX)\ns.bind({name!r})\ns.listen()\n"
-              "a, b = socket.socketpair()\nsocket.send_fds(a, [b'x'], [s.fileno(), a.fileno(), b.fileno()])\n"
-              "socket.send_fds(b, [b'y'], [a.fileno(), b.fileno()])\nprint(6)")
-    looker = ("import socket\nc = socket.socket(socket.AF_UNIX)\n"
-              f"try:\n    c.connect({name!r})\n    print('reached')\nexcept OSError:\n"
-              f"    t = socket.socket(socket.AF_UNIX)\n    t.bind({name!r})\n    print(6)")
+    holder = (
+        "import socket\n"
+        f"s = socket.socket(socket.AF_UNIX)\ns.bind({name!r})\ns.listen()\n"
+        "a, b = socket.socketpair()\nsocket.send_fds(a, [b'x'], [s.fileno(), a.fileno(), b.fileno()])\n"
+        "socket.send_fds(b, [b'y'], [a.fileno(), b.fileno()])\nprint(6)"
+    )
+    looker = (
+        "import socket\nc = socket.socket(socket.AF_UNIX)\n"
+        f"try:\n    c.connect({name!r})\n    print('reached')\nexcept OSError:\n"
+        f"    t = socket.socket(socket.AF_UNIX)\n    t.bind({name!r})\n    print(6)"
+    )
     results = pool.judge([SIX, SIX, SIX], [holder, looker, looker])
     assert [r.verdict for r in results] == ["passed"] * 3, results
     with open("/proc/net/unix") as f:  # and not on the host's network namespace
@@ -109,7 +114,7 @@ def test_matcher_agrees_whatever_the_chunking():
     for size in (1, 7, 4096, len(actual)):
         m = StdoutMatcher(expected)
         for i in range(0, len(actual), size):
-            m.feed(actual[i:i + size])
+            m.feed(actual[i : i + size])
         assert m.finish() == (True, "")
     m = StdoutMatcher(expected)
     m.feed(actual[:-5] + b"abd\r\n")

@@ -1,13 +1,16 @@
 """The judge's per-source stdin harness ("apps": a top-level `return` ends the program, as in the
 APPS/TACO harness) and assert-style tests (`check(candidate)`, LeetCode/HumanEval style)."""
+
 import pytest
 
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.data.problems import Problem, TestCase
 
 EARLY_RETURN = "n = int(input())\nif n < 0:\n    print('neg')\n    return\nprint(n * 2)\n"
-CHECK = ("def check(candidate):\n    assert candidate([1, 2]) == 3\n"
-         "    assert candidate(nums=[5, 5]) == 10\n    assert candidate(to_list(3)) == 3\n")
+CHECK = (
+    "def check(candidate):\n    assert candidate([1, 2]) == 3\n"
+    "    assert candidate(nums=[5, 5]) == 10\n    assert candidate(to_list(3)) == 3\n"
+)
 HELPERS = "def to_list(n):\n    return [1] * n\n\n"
 RIGHT = "class Solution:\n    def total(self, nums: List[int]) -> int:\n        return sum(nums)\n"
 WRONG = "class Solution:\n    def total(self, nums: List[int]) -> int:\n        return max(nums)\n"
@@ -31,7 +34,9 @@ def test_top_level_return_passes_under_apps_harness_only(pool):
 
 
 def test_apps_harness_keeps_ordinary_programs_as_they_are(pool):
-    globals_program = "n = 0\ndef bump():\n    global n\n    n += int(input())\nbump()\nprint(n * 2 if n > 0 else 'neg')\n"
+    globals_program = (
+        "n = 0\ndef bump():\n    global n\n    n += int(input())\nbump()\nprint(n * 2 if n > 0 else 'neg')\n"
+    )
     wrong_return = "n = int(input())\nif n < 0:\n    return\nprint(n * 2)\n"  # prints nothing for -1
     value_return = "n = int(input())\nif n < 0:\n    return print('neg')\nprint(n * 2)\n"
     results = pool.judge([stdin_problem("apps")] * 3, [globals_program, wrong_return, value_return])
@@ -47,7 +52,10 @@ def test_assert_tests_pass_a_right_solution_and_fail_a_wrong_one(pool):
 
 
 def test_broken_assert_test_code_is_a_judge_error(pool):
-    problem = Problem("a", [TestCase("def check(candidate):\n    assert undefined_helper()\nraise_here()\n", "",
-                                     "assert")], func_name="total")
+    problem = Problem(
+        "a",
+        [TestCase("def check(candidate):\n    assert undefined_helper()\nraise_here()\n", "", "assert")],
+        func_name="total",
+    )
     (result,) = pool.judge([problem], [RIGHT])
     assert result.verdict == "judge_error" and "test code" in result.reason

@@ -1,4 +1,5 @@
 """The judging pool end to end: real programs, every way of doing I/O, verdicts, reward modes."""
+
 import json
 import os
 import sys
@@ -9,8 +10,7 @@ import pytest
 from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase, reward
 from microcoder_jax.evaluator.judge import JudgeResult
 
-SUM = Problem("sum", [TestCase("1 2\n3\n", "6\n"), TestCase("10 20\n30\n", "60\n"),
-                      TestCase("-5 5\n0\n", "0\n")])
+SUM = Problem("sum", [TestCase("1 2\n3\n", "6\n"), TestCase("10 20\n30\n", "60\n"), TestCase("-5 5\n0\n", "0\n")])
 
 
 @pytest.fixture(scope="module")
@@ -23,28 +23,39 @@ IO_STYLES = {
     "input": "a, b = map(int, input().split())\nc = int(input())\nprint(a + b + c)",
     "iterate_stdin": "import sys\ns = 0\nfor line in sys.stdin:\n    s += sum(map(int, line.split()))\nprint(s)",
     "open0": "print(sum(map(int, open(0).read().split())))",
-    "buffer_readline": ("import sys\nr = sys.stdin.buffer.readline\na, b = map(int, r().split())\n"
-                        "print(a + b + int(r()))"),
-    "os_read": ("import os\ndata = b''\nwhile chunk := os.read(0, 1):\n    data += chunk\n"
-                "print(sum(map(int, data.split())))"),
-    "stdout_buffer": ("import sys\nv = sum(map(int, sys.stdin.read().split()))\n"
-                      "sys.stdout.buffer.write(str(v).encode() + b'\\n')"),
-    "main_guard": ("def main():\n    print(sum(map(int, open(0).read().split())))\n\n"
-                   "if __name__ == '__main__':\n    main()"),
+    "buffer_readline": (
+        "import sys\nr = sys.stdin.buffer.readline\na, b = map(int, r().split())\nprint(a + b + int(r()))"
+    ),
+    "os_read": (
+        "import os\ndata = b''\nwhile chunk := os.read(0, 1):\n    data += chunk\nprint(sum(map(int, data.split())))"
+    ),
+    "stdout_buffer": (
+        "import sys\nv = sum(map(int, sys.stdin.read().split()))\nsys.stdout.buffer.write(str(v).encode() + b'\\n')"
+    ),
+    "main_guard": (
+        "def main():\n    print(sum(map(int, open(0).read().split())))\n\nif __name__ == '__main__':\n    main()"
+    ),
     "top_level_global": "global total\ntotal = sum(map(int, open(0).read().split()))\nprint(total)",
-    "joined_thread": ("import sys, threading\nthreading.stack_size(1 << 26)\nsys.setrecursionlimit(10 ** 6)\n"
-                      "def go():\n    print(sum(map(int, sys.stdin.read().split())))\n"
-                      "t = threading.Thread(target=go)\nt.start()\nt.join()"),
+    "joined_thread": (
+        "import sys, threading\nthreading.stack_size(1 << 26)\nsys.setrecursionlimit(10 ** 6)\n"
+        "def go():\n    print(sum(map(int, sys.stdin.read().split())))\n"
+        "t = threading.Thread(target=go)\nt.start()\nt.join()"
+    ),
     "exit_after_print": "print(sum(map(int, open(0).read().split())))\nexit()",
     "sys_exit_0_after_print": "import sys\nprint(sum(map(int, sys.stdin.read().split())))\nsys.exit(0)",
-    "os_write_and_os_exit": ("import os, sys\nos.write(1, str(sum(map(int, sys.stdin.read().split()))).encode())\n"
-                             "os._exit(0)"),
-    "fast_io": ("import sys, io, os\ninput = io.BytesIO(os.read(0, os.fstat(0).st_size or 1 << 16)).readline\n"
-                "a, b = map(int, input().split())\nout = io.StringIO()\nout.write(str(a + b + int(input())))\n"
-                "sys.stdout.write(out.getvalue())"),
-    "deep_recursion": ("import sys\nsys.setrecursionlimit(200000)\n"
-                       "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\n"
-                       "assert f(100000) == 100000\nprint(sum(map(int, sys.stdin.read().split())))"),
+    "os_write_and_os_exit": (
+        "import os, sys\nos.write(1, str(sum(map(int, sys.stdin.read().split()))).encode())\nos._exit(0)"
+    ),
+    "fast_io": (
+        "import sys, io, os\ninput = io.BytesIO(os.read(0, os.fstat(0).st_size or 1 << 16)).readline\n"
+        "a, b = map(int, input().split())\nout = io.StringIO()\nout.write(str(a + b + int(input())))\n"
+        "sys.stdout.write(out.getvalue())"
+    ),
+    "deep_recursion": (
+        "import sys\nsys.setrecursionlimit(200000)\n"
+        "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\n"
+        "assert f(100000) == 100000\nprint(sum(map(int, sys.stdin.read().split())))"
+    ),
 }
 
 
@@ -68,8 +79,12 @@ VERDICT_CASES = {
     "sleeping": ("import time\ntime.sleep(30)", "wall-clock", 0),
     "no_code": (None, "no program", 0),
 }
-EXPECTED_VERDICT = {"sys_exit_before_print": "wrong_answer", "exit_code": "runtime_error",
-                    "huge_output": "runtime_error", "sleeping": "timeout"}
+EXPECTED_VERDICT = {
+    "sys_exit_before_print": "wrong_answer",
+    "exit_code": "runtime_error",
+    "huge_output": "runtime_error",
+    "sleeping": "timeout",
+}
 
 
 def test_verdicts(pool):
@@ -95,26 +110,48 @@ def test_reward_modes_stop_early_or_run_everything(pool):
         pool.submit([SUM], [code], mode="most")
 
 
-ADD = Problem("add", [TestCase("[1, 2]\n3", "[[1, 2], 3]", "functional"),
-                      TestCase("[]\n0", "[[], 0]", "functional"),
-                      TestCase("[0.5]\n1", "[[0.5], 1]", "functional")], func_name="pair")
+ADD = Problem(
+    "add",
+    [
+        TestCase("[1, 2]\n3", "[[1, 2], 3]", "functional"),
+        TestCase("[]\n0", "[[], 0]", "functional"),
+        TestCase("[0.5]\n1", "[[0.5], 1]", "functional"),
+    ],
+    func_name="pair",
+)
 CALL_CASES = {
     # A fresh Solution per test: state kept on the instance or the class does not leak across tests.
-    "fresh_instance": ("class Solution:\n    calls = 0\n    def pair(self, a: List[int], b: int):\n"
-                       "        Solution.calls += 1\n        return (a, b * Solution.calls)", True),
-    "tuple_and_float": ("class Solution:\n    def pair(self, a, b):\n"
-                        "        return tuple(x + 1e-9 if isinstance(x, float) else x for x in a), b", True),
+    "fresh_instance": (
+        "class Solution:\n    calls = 0\n    def pair(self, a: List[int], b: int):\n"
+        "        Solution.calls += 1\n        return (a, b * Solution.calls)",
+        True,
+    ),
+    "tuple_and_float": (
+        "class Solution:\n    def pair(self, a, b):\n"
+        "        return tuple(x + 1e-9 if isinstance(x, float) else x for x in a), b",
+        True,
+    ),
     "int_as_float_is_wrong": ("class Solution:\n    def pair(self, a, b):\n        return [a, b + 1e-9]", False),
     "plain_function": ("def pair(a, b):\n    return [a, b]", True),
-    "prints_are_ignored": ("class Solution:\n    def pair(self, a, b):\n        print('debug')\n"
-                           "        return [a, b]", True),
-    "main_guard_not_run": ("class Solution:\n    def pair(self, a, b):\n        return [a, b]\n"
-                           "if __name__ == '__main__':\n    input()", True),
+    "prints_are_ignored": (
+        "class Solution:\n    def pair(self, a, b):\n        print('debug')\n        return [a, b]",
+        True,
+    ),
+    "main_guard_not_run": (
+        "class Solution:\n    def pair(self, a, b):\n        return [a, b]\nif __name__ == '__main__':\n    input()",
+        True,
+    ),
     "wrong": ("class Solution:\n    def pair(self, a, b):\n        return [b, a]", False),
-    "always_equal": ("class Eq:\n    def __eq__(self, other):\n        return True\n"
-                     "class Solution:\n    def pair(self, a, b):\n        return Eq()", False),
-    "list_subclass_eq": ("class L(list):\n    def __eq__(self, other):\n        return True\n"
-                         "class Solution:\n    def pair(self, a, b):\n        return L()", False),
+    "always_equal": (
+        "class Eq:\n    def __eq__(self, other):\n        return True\n"
+        "class Solution:\n    def pair(self, a, b):\n        return Eq()",
+        False,
+    ),
+    "list_subclass_eq": (
+        "class L(list):\n    def __eq__(self, other):\n        return True\n"
+        "class Solution:\n    def pair(self, a, b):\n        return L()",
+        False,
+    ),
     "returns_none": ("class Solution:\n    def pair(self, a, b):\n        pass", False),
     "missing_method": ("class Solution:\n    def other(self, a, b):\n        return [a, b]", False),
 }
@@ -130,8 +167,10 @@ def test_call_based(pool):
 
 
 def test_custom_checker_accepts_any_valid_answer(pool):
-    checker = ("def check(input, expected, output):\n    n = int(input)\n    xs = output.split()\n"
-               "    return (len(xs) == 2 and sum(map(int, xs)) == n, 'not a split of n')")
+    checker = (
+        "def check(input, expected, output):\n    n = int(input)\n    xs = output.split()\n"
+        "    return (len(xs) == 2 and sum(map(int, xs)) == n, 'not a split of n')"
+    )
     problem = Problem("split", [TestCase("5\n", "2 3\n"), TestCase("4\n", "1 3\n")], checker=checker)
     results = pool.judge([problem] * 3, ["n = int(input())\nprint(n - 1, 1)", "print(0, 0)", "print(1 +)"])
     assert [r.verdict for r in results] == ["passed", "wrong_answer", "compile_error"]
@@ -226,10 +265,14 @@ def test_livecodebench_rows_judge_end_to_end(pool):
     import zlib
 
     private = [{"input": "[3, 1, 2]\n2", "output": "[1, 2]", "testtype": "functional"}]
-    row = {"question_id": "3001", "platform": "leetcode", "metadata": json.dumps({"func_name": "smallest"}),
-           "starter_code": "class Solution:\n    def smallest(self, nums: List[int], k: int) -> List[int]:\n",
-           "public_test_cases": json.dumps([{"input": "[5, 4]\n1", "output": "[4]", "testtype": "functional"}]),
-           "private_test_cases": base64.b64encode(zlib.compress(pickle.dumps(json.dumps(private)))).decode()}
+    row = {
+        "question_id": "3001",
+        "platform": "leetcode",
+        "metadata": json.dumps({"func_name": "smallest"}),
+        "starter_code": "class Solution:\n    def smallest(self, nums: List[int], k: int) -> List[int]:\n",
+        "public_test_cases": json.dumps([{"input": "[5, 4]\n1", "output": "[4]", "testtype": "functional"}]),
+        "private_test_cases": base64.b64encode(zlib.compress(pickle.dumps(json.dumps(private)))).decode(),
+    }
     problem = Problem.from_lcb_row(row)
     code = "class Solution:\n    def smallest(self, nums: List[int], k: int) -> List[int]:\n        return sorted(nums)[:k]"
     wrong = code.replace("[:k]", "[-k:]")
@@ -261,8 +304,10 @@ def test_checker_output_is_streamed_and_capped():
     it, its text and its JSON took ~60 MiB); past the cap it is an output limit, as without a checker."""
     import tracemalloc
 
-    checker = ("def check(input, expected, output):\n"
-               "    return (output == '\\u00e9' * (4 << 20) + '\\n', f'{len(output)} characters')")
+    checker = (
+        "def check(input, expected, output):\n"
+        "    return (output == '\\u00e9' * (4 << 20) + '\\n', f'{len(output)} characters')"
+    )
     problem = Problem("big", [TestCase("", "x")], checker=checker)
     with EvaluatorPool(workers=1, timeout=10.0, memory_mb=512, output_limit_mb=16) as big:
         tracemalloc.start()
@@ -282,15 +327,19 @@ def test_checker_input_is_the_json_of_the_whole_output_however_it_is_cut():
     checker's input is the JSON of the output decoded whole, every time it is sent."""
     from microcoder_jax.evaluator.judge import CheckerInput, _Spool
 
-    data = ("a\"b\\\n\t\u00e9\u4e2d\U0001f600\x00".encode() + b"\xff\xc3") * 5000 + "\u00e9".encode()
+    data = ('a"b\\\n\t\u00e9\u4e2d\U0001f600\x00'.encode() + b"\xff\xc3") * 5000 + "\u00e9".encode()
     spool = _Spool()
     for i in range(0, len(data), 777):
-        spool.feed(data[i:i + 777])
+        spool.feed(data[i : i + 777])
     test = TestCase("1 2\n", "3\n")
-    want = json.dumps({"input": test.input, "expected": test.output,
-                       "output": data.decode("utf-8", errors="replace")}).encode()
+    want = json.dumps(
+        {"input": test.input, "expected": test.output, "output": data.decode("utf-8", errors="replace")}
+    ).encode()
     sent = CheckerInput(test, spool.finish(), chunk=1001)
     assert b"".join(sent) == want and b"".join(sent) == want  # a retry sends it again
-    assert json.loads(b"".join(CheckerInput(test, "plain \u00e9"))) == {"input": "1 2\n", "expected": "3\n",
-                                                                         "output": "plain \u00e9"}
+    assert json.loads(b"".join(CheckerInput(test, "plain \u00e9"))) == {
+        "input": "1 2\n",
+        "expected": "3\n",
+        "output": "plain \u00e9",
+    }
     spool.close()

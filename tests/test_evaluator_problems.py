@@ -1,4 +1,5 @@
 """The problem schema and its readers: LiveCodeBench, APPS/TACO, our own rows, JSONL/Parquet."""
+
 import base64
 import json
 import pickle
@@ -64,15 +65,21 @@ def test_lcb_compressed_pickle_with_code_is_refused():
 
 
 def test_apps_stdin_and_call_based_rows():
-    stdin = {"problem_id": 7, "question": "q", "difficulty": "interview",
-             "input_output": json.dumps({"inputs": ["1\n", ["2", "3"]], "outputs": ["1\n", "5\n"]})}
+    stdin = {
+        "problem_id": 7,
+        "question": "q",
+        "difficulty": "interview",
+        "input_output": json.dumps({"inputs": ["1\n", ["2", "3"]], "outputs": ["1\n", "5\n"]}),
+    }
     p = Problem.from_apps_row(stdin)
     assert p.question_id == "7" and not p.call_based
     assert p.tests == [TestCase("1\n", "1\n"), TestCase("2\n3\n", "5\n")]
 
-    call = {"problem_id": 8, "starter_code": "def f(a, b):",
-            "input_output": {"fn_name": "f", "inputs": [[[1, 2], "x"], [[], "y"]],
-                             "outputs": [[3], [[0, 1]]]}}
+    call = {
+        "problem_id": 8,
+        "starter_code": "def f(a, b):",
+        "input_output": {"fn_name": "f", "inputs": [[[1, 2], "x"], [[], "y"]], "outputs": [[3], [[0, 1]]]},
+    }
     p = Problem.from_apps_row(call)
     assert p.func_name == "f" and p.metadata["apps_outputs_unwrapped"]
     assert p.tests[0] == TestCase('[1, 2]\n"x"', "3", "functional")
@@ -86,8 +93,15 @@ def test_apps_stdin_and_call_based_rows():
 
 
 def test_own_schema_round_trip_and_unknown_keys():
-    p = Problem("q1", [TestCase("[1]", "2", "functional")], func_name="f", checker="def check(i, e, a): return True",
-                float_tolerance=1e-3, source="mine", metadata={"k": 1})
+    p = Problem(
+        "q1",
+        [TestCase("[1]", "2", "functional")],
+        func_name="f",
+        checker="def check(i, e, a): return True",
+        float_tolerance=1e-3,
+        source="mine",
+        metadata={"k": 1},
+    )
     assert Problem.from_json(p.to_json()) == p
     assert Problem.from_json(json.dumps(p.to_json())) == p
     q = Problem.from_json(dict(p.to_json(), extra_field="x"))
@@ -97,28 +111,40 @@ def test_own_schema_round_trip_and_unknown_keys():
 def test_func_name_from_the_starter_code_when_metadata_lacks_it():
     p = problem_from_row(dict(LCB_CALL, metadata="{}"))  # rllm-style LCB rows keep it only there
     assert p.func_name == "add" and p.metadata == {"func_name_from_starter": True}
-    assert func_name_from_starter("class ListNode:\n    def __init__(self): pass\n\nclass Solution:\n"
-                                  "    def _h(self): pass\n    def go(self, x):\n        ") == "go"
+    assert (
+        func_name_from_starter(
+            "class ListNode:\n    def __init__(self): pass\n\nclass Solution:\n"
+            "    def _h(self): pass\n    def go(self, x):\n        "
+        )
+        == "go"
+    )
     assert func_name_from_starter("import math\n\ndef solve(a, b):\n    ") == "solve"
     assert func_name_from_starter("x = 1\n") is None
 
 
-@pytest.mark.parametrize("row, match", [
-    (dict(LCB_STDIN, public_test_cases="[{\"input\": \"1\"}]", private_test_cases=""), "input' and 'output"),
-    (dict(LCB_STDIN, public_test_cases="[]", private_test_cases="[]"), "no test cases"),
-    (dict(LCB_CALL, metadata="{}", starter_code=""), "no func_name"),
-    ({"input_output": json.dumps({"inputs": ["1"], "outputs": []}), "problem_id": 1}, "1 inputs but 0 outputs"),
-    ({"foo": 1}, "unknown row format"),
-    ({"question_id": "x", "tests": [{"input": "1", "output": "1", "kind": "bogus"}]}, "kind"),
-])
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        (dict(LCB_STDIN, public_test_cases='[{"input": "1"}]', private_test_cases=""), "input' and 'output"),
+        (dict(LCB_STDIN, public_test_cases="[]", private_test_cases="[]"), "no test cases"),
+        (dict(LCB_CALL, metadata="{}", starter_code=""), "no func_name"),
+        ({"input_output": json.dumps({"inputs": ["1"], "outputs": []}), "problem_id": 1}, "1 inputs but 0 outputs"),
+        ({"foo": 1}, "unknown row format"),
+        ({"question_id": "x", "tests": [{"input": "1", "output": "1", "kind": "bogus"}]}, "kind"),
+    ],
+)
 def test_malformed_rows_raise(row, match):
     with pytest.raises(ValueError, match=match):
         problem_from_row(row)
 
 
 def test_load_problems_jsonl_mixed_formats_and_malformed_rows(tmp_path, caplog):
-    rows = [LCB_STDIN, LCB_CALL, {"problem_id": 9, "input_output": json.dumps({"inputs": ["1"], "outputs": ["1"]})},
-            Problem("own", [TestCase("x", "x")]).to_json()]
+    rows = [
+        LCB_STDIN,
+        LCB_CALL,
+        {"problem_id": 9, "input_output": json.dumps({"inputs": ["1"], "outputs": ["1"]})},
+        Problem("own", [TestCase("x", "x")]).to_json(),
+    ]
     path = tmp_path / "p.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     problems = load_problems(path)

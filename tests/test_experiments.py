@@ -1,5 +1,6 @@
 """The truncation task (data/truncation_task.py, configs/truncation_task.py) and the experiment
 commands (microcoder_jax.experiments): the task's answers, its config, and shortened runs."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,10 @@ def test_majority_and_votes():
 
 def test_more_votes_make_the_majority_right_more_often():
     rng = np.random.default_rng(1)
-    right = {k: np.mean([tt.majority(tt.draw_votes("sum", OPS, k, 0.3, rng), rng) == "sum"
-                         for _ in range(600)]) for k in (1, 10, 40)}
+    right = {
+        k: np.mean([tt.majority(tt.draw_votes("sum", OPS, k, 0.3, rng), rng) == "sum" for _ in range(600)])
+        for k in (1, 10, 40)
+    }
     assert right[1] < right[10] < right[40] and right[40] - right[1] > 0.25
 
 
@@ -67,9 +70,16 @@ def test_warm_start_lengths_spread_around_the_cap(task):
 def test_warm_start_batch_cuts_long_answers_without_end_token(task):
     problems, typed, tok = task
     d, cap = typed["demo"], typed["sampling"].max_new_tokens
-    tokens, attention, loss_mask = tt.warm_start_batch(tok, problems[:64], d.ops, typed["data"], cap,
-                                                       np.random.default_rng(0), votes_range=d.votes,
-                                                       accuracy=d.vote_accuracy)
+    tokens, attention, loss_mask = tt.warm_start_batch(
+        tok,
+        problems[:64],
+        d.ops,
+        typed["data"],
+        cap,
+        np.random.default_rng(0),
+        votes_range=d.votes,
+        accuracy=d.vote_accuracy,
+    )
     answers = tokens[:, -cap:]
     full = attention[:, -cap:].sum(1) == cap
     ends = np.array([tok.eos_token_id in row[m > 0] for row, m in zip(answers, attention[:, -cap:])])
@@ -78,9 +88,16 @@ def test_warm_start_batch_cuts_long_answers_without_end_token(task):
     assert ends[~full].all() and (loss_mask[:, -cap:] == attention[:, -cap:]).all()
 
 
-@pytest.mark.parametrize("arg, rule, rho", [("grpo", "none", None), ("overlong_filter", "overlong_filter", None),
-                                            ("conditional_0.3", "conditional", 0.3),
-                                            ("soft_overlong", "soft_overlong", None), ("", "conditional", 0.1)])
+@pytest.mark.parametrize(
+    "arg, rule, rho",
+    [
+        ("grpo", "none", None),
+        ("overlong_filter", "overlong_filter", None),
+        ("conditional_0.3", "conditional", 0.3),
+        ("soft_overlong", "soft_overlong", None),
+        ("", "conditional", 0.1),
+    ],
+)
 def test_config_argument_is_the_rule(arg, rule, rho):
     config = load_config(f"{CONFIG}:{arg}" if arg else CONFIG)
     rl = validate(config)["rl"]
@@ -97,9 +114,19 @@ def test_bad_config_argument(arg):
 
 
 def test_summary_and_table_from_rows():
-    rows = [{"step": s, "reward_mean": s / 10, "response_length_mean": 30 + s, "truncation_rate": 0.1,
-             "masked_fraction": 0.0, "no_code_rate": 0.1, "diversity": 0.5, "temperature": 1.0 if s < 6 else 1.2}
-            for s in range(1, 9)]
+    rows = [
+        {
+            "step": s,
+            "reward_mean": s / 10,
+            "response_length_mean": 30 + s,
+            "truncation_rate": 0.1,
+            "masked_fraction": 0.0,
+            "no_code_rate": 0.1,
+            "diversity": 0.5,
+            "temperature": 1.0 if s < 6 else 1.2,
+        }
+        for s in range(1, 9)
+    ]
     arm = common.Arm("a", "grpo", label="A")
     summary = common.summarize([arm], {"a": {0: (rows, {"wall_s": 1.0, "cpu_s": 1.0})}}, 8, {})
     seed = summary["arms"]["a"]["seeds"]["0"]
@@ -117,7 +144,11 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
     assert common.parse_args(["--out", "x", "--short"], name, None, 3, 40).seeds == 1
     assert common.parse_args(["--out", "x", "--short", "--seeds", "2"], name, None, 3, 40).seeds == 2
     assert vars(common.parse_args(["--out", "x"], name, None, 3, 40)) | {"out": ""} == {
-        "out": "", "seeds": 3, "steps": 40, "short": False}
+        "out": "",
+        "seeds": 3,
+        "steps": 40,
+        "short": False,
+    }
     with pytest.raises(SystemExit) as e:
         common.parse_args(["--out", "x", "--seeds", "0"], name, None, 3, 40)
     assert e.value.code == 2 and "--seeds=0: must be >= 1" in capsys.readouterr().err
@@ -139,8 +170,11 @@ def test_experiment_command_short(tmp_path, name):
     assert os.path.getsize(os.path.join(out, "curves.png")) > 10_000
     if name == "truncation":  # the rules differ where they should, on the same warm start
         arms = summary["arms"]
-        assert arms["overlong_filter"]["over_seeds"]["start_masked"]["mean"] == \
-            arms["overlong_filter"]["over_seeds"]["start_truncation"]["mean"] > 0
+        assert (
+            arms["overlong_filter"]["over_seeds"]["start_masked"]["mean"]
+            == arms["overlong_filter"]["over_seeds"]["start_truncation"]["mean"]
+            > 0
+        )
         assert arms["grpo"]["over_seeds"]["start_masked"]["mean"] == 0
 
 
@@ -162,9 +196,10 @@ def test_overlong_filter_keeps_longer_and_more_truncated_answers_than_grpo(tmp_p
     results = common.run_all(arms, [0], DIRECTION_STEPS, str(tmp_path), log=lambda m: None)
     late = {}
     for arm in arms:
-        rows = results[arm.name][0][0][DIRECTION_STEPS // 2:]
-        late[arm.name] = {k: float(np.mean(common.series(rows, k)))
-                          for k in ("response_length_mean", "truncation_rate")}
+        rows = results[arm.name][0][0][DIRECTION_STEPS // 2 :]
+        late[arm.name] = {
+            k: float(np.mean(common.series(rows, k))) for k in ("response_length_mean", "truncation_rate")
+        }
     gap = {k: late["overlong_filter"][k] - late["grpo"][k] for k in late["grpo"]}
     assert gap["response_length_mean"] > LENGTH_MARGIN, (late, gap)
     assert gap["truncation_rate"] > TRUNCATION_MARGIN, (late, gap)

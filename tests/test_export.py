@@ -1,5 +1,6 @@
 """`convert --from RUN --to-hf` uses the run's own config.json (the demo's layout) and the export
 carries tokenizer, chat template and generation config: transformers loads it and generates."""
+
 import json
 import os
 
@@ -52,11 +53,12 @@ def test_run_export_loads_in_transformers_and_generates(demo_run, tmp_path, suff
     assert ours.convert_tokens_to_ids("<|im_end|>") in gen.eos_token_id and gen.do_sample is False
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert model.config.vocab_size == len(ours)
-    new = model.generate(ids, max_new_tokens=6, min_new_tokens=6)[0, ids.shape[1]:]
+    new = model.generate(ids, max_new_tokens=6, min_new_tokens=6)[0, ids.shape[1] :]
     assert len(new) == 6 and isinstance(tok.decode(new), str)
     # the first greedy token is the one our model picks from the same params
-    logits, _ = models.forward(params, models.model_config_from(config_lib.demo_config(), len(ours)),
-                            jax.numpy.asarray(ids.numpy()))
+    logits, _ = models.forward(
+        params, models.model_config_from(config_lib.demo_config(), len(ours)), jax.numpy.asarray(ids.numpy())
+    )
     assert int(new[0]) == int(np.argmax(np.asarray(logits)[0, -1]))
 
 

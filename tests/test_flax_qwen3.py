@@ -1,5 +1,6 @@
 """The Flax NNX Qwen3 against the functional model and transformers; params, grads, optimizer
 state and checkpoints shared with the functional core."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,8 +36,7 @@ def module_logits(model, ids, mask):
     return model(ids, attention_mask=mask)[0]
 
 
-functional_logits = jax.jit(lambda p, c, ids, mask: models.forward(p, c, ids, attention_mask=mask)[0],
-                            static_argnums=1)
+functional_logits = jax.jit(lambda p, c, ids, mask: models.forward(p, c, ids, attention_mask=mask)[0], static_argnums=1)
 
 
 def loss(logits, mask):
@@ -49,8 +49,11 @@ def test_module_equals_functional_model_and_transformers(tiny):
     np.testing.assert_array_equal(got, np.asarray(functional_logits(params, config, ids, mask)))
     positions = np.maximum(np.asarray(mask).cumsum(-1) - 1, 0)
     with torch.no_grad():
-        want = hf(torch.tensor(np.asarray(ids)), attention_mask=torch.tensor(np.asarray(mask)),
-                  position_ids=torch.tensor(positions)).logits.numpy()
+        want = hf(
+            torch.tensor(np.asarray(ids)),
+            attention_mask=torch.tensor(np.asarray(mask)),
+            position_ids=torch.tensor(positions),
+        ).logits.numpy()
     keep = np.asarray(mask).astype(bool)
     assert np.abs(got[keep] - want[keep]).max() / np.abs(want[keep]).max() < 1e-5
 
@@ -136,5 +139,6 @@ def test_mesh_shardings_follow_the_logical_axes(tiny):
         nnx.update(model, jax.device_put(model.to_params(), mesh_shardings(model, mesh)))
         got = module_logits(model, ids, mask)
     assert model.layers["down_proj"].get_value().sharding.spec == jax.sharding.PartitionSpec(None, None, "fsdp")
-    np.testing.assert_allclose(np.asarray(got), np.asarray(functional_logits(params, config, ids, mask)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(got), np.asarray(functional_logits(params, config, ids, mask)), rtol=1e-5, atol=1e-5
+    )

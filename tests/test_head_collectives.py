@@ -1,5 +1,6 @@
 """The vocab projection under a mesh: vocab-parallel log-probs = one device, and no LM-head-sized
 collective in any chunk of the log-prob pass or the train step (the head moves once per call)."""
+
 import dataclasses
 
 import jax
@@ -56,15 +57,19 @@ ROWS, WIDTH, CHUNK = 16, 96, 16  # 6 chunks of the vocab projection per micro-ba
 
 def _abstract(mesh):
     rows = lambda shape, dt: jax.ShapeDtypeStruct(shape, dt, sharding=sharding.batch_sharding(mesh, len(shape)))  # noqa: E731
-    cfg = make_rl_config("microcoder", group_size=4, num_minibatches=2, micro_batch_size=4,
-                         logprob_chunk=CHUNK)
+    cfg = make_rl_config("microcoder", group_size=4, num_minibatches=2, micro_batch_size=4, logprob_chunk=CHUNK)
     state = jax.eval_shape(lambda: rl_step.init_train_state(models.init_params(BIG, jax.random.key(0)), cfg))
-    state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state,
-                         rl_step.state_shardings(BIG, cfg, mesh))
+    state = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state, rl_step.state_shardings(BIG, cfg, mesh)
+    )
     batch = {k: rows((ROWS, WIDTH), jnp.int32) for k in ("tokens", "attention_mask", "response_mask")}
-    batch.update({k: rows((ROWS,), bool) for k in ("passed", "no_code", "truncated")},
-                 rewards=rows((ROWS,), jnp.float32), temperature=rows((ROWS,), jnp.float32),
-                 response_lengths=rows((ROWS,), jnp.int32), old_logprobs=rows((ROWS, WIDTH), jnp.float32))
+    batch.update(
+        {k: rows((ROWS,), bool) for k in ("passed", "no_code", "truncated")},
+        rewards=rows((ROWS,), jnp.float32),
+        temperature=rows((ROWS,), jnp.float32),
+        response_lengths=rows((ROWS,), jnp.int32),
+        old_logprobs=rows((ROWS, WIDTH), jnp.float32),
+    )
     return cfg, state, batch
 
 
@@ -84,8 +89,15 @@ def test_vocab_projection_collectives_are_bounded(tensor):
     cfg, state, batch = _abstract(mesh)
     with jax.set_mesh(mesh):
         step = rl_step.make_train_step(BIG, cfg, mesh).jitted.lower(state, batch).compile()
-        logp = compute_logprobs.jitted.lower(state.params, BIG, batch["tokens"], batch["attention_mask"],
-                                             batch["temperature"], chunk=CHUNK, micro_batch=8).compile()
+        logp = compute_logprobs.jitted.lower(
+            state.params,
+            BIG,
+            batch["tokens"],
+            batch["attention_mask"],
+            batch["temperature"],
+            chunk=CHUNK,
+            micro_batch=8,
+        ).compile()
     for name, compiled in (("train step", step), ("log-prob pass", logp)):
         per_chunk = _chunk_loop_bytes(compiled)
         assert all(b < HEAD_BYTES / 16 for b in per_chunk), (name, per_chunk, HEAD_BYTES)

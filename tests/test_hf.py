@@ -1,4 +1,5 @@
 """Hugging Face safetensors <-> params: sharded loading, bitwise round trip, dtypes, errors, the wrapper."""
+
 import glob
 import json
 import os
@@ -12,8 +13,15 @@ from safetensors.numpy import load_file
 from safetensors.torch import save_file as torch_save_file
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import (DecoderConfig, Qwen3ForCausalLM, get_preset, load_hf_params, param_logical_axes,
-                                   param_shapes, save_hf_params)
+from microcoder_jax.models import (
+    DecoderConfig,
+    Qwen3ForCausalLM,
+    get_preset,
+    load_hf_params,
+    param_logical_axes,
+    param_shapes,
+    save_hf_params,
+)
 from tiny_checkpoint import make_tiny_hf_checkpoint
 
 
@@ -163,8 +171,14 @@ def test_failed_export_leaves_no_output(untied, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("rope", [None, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
-                                  {"rope_type": "linear", "factor": 2.0}])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        None,
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+        {"rope_type": "linear", "factor": 2.0},
+    ],
+)
 def test_exported_config_reads_back_through_transformers(rope):
     """Our config.json (old-style rope_theta/rope_scaling) means the same model to transformers."""
     from transformers import Qwen3Config as HFConfig

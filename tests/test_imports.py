@@ -1,5 +1,6 @@
 """The package's import graph has no cycle and every import goes down a floor or stays on its own
 (ARCHITECTURE.md's layering; imports inside functions count too)."""
+
 import ast
 import os
 
@@ -10,7 +11,7 @@ ROOT = os.path.dirname(microcoder_jax.__file__)
 
 def _module_name(path: str) -> str:
     rel = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
-    return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+    return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -31,7 +32,7 @@ def import_graph() -> dict[str, set[str]]:
                 base = node.module or ""
                 if node.level:
                     parts = package.split(".")
-                    base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
                 subs = {f"{base}.{a.name}" for a in node.names}
                 deps.update(subs)
                 if not subs <= set(modules):  # a name from the package itself, not only submodules
@@ -51,7 +52,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
+                return stack[stack.index(dep) :] + [dep]
             if dep not in state:
                 found = visit(dep)
                 if found:
@@ -83,8 +84,20 @@ def test_no_import_cycle_in_the_package():
 # ARCHITECTURE.md's floors, top to bottom. A module's floor is its first matching prefix (after the
 # package name); an import may go to a module on a lower floor or on its own floor.
 FLOORS = [
-    (6, ("train", "eval", "plot", "evaluate", "convert", "replay", "plan.__main__", "data.pipeline.__main__",
-         "experiments")),
+    (
+        6,
+        (
+            "train",
+            "eval",
+            "plot",
+            "evaluate",
+            "convert",
+            "replay",
+            "plan.__main__",
+            "data.pipeline.__main__",
+            "experiments",
+        ),
+    ),
     (5, ("plan",)),
     (4, ("trainer", "data.pipeline")),
     (3, ("config", "cli")),
@@ -127,13 +140,16 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_layering_check_sees_an_upward_and_a_forbidden_import():
-    graph = {"microcoder_jax.models.qwen3": {"microcoder_jax.trainer.loop"},
-             "microcoder_jax.rl.step": {"microcoder_jax.sampling.engine"},
-             "microcoder_jax.trainer.loop": {"microcoder_jax.models.qwen3"},
-             "microcoder_jax.config": {"microcoder_jax.trainer.config"}}
+    graph = {
+        "microcoder_jax.models.qwen3": {"microcoder_jax.trainer.loop"},
+        "microcoder_jax.rl.step": {"microcoder_jax.sampling.engine"},
+        "microcoder_jax.trainer.loop": {"microcoder_jax.models.qwen3"},
+        "microcoder_jax.config": {"microcoder_jax.trainer.config"},
+    }
     assert layering_violations(graph) == [
         "microcoder_jax.models.qwen3 (floor 1) imports microcoder_jax.trainer.loop (floor 4)",
-        "microcoder_jax.rl.step imports microcoder_jax.sampling.engine: rl/ and sampling/ must not import each other"]
+        "microcoder_jax.rl.step imports microcoder_jax.sampling.engine: rl/ and sampling/ must not import each other",
+    ]
 
 
 def test_every_import_respects_the_floors():

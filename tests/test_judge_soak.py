@@ -1,5 +1,6 @@
 """A short soak of the judge pool (a few thousand program runs of the benchmark's mix): memory,
 descriptors and files under its temp root must not grow after warm-up, and none may be left."""
+
 import os
 import sys
 

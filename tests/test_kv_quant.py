@@ -4,6 +4,7 @@ pages against a float64 reference, and the engine with an int8 pool against the 
 The engine comparison prints what it measured (greedy agreement, log-prob gap): on the tiny fp32
 model (4 prompts x G=2, 24 new tokens) it is recorded in the issue's report.
 """
+
 import os
 
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other processes may hold libtpu
@@ -38,12 +39,13 @@ def _inputs(heads, kv_heads, lengths=LENGTHS, table_width=5, seed=0, dim=D):
     """q, K-first float pools and a table: shuffled pages, two slots sharing a page, "no page" after."""
     rng = np.random.RandomState(seed)
     q = rng.randn(len(lengths), heads, dim)
-    pool_k, pool_v = (rng.randn(kv_heads, PAGES, PAGE, dim) * rng.uniform(0.1, 3, (kv_heads, PAGES, PAGE, 1))
-                      for _ in range(2))
+    pool_k, pool_v = (
+        rng.randn(kv_heads, PAGES, PAGE, dim) * rng.uniform(0.1, 3, (kv_heads, PAGES, PAGE, 1)) for _ in range(2)
+    )
     table = np.full((len(lengths), table_width), PAGES, np.int32)
     free = list(rng.permutation(PAGES))
     for s, n in enumerate(lengths):
-        table[s, :-(-n // PAGE)] = [free.pop() for _ in range(-(-n // PAGE))]
+        table[s, : -(-n // PAGE)] = [free.pop() for _ in range(-(-n // PAGE))]
     table[1, 0] = table[0, 0]  # a page shared by two slots (a prompt's samples)
     return q, pool_k, pool_v, np.asarray(lengths, np.int32), table
 
@@ -80,8 +82,9 @@ def test_xla_paged_attention_over_int8_pages(heads, kv_heads, block_pages):
     drift bound of attention over the float pages; ragged lengths, an idle slot, a shared page, GQA."""
     q, k, v, lengths, table = _inputs(heads, kv_heads, table_width=-(-5 // block_pages) * block_pages)
     (qk, k_deq), (qv, v_deq) = quantized_pool(k), quantized_pool(v)
-    view = pa.SlotView(jnp.asarray(table), jnp.asarray(lengths), pa.blocks_needed(jnp.asarray(lengths), PAGE,
-                                                                                  block_pages))
+    view = pa.SlotView(
+        jnp.asarray(table), jnp.asarray(lengths), pa.blocks_needed(jnp.asarray(lengths), PAGE, block_pages)
+    )
     got = np.asarray(pa.paged_attention(jnp.asarray(q, jnp.float32), qk, qv, view, block_pages))
     live = lengths > 0
     assert np.isfinite(got).all()
@@ -122,8 +125,12 @@ def test_kv_dtype_knob_is_validated():
         SamplingConfig(kv_dtype="int4")
 
 
-PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [(7 * j + 3) % 125 + 3 for j in range(32)],
-           [9, 8, 7, 6, 5, 4, 3, 2, 11, 12, 13, 14, 15, 16, 17, 18, 19]]
+PROMPTS = [
+    [5, 17, 99],
+    [40, 41, 42, 43, 44, 45, 46],
+    [(7 * j + 3) % 125 + 3 for j in range(32)],
+    [9, 8, 7, 6, 5, 4, 3, 2, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+]
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +144,20 @@ def _run(tiny, kv_dtype, temperature):
     from microcoder_jax.sampling.paged_sampler import generate_paged
 
     _, config, params = tiny
-    return generate_paged(params, config, PROMPTS, num_samples=2, temperature=temperature, max_new_tokens=24,
-                          stop_token_ids=[], pad_id=0, rng=jax.random.key(0), slots=3, page_size=8,
-                          kv_dtype=kv_dtype)
+    return generate_paged(
+        params,
+        config,
+        PROMPTS,
+        num_samples=2,
+        temperature=temperature,
+        max_new_tokens=24,
+        stop_token_ids=[],
+        pad_id=0,
+        rng=jax.random.key(0),
+        slots=3,
+        page_size=8,
+        kv_dtype=kv_dtype,
+    )
 
 
 @pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
@@ -151,8 +169,10 @@ def test_engine_int8_pool_against_model_dtype_pool(tiny):
     prefix = np.cumprod(same, axis=1).astype(bool)  # identical so far: the same context on both
     agree = same.mean()
     gap = np.abs(base.logprobs - quant.logprobs)[prefix]
-    print(f"\nint8 vs fp32 pool, greedy: {agree:.3f} of tokens identical, {prefix.mean():.3f} before the first "
-          f"difference; |log-prob gap| there mean {gap.mean():.2e} max {gap.max():.2e}")
+    print(
+        f"\nint8 vs fp32 pool, greedy: {agree:.3f} of tokens identical, {prefix.mean():.3f} before the first "
+        f"difference; |log-prob gap| there mean {gap.mean():.2e} max {gap.max():.2e}"
+    )
     assert agree >= 0.9 and prefix[:, :8].all(), same.astype(int)
     assert gap.max() < 0.05
     bf16 = _run(tiny, "bfloat16", 0.0)
@@ -160,16 +180,26 @@ def test_engine_int8_pool_against_model_dtype_pool(tiny):
     base, quant = _run(tiny, "model", 1.0), _run(tiny, "int8", 1.0)
     prefix = np.cumprod(base.tokens == quant.tokens, axis=1).astype(bool)
     gap = np.abs(base.logprobs - quant.logprobs)[prefix]
-    print(f"int8 vs fp32 pool, T=1: {prefix.mean():.3f} of tokens before the first difference; |log-prob gap| "
-          f"mean {gap.mean():.2e} max {gap.max():.2e}")
+    print(
+        f"int8 vs fp32 pool, T=1: {prefix.mean():.3f} of tokens before the first difference; |log-prob gap| "
+        f"mean {gap.mean():.2e} max {gap.max():.2e}"
+    )
     assert prefix.mean() >= 0.5 and gap.max() < 0.05
 
 
 # ---------------------------------------------------------------- TPU ahead-of-time compile, planner
 
-PAGED = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.max_new_tokens=448", "data.prompt_buckets=(64,)",
-         "sampling.slots=64", "model.dtype=bfloat16", "model.head_dim=128", "model.attention=auto",
-         "sampling.decode_tensor=-1"]
+PAGED = [
+    "mesh.fsdp=-1",
+    "sampling.engine=paged",
+    "sampling.max_new_tokens=448",
+    "data.prompt_buckets=(64,)",
+    "sampling.slots=64",
+    "model.dtype=bfloat16",
+    "model.head_dim=128",
+    "model.attention=auto",
+    "sampling.decode_tensor=-1",
+]
 
 
 def _paged_programs(topology_name, extra):

@@ -1,5 +1,6 @@
 """Launch scripts: --help, --dry-run printing every command without running any, the planner's
 check before train, and a setup that copies only the code (no runs/, pipeline outputs, .venv, .git)."""
+
 import os
 import shutil
 import subprocess
@@ -19,9 +20,16 @@ def fake_gcloud(tmp_path):
     marker = tmp_path / "gcloud_was_called"
     (bin_dir / "gcloud").write_text(f"#!/bin/sh\ntouch {marker}\n")
     (bin_dir / "gcloud").chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", TPU_NAME="mc", ZONE="us-central2-b",
-               ACCELERATOR="v5litepod-8", CONFIG="configs/paper.py:qwen3-1.7b,microcoder", WORKDIR="/mnt/runs/x",
-               TARBALL=str(tmp_path / "code.tgz"))
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        TPU_NAME="mc",
+        ZONE="us-central2-b",
+        ACCELERATOR="v5litepod-8",
+        CONFIG="configs/paper.py:qwen3-1.7b,microcoder",
+        WORKDIR="/mnt/runs/x",
+        TARBALL=str(tmp_path / "code.tgz"),
+    )
     return env, marker
 
 
@@ -39,8 +47,9 @@ def test_help_lists_every_command():
     assert "MODEL_DIR" in _run([GPU, "--help"], os.environ).stdout
 
 
-@pytest.mark.parametrize("command", [["create"], ["setup"], ["weights"], ["data", "a.jsonl"], ["plan"],
-                                     ["train"], ["logs"], ["delete"]])
+@pytest.mark.parametrize(
+    "command", [["create"], ["setup"], ["weights"], ["data", "a.jsonl"], ["plan"], ["train"], ["logs"], ["delete"]]
+)
 def test_dry_run_prints_commands_and_runs_none(fake_gcloud, command):
     env, marker = fake_gcloud
     out = _run([TPU, "--dry-run", *command], env).stdout
@@ -50,10 +59,16 @@ def test_dry_run_prints_commands_and_runs_none(fake_gcloud, command):
     assert not marker.exists() and not os.path.exists(env["TARBALL"])
 
 
-@pytest.mark.parametrize("accelerator, name, runtime", [
-    ("v4-8", "v4-8", "tpu-ubuntu2204-base"), ("v5p-8", "v5p-8", "v2-alpha-tpuv5"),
-    ("v5e-8", "v5litepod-8", "v2-alpha-tpuv5-lite"), ("v5litepod-16", "v5litepod-16", "v2-alpha-tpuv5-lite"),
-    ("v6e-8", "v6e-8", "v2-alpha-tpuv6e")])
+@pytest.mark.parametrize(
+    "accelerator, name, runtime",
+    [
+        ("v4-8", "v4-8", "tpu-ubuntu2204-base"),
+        ("v5p-8", "v5p-8", "v2-alpha-tpuv5"),
+        ("v5e-8", "v5litepod-8", "v2-alpha-tpuv5-lite"),
+        ("v5litepod-16", "v5litepod-16", "v2-alpha-tpuv5-lite"),
+        ("v6e-8", "v6e-8", "v2-alpha-tpuv6e"),
+    ],
+)
 def test_create_picks_the_runtime_for_the_accelerator(fake_gcloud, accelerator, name, runtime):
     env, marker = fake_gcloud
     out = _run([TPU, "--dry-run", "create"], dict(env, ACCELERATOR=accelerator)).stdout
@@ -75,8 +90,12 @@ def test_train_runs_the_planner_first(fake_gcloud):
     lines = _run([TPU, "--dry-run", "train"], dict(env, EXTRA="--config.train.steps=5")).stdout.splitlines()
     assert len(lines) == 2
     plan, train = lines
-    assert "--worker=0" in plan and "python3 -m microcoder_jax.plan --config=configs/paper.py:qwen3-1.7b,microcoder " \
-        "--topology=v5litepod-8 --config.train.steps=5" in plan
+    assert (
+        "--worker=0" in plan
+        and "python3 -m microcoder_jax.plan --config=configs/paper.py:qwen3-1.7b,microcoder "
+        "--topology=v5litepod-8 --config.train.steps=5"
+        in plan
+    )
     assert "--worker=all" in train and "microcoder_jax.train --config=configs/paper.py:qwen3-1.7b,microcoder" in train
     assert "--workdir=/mnt/runs/x" in train and "--config.train.steps=5" in train
     skipped = _run([TPU, "--dry-run", "train"], dict(env, SKIP_PLAN="1")).stdout.splitlines()
@@ -94,9 +113,16 @@ def test_missing_slice_name_is_a_clear_error(fake_gcloud):
 
 def test_setup_copies_only_the_code(tmp_path):
     repo = tmp_path / "repo"
-    for rel in ("microcoder_jax/train.py", "configs/demo.py", "README.md", "runs/demo/metrics.jsonl",
-                "data_pipeline/export/train-0.jsonl", ".venv/bin/python", "microcoder_jax/__pycache__/x.pyc",
-                "notes_uncommitted.md"):
+    for rel in (
+        "microcoder_jax/train.py",
+        "configs/demo.py",
+        "README.md",
+        "runs/demo/metrics.jsonl",
+        "data_pipeline/export/train-0.jsonl",
+        ".venv/bin/python",
+        "microcoder_jax/__pycache__/x.pyc",
+        "notes_uncommitted.md",
+    ):
         os.makedirs(os.path.dirname(repo / rel), exist_ok=True)
         (repo / rel).write_text("x")
     os.makedirs(repo / "launch")
@@ -107,16 +133,24 @@ def test_setup_copies_only_the_code(tmp_path):
     _run([*git, "add", "microcoder_jax/train.py", "configs", "README.md", "launch", ".gitignore"], os.environ)
     _run([*git, "commit", "-qm", "code"], os.environ)
     files = set(_run([str(repo / "launch" / "tpu_vm.sh"), "files"], os.environ).stdout.split())
-    assert files == {"microcoder_jax/train.py", "configs/demo.py", "README.md", "launch/tpu_vm.sh", ".gitignore",
-                     "notes_uncommitted.md"}
+    assert files == {
+        "microcoder_jax/train.py",
+        "configs/demo.py",
+        "README.md",
+        "launch/tpu_vm.sh",
+        ".gitignore",
+        "notes_uncommitted.md",
+    }
 
 
 def test_gpu_dry_run_prints_the_train_command(tmp_path):
     env = dict(os.environ, MODEL_DIR="/models/Qwen3-1.7B", DATA="data/train-*.jsonl")
     out = _run([GPU, "--dry-run", "--config.train.steps=3"], env).stdout.splitlines()
     assert out[0].startswith("export XLA_FLAGS=")
-    assert out[1] == ("python -m microcoder_jax.train '--config=configs/paper.py:qwen3-1.7b,microcoder' "
-                      "'--workdir=runs/paper_qwen3-1.7b_microcoder' '--config.model.path=/models/Qwen3-1.7B' "
-                      "'--config.data.train_files=data/train-*.jsonl' '--config.train.steps=3'")
+    assert out[1] == (
+        "python -m microcoder_jax.train '--config=configs/paper.py:qwen3-1.7b,microcoder' "
+        "'--workdir=runs/paper_qwen3-1.7b_microcoder' '--config.model.path=/models/Qwen3-1.7B' "
+        "'--config.data.train_files=data/train-*.jsonl' '--config.train.steps=3'"
+    )
     proc = _run([GPU], {k: v for k, v in os.environ.items() if k != "MODEL_DIR"}, check=False)
     assert proc.returncode != 0 and "set MODEL_DIR" in proc.stderr

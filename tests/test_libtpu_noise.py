@@ -1,4 +1,5 @@
 """Off a TPU VM, loading libtpu prints nothing: the planner's AOT topology and a train CLI start."""
+
 import importlib.util
 import os
 import subprocess
@@ -10,8 +11,10 @@ from microcoder_jax.sharding import NO_TPU_HOST, tpu_chips_here
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = ("Failed to find host bounds", "TPU_ACCELERATOR_TYPE", "common_lib.cc", "worker hostname", "E0000")
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None or tpu_chips_here() != 0,
-                                reason="needs libtpu installed on a machine without TPU chips")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None or tpu_chips_here() != 0,
+    reason="needs libtpu installed on a machine without TPU chips",
+)
 
 
 def _env(**extra):
@@ -28,10 +31,18 @@ def _assert_quiet(out):
 
 def test_planner_topology_loads_libtpu_quietly():
     """The planner's libtpu load (Topology.devices), as under `plan` with JAX_PLATFORMS=cpu."""
-    code = ("from microcoder_jax.plan.topologies import parse_topology; "
-            "print(len(parse_topology('v5e-1').devices()), len(parse_topology('v4-8').devices()))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                         env=_env(JAX_PLATFORMS="cpu"))
+    code = (
+        "from microcoder_jax.plan.topologies import parse_topology; "
+        "print(len(parse_topology('v5e-1').devices()), len(parse_topology('v4-8').devices()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=_env(JAX_PLATFORMS="cpu"),
+    )
     _assert_quiet(out)
     assert out.stdout.split() == ["1", "4"]
 
@@ -39,15 +50,34 @@ def test_planner_topology_loads_libtpu_quietly():
 def test_libtpu_noise_is_real_without_the_host_description():
     """The check above can fail: the same load with the variables cleared is noisy on this machine."""
     code = "from jax.experimental import topologies as t; t.get_topology_desc(topology_name='v5e:2x2', platform='tpu')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                         env=_env(JAX_PLATFORMS="cpu"))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=_env(JAX_PLATFORMS="cpu"),
+    )
     assert any(n in out.stderr for n in NOISE), out.stderr[-2000:]
 
 
 @pytest.mark.slow
 def test_train_cli_start_is_quiet_when_jax_tries_every_backend(tmp_path):
     """JAX_PLATFORMS unset: JAX initialises the TPU plugin (libtpu) too; a zero-step run prints no noise."""
-    out = subprocess.run([sys.executable, "-m", "microcoder_jax.train", f"--workdir={tmp_path / 'run'}",
-                          "--config.train.steps=0", "--config.train.warm_start_steps=0", "--config.train.progress=False"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300, env=_env())
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "microcoder_jax.train",
+            f"--workdir={tmp_path / 'run'}",
+            "--config.train.steps=0",
+            "--config.train.warm_start_steps=0",
+            "--config.train.progress=False",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env=_env(),
+    )
     _assert_quiet(out)

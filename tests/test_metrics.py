@@ -1,4 +1,5 @@
 """metrics.jsonl / TensorBoard writing, resume truncation, and the plots."""
+
 import math
 import os
 import unittest.mock
@@ -10,9 +11,17 @@ from microcoder_jax.trainer.metrics import MetricsWriter, progress_postfix, read
 
 
 def _row(step):
-    return {"reward_mean": 0.1 * step, "pass_rate": np.float32(0.05 * step), "temperature": 1.0,
-            "response_length_mean": 20 + step, "grad_norm": np.float64(1.5), "time_sample_s": 0.2,
-            "entropy": 0.5, "diversity": 0.7, "learning_rate": 1e-3}
+    return {
+        "reward_mean": 0.1 * step,
+        "pass_rate": np.float32(0.05 * step),
+        "temperature": 1.0,
+        "response_length_mean": 20 + step,
+        "grad_norm": np.float64(1.5),
+        "time_sample_s": 0.2,
+        "entropy": 0.5,
+        "diversity": 0.7,
+        "learning_rate": 1e-3,
+    }
 
 
 def test_rows_are_plain_json_with_step(tmp_path):
@@ -76,8 +85,7 @@ def test_throughput_rates_shares_and_chip_seconds():
     from microcoder_jax.trainer.metrics import throughput
 
     times = {"sample": 2.0, "judge": 0.5, "train": 1.0}
-    out = throughput(_Rollout(), times, time_step=4.0, group_size=3, devices=8, programs=6, tests=30,
-                     generations=1)
+    out = throughput(_Rollout(), times, time_step=4.0, group_size=3, devices=8, programs=6, tests=30, generations=1)
     assert out["gen_tokens"] == 75 and out["train_tokens"] == 300
     assert out["throughput/gen_tokens_per_s"] == 37.5 and out["throughput/train_tokens_per_s"] == 300
     assert out["throughput/judge_programs_per_s"] == 12 and out["throughput/judge_tests_per_s"] == 60
@@ -85,8 +93,9 @@ def test_throughput_rates_shares_and_chip_seconds():
     assert shares == (0.5, 0.125, 0.25, 0.125)
     assert out["cost/chip_s"] == 32 and out["solved_problems"] == 1 and out["passing_responses"] == 1
     assert out["cost/chip_s_per_solved_problem"] == 32 and out["cost/chip_s_per_passing_response"] == 32
-    dapo = throughput(_Rollout(), times, time_step=4.0, group_size=3, devices=1, programs=12, tests=None,
-                      generations=2)  # refills: the sampler made 12 responses of ~12.5 tokens
+    dapo = throughput(
+        _Rollout(), times, time_step=4.0, group_size=3, devices=1, programs=12, tests=None, generations=2
+    )  # refills: the sampler made 12 responses of ~12.5 tokens
     assert dapo["gen_tokens"] == 150 and dapo["throughput/judge_tests_per_s"] is None
     unsolved = type("R", (_Rollout,), {"passed": np.zeros(6, bool)})()
     none = throughput(unsolved, times, time_step=4.0, group_size=3, devices=1, programs=6, tests=0, generations=1)
@@ -97,8 +106,12 @@ def test_judge_counter_counts_the_tests_each_program_ran_once():
     from microcoder_jax.evaluator.judge import JudgeResult
     from microcoder_jax.trainer.metrics import JudgeCounter, tests_run
 
-    results = [JudgeResult(True, "passed", 5, 5), JudgeResult(False, "wrong_answer", 1, 5, 1),
-               JudgeResult(False, "no_code", 0, 5, 0), JudgeResult(False, "compile_error", 0, 5, 0)]
+    results = [
+        JudgeResult(True, "passed", 5, 5),
+        JudgeResult(False, "wrong_answer", 1, 5, 1),
+        JudgeResult(False, "no_code", 0, 5, 0),
+        JudgeResult(False, "compile_error", 0, 5, 0),
+    ]
     assert [tests_run(r, "all") for r in results] == [5, 2, 0, 1]
     assert [tests_run(r, "fraction") for r in results] == [5, 5, 0, 1]
 
@@ -129,11 +142,22 @@ def test_judge_counter_counts_the_tests_each_program_ran_once():
 def test_plot_draws_throughput_share_and_cost_without_step_one(tmp_path):
     w = MetricsWriter(str(tmp_path), tensorboard=False)
     for s in range(1, 8):
-        w.write(s, {**_row(s), "throughput/gen_tokens_per_s": 1e3 * s, "throughput/train_tokens_per_s": 5e2 * s,
-                    "throughput/judge_programs_per_s": 10.0 + s, "throughput/judge_tests_per_s": 40.0 + s,
-                    "share/sample": 0.5 - s / 100, "share/judge": 0.1, "share/train": 0.3 + s / 100,
-                    "share/other": 0.1, "cost/chip_s_per_solved_problem": None if s == 3 else 9.0 / s,
-                    "cost/chip_s_per_passing_response": 3.0 / s})
+        w.write(
+            s,
+            {
+                **_row(s),
+                "throughput/gen_tokens_per_s": 1e3 * s,
+                "throughput/train_tokens_per_s": 5e2 * s,
+                "throughput/judge_programs_per_s": 10.0 + s,
+                "throughput/judge_tests_per_s": 40.0 + s,
+                "share/sample": 0.5 - s / 100,
+                "share/judge": 0.1,
+                "share/train": 0.3 + s / 100,
+                "share/other": 0.1,
+                "cost/chip_s_per_solved_problem": None if s == 3 else 9.0 / s,
+                "cost/chip_s_per_passing_response": 3.0 / s,
+            },
+        )
     w.close()
     panels, constants = plot.collect_panels(read_metrics(str(tmp_path / "metrics.jsonl")), [])
     by_name = {name: (ylabel, curves) for name, _, ylabel, curves in panels}

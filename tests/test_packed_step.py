@@ -1,4 +1,5 @@
 """The train step on packed rows = on padded rows: loss, metrics and params after the updates."""
+
 import jax
 import numpy as np
 import pytest
@@ -28,16 +29,21 @@ def make_batch(seed, long_frac=0.3):
     lengths[1] = 0
     for i in range(N):
         plen = rng.integers(1, P + 1)
-        tokens[i, P - plen:P + lengths[i]] = rng.integers(1, MC.vocab_size, plen + lengths[i])
-        tokens[i, P:P + lengths[i]][-4:] = [7, 8, 7, 8][:min(4, lengths[i])] if i % 3 == 0 else \
-            tokens[i, P:P + lengths[i]][-4:]
-        attn[i, P - plen:P + lengths[i]] = 1
-        resp[i, P:P + lengths[i]] = 1
+        tokens[i, P - plen : P + lengths[i]] = rng.integers(1, MC.vocab_size, plen + lengths[i])
+        tokens[i, P : P + lengths[i]][-4:] = (
+            [7, 8, 7, 8][: min(4, lengths[i])] if i % 3 == 0 else tokens[i, P : P + lengths[i]][-4:]
+        )
+        attn[i, P - plen : P + lengths[i]] = 1
+        resp[i, P : P + lengths[i]] = 1
     return {
-        "tokens": tokens, "attention_mask": attn, "response_mask": resp,
+        "tokens": tokens,
+        "attention_mask": attn,
+        "response_mask": resp,
         "rewards": rng.integers(0, 2, N).astype(np.float32),
-        "passed": rng.random(N) < 0.5, "no_code": rng.random(N) < 0.5,
-        "truncated": lengths == R, "response_lengths": lengths,
+        "passed": rng.random(N) < 0.5,
+        "no_code": rng.random(N) < 0.5,
+        "truncated": lengths == R,
+        "response_lengths": lengths,
         "temperature": rng.choice([0.7, 1.0, 1.2], N).astype(np.float32),
     }
 
@@ -47,8 +53,9 @@ def with_old(params, batch, kl):
     from microcoder_jax.rl.logprobs import compute_logprobs
 
     rng = np.random.default_rng(9)
-    logp = np.asarray(compute_logprobs(params, MC, batch["tokens"], batch["attention_mask"],
-                                       batch["temperature"], chunk=8))
+    logp = np.asarray(
+        compute_logprobs(params, MC, batch["tokens"], batch["attention_mask"], batch["temperature"], chunk=8)
+    )
     out = dict(batch, old_logprobs=(logp + rng.normal(0, 0.3, logp.shape)).astype(np.float32))
     if kl:
         out["ref_logprobs"] = (logp + rng.normal(0, 0.3, logp.shape)).astype(np.float32)
@@ -56,11 +63,24 @@ def with_old(params, batch, kl):
 
 
 def cfg_for(aggregation, truncation, kl, micro, width=None):
-    return make_rl_config("microcoder", group_size=G, num_minibatches=2, micro_batch_size=micro,
-                          pack_width=width, adam_eps=1e-4,  # a smooth update: rounding stays rounding
-                          logprob_chunk=5, repeat_m=2, learning_rate=1e-2, weight_decay=0.0,
-                          aggregation=aggregation, truncation=truncation, rho=0.5,
-                          kl_beta=0.1 if kl else 0.0, soft_overlong_cache=4, packing=True)
+    return make_rl_config(
+        "microcoder",
+        group_size=G,
+        num_minibatches=2,
+        micro_batch_size=micro,
+        pack_width=width,
+        adam_eps=1e-4,  # a smooth update: rounding stays rounding
+        logprob_chunk=5,
+        repeat_m=2,
+        learning_rate=1e-2,
+        weight_decay=0.0,
+        aggregation=aggregation,
+        truncation=truncation,
+        rho=0.5,
+        kl_beta=0.1 if kl else 0.0,
+        soft_overlong_cache=4,
+        packing=True,
+    )
 
 
 def run_step(params, cfg, batch, mesh):

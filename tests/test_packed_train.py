@@ -1,4 +1,5 @@
 """End to end with rl.packing on: the shortened demo learns, both passes on packed rows."""
+
 import os
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Sequence packing: the host-side packer, segment-id attention and packed log-probs = padded."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,9 +25,9 @@ def make_rows(n, seed=0, prompt_min=1, full=()):
     for i in range(n):
         plen = P if i in full else rng.integers(prompt_min, P + 1)
         lengths[i] = R if i in full else lengths[i]
-        tokens[i, P - plen:P + lengths[i]] = rng.integers(1, MC.vocab_size, plen + lengths[i])
-        attn[i, P - plen:P + lengths[i]] = 1
-        resp[i, P:P + lengths[i]] = 1
+        tokens[i, P - plen : P + lengths[i]] = rng.integers(1, MC.vocab_size, plen + lengths[i])
+        attn[i, P - plen : P + lengths[i]] = 1
+        resp[i, P : P + lengths[i]] = 1
     temps = rng.choice([0.6, 1.0, 1.3], n).astype(np.float32)
     return tokens, attn, resp, lengths, temps
 
@@ -48,7 +49,7 @@ def check_layout(pk, attn, groups, width, micro_rows):
     for r in range(src.shape[0]):
         ids = seg[r][valid[r]]
         assert np.all(np.diff(ids) >= 0) and (ids.size == 0 or ids[0] == 1)
-        assert valid[r].sum() == 0 or valid[r][:valid[r].sum()].all()  # filled from column 0
+        assert valid[r].sum() == 0 or valid[r][: valid[r].sum()].all()  # filled from column 0
         for sid in np.unique(ids):
             at = seg[r] == sid
             rows = np.unique(src[r][at] // s)
@@ -117,8 +118,7 @@ def test_flash_kernel_takes_segment_ids():
     seg = jnp.asarray(np.repeat([1, 2, 3, 0], [50, 40, 30, 8])[None], jnp.int32)
     want = attn_lib.causal_attention(q, k, v, seg > 0, "xla", segment_ids=seg)
     with pltpu.force_tpu_interpret_mode():
-        got = jax.jit(lambda *a: attn_lib.causal_attention(*a, implementation="splash", segment_ids=a[3]))(
-            q, k, v, seg)
+        got = jax.jit(lambda *a: attn_lib.causal_attention(*a, implementation="splash", segment_ids=a[3]))(q, k, v, seg)
     real = np.asarray(seg[0] > 0)
     np.testing.assert_allclose(np.asarray(got)[0, real], np.asarray(want)[0, real], rtol=2e-5, atol=2e-5)
 

@@ -4,6 +4,7 @@ On CPU the kernel runs in Pallas's TPU interpret mode: ragged lengths (an idle s
 table entries, GQA, bf16, and under a faked 2x2x2 mesh equal to one device. For TPU it compiles
 ahead of time (libtpu, nothing allocated) at Qwen3-1.7B decode shapes on v5e:2x2 meshes.
 """
+
 import os
 import re
 
@@ -30,7 +31,7 @@ def _inputs(heads, kv_heads, lengths=LENGTHS, dtype=jnp.float32, table_width=5, 
     table = np.full((len(lengths), table_width), PAGES, np.int32)
     free = list(rng.permutation(PAGES))
     for s, n in enumerate(lengths):
-        table[s, :-(-n // PAGE)] = [free.pop() for _ in range(-(-n // PAGE))]
+        table[s, : -(-n // PAGE)] = [free.pop() for _ in range(-(-n // PAGE))]
     table[1, 0] = table[0, 0]  # a page shared by two slots (a prompt's samples)
     cast = lambda x: jnp.asarray(x, dtype)  # noqa: E731
     return cast(q), cast(pool_k), cast(pool_v), jnp.asarray(lengths, jnp.int32), jnp.asarray(table)
@@ -82,7 +83,7 @@ def test_the_kernel_reads_no_block_past_a_slots_length():
     read = -(-np.asarray(lengths)[:, None] // block) * 2 > np.arange(6)[None, :]
     wild = jnp.asarray(np.where(read, np.minimum(table, PAGES - 1), 10 * PAGES))
     with pltpu.force_tpu_interpret_mode():
-        got = paged_attention(q * D ** -0.5, pool_k, pool_v, lengths, wild, pages_per_compute_block=2)
+        got = paged_attention(q * D**-0.5, pool_k, pool_v, lengths, wild, pages_per_compute_block=2)
     _check(got, (q, pool_k, pool_v, lengths, table), 1e-5)
 
 
@@ -104,10 +105,13 @@ def test_unsupported_reasons():
         paged_kernel_attention(*_inputs(3, 2), pages_per_block=1)
 
 
-@pytest.mark.parametrize("mesh_shape,kv_heads,head_spec", [
-    (dict(data=2, fsdp=2, tensor=2), 2, "tensor"),  # kv heads split with their q heads
-    (dict(data=2, fsdp=2, tensor=2), 1, None),      # tensor divides the q heads only: heads stay whole
-])
+@pytest.mark.parametrize(
+    "mesh_shape,kv_heads,head_spec",
+    [
+        (dict(data=2, fsdp=2, tensor=2), 2, "tensor"),  # kv heads split with their q heads
+        (dict(data=2, fsdp=2, tensor=2), 1, None),  # tensor divides the q heads only: heads stay whole
+    ],
+)
 def test_kernel_under_a_mesh_equals_one_device(mesh_shape, kv_heads, head_spec):
     from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -120,8 +124,10 @@ def test_kernel_under_a_mesh_equals_one_device(mesh_shape, kv_heads, head_spec):
     q_spec, pool_spec, _ = _specs(mesh, len(lengths), kv_heads)
     assert q_spec == P(("data", "fsdp"), head_spec, None) and pool_spec == P(head_spec, None, None, None)
     want = _kernel(*args, pages_per_block=2)
-    placed = [jax.device_put(a, NamedSharding(mesh, spec)) for a, spec in
-              zip(args, (q_spec, pool_spec, pool_spec, P(("data", "fsdp")), P(("data", "fsdp"), None)))]
+    placed = [
+        jax.device_put(a, NamedSharding(mesh, spec))
+        for a, spec in zip(args, (q_spec, pool_spec, pool_spec, P(("data", "fsdp")), P(("data", "fsdp"), None)))
+    ]
     with jax.set_mesh(mesh):
         got = _kernel(*placed, pages_per_block=2)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
@@ -157,18 +163,26 @@ def compile_for_tpu(devices, mesh_shape, page_size, pages_per_block):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P(*axes)))
 
     pool = spec((kv, NUM_PAGES, page_size, d), jnp.bfloat16, heads, None, None, None)
-    args = (spec((SLOTS, h, d), jnp.bfloat16, rows, heads, None), pool, pool,
-            spec((SLOTS,), jnp.int32, rows), spec((SLOTS, TABLE), jnp.int32, rows, None))
+    args = (
+        spec((SLOTS, h, d), jnp.bfloat16, rows, heads, None),
+        pool,
+        pool,
+        spec((SLOTS,), jnp.int32, rows),
+        spec((SLOTS, TABLE), jnp.int32, rows, None),
+    )
     with jax.set_mesh(mesh):
         assert paged_kernel_unsupported(d, jnp.bfloat16, "tpu") is None
         step = jax.jit(lambda *a: paged_kernel_attention(*a, pages_per_block=pages_per_block))
         return step.lower(*args).compile()
 
 
-@pytest.mark.parametrize("mesh_shape,page_size,pages_per_block", [
-    (dict(data=2, fsdp=1, tensor=2), 16, 8),
-    (dict(data=1, fsdp=1, tensor=4), 32, 4),
-])
+@pytest.mark.parametrize(
+    "mesh_shape,page_size,pages_per_block",
+    [
+        (dict(data=2, fsdp=1, tensor=2), 16, 8),
+        (dict(data=1, fsdp=1, tensor=4), 32, 4),
+    ],
+)
 def test_kernel_compiles_for_tpu_under_the_mesh(v5e_devices, mesh_shape, page_size, pages_per_block):
     program = compile_for_tpu(v5e_devices, mesh_shape, page_size, pages_per_block)
     hlo = program.as_text()
@@ -189,12 +203,30 @@ def test_the_paged_engine_takes_the_kernel_where_it_serves_and_matches_xla():
     from microcoder_jax.models import paged_attention as pa
     from microcoder_jax.sampling.paged_sampler import generate_paged
 
-    config = DecoderConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_layers=2, num_heads=2,
-                         num_kv_heads=1, head_dim=128, dtype="bfloat16", attention="auto")
+    config = DecoderConfig(
+        vocab_size=64,
+        hidden_size=128,
+        intermediate_size=256,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=128,
+        dtype="bfloat16",
+        attention="auto",
+    )
     params = init_params(config, jax.random.key(0))
     prompts = [[5, 9, 13], list(range(3, 14)), [7] * 9]
-    kw = dict(num_samples=2, temperature=0.0, max_new_tokens=12, stop_token_ids=[], pad_id=0,
-              rng=jax.random.key(1), slots=3, page_size=8, prompt_buckets=(16,))
+    kw = dict(
+        num_samples=2,
+        temperature=0.0,
+        max_new_tokens=12,
+        stop_token_ids=[],
+        pad_id=0,
+        rng=jax.random.key(1),
+        slots=3,
+        page_size=8,
+        prompt_buckets=(16,),
+    )
     xla = generate_paged(params, dataclasses.replace(config, attention="xla"), prompts, **kw)
     assert pa.choose("auto", 128, jnp.bfloat16) == "xla"  # not on TPU: XLA
     with pltpu.force_tpu_interpret_mode():
@@ -210,6 +242,7 @@ def test_the_paged_engine_takes_the_kernel_where_it_serves_and_matches_xla():
 
 
 # ---------------------------------------------------------------- int8 pages (models.paged_kernel_int8)
+
 
 def _quantized(args):
     """The inputs with int8 pools (``QuantizedPages``) and the float64 pages they stand for."""
@@ -261,8 +294,11 @@ def test_int8_kernel_under_a_mesh_equals_one_device():
     want = _kernel(*qargs, pages_per_block=2)
     rows, pool, scale = P(("data", "fsdp")), P("tensor", None, None, None), P("tensor", None, None)
     specs = (P(("data", "fsdp"), "tensor", None), (pool, scale), (pool, scale), rows, P(("data", "fsdp"), None))
-    placed = jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), qargs,
-                          tuple(type(a)(*s) if isinstance(a, tuple) else s for a, s in zip(qargs, specs)))
+    placed = jax.tree.map(
+        lambda a, s: jax.device_put(a, NamedSharding(mesh, s)),
+        qargs,
+        tuple(type(a)(*s) if isinstance(a, tuple) else s for a, s in zip(qargs, specs)),
+    )
     with jax.set_mesh(mesh):
         got = _kernel(*placed, pages_per_block=2)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)

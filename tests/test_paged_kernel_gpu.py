@@ -5,6 +5,7 @@ decode shapes (Triton's shape rules checked without a GPU); and the platform cho
 Ragged lengths (an idle slot too), a page shared by two slots (a prompt's samples), "no page" table
 entries, GQA, bf16 and int8 pages with their scales. Tiny shapes: interpret mode is slow.
 """
+
 import os
 
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other processes may hold libtpu
@@ -32,8 +33,14 @@ def _bf16(x):
 def test_bf16_pages_match_float64(heads, kv_heads, pages_per_block):
     """GQA 1 and 4; compute blocks of 2 pages (16 tokens) that run past a slot's pages; table padded."""
     q, k, v, lengths, table = _inputs(heads, kv_heads, seed=1)
-    got = _run(jnp.asarray(q, jnp.bfloat16), jnp.asarray(k, jnp.bfloat16), jnp.asarray(v, jnp.bfloat16),
-               lengths, table, pages_per_block)
+    got = _run(
+        jnp.asarray(q, jnp.bfloat16),
+        jnp.asarray(k, jnp.bfloat16),
+        jnp.asarray(v, jnp.bfloat16),
+        lengths,
+        table,
+        pages_per_block,
+    )
     live = lengths > 0
     assert np.isfinite(got).all() and (got[~live] == 0).all(), "an idle slot gives zeros"
     want = reference(_bf16(q), _bf16(k), _bf16(v), lengths, table)
@@ -65,8 +72,9 @@ def test_shapes_and_reasons():
     assert "float32" in gpu_kernel_unsupported(128, jnp.float32, "gpu")
     q, k, v, lengths, table = _inputs(3, 2)
     with pytest.raises(ValueError, match="multiple of kv_heads"):
-        gpu_paged_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(lengths),
-                            jnp.asarray(table), pages_per_block=1)
+        gpu_paged_attention(
+            jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(lengths), jnp.asarray(table), pages_per_block=1
+        )
 
 
 def test_platform_choice(monkeypatch):
@@ -93,8 +101,17 @@ def test_the_decode_step_takes_the_gpu_kernel_on_a_forced_gpu(monkeypatch, kv_dt
 
     from microcoder_jax.models import DecoderConfig, decoding_params, init_params
 
-    config = DecoderConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=4,
-                         num_kv_heads=2, head_dim=16, dtype="bfloat16", attention="auto")
+    config = DecoderConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        dtype="bfloat16",
+        attention="auto",
+    )
     params = decoding_params(init_params(config, jax.random.key(0)), config)
     q, k, v, lengths, table = _inputs(4, 2, seed=5)
     full = [jnp.asarray(x, jnp.float32) for x in (k, v)]
@@ -102,10 +119,16 @@ def test_the_decode_step_takes_the_gpu_kernel_on_a_forced_gpu(monkeypatch, kv_dt
     pool = pa.PagePool((full[0],), (full[1],))
     live = lengths > 0
     last = np.maximum(lengths - 1, 0)
-    write_page = np.where(live, table[np.arange(len(lengths)), last // PAGE], 10 ** 6)  # idle: dropped
+    write_page = np.where(live, table[np.arange(len(lengths)), last // PAGE], 10**6)  # idle: dropped
     view = pa.SlotView(jnp.asarray(table), jnp.asarray(lengths), pa.blocks_needed(jnp.asarray(lengths), PAGE, 2))
-    args = (jnp.arange(len(lengths)) + 3, jnp.asarray(last), pool, jnp.asarray(write_page), jnp.asarray(last % PAGE),
-            view)
+    args = (
+        jnp.arange(len(lengths)) + 3,
+        jnp.asarray(last),
+        pool,
+        jnp.asarray(write_page),
+        jnp.asarray(last % PAGE),
+        view,
+    )
 
     def step(cfg):
         return jax.jit(lambda *a: pa.paged_decode_step(params, cfg, *a, block_pages=2))(*args)[0]
@@ -134,8 +157,9 @@ def test_the_compiled_kernel_on_a_gpu(kv_dtype):
     got = np.asarray(fn(q_in, pk, pv, jnp.asarray(lengths), jnp.asarray(table)).astype(jnp.float32), np.float64)
     live = lengths > 0
     assert np.isfinite(got).all() and (got[~live] == 0).all()
-    np.testing.assert_allclose(got[live], reference(q, k, v, lengths, table)[live], rtol=3e-2,
-                               atol=3e-2 * np.abs(v).max())
+    np.testing.assert_allclose(
+        got[live], reference(q, k, v, lengths, table)[live], rtol=3e-2, atol=3e-2 * np.abs(v).max()
+    )
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "int8"])
@@ -143,11 +167,21 @@ def test_the_kernel_lowers_for_cuda_at_qwen3_decode_shapes(kv_dtype):
     """Triton's shape rules (powers of two, >= 16-wide dots) hold at Qwen3-1.7B decode shapes: the
     wrapper lowers for CUDA ahead of time on CPU, to one Triton kernel call."""
     slots, heads, kv, d, pages, page_size, width = 32, 16, 8, 128, 4096, 16, 288
-    pool = (pa.QuantizedPages(jax.ShapeDtypeStruct((kv, pages, page_size, d), jnp.int8),
-                              jax.ShapeDtypeStruct((kv, pages, page_size), jnp.float32))
-            if kv_dtype == "int8" else jax.ShapeDtypeStruct((kv, pages, page_size, d), jnp.bfloat16))
-    args = (jax.ShapeDtypeStruct((slots, heads, d), jnp.bfloat16), pool, pool,
-            jax.ShapeDtypeStruct((slots,), jnp.int32), jax.ShapeDtypeStruct((slots, width), jnp.int32))
+    pool = (
+        pa.QuantizedPages(
+            jax.ShapeDtypeStruct((kv, pages, page_size, d), jnp.int8),
+            jax.ShapeDtypeStruct((kv, pages, page_size), jnp.float32),
+        )
+        if kv_dtype == "int8"
+        else jax.ShapeDtypeStruct((kv, pages, page_size, d), jnp.bfloat16)
+    )
+    args = (
+        jax.ShapeDtypeStruct((slots, heads, d), jnp.bfloat16),
+        pool,
+        pool,
+        jax.ShapeDtypeStruct((slots,), jnp.int32),
+        jax.ShapeDtypeStruct((slots, width), jnp.int32),
+    )
     fn = jax.jit(lambda *a: gpu_paged_attention(*a, pages_per_block=8, interpret=False))
     text = fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("__gpu$xla.gpu.triton") == 1

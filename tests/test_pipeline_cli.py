@@ -1,5 +1,6 @@
 """The data pipeline CLI: --help says what it reads and where it writes, that folder is
 git-ignored, and a data source can be added from the command line."""
+
 import importlib.util
 import json
 import os
@@ -15,8 +16,13 @@ SAMPLES = os.path.join(ROOT, "microcoder_jax", "data", "samples", "problems.json
 
 
 def test_help_names_inputs_and_outputs():
-    out = subprocess.run([sys.executable, "-m", "microcoder_jax.data.pipeline", "--help"], capture_output=True,
-                         text=True, cwd=ROOT, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "microcoder_jax.data.pipeline", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    ).stdout
     assert "Reads:" in out and "Writes:" in out and "--source" in out
     assert "./data_pipeline" in out and "export/train-" in out
     assert "cannot list" not in out  # its own keys, not the run config's
@@ -37,23 +43,37 @@ def test_the_config_file_starts_from_the_one_set_of_defaults():
     assert loaded.get_config().to_dict() == defaults.to_dict()
     knobs = {k for k, _, _ in config.KNOBS} - {"filter.difficulty.pass_rate_fn_kwargs"}  # an empty dict: no leaf
     assert {k for k in flat_keys(defaults) if not k.startswith("sources.")} == knobs
-    assert config.source("/p", "apps", limit=3).to_dict() == {"path": "/p", "format": "apps", "priority": 100,
-                                                              "limit": 3, "harness": ""}
+    assert config.source("/p", "apps", limit=3).to_dict() == {
+        "path": "/p",
+        "format": "apps",
+        "priority": 100,
+        "limit": 3,
+        "harness": "",
+    }
 
 
 def test_stage_counts_are_printed_once_and_the_report_is_named(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "microcoder_jax.data.pipeline", "collect", "--workdir",
-                           str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "microcoder_jax.data.pipeline", "collect", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (proc.stdout + proc.stderr).count("'rows': 24, 'dropped': 0") == 1, (proc.stdout, proc.stderr)
     assert "stage collect: done in" in proc.stderr  # progress on stderr, the counts on stdout
 
 
-@pytest.mark.parametrize("args, line", [
-    (["filter"], "error: filter: needs stage process done in {w} first; run `process` (or `all`)"),
-    (["collect", "--config.filter.oversized=bogus"], "error: filter.oversized='bogus': must be one of"),
-    (["collect", "--source", "x=/a,format=zzz"], "error: sources.x.format='zzz': must be one of 'auto'"),
-    (["collect", "--source", "x=/a,limit=z"], "error: --source 'x=/a,limit=z': limit='z' is not an integer")])
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["filter"], "error: filter: needs stage process done in {w} first; run `process` (or `all`)"),
+        (["collect", "--config.filter.oversized=bogus"], "error: filter.oversized='bogus': must be one of"),
+        (["collect", "--source", "x=/a,format=zzz"], "error: sources.x.format='zzz': must be one of 'auto'"),
+        (["collect", "--source", "x=/a,limit=z"], "error: --source 'x=/a,limit=z': limit='z' is not an integer"),
+    ],
+)
 def test_bad_stage_order_and_values_are_one_line(args, line, tmp_path, capsys):
     assert cli.main([*args, "--workdir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -62,8 +82,9 @@ def test_bad_stage_order_and_values_are_one_line(args, line, tmp_path, capsys):
 
 
 def test_default_output_folder_is_git_ignored():
-    proc = subprocess.run(["git", "check-ignore", "-q", "data_pipeline/export/train-00000-of-00004.jsonl"],
-                          cwd=ROOT, timeout=30)
+    proc = subprocess.run(
+        ["git", "check-ignore", "-q", "data_pipeline/export/train-00000-of-00004.jsonl"], cwd=ROOT, timeout=30
+    )
     assert proc.returncode == 0
 
 

@@ -1,4 +1,5 @@
 """The planner (`python -m microcoder_jax.plan`) on tiny configs, compiled with libtpu for v5e:2x2."""
+
 import dataclasses
 import os
 import subprocess
@@ -21,8 +22,10 @@ def _tpu_devices(name):
     try:
         return parse_topology(name).devices()
     except Exception as e:  # noqa: BLE001
-        pytest.skip(f"libtpu cannot make AOT devices here ({str(e).splitlines()[0][:100]}); "
-                    "pip install 'jax[tpu]' to run the TPU compile tests")
+        pytest.skip(
+            f"libtpu cannot make AOT devices here ({str(e).splitlines()[0][:100]}); "
+            "pip install 'jax[tpu]' to run the TPU compile tests"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +38,15 @@ def demo_plan():
 @pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_demo_plan_compiles_every_program_and_fits(demo_plan):
     names = [r.program.name for r in demo_plan.rows]
-    assert names == ["decode layout", "sample prefill", "sample decode", "old log-probs", "train step", "eval prefill",
-                              "eval decode"]
+    assert names == [
+        "decode layout",
+        "sample prefill",
+        "sample decode",
+        "old log-probs",
+        "train step",
+        "eval prefill",
+        "eval decode",
+    ]
     assert demo_plan.mesh_shape == {"data": 1, "fsdp": 4, "tensor": 1}
     for row in demo_plan.rows:
         assert row.error == "", row.error
@@ -54,8 +64,14 @@ def test_report_renders_every_section(demo_plan):
     from microcoder_jax.plan import report
 
     text = report.render(demo_plan, "configs/demo.py")
-    for part in ("== memory per device", "== analytic breakdown", "== time", "implied MFU", "tokens/s",
-                 "verdict: every program fits v5e:2x2"):
+    for part in (
+        "== memory per device",
+        "== analytic breakdown",
+        "== time",
+        "implied MFU",
+        "tokens/s",
+        "verdict: every program fits v5e:2x2",
+    ):
         assert part in text
 
 
@@ -69,10 +85,13 @@ def test_loop_collectives_and_trip_count_from_hlo():
         def body(c, _):
             full = jax.lax.with_sharding_constraint(w, rep)  # gathered every iteration
             return jnp.tanh(c @ full), None
+
         return jax.lax.scan(body, x, None, length=7)[0]
 
-    args = (jax.ShapeDtypeStruct((256, 256), jnp.bfloat16, sharding=spec),
-            jax.ShapeDtypeStruct((8, 256), jnp.bfloat16, sharding=rep))
+    args = (
+        jax.ShapeDtypeStruct((256, 256), jnp.bfloat16, sharding=spec),
+        jax.ShapeDtypeStruct((8, 256), jnp.bfloat16, sharding=rep),
+    )
     text = jax.jit(f).lower(*args).compile().as_text()
     loops = [lp for lp in hlo.loops(text) if lp.collectives]
     assert len(loops) == 1 and loops[0].trip_count == 7 and not loops[0].data_dependent
@@ -108,10 +127,21 @@ ENTRY %main () -> bf16[1920,16,128] {
 
 # Two Qwen3-1.7B-wide layers: buffers well above the chip's on-core memory, where XLA would keep small ones
 # out of HBM (the demo's tiny buffers say nothing of the model).
-WIDE = ["mesh.fsdp=-1", "model.hidden_size=2048", "model.intermediate_size=6144", "model.num_layers=2",
-        "model.num_heads=16", "model.num_kv_heads=8", "model.head_dim=128", "demo.vocab_size=32768",
-        "model.dtype=bfloat16", "model.remat=full", "rl.micro_batch_size=8", "sampling.max_new_tokens=448",
-        "data.prompt_buckets=(64,)"]
+WIDE = [
+    "mesh.fsdp=-1",
+    "model.hidden_size=2048",
+    "model.intermediate_size=6144",
+    "model.num_layers=2",
+    "model.num_heads=16",
+    "model.num_kv_heads=8",
+    "model.head_dim=128",
+    "demo.vocab_size=32768",
+    "model.dtype=bfloat16",
+    "model.remat=full",
+    "rl.micro_batch_size=8",
+    "sampling.max_new_tokens=448",
+    "data.prompt_buckets=(64,)",
+]
 
 
 @pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
@@ -120,8 +150,7 @@ def test_analytic_train_step_memory_tracks_xla():
     small ones out of HBM): the analytic total is within 15% of XLA's."""
     _tpu_devices("v5e:2x2")
     config = cli.load_config(DEMO, WIDE)
-    result = planner.plan(config, parse_topology("v5e:2x2"), cache_dir=None, only=("train step",),
-                          search=False)
+    result = planner.plan(config, parse_topology("v5e:2x2"), cache_dir=None, only=("train step",), search=False)
     row = result.rows[0]
     assert row.error == ""
     xla = row.compiled.total_bytes
@@ -140,10 +169,13 @@ def test_analytic_error_leaves_the_resident_state_out():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine, names", [
-    ("static", ("sample prefill", "sample decode")),
-    ("paged", ("decode layout", "sample admit", "sample decode", "old log-probs")),
-])
+@pytest.mark.parametrize(
+    "engine, names",
+    [
+        ("static", ("sample prefill", "sample decode")),
+        ("paged", ("decode layout", "sample admit", "sample decode", "old log-probs")),
+    ],
+)
 def test_analytic_memory_of_every_program_kind_tracks_xla(engine, names, tmp_path):
     """Every kind of program the planner compiles (the train step is the test above), at Qwen3-1.7B
     widths: the analytic model of the program alone is within 15% of XLA's figure."""
@@ -154,8 +186,12 @@ def test_analytic_memory_of_every_program_kind_tracks_xla(engine, names, tmp_pat
     assert tuple(r.program.name for r in result.rows) == names
     for row in result.rows:
         assert row.error == "", row.error
-        assert abs(row.analytic_error) < 0.15, (row.program.name, row.analytic_error, row.estimate.components,
-                                                row.compiled.total_bytes)
+        assert abs(row.analytic_error) < 0.15, (
+            row.program.name,
+            row.analytic_error,
+            row.estimate.components,
+            row.compiled.total_bytes,
+        )
 
 
 @pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
@@ -184,20 +220,29 @@ def test_analytic_only_plan_for_gpus():
 def test_topology_names():
     assert parse_topology("v5e-8").aot_name == "v5e:2x4"
     assert parse_topology("v4-8").num_devices == 4 and parse_topology("v4-8").aot_name == "v4:2x2x1"
-    assert parse_topology("v5p-8").chip.hbm_bytes == 95 * 2 ** 30
+    assert parse_topology("v5p-8").chip.hbm_bytes == 95 * 2**30
     assert parse_topology(None, devices=4, hbm_gib=24).aot_name is None
     with pytest.raises(TopologyError, match="unknown topology"):
         parse_topology("v9z-8")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--topology", "v9z-8"], "error: unknown topology 'v9z-8'"),
-    (["--topology", "v5e-8", "--config.model.nope=1"], "error: "),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--topology", "v9z-8"], "error: unknown topology 'v9z-8'"),
+        (["--topology", "v5e-8", "--config.model.nope=1"], "error: "),
+    ],
+)
 def test_bad_input_is_one_error_line_and_exit_2(args, message):
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-m", "microcoder_jax.plan", "--config", DEMO, *args],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "microcoder_jax.plan", "--config", DEMO, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 2
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith(message), out.stderr
@@ -215,8 +260,16 @@ def test_estimates_count_loop_trips():
     assert isinstance(short, analytic.Estimate) and programs.Shapes
 
 
-PAGED = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.max_new_tokens=448", "data.prompt_buckets=(64,)",
-         "sampling.slots=64", "model.dtype=bfloat16", "model.head_dim=128", "model.attention=auto"]
+PAGED = [
+    "mesh.fsdp=-1",
+    "sampling.engine=paged",
+    "sampling.max_new_tokens=448",
+    "data.prompt_buckets=(64,)",
+    "sampling.slots=64",
+    "model.dtype=bfloat16",
+    "model.head_dim=128",
+    "model.attention=auto",
+]
 
 
 @pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
@@ -225,8 +278,9 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
     _tpu_devices("v5e:2x2")
     config = cli.load_config(DEMO, PAGED)
     topology = parse_topology("v5e:2x2")
-    result = planner.plan(config, topology, cache_dir=str(tmp_path), only=("sample admit", "sample decode"),
-                          search=False)
+    result = planner.plan(
+        config, topology, cache_dir=str(tmp_path), only=("sample admit", "sample decode"), search=False
+    )
     assert [r.program.name for r in result.rows] == ["sample admit", "sample decode"]
     for row in result.rows:
         assert row.error == "", row.error
@@ -246,8 +300,13 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
 
     # the sampler's own mesh (decode_tensor=-1): the demo's 2 KV heads over 2 of the 4 chips and the
     # slots over the other 2, so each chip holds half the pool and half the weights
-    tp = planner.plan(programs.with_overrides(config, **{"sampling.decode_tensor": -1}), topology,
-                      cache_dir=str(tmp_path), only=("sample decode",), search=False).rows[0]
+    tp = planner.plan(
+        programs.with_overrides(config, **{"sampling.decode_tensor": -1}),
+        topology,
+        cache_dir=str(tmp_path),
+        only=("sample decode",),
+        search=False,
+    ).rows[0]
     assert dict(tp.program.mesh.shape) == {"data": 2, "fsdp": 1, "tensor": 2}
     assert tp.estimate.components["page pool (args, donated)"] == pool // 2
     assert tp.error == "" and tp.total < decode.total, (tp.total, decode.total)
@@ -255,8 +314,17 @@ def test_paged_engine_programs_are_planned_and_fit(tmp_path):
 
     # fewer slots hold less; a budget the 64-slot loop does not fit: the search tries the sampler's
     # mesh first (the training layout stays), then fewer slots
-    half = planner.plan(programs.with_overrides(config, **{"sampling.slots": 32}), topology,
-                        cache_dir=str(tmp_path), only=("sample decode",), search=False).rows[0].total
+    half = (
+        planner.plan(
+            programs.with_overrides(config, **{"sampling.slots": 32}),
+            topology,
+            cache_dir=str(tmp_path),
+            only=("sample decode",),
+            search=False,
+        )
+        .rows[0]
+        .total
+    )
     assert half < decode.total, (half, decode.total)
     labels = [label for label, _ in suggest.candidates(config, "sample decode", result.mesh_shape)]
     assert labels[:3] == ["the sampler's KV heads over every chip", "int8 KV pool, 64 slots", "32 slots"], labels
@@ -277,8 +345,9 @@ def test_paged_decode_loop_collectives_on_the_sampler_mesh(tmp_path):
     (2 layers, 64 slots): 17 all-reduces of 77,056 bytes, 4 all-gathers of 2,688; 4 layers: 21, 109,824."""
     _tpu_devices("v5e:2x2")
     config = cli.load_config(DEMO, PAGED + ["sampling.decode_tensor=-1", "model.num_kv_heads=4", "model.num_heads=8"])
-    row = planner.plan(config, parse_topology("v5e:2x2"), cache_dir=str(tmp_path), only=("sample decode",),
-                       search=False).rows[0]
+    row = planner.plan(
+        config, parse_topology("v5e:2x2"), cache_dir=str(tmp_path), only=("sample decode",), search=False
+    ).rows[0]
     assert row.error == "", row.error
     assert dict(row.program.mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 4}
     mc, slots = row.program.model_config, row.program.kwargs["shape"].slots
@@ -292,8 +361,11 @@ def test_paged_decode_loop_collectives_on_the_sampler_mesh(tmp_path):
     inner = [lp for lp in row.compiled.loops if lp["parent"] == run["name"]]
     per_iteration = sum(sum(b for _, b in lp["collectives"].values()) * (lp["trip_count"] or 1) for lp in inner)
     assert per_iteration <= slots * 1024, inner  # nested loops (sampling) move per-slot scalars
-    one_layer = (mc.hidden_size * mc.head_dim * (mc.num_heads + 2 * mc.num_kv_heads)
-                 + mc.num_heads * mc.head_dim * mc.hidden_size + 3 * mc.hidden_size * mc.intermediate_size) * 2
+    one_layer = (
+        mc.hidden_size * mc.head_dim * (mc.num_heads + 2 * mc.num_kv_heads)
+        + mc.num_heads * mc.head_dim * mc.hidden_size
+        + 3 * mc.hidden_size * mc.intermediate_size
+    ) * 2
     step = sum(b for _, b in run["collectives"].values()) + per_iteration
     assert step < one_layer, (step, one_layer)  # an iteration moves less than one layer's weights
 

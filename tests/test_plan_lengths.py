@@ -1,5 +1,6 @@
 """The planner's length profiles: the decode simulator against the paged engine's real schedule
 (a tiny random model on CPU, rows stopping at their caps), and the profiles' parsing."""
+
 import jax
 import numpy as np
 import pytest
@@ -9,8 +10,14 @@ from microcoder_jax.plan import decode_sim
 from microcoder_jax.sampling.paged_sampler import generate_paged
 
 G, MAX_NEW, WIDTH = 2, 24, 32
-PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [(7 * j + 3) % 120 + 3 for j in range(32)],
-           [9, 8, 7, 6, 5, 4, 3, 2, 11, 12, 13, 14, 15, 16, 17, 18, 19], [3] * 20, [4, 5]]
+PROMPTS = [
+    [5, 17, 99],
+    [40, 41, 42, 43, 44, 45, 46],
+    [(7 * j + 3) % 120 + 3 for j in range(32)],
+    [9, 8, 7, 6, 5, 4, 3, 2, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+    [3] * 20,
+    [4, 5],
+]
 ROWS = len(PROMPTS) * G
 RNG = np.random.default_rng(3)
 # skewed: one long row among short ones; the long rows first / last; every row at the cap; lognormal
@@ -39,14 +46,36 @@ def test_simulated_decode_steps_equal_the_engines(tiny, engine_shape):
     slots, page_size, refill_every, tail_slots = engine_shape
     for name, caps in LENGTHS.items():
         stats = {}
-        out = generate_paged(params, config, PROMPTS, num_samples=G, temperature=1.0, max_new_tokens=MAX_NEW,
-                             stop_token_ids=[config.vocab_size + 7], pad_id=0, rng=jax.random.key(1), slots=slots,
-                             page_size=page_size, refill_every=refill_every, tail_slots=tail_slots,
-                             caps=caps.astype(np.int32), prompt_buckets=(WIDTH,), stats=stats)
+        out = generate_paged(
+            params,
+            config,
+            PROMPTS,
+            num_samples=G,
+            temperature=1.0,
+            max_new_tokens=MAX_NEW,
+            stop_token_ids=[config.vocab_size + 7],
+            pad_id=0,
+            rng=jax.random.key(1),
+            slots=slots,
+            page_size=page_size,
+            refill_every=refill_every,
+            tail_slots=tail_slots,
+            caps=caps.astype(np.int32),
+            prompt_buckets=(WIDTH,),
+            stats=stats,
+        )
         np.testing.assert_array_equal(out.lengths, caps)
-        sim = decode_sim.simulate(caps, [len(p) for p in PROMPTS], group=G, slots=slots, page_size=page_size,
-                                  refill_every=refill_every, tail_slots=tail_slots, max_new=MAX_NEW,
-                                  prompt_width=WIDTH)
+        sim = decode_sim.simulate(
+            caps,
+            [len(p) for p in PROMPTS],
+            group=G,
+            slots=slots,
+            page_size=page_size,
+            refill_every=refill_every,
+            tail_slots=tail_slots,
+            max_new=MAX_NEW,
+            prompt_width=WIDTH,
+        )
         assert sim.steps == stats["steps"], (name, engine_shape, sim.steps, stats)
         assert sim.slot_steps == stats["slot_steps"], (name, engine_shape, sim.slot_steps, stats)
         assert int(sim.live.sum()) == stats["live_slot_steps"], (name, engine_shape)
@@ -112,15 +141,37 @@ def _main(argv, capsys):
 
 
 def test_json_output_schema(capsys):
-    code, out = _main(["--config", DEMO, "--topology", "h100", "--devices", "4", "--json", "--lengths", "paper",
-                       "--config.mesh.fsdp=-1"], capsys)
+    code, out = _main(
+        [
+            "--config",
+            DEMO,
+            "--topology",
+            "h100",
+            "--devices",
+            "4",
+            "--json",
+            "--lengths",
+            "paper",
+            "--config.mesh.fsdp=-1",
+        ],
+        capsys,
+    )
     assert code == 0
     plan = json.loads(out.out)
     assert set(plan) >= {"topology", "mesh", "fits", "lengths", "programs", "step", "cuts", "splits", "suggestions"}
     assert plan["lengths"] == "paper" and plan["topology"]["ici_bandwidth"] == 900e9
     for p in plan["programs"]:
-        assert set(p) >= {"name", "total_bytes", "verdict", "compute_s", "hbm_s", "collective_s", "serial_s",
-                          "overlapped_s", "bound"}
+        assert set(p) >= {
+            "name",
+            "total_bytes",
+            "verdict",
+            "compute_s",
+            "hbm_s",
+            "collective_s",
+            "serial_s",
+            "overlapped_s",
+            "bound",
+        }
         assert p["serial_s"] >= p["overlapped_s"] >= 0 and p["bound"] in ("compute", "HBM", "ICI")
     step = plan["step"]
     assert step["step_serial_s"] >= step["step_overlapped_s"] > 0
@@ -132,8 +183,10 @@ def test_json_output_schema(capsys):
 def test_paper_lengths_plan_a_shorter_step_than_cap():
     config = cli.load_config(DEMO, ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.slots=8"])
     result = planner.plan(config, parse_topology("h100", devices=4), search=False)
-    cap, paper = (timing.step_summary(result, config, timing.program_times(result, config, lengths.parse(x)))
-                  for x in ("cap", "paper"))
+    cap, paper = (
+        timing.step_summary(result, config, timing.program_times(result, config, lengths.parse(x)))
+        for x in ("cap", "paper")
+    )
     assert paper["phases"]["sampling"]["serial_s"] < cap["phases"]["sampling"]["serial_s"]
     assert paper["phases"]["train"]["serial_s"] == pytest.approx(cap["phases"]["train"]["serial_s"])  # padded
 
@@ -146,9 +199,23 @@ def _fake_run(path, rows=5):
         json.dump(config.to_dict(), f, default=str)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         for i in range(rows):
-            f.write(json.dumps({"step": i, "response_length_mean": 12.0, "truncation_rate": 0.1, "rows": 16,
-                                "train_tokens": 16 * 30, "gen_tokens": 16 * 12, "time_sample_s": 0.4,
-                                "time_train_s": 0.5, "time_step_s": 1.9, "time_judge_s": 0.7}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": i,
+                        "response_length_mean": 12.0,
+                        "truncation_rate": 0.1,
+                        "rows": 16,
+                        "train_tokens": 16 * 30,
+                        "gen_tokens": 16 * 12,
+                        "time_sample_s": 0.4,
+                        "time_train_s": 0.5,
+                        "time_step_s": 1.9,
+                        "time_judge_s": 0.7,
+                    }
+                )
+                + "\n"
+            )
         f.write('{"step": 5, "respo')  # a row cut by a crash is skipped
     return config
 
@@ -167,8 +234,20 @@ def test_run_lengths_read_a_runs_metrics(tmp_path):
 
 def test_compare_marks_a_cpu_run_not_comparable(tmp_path, capsys):
     _fake_run(str(tmp_path))
-    code, out = _main(["--config", DEMO, "--topology", "h100", "--devices", "4", f"--lengths=run:{tmp_path}",
-                       "--compare", "--config.mesh.fsdp=-1"], capsys)
+    code, out = _main(
+        [
+            "--config",
+            DEMO,
+            "--topology",
+            "h100",
+            "--devices",
+            "4",
+            f"--lengths=run:{tmp_path}",
+            "--compare",
+            "--config.mesh.fsdp=-1",
+        ],
+        capsys,
+    )
     assert code == 0
     text = out.out.split("== planned vs measured")[1]
     assert "sample" in text and "0.40" in text and "1.90" in text
@@ -181,8 +260,17 @@ def test_split_layouts_and_the_pipelined_step():
     assert timing.split_layouts(parse_topology("v5e-8x2"))[0][3] == "DCN"
     config = cli.load_config(DEMO, ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.slots=8"])
     label, roll, learn, link = timing.split_layouts(parse_topology("v5e-8"))[0]
-    s = timing.split_plan(config, parse_topology("v5e-8"), lengths.parse("paper"), planner.plan, label, roll, learn,
-                          link, synchronous_s=1e-9)
+    s = timing.split_plan(
+        config,
+        parse_topology("v5e-8"),
+        lengths.parse("paper"),
+        planner.plan,
+        label,
+        roll,
+        learn,
+        link,
+        synchronous_s=1e-9,
+    )
     assert s["pipelined_s"] == pytest.approx(max(s["rollout"]["seconds"], s["learner"]["seconds"]) + s["transfer_s"])
     assert s["transfer_s"] == pytest.approx(s["transfer_bytes_per_chip"] / 200e9)
     assert s["recommend"] == "synchronous"  # a split that cannot beat the synchronous step says so
@@ -191,7 +279,7 @@ def test_split_layouts_and_the_pipelined_step():
 
     own = ConfigDict({"mesh": {"rollout_devices": 0.25}})
     assert timing.rollout_devices(own, 8) == 2
-    (label, roll, learn, link), = timing.split_layouts(parse_topology("v5e-8"), own)
+    ((label, roll, learn, link),) = timing.split_layouts(parse_topology("v5e-8"), own)
     assert (roll.num_devices, learn.num_devices, link) == (2, 6, "ICI") and "mesh.rollout_devices" in label
 
 
@@ -211,8 +299,14 @@ def test_topology_validation_and_single_chips():
 
 def test_plan_help_needs_no_config():
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-m", "microcoder_jax.plan", "--help"], capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "microcoder_jax.plan", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "--lengths" in out.stdout and "rl.micro_batch_size" in out.stdout
 
@@ -237,8 +331,9 @@ def test_colab_notebook_tpu_cells_fit_one_chip(topology):
     train = cli.load_config(paper, _notebook_flags("microcoder_jax.train --config=configs/paper"))
     result = planner.plan(train, parse_topology(topology), search=False, compile_=False)
     assert not any(r.program.name.startswith("eval") for r in result.rows)  # train.eval_every=0
-    assert result.fits, [(r.program.name, r.total / 2 ** 30) for r in result.rows]
+    assert result.fits, [(r.program.name, r.total / 2**30) for r in result.rows]
     ev = cli.load_config(paper, _notebook_flags("qwen3_0p6b_eval"))
-    result = planner.plan(ev, parse_topology(topology), search=False, compile_=False,
-                          only=("eval admit", "eval decode"))
-    assert len(result.rows) == 2 and result.fits, [(r.program.name, r.total / 2 ** 30) for r in result.rows]
+    result = planner.plan(
+        ev, parse_topology(topology), search=False, compile_=False, only=("eval admit", "eval decode")
+    )
+    assert len(result.rows) == 2 and result.fits, [(r.program.name, r.total / 2**30) for r in result.rows]

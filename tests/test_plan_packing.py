@@ -1,4 +1,5 @@
 """The planner's padded-vs-packed estimate of the two training passes (analytic, no compile)."""
+
 import os
 
 import numpy as np

@@ -1,6 +1,7 @@
 """Plots a researcher can trust: units on the axes, raw and smoothed curves named as such, the
 compile step out of the time panel, small fractions on their own axes, eval and warm-start
 panels, the run name in the title, and no panel for a quantity that never changed."""
+
 import json
 import os
 
@@ -18,9 +19,16 @@ def run_dir(tmp_path):
     workdir.mkdir()
     with open(workdir / "metrics.jsonl", "w") as f:
         for step in range(1, 21):
-            row = {"step": step, "reward_mean": step / 40, "pass_rate": step / 50, "temperature": 1.0,
-                   "clip_fraction": 0.001 * step, "grad_norm": 30.0 / step, "time_step_s": 60.0 if step == 1 else 2.0 + step % 3,
-                   "learning_rate": 7e-4}
+            row = {
+                "step": step,
+                "reward_mean": step / 40,
+                "pass_rate": step / 50,
+                "temperature": 1.0,
+                "clip_fraction": 0.001 * step,
+                "grad_norm": 30.0 / step,
+                "time_step_s": 60.0 if step == 1 else 2.0 + step % 3,
+                "learning_rate": 7e-4,
+            }
             if step % 10 == 0:
                 row["eval_pass@1"] = step / 100
             f.write(json.dumps(row) + "\n")
@@ -64,8 +72,12 @@ def test_every_axis_is_labelled_and_the_legend_says_raw_or_smoothed(run_dir):
     for ax in used:
         assert ax.get_ylabel() and ax.get_xlabel() in ("RL step", "warm-start step")
     labels = {ax.get_title(): [t.get_text() for t in ax.get_legend().get_texts()] for ax in used}
-    assert labels["training reward and pass rate"] == ["reward_mean (raw)", "reward_mean (mean of 5 steps)",
-                                                       "pass_rate (raw)", "pass_rate (mean of 5 steps)"]
+    assert labels["training reward and pass rate"] == [
+        "reward_mean (raw)",
+        "reward_mean (mean of 5 steps)",
+        "pass_rate (raw)",
+        "pass_rate (mean of 5 steps)",
+    ]
     assert labels["evaluation pass@1"] == ["eval_pass@1"]  # sparse points: not smoothed
 
 

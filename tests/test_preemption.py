@@ -1,5 +1,6 @@
 """Signals: SIGTERM to a running demo-sized train finishes the step, writes a checkpoint, closes
 the pool and exits 143 with a one-line message; a second SIGINT exits at once (130)."""
+
 import os
 import signal
 import subprocess
@@ -12,9 +13,16 @@ from microcoder_jax.models.checkpoint import Checkpointer
 from microcoder_jax.trainer.metrics import read_metrics
 from microcoder_jax.trainer.preemption import Guard, Preempted
 
-TINY = ["--config.train.steps=1000", "--config.train.checkpoint_every=0", "--config.train.progress=false",
-        "--config.train.warm_start_steps=5", "--config.data.num_prompts=2", "--config.sampling.group_size=4",
-        "--config.demo.problems_per_op=2", "--config.evaluator.workers=1"]
+TINY = [
+    "--config.train.steps=1000",
+    "--config.train.checkpoint_every=0",
+    "--config.train.progress=false",
+    "--config.train.warm_start_steps=5",
+    "--config.data.num_prompts=2",
+    "--config.sampling.group_size=4",
+    "--config.demo.problems_per_op=2",
+    "--config.evaluator.workers=1",
+]
 
 
 # the run's final checkpoint close signals the run itself: a second SIGINT while closing, every time
@@ -35,8 +43,13 @@ def _start(workdir, *, script=None):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     entry = ["-c", script] if script else ["-m", "microcoder_jax.train"]
-    return subprocess.Popen([sys.executable, *entry, "--workdir", str(workdir), *TINY],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, *entry, "--workdir", str(workdir), *TINY],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_step(proc, workdir, step):

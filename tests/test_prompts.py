@@ -1,4 +1,5 @@
 """Prompt rendering with chat templates: the demo's ChatML and the real Qwen vocabulary."""
+
 import numpy as np
 import pytest
 
@@ -8,9 +9,13 @@ from microcoder_jax.data.tokenizer import qwen_tiktoken_tokenizer, stop_token_id
 from microcoder_jax.data.problems import Problem, TestCase
 
 STDIN = Problem("p1", [TestCase("1 2\n", "3\n")], question_content="Add two numbers.")
-CALL = Problem("p2", [TestCase("[1, 2]", "3", "functional")], func_name="add",
-               starter_code="class Solution:\n    def add(self, nums):\n        ",
-               question_content="Return the sum of nums.")
+CALL = Problem(
+    "p2",
+    [TestCase("[1, 2]", "3", "functional")],
+    func_name="add",
+    starter_code="class Solution:\n    def add(self, nums):\n        ",
+    question_content="Return the sum of nums.",
+)
 
 
 @pytest.fixture(scope="module")

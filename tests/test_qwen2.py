@@ -1,6 +1,7 @@
 """The Qwen2 family (q/k/v biases, no q/k norm: DeepSeek-R1-Distill-Qwen, Qwen2.5-Coder) through the
 same functions as Qwen3: logits vs transformers' Qwen2ForCausalLM, sharded import, export, cached
 decoding and the decode layout, presets."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,8 +9,18 @@ import pytest
 import torch
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import (PRESETS, DecoderConfig, decoding_params, forward, init_cache, init_params,
-                                   load_hf_params, param_logical_axes, param_shapes, save_hf_params)
+from microcoder_jax.models import (
+    PRESETS,
+    DecoderConfig,
+    decoding_params,
+    forward,
+    init_cache,
+    init_params,
+    load_hf_params,
+    param_logical_axes,
+    param_shapes,
+    save_hf_params,
+)
 from test_qwen3 import _hf_logits
 from test_qwen3 import _inputs as qwen3_inputs
 from tiny_checkpoint import make_tiny_hf_model
@@ -21,8 +32,11 @@ def _inputs(seed=0):
     return qwen3_inputs(length=24, pad=(0, 5, 11), seed=seed)
 
 
-@pytest.fixture(scope="module", params=[dict(), dict(tie_word_embeddings=False, num_key_value_heads=1)],
-                ids=["tied_gqa2", "untied_gqa4"])
+@pytest.fixture(
+    scope="module",
+    params=[dict(), dict(tie_word_embeddings=False, num_key_value_heads=1)],
+    ids=["tied_gqa2", "untied_gqa4"],
+)
 def checkpoint(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("qwen2")
     model = make_tiny_hf_model(seed=5, family="qwen2", **request.param)
@@ -72,8 +86,12 @@ def test_sharded_import_and_export_are_bitwise_and_load_in_transformers(checkpoi
     assert type(hf).__name__ == "Qwen2ForCausalLM"
     ids, mask = _inputs(seed=1)
     keep = mask.astype(bool)  # (padding positions hold whatever a fully masked softmax gives; the loaded
-    np.testing.assert_allclose(_hf_logits(hf, ids, mask)[keep], _hf_logits(model, ids, mask)[keep],  # model's
-                               rtol=1e-5, atol=1e-5)  # attention kernel is sdpa, the reference's eager)
+    np.testing.assert_allclose(
+        _hf_logits(hf, ids, mask)[keep],
+        _hf_logits(model, ids, mask)[keep],  # model's
+        rtol=1e-5,
+        atol=1e-5,
+    )  # attention kernel is sdpa, the reference's eager)
 
 
 def test_cached_decoding_in_the_decode_layout_matches_the_full_forward(checkpoint):
@@ -87,18 +105,34 @@ def test_cached_decoding_in_the_decode_layout_matches_the_full_forward(checkpoin
     dec = decoding_params(params, config)
     cache = init_cache(config, 2, 12)
     step = jax.jit(forward, static_argnums=1)
-    logits, cache = step(dec, config, ids[:, :8], positions=jnp.broadcast_to(jnp.arange(8), (2, 8)), cache=cache,
-                         cache_index=0, attention_mask=jnp.ones((2, 12), bool))
+    logits, cache = step(
+        dec,
+        config,
+        ids[:, :8],
+        positions=jnp.broadcast_to(jnp.arange(8), (2, 8)),
+        cache=cache,
+        cache_index=0,
+        attention_mask=jnp.ones((2, 12), bool),
+    )
     got = [np.asarray(logits)]
     for i in range(8, 12):
-        logits, cache = step(dec, config, ids[:, i:i + 1], positions=jnp.full((2, 1), i), cache=cache,
-                             cache_index=i, attention_mask=jnp.ones((2, 12), bool))
+        logits, cache = step(
+            dec,
+            config,
+            ids[:, i : i + 1],
+            positions=jnp.full((2, 1), i),
+            cache=cache,
+            cache_index=i,
+            attention_mask=jnp.ones((2, 12), bool),
+        )
         got.append(np.asarray(logits))
     np.testing.assert_allclose(np.concatenate(got, 1), full, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("name,billions", [("r1-distill-qwen-1.5b", 1.777), ("r1-distill-qwen-7b", 7.616),
-                                           ("qwen2.5-1.5b", 1.544), ("qwen2.5-7b", 7.616)])
+@pytest.mark.parametrize(
+    "name,billions",
+    [("r1-distill-qwen-1.5b", 1.777), ("r1-distill-qwen-7b", 7.616), ("qwen2.5-1.5b", 1.544), ("qwen2.5-7b", 7.616)],
+)
 def test_preset_param_counts(name, billions):
     """Counts as Hugging Face reports them for the released checkpoints (biases included)."""
     config = PRESETS[name]
@@ -128,8 +162,20 @@ def test_paged_engine_greedy_equals_transformers(tmp_path):
     config = DecoderConfig.from_hf(path, dtype="float32")
     params = load_hf_params(path, config)
     prompts, stops = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]], [2, 10, 20]
-    out = generate_paged(params, config, prompts, num_samples=1, max_new_tokens=10, stop_token_ids=stops, pad_id=0,
-                         slots=2, page_size=8, refill_every=1, tail_slots=2, temperature=0.0,
-                         rng=jax.random.key(0))
+    out = generate_paged(
+        params,
+        config,
+        prompts,
+        num_samples=1,
+        max_new_tokens=10,
+        stop_token_ids=stops,
+        pad_id=0,
+        slots=2,
+        page_size=8,
+        refill_every=1,
+        tail_slots=2,
+        temperature=0.0,
+        rng=jax.random.key(0),
+    )
     for row, prompt in enumerate(prompts):
-        assert out.tokens[row, :out.lengths[row]].tolist() == hf_greedy(model, prompt, 10, stops, 0)
+        assert out.tokens[row, : out.lengths[row]].tolist() == hf_greedy(model, prompt, 10, stops, 0)

@@ -1,4 +1,5 @@
 """Qwen3 forward vs transformers' PyTorch Qwen3 (fp32), KV-cache decoding, remat, presets."""
+
 import functools
 
 import jax
@@ -7,8 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from microcoder_jax.models import (PRESETS, DecoderConfig, decoding_params, forward, init_cache, init_params, lm_head,
-                                   param_logical_axes)
+from microcoder_jax.models import (
+    PRESETS,
+    DecoderConfig,
+    decoding_params,
+    forward,
+    init_cache,
+    init_params,
+    lm_head,
+    param_logical_axes,
+)
 from microcoder_jax.models import attention as attn_lib
 from microcoder_jax.models.decoding import DecodingParams
 from microcoder_jax.models.hf import load_hf_params
@@ -81,18 +90,32 @@ def test_kv_cache_decoding_matches_full_forward(tiny):
     full, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
     positions = np.maximum(mask.cumsum(-1) - 1, 0)
     slot_mask = np.zeros((3, max_len), np.int32)
-    slot_mask[:, :prompt_len + new] = mask
+    slot_mask[:, : prompt_len + new] = mask
 
     step = jax.jit(forward, static_argnums=1, donate_argnames="cache")
     cache = init_cache(config, 3, max_len)
     assert len(cache.k) == config.num_layers
     assert cache.k[0].shape == (3, config.num_kv_heads, max_len, config.head_dim)
-    logits, cache = step(params, config, jnp.asarray(ids[:, :prompt_len]), attention_mask=jnp.asarray(slot_mask),
-                         positions=jnp.asarray(positions[:, :prompt_len]), cache=cache, cache_index=0)
+    logits, cache = step(
+        params,
+        config,
+        jnp.asarray(ids[:, :prompt_len]),
+        attention_mask=jnp.asarray(slot_mask),
+        positions=jnp.asarray(positions[:, :prompt_len]),
+        cache=cache,
+        cache_index=0,
+    )
     got = [logits]
     for t in range(prompt_len, prompt_len + new):
-        logits, cache = step(params, config, jnp.asarray(ids[:, t:t + 1]), attention_mask=jnp.asarray(slot_mask),
-                             positions=jnp.asarray(positions[:, t:t + 1]), cache=cache, cache_index=t)
+        logits, cache = step(
+            params,
+            config,
+            jnp.asarray(ids[:, t : t + 1]),
+            attention_mask=jnp.asarray(slot_mask),
+            positions=jnp.asarray(positions[:, t : t + 1]),
+            cache=cache,
+            cache_index=t,
+        )
         got.append(logits)
     got = np.concatenate([np.asarray(g) for g in got], axis=1)
     assert _max_rel_err(got, np.asarray(full), mask) < 1e-5
@@ -101,8 +124,17 @@ def test_kv_cache_decoding_matches_full_forward(tiny):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_decoding_params_give_the_same_logits(dtype):
     """Cast, (out, in)-transposed, per-layer params (the decode loop's) = the stored params, untied head too."""
-    config = DecoderConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4,
-                         num_kv_heads=2, head_dim=16, tie_word_embeddings=False, dtype=dtype)
+    config = DecoderConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        tie_word_embeddings=False,
+        dtype=dtype,
+    )
     params = init_params(config, jax.random.key(3))
     prepared = decoding_params(params, config)
     assert isinstance(prepared, DecodingParams) and len(prepared.layers) == 2
@@ -116,8 +148,9 @@ def test_decoding_params_give_the_same_logits(dtype):
     got, got_cache = jit_forward(prepared, config, jnp.asarray(ids), cache=init_cache(config, 2, 8), **kw)
     tol = 1e-5 if dtype == "float32" else 2e-2  # same math; only the matmul operand layout differs
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
-    np.testing.assert_allclose(np.asarray(got_cache.k[1], np.float32), np.asarray(want_cache.k[1], np.float32),
-                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        np.asarray(got_cache.k[1], np.float32), np.asarray(want_cache.k[1], np.float32), rtol=tol, atol=tol
+    )
     with pytest.raises(ValueError, match="DecodingParams are for cached decoding"):
         jit_forward(prepared, config, jnp.asarray(ids))
 
@@ -130,10 +163,12 @@ def test_cache_ignores_invalid_slots(tiny):
     noisy = jax.tree.map(lambda x: x + 100.0, cache)
     slot_mask = jnp.asarray([[0, 0, 0, 0, 1, 1, 1, 1]] * 2)
     pos = jnp.tile(jnp.arange(4), (2, 1))
-    a, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=slot_mask, positions=pos, cache=cache,
-                       cache_index=4)
-    b, _ = jit_forward(params, config, jnp.asarray(ids), attention_mask=slot_mask, positions=pos, cache=noisy,
-                       cache_index=4)
+    a, _ = jit_forward(
+        params, config, jnp.asarray(ids), attention_mask=slot_mask, positions=pos, cache=cache, cache_index=4
+    )
+    b, _ = jit_forward(
+        params, config, jnp.asarray(ids), attention_mask=slot_mask, positions=pos, cache=noisy, cache_index=4
+    )
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
@@ -145,8 +180,10 @@ def test_remat_policies_give_same_gradients(tiny):
         logits, _ = forward(p, cfg, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
         return jnp.mean(jax.nn.logsumexp(logits, -1) * mask)
 
-    grads = {policy: jax.jit(jax.grad(loss), static_argnums=1)(params, config.replace(remat=policy))
-             for policy in ("none", "full", "dots")}
+    grads = {
+        policy: jax.jit(jax.grad(loss), static_argnums=1)(params, config.replace(remat=policy))
+        for policy in ("none", "full", "dots")
+    }
     for policy in ("full", "dots"):
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), grads["none"], grads[policy])
 
@@ -232,11 +269,14 @@ def _segment_reference_kernel(q, k, v, token_mask):
     return attn_lib.xla_attention(q, k, v, mask)
 
 
-@pytest.mark.parametrize("mesh_shape,heads,kv_heads,repeat_first", [
-    (dict(data=2, fsdp=2, tensor=2), 4, 2, False),  # kv heads split with their q heads
-    (dict(data=2, fsdp=2, tensor=2), 4, 1, True),   # one kv head: repeated to the q heads, then split
-    (dict(data=1, fsdp=2, tensor=4), 6, 3, False),  # 6 heads on tensor=4: heads stay whole
-])
+@pytest.mark.parametrize(
+    "mesh_shape,heads,kv_heads,repeat_first",
+    [
+        (dict(data=2, fsdp=2, tensor=2), 4, 2, False),  # kv heads split with their q heads
+        (dict(data=2, fsdp=2, tensor=2), 4, 1, True),  # one kv head: repeated to the q heads, then split
+        (dict(data=1, fsdp=2, tensor=4), 6, 3, False),  # 6 heads on tensor=4: heads stay whole
+    ],
+)
 def test_flash_kernel_under_mesh_shards_rows_and_heads(monkeypatch, mesh_shape, heads, kv_heads, repeat_first):
     """The shard_map around the kernel: rows over data+fsdp, heads over tensor, GQA groups kept whole."""
     from jax.sharding import PartitionSpec as P
@@ -247,19 +287,37 @@ def test_flash_kernel_under_mesh_shards_rows_and_heads(monkeypatch, mesh_shape, 
     q, k, v, token_mask = _attention_inputs(heads, kv_heads, b=4, t=16, d=8, pads=(5, 0, 15, 3))
     q_spec, kv_spec, _, repeat = attn_lib._kernel_specs(mesh, q.shape, k.shape)
     assert repeat == repeat_first
-    assert q_spec == kv_spec == P(("data", "fsdp") if mesh_shape["data"] > 1 else "fsdp", None,
-                                  "tensor" if heads % mesh_shape["tensor"] == 0 else None, None)
+    assert (
+        q_spec
+        == kv_spec
+        == P(
+            ("data", "fsdp") if mesh_shape["data"] > 1 else "fsdp",
+            None,
+            "tensor" if heads % mesh_shape["tensor"] == 0 else None,
+            None,
+        )
+    )
     monkeypatch.setattr(attn_lib, "_flash_kernel", _segment_reference_kernel)
     want = attn_lib.causal_attention(q, k, v, token_mask, implementation="xla")
     with jax.set_mesh(mesh):
         got = jax.jit(lambda *a: jnp.where(a[3][:, :, None, None].astype(bool), attn_lib.flash_attention(*a), 0))(
-            q, k, v, token_mask)
+            q, k, v, token_mask
+        )
     real = np.asarray(token_mask).astype(bool)
     np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name,billions", [("qwen3-0.6b", 0.596), ("qwen3-1.7b", 1.721), ("qwen3-4b", 4.022),
-                                           ("qwen3-8b", 8.191), ("qwen3-14b", 14.768), ("qwen3-32b", 32.762)])
+@pytest.mark.parametrize(
+    "name,billions",
+    [
+        ("qwen3-0.6b", 0.596),
+        ("qwen3-1.7b", 1.721),
+        ("qwen3-4b", 4.022),
+        ("qwen3-8b", 8.191),
+        ("qwen3-14b", 14.768),
+        ("qwen3-32b", 32.762),
+    ],
+)
 def test_preset_param_counts(name, billions):
     config = PRESETS[name]
     shapes = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
@@ -267,16 +325,22 @@ def test_preset_param_counts(name, billions):
     assert total == config.num_params()
     assert abs(total / 1e9 - billions) < 0.001
     axes = param_logical_axes(config)
-    jax.tree.map(lambda s, a: len(s.shape) == len(a) or pytest.fail(f"{a} vs {s.shape}"), shapes, axes,
-                 is_leaf=lambda x: isinstance(x, tuple))
+    jax.tree.map(
+        lambda s, a: len(s.shape) == len(a) or pytest.fail(f"{a} vs {s.shape}"),
+        shapes,
+        axes,
+        is_leaf=lambda x: isinstance(x, tuple),
+    )
 
 
 def test_config_round_trips_and_rejects_unsupported():
     config = PRESETS["qwen3-4b-instruct-2507"]
     assert DecoderConfig.from_hf(config.to_hf()) == config.replace(dtype="bfloat16")
     assert DecoderConfig.from_json(config.to_json()) == config
-    yarn = {**config.to_hf(), "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
-                                                "original_max_position_embeddings": 32768}}
+    yarn = {
+        **config.to_hf(),
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+    }
     assert dict(DecoderConfig.from_hf(yarn).rope_scaling)["factor"] == 4.0
     hash(DecoderConfig.from_hf(yarn))
     with pytest.raises(ValueError, match="rope_type='dynamic'"):

@@ -1,6 +1,7 @@
 """One short demo run with rollouts saved, W&B offline and the compile cache on: the replay of a
 saved step equals the logged step bitwise on CPU (and a changed batch does not); the offline W&B
 run holds the run's rows and config; every row has the throughput and cost keys."""
+
 import glob
 import json
 import os
@@ -109,7 +110,9 @@ def test_planner_reads_the_runs_lengths_and_compares(demo_run, capsys):
     assert profile.run["response_length_mean"] == pytest.approx(np.mean([r["response_length_mean"] for r in rows]))
     assert profile.run["prompt_length_mean"] > 0 and 0 < profile.response_mean < 1
     demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py")
-    assert plan_main(["--config", demo, "--topology", "h100", "--devices", "1", f"--lengths=run:{demo_run}",
-                      "--compare"]) == 0
+    assert (
+        plan_main(["--config", demo, "--topology", "h100", "--devices", "1", f"--lengths=run:{demo_run}", "--compare"])
+        == 0
+    )
     text = capsys.readouterr().out.split("== planned vs measured")[1]
     assert f"{np.mean([r['time_step_s'] for r in rows]):.2f}" in text and "not comparable" in text

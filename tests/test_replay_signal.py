@@ -1,5 +1,6 @@
 """replay says when the step it re-ran had no learning signal (every group's rewards equal), and
 names saved steps that do: there an equal row proves little. Quick: no run, saved files only."""
+
 import json
 import os
 

@@ -1,5 +1,6 @@
 """Resuming with a changed config: shape changes are refused, algorithm changes need the flag and
 are logged, free changes pass, and config.json keeps the original values in its history."""
+
 import json
 import os
 
@@ -33,8 +34,15 @@ def test_model_shape_change_is_refused_listing_the_keys():
     assert "rl.rho" not in msg and "--workdir" in msg
 
 
-@pytest.mark.parametrize("key,value", [("model.vocab_size", 1000), ("model.param_dtype", "bfloat16"),
-                                       ("tokenizer.path", "/elsewhere"), ("data.task", "problems")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("model.vocab_size", 1000),
+        ("model.param_dtype", "bfloat16"),
+        ("tokenizer.path", "/elsewhere"),
+        ("data.task", "problems"),
+    ],
+)
 def test_vocabulary_and_state_layout_changes_are_fatal(key, value):
     new = _demo()
     group, name = key.split(".")

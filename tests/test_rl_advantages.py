@@ -1,4 +1,5 @@
 """rl.advantages and rl.dynamic_sampling against NumPy references written from docs/method.md."""
+
 import logging
 
 import jax
@@ -24,7 +25,7 @@ def ref_group_adv(r, g, std, eps, ddof=1):
 
 def ref_repeat(response, m):
     o = list(response)
-    return len(o) >= 2 * m and o[-m:] == o[-2 * m:-m]
+    return len(o) >= 2 * m and o[-m:] == o[-2 * m : -m]
 
 
 def make_batch(rng, num_prompts=6, prompt_len=5, max_new=16, m=3, vocab=7):
@@ -34,25 +35,28 @@ def make_batch(rng, num_prompts=6, prompt_len=5, max_new=16, m=3, vocab=7):
     attn = np.zeros((n, s), np.int32)
     resp_mask = np.zeros((n, s), np.int32)
     edge = [0, 1, 2 * m - 1, 2 * m, 2 * m, max_new, max_new, max_new]
-    lengths = np.array([edge[i] if i < len(edge) else rng.integers(0, max_new + 1)
-                        for i in range(n)], np.int32)
+    lengths = np.array([edge[i] if i < len(edge) else rng.integers(0, max_new + 1) for i in range(n)], np.int32)
     responses = []
     for i in range(n):
         plen = rng.integers(1, prompt_len + 1)
-        tokens[i, prompt_len - plen:prompt_len] = rng.integers(1, vocab, plen)
-        attn[i, prompt_len - plen:prompt_len + lengths[i]] = 1
+        tokens[i, prompt_len - plen : prompt_len] = rng.integers(1, vocab, plen)
+        attn[i, prompt_len - plen : prompt_len + lengths[i]] = 1
         resp = rng.integers(1, vocab, lengths[i])
         if lengths[i] >= 2 * m and i % 2 == 0:  # plant a repeat of the last m tokens
-            resp[-m:] = resp[-2 * m:-m]
-        tokens[i, prompt_len:prompt_len + lengths[i]] = resp
-        resp_mask[i, prompt_len:prompt_len + lengths[i]] = 1
+            resp[-m:] = resp[-2 * m : -m]
+        tokens[i, prompt_len : prompt_len + lengths[i]] = resp
+        resp_mask[i, prompt_len : prompt_len + lengths[i]] = 1
         responses.append(resp)
     truncated = lengths == max_new
     return {
-        "tokens": tokens, "attention_mask": attn, "response_mask": resp_mask,
+        "tokens": tokens,
+        "attention_mask": attn,
+        "response_mask": resp_mask,
         "rewards": rng.integers(0, 2, n).astype(np.float32),
-        "passed": rng.random(n) < 0.5, "no_code": rng.random(n) < 0.5,
-        "truncated": truncated, "response_lengths": lengths,
+        "passed": rng.random(n) < 0.5,
+        "no_code": rng.random(n) < 0.5,
+        "truncated": truncated,
+        "response_lengths": lengths,
         "temperature": np.full(n, 1.2, np.float32),
     }, responses
 
@@ -62,10 +66,10 @@ def test_group_advantages(std):
     rng = np.random.default_rng(0)
     r = rng.random(8 * G).astype(np.float32)
     r[:G] = 1.0  # an all-equal group gives zeros, not NaN
-    r[G:2 * G] = 0.0
+    r[G : 2 * G] = 0.0
     got = np.asarray(A.group_advantages(jnp.asarray(r), G, std=std, eps=1e-6))
     np.testing.assert_allclose(got, ref_group_adv(r, G, std, 1e-6), rtol=1e-5, atol=1e-5)
-    assert np.all(got[:2 * G] == 0)
+    assert np.all(got[: 2 * G] == 0)
 
 
 @pytest.mark.parametrize("std", ["group", "batch"])
@@ -90,8 +94,7 @@ def test_repeat_flags_matches_reference(m):
     rng = np.random.default_rng(m)
     batch, responses = make_batch(rng, m=m)
     start = A.response_start(jnp.asarray(batch["response_mask"]))
-    got = np.asarray(A.repeat_flags(jnp.asarray(batch["tokens"]),
-                                    jnp.asarray(batch["response_lengths"]), m, start))
+    got = np.asarray(A.repeat_flags(jnp.asarray(batch["tokens"]), jnp.asarray(batch["response_lengths"]), m, start))
     want = np.array([ref_repeat(o, m) for o in responses])
     np.testing.assert_array_equal(got, want)
     assert want.any() and not want.all()
@@ -99,11 +102,15 @@ def test_repeat_flags_matches_reference(m):
 
 def test_repeat_flags_edges_on_response_only_arrays():
     m = 2
-    tok = np.array([[5, 6, 5, 6, 0, 0],    # exactly 2m, repeating
-                    [5, 6, 5, 7, 0, 0],    # exactly 2m, not repeating
-                    [5, 6, 5, 0, 0, 0],    # 2m - 1: never a repeat
-                    [0, 0, 0, 0, 0, 0],    # empty (pad ids equal, but length 0)
-                    [1, 2, 3, 9, 3, 9]])   # full width, repeating tail
+    tok = np.array(
+        [
+            [5, 6, 5, 6, 0, 0],  # exactly 2m, repeating
+            [5, 6, 5, 7, 0, 0],  # exactly 2m, not repeating
+            [5, 6, 5, 0, 0, 0],  # 2m - 1: never a repeat
+            [0, 0, 0, 0, 0, 0],  # empty (pad ids equal, but length 0)
+            [1, 2, 3, 9, 3, 9],
+        ]
+    )  # full width, repeating tail
     lengths = np.array([4, 4, 3, 0, 6])
     got = np.asarray(A.repeat_flags(jnp.asarray(tok), jnp.asarray(lengths), m))
     np.testing.assert_array_equal(got, [True, False, False, False, True])
@@ -162,7 +169,8 @@ def test_compute_advantages_matches_reference(overrides):
     batch, responses = make_batch(rng, m=3)
     u = rng.random(len(responses)).astype(np.float32)
     adv, weight, stats = jax.jit(A.compute_advantages, static_argnums=0)(
-        cfg, jax.tree.map(jnp.asarray, batch), jnp.asarray(u))
+        cfg, jax.tree.map(jnp.asarray, batch), jnp.asarray(u)
+    )
     want_adv, want_w = ref_compute(cfg, batch, responses, u)
     np.testing.assert_allclose(np.asarray(adv), want_adv, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(weight), want_w)
@@ -172,8 +180,7 @@ def test_compute_advantages_matches_reference(overrides):
 
 
 def test_all_truncated_rho_one_masks_every_eligible_row():
-    cfg = make_rl_config("microcoder", group_size=G, repeat_m=3, rho=1.0,
-                         non_incorrect="not_judged_wrong")
+    cfg = make_rl_config("microcoder", group_size=G, repeat_m=3, rho=1.0, non_incorrect="not_judged_wrong")
     rng = np.random.default_rng(3)
     batch, responses = make_batch(rng, m=3)
     batch["truncated"][:] = True
@@ -192,7 +199,7 @@ def _rollouts(rewards):
 
 
 def test_informative_groups():
-    got = informative_groups(np.array([1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0.]), G)
+    got = informative_groups(np.array([1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0.0]), G)
     np.testing.assert_array_equal(got, [False, True, False])
 
 
@@ -228,9 +235,15 @@ def _bucket_rollouts(rewards, prompt, max_new=3, seed=0):
     resp = np.broadcast_to((cols >= prompt).astype(np.int32), (n, s))
     attn = (prompt_part | (resp > 0)).astype(np.int32)
     tokens = (rng.integers(1, 50, (n, s)) * attn).astype(np.int32)
-    return {"rewards": r, "tokens": tokens, "attention_mask": attn, "response_mask": resp,
-            "old_logprobs": (-rng.random((n, s)) * attn).astype(np.float32),
-            "response_lengths": np.full(n, max_new, np.int32), "temperature": np.ones(n, np.float32)}
+    return {
+        "rewards": r,
+        "tokens": tokens,
+        "attention_mask": attn,
+        "response_mask": resp,
+        "old_logprobs": (-rng.random((n, s)) * attn).astype(np.float32),
+        "response_lengths": np.full(n, max_new, np.int32),
+        "temperature": np.ones(n, np.float32),
+    }
 
 
 def test_dynamic_sampling_refill_from_another_prompt_bucket_is_left_padded():
@@ -248,15 +261,16 @@ def test_dynamic_sampling_refill_from_another_prompt_bucket_is_left_padded():
     assert out["tokens"].shape == (3 * G, 8 + 3)
     for k in ("tokens", "attention_mask", "response_mask", "old_logprobs"):
         for j, (src, rows) in enumerate(want_rows):
-            got, width = out[k][j * G:(j + 1) * G], src[k].shape[1]
+            got, width = out[k][j * G : (j + 1) * G], src[k].shape[1]
             np.testing.assert_array_equal(got[:, -width:], src[k][rows], err_msg=k)
             assert not got[:, :-width].any(), k  # the new columns: padding, masked out
     np.testing.assert_array_equal(out["response_mask"][:, -3:], 1)
-    np.testing.assert_array_equal(out["rewards"], np.concatenate([first["rewards"][4:],
-                                                                  wide["rewards"][:4], narrow["rewards"]]))
+    np.testing.assert_array_equal(
+        out["rewards"], np.concatenate([first["rewards"][4:], wide["rewards"][:4], narrow["rewards"]])
+    )
     # positions (cumsum of the mask) are unchanged by left padding: the model sees the same rows
     for j, (src, rows) in enumerate(want_rows):
-        pos = np.cumsum(out["attention_mask"][j * G:(j + 1) * G], 1)[:, -3:]
+        pos = np.cumsum(out["attention_mask"][j * G : (j + 1) * G], 1)[:, -3:]
         np.testing.assert_array_equal(pos, np.cumsum(src["attention_mask"][rows], 1)[:, -3:])
 
 
@@ -265,12 +279,18 @@ def test_a_judge_error_row_leaves_the_reward_out():
     are those of the other rows: the same advantages as the group without it."""
     cfg = make_rl_config("microcoder", group_size=4, truncation="none")
     n, s = 8, 6
-    base = {"tokens": np.ones((n, s), np.int32), "response_mask": np.ones((n, s), np.int32),
-            "response_lengths": np.full(n, s, np.int32), "truncated": np.zeros(n, bool),
-            "passed": np.zeros(n, bool), "no_code": np.zeros(n, bool)}
+    base = {
+        "tokens": np.ones((n, s), np.int32),
+        "response_mask": np.ones((n, s), np.int32),
+        "response_lengths": np.full(n, s, np.int32),
+        "truncated": np.zeros(n, bool),
+        "passed": np.zeros(n, bool),
+        "no_code": np.zeros(n, bool),
+    }
     rewards = np.array([1, 0, np.nan, 1, 0, 0, 1, 0], np.float32)
-    adv, weight, stats = A.compute_advantages(cfg, jax.tree.map(jnp.asarray, {**base, "rewards": rewards}),
-                                              jnp.zeros(n))
+    adv, weight, stats = A.compute_advantages(
+        cfg, jax.tree.map(jnp.asarray, {**base, "rewards": rewards}), jnp.zeros(n)
+    )
     adv, weight = np.asarray(adv), np.asarray(weight)
     assert adv[2] == 0 and weight[2] == 0 and np.isfinite(adv).all()
     assert (np.delete(weight, 2) == 1).all()

@@ -1,6 +1,7 @@
 """Sampler-trainer mismatch corrections (rl.corrections): TIS / MIS weights against a NumPy
 reference of the formulas, the config's checks, and the train step: `none` is the uncorrected
 step bit for bit, `tis` with sampler = old log-probs equals `none`, packed = padded."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,8 +26,9 @@ def reference(name, level, old, sampler, mask, cap, low, high):
     if level == "sequence":  # the row's product of token ratios
         log_ratio = np.repeat(log_ratio.sum(1, keepdims=True), mask.shape[1], 1)
     elif level == "geometric":  # the row's geometric mean
-        log_ratio = np.repeat(log_ratio.sum(1, keepdims=True) / np.maximum(mask.sum(1, keepdims=True), 1),
-                              mask.shape[1], 1)
+        log_ratio = np.repeat(
+            log_ratio.sum(1, keepdims=True) / np.maximum(mask.sum(1, keepdims=True), 1), mask.shape[1], 1
+        )
     r = np.exp(np.clip(log_ratio, -20, 20))
     if name == "tis":
         weight, keep = np.minimum(r, cap), np.ones_like(mask)
@@ -40,7 +42,7 @@ def _logprobs(seed, noise):
     rng = np.random.default_rng(seed)
     mask = np.zeros((N, S), bool)
     for i, n in enumerate(rng.integers(0, R + 1, N)):
-        mask[i, P:P + n] = True
+        mask[i, P : P + n] = True
     old = np.where(mask, -rng.gamma(1.0, 1.5, (N, S)), 0.0).astype(np.float32)
     sampler = np.where(mask, old + rng.normal(0, noise, (N, S)), 0.0).astype(np.float32)
     return old, sampler, mask
@@ -70,7 +72,8 @@ def test_weights_carry_no_gradient():
     old, sampler, mask = _logprobs(2, noise=0.3)
     cfg = RLConfig(is_correction="tis")
     g = jax.grad(lambda o: jnp.sum(corrections.apply(cfg, o, jnp.asarray(sampler), jnp.asarray(mask, jnp.float32))[1]))(
-        jnp.asarray(old))
+        jnp.asarray(old)
+    )
     assert not np.any(np.asarray(g))
 
 
@@ -104,22 +107,40 @@ def batch(params):
     lengths[1] = 0
     for i in range(N):
         plen = rng.integers(1, P + 1)
-        tokens[i, P - plen:P + lengths[i]] = rng.integers(1, MC.vocab_size, plen + lengths[i])
-        attn[i, P - plen:P + lengths[i]] = 1
-        resp[i, P:P + lengths[i]] = 1
+        tokens[i, P - plen : P + lengths[i]] = rng.integers(1, MC.vocab_size, plen + lengths[i])
+        attn[i, P - plen : P + lengths[i]] = 1
+        resp[i, P : P + lengths[i]] = 1
     temperature = rng.choice([0.7, 1.0], N).astype(np.float32)
     logp = np.asarray(compute_logprobs(params, MC, tokens, attn, temperature, chunk=8))
     old = (logp + rng.normal(0, 0.2, logp.shape)).astype(np.float32)
-    return {"tokens": tokens, "attention_mask": attn, "response_mask": resp,
-            "rewards": rng.integers(0, 2, N).astype(np.float32), "passed": rng.random(N) < 0.5,
-            "no_code": rng.random(N) < 0.5, "truncated": lengths == R, "response_lengths": lengths,
-            "temperature": temperature, "old_logprobs": old,
-            "sampler_logprobs": np.where(resp > 0, old + rng.normal(0, 0.5, old.shape), 0).astype(np.float32)}
+    return {
+        "tokens": tokens,
+        "attention_mask": attn,
+        "response_mask": resp,
+        "rewards": rng.integers(0, 2, N).astype(np.float32),
+        "passed": rng.random(N) < 0.5,
+        "no_code": rng.random(N) < 0.5,
+        "truncated": lengths == R,
+        "response_lengths": lengths,
+        "temperature": temperature,
+        "old_logprobs": old,
+        "sampler_logprobs": np.where(resp > 0, old + rng.normal(0, 0.5, old.shape), 0).astype(np.float32),
+    }
 
 
 def cfg_for(name="none", **kw):
-    return make_rl_config("microcoder", group_size=G, num_minibatches=2, micro_batch_size=4, logprob_chunk=8,
-                          repeat_m=2, learning_rate=1e-2, weight_decay=0.0, is_correction=name, **kw)
+    return make_rl_config(
+        "microcoder",
+        group_size=G,
+        num_minibatches=2,
+        micro_batch_size=4,
+        logprob_chunk=8,
+        repeat_m=2,
+        learning_rate=1e-2,
+        weight_decay=0.0,
+        is_correction=name,
+        **kw,
+    )
 
 
 def run(params, cfg, batch):

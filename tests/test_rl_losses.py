@@ -1,4 +1,5 @@
 """rl.losses against NumPy references written from the formulas."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -21,8 +22,7 @@ def test_clipped_surrogate(dual):
     old = logp + rng.normal(0, 0.5, (6, 9))
     adv = rng.normal(0, 1, (6, 1))
     adv[0] = 0.0
-    loss, ratio, lo, hi = L.clipped_surrogate(jnp.asarray(logp), jnp.asarray(old), jnp.asarray(adv),
-                                              0.2, 0.28, dual)
+    loss, ratio, lo, hi = L.clipped_surrogate(jnp.asarray(logp), jnp.asarray(old), jnp.asarray(adv), 0.2, 0.28, dual)
     want, want_ratio = ref_surrogate(logp, old, adv, 0.2, 0.28, dual)
     np.testing.assert_allclose(np.asarray(loss), want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(ratio), want_ratio, rtol=1e-5)
@@ -69,8 +69,9 @@ def layout_mask(rng, rows=5, prompt=4, max_new=7):
     return ((cols >= prompt) & (cols < prompt + lengths[:, None])).astype(np.float32)
 
 
-@pytest.mark.parametrize("mode,constant", [("token_mean", None), ("seq_mean_token_mean", None),
-                                           ("constant", None), ("constant", 100.0)])
+@pytest.mark.parametrize(
+    "mode,constant", [("token_mean", None), ("seq_mean_token_mean", None), ("constant", None), ("constant", 100.0)]
+)
 def test_loss_weights_match_formulas(mode, constant):
     rng = np.random.default_rng(2)
     mask = layout_mask(rng)

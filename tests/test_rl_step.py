@@ -1,4 +1,5 @@
 """The jitted train step on a tiny random Qwen3 (fp32 compute so equalities hold to rounding)."""
+
 import functools
 
 import jax
@@ -35,14 +36,18 @@ def make_batch(seed=0, vocab=MC.vocab_size):
     lengths[0], lengths[5] = 0, R  # an empty response and a truncated one
     for i in range(N):
         plen = rng.integers(2, P + 1)
-        tokens[i, P - plen:P + lengths[i]] = rng.integers(1, vocab, plen + lengths[i])
-        attn[i, P - plen:P + lengths[i]] = 1
-        resp[i, P:P + lengths[i]] = 1
+        tokens[i, P - plen : P + lengths[i]] = rng.integers(1, vocab, plen + lengths[i])
+        attn[i, P - plen : P + lengths[i]] = 1
+        resp[i, P : P + lengths[i]] = 1
     return {
-        "tokens": tokens, "attention_mask": attn, "response_mask": resp,
+        "tokens": tokens,
+        "attention_mask": attn,
+        "response_mask": resp,
         "rewards": rng.integers(0, 2, N).astype(np.float32),
-        "passed": rng.random(N) < 0.5, "no_code": rng.random(N) < 0.5,
-        "truncated": lengths == R, "response_lengths": lengths,
+        "passed": rng.random(N) < 0.5,
+        "no_code": rng.random(N) < 0.5,
+        "truncated": lengths == R,
+        "response_lengths": lengths,
         "temperature": rng.choice([0.6, 1.0, 1.2], N).astype(np.float32),
     }
 
@@ -68,8 +73,9 @@ def naive_logprobs_jit(params, batch):
 
 def logprobs(params, batch):
     """The code under test, with one fixed signature so the module compiles it once."""
-    return compute_logprobs(params, MC, batch["tokens"], batch["attention_mask"],
-                            batch["temperature"], chunk=5, micro_batch=4)  # 17 = 3*5 + 2 positions
+    return compute_logprobs(
+        params, MC, batch["tokens"], batch["attention_mask"], batch["temperature"], chunk=5, micro_batch=4
+    )  # 17 = 3*5 + 2 positions
 
 
 def minibatch(params, batch, seed=1, noise=0.3):
@@ -79,7 +85,9 @@ def minibatch(params, batch, seed=1, noise=0.3):
     mask = batch["response_mask"].astype(np.float32)
     mask[7] = 0.0  # a row removed from the loss (overlong filter)
     return {
-        "tokens": batch["tokens"], "attention_mask": batch["attention_mask"], "loss_mask": mask,
+        "tokens": batch["tokens"],
+        "attention_mask": batch["attention_mask"],
+        "loss_mask": mask,
         "advantages": rng.normal(size=N).astype(np.float32),
         "old_logprobs": (logp + rng.normal(0, noise, logp.shape)).astype(np.float32),
         "ref_logprobs": (logp + rng.normal(0, noise, logp.shape)).astype(np.float32),
@@ -103,39 +111,47 @@ def test_compute_logprobs_rejects_zero_temperature(params):
 
 @functools.cache
 def _grads_fn(cfg, micro, mesh):
-    param_sh = None if mesh is None else sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC))
-    return jax.jit(functools.partial(minibatch_grads, model_config=MC, cfg=cfg,
-                                     micro_batch_size=micro, param_sh=param_sh),
-                   compiler_options=FAST_COMPILE)
+    param_sh = (
+        None
+        if mesh is None
+        else sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC))
+    )
+    return jax.jit(
+        functools.partial(minibatch_grads, model_config=MC, cfg=cfg, micro_batch_size=micro, param_sh=param_sh),
+        compiler_options=FAST_COMPILE,
+    )
 
 
 def _grads(params, mb, cfg, micro, mesh=None):
     fn = _grads_fn(cfg, micro, mesh)
     if mesh is None:
         return fn(params, mb)
-    params = jax.device_put(params, sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC)))
+    params = jax.device_put(
+        params, sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC))
+    )
     mb = {k: jax.device_put(v, sharding.batch_sharding(mesh, np.ndim(v))) for k, v in mb.items()}
     with jax.set_mesh(mesh):
         return fn(params, mb)
 
 
-MODES = {"token_mean": {}, "seq_mean_token_mean": dict(kl_beta=0.05),
-         "constant": dict(dual_clip=3.0)}
-CFGS = {mode: make_rl_config("microcoder", group_size=G, logprob_chunk=8, aggregation=mode, **kw)
-        for mode, kw in MODES.items()}
+MODES = {"token_mean": {}, "seq_mean_token_mean": dict(kl_beta=0.05), "constant": dict(dual_clip=3.0)}
+CFGS = {
+    mode: make_rl_config("microcoder", group_size=G, logprob_chunk=8, aggregation=mode, **kw)
+    for mode, kw in MODES.items()
+}
 
 
 @functools.partial(jax.jit, compiler_options=FAST_COMPILE)
 def whole_batch_reference(params, mb):
     """(loss, grads) per mode from the plainest code: full logits, one batch, `loss_weights`; plus the
     plain policy gradient loss -sum(A logp) / tokens under "pg". One compile for all of them."""
+
     def loss(p, cfg):
         logp = naive_logprobs(p, mb)
         adv = mb["advantages"][:, None]
         if cfg is None:
             return -jnp.sum(adv * logp * mb["loss_mask"]) / mb["loss_mask"].sum()
-        per_token = L.clipped_surrogate(logp, mb["old_logprobs"], adv, cfg.eps_low, cfg.eps_high,
-                                        cfg.dual_clip)[0]
+        per_token = L.clipped_surrogate(logp, mb["old_logprobs"], adv, cfg.eps_low, cfg.eps_high, cfg.dual_clip)[0]
         if cfg.kl_beta:
             per_token += cfg.kl_beta * L.k3_kl(logp, mb["ref_logprobs"])
         return jnp.sum(per_token * L.loss_weights(mb["loss_mask"], cfg.aggregation, cfg.loss_constant))
@@ -182,14 +198,25 @@ def test_single_update_is_plain_policy_gradient(params):
     assert float(sums["clip_low"]) == 0 and float(sums["clip_high"]) == 0
     np.testing.assert_allclose(float(rmax), 1.0, atol=1e-5)
     want_loss, want_grads = whole_batch_reference(params, mb)["pg"]
-    np.testing.assert_allclose(float(loss), -np.sum(mb["advantages"][:, None] * mb["loss_mask"])
-                               / mb["loss_mask"].sum(), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(loss), -np.sum(mb["advantages"][:, None] * mb["loss_mask"]) / mb["loss_mask"].sum(), rtol=1e-5
+    )
     assert_tree_close(grads, want_grads, atol=1e-6)
 
 
-STEP_CFG = make_rl_config("microcoder", group_size=G, num_minibatches=2, micro_batch_size=4,
-                          logprob_chunk=8, repeat_m=2, learning_rate=3e-3, weight_decay=0.0,
-                          warmup_steps=2, decay="cosine", total_steps=10)
+STEP_CFG = make_rl_config(
+    "microcoder",
+    group_size=G,
+    num_minibatches=2,
+    micro_batch_size=4,
+    logprob_chunk=8,
+    repeat_m=2,
+    learning_rate=3e-3,
+    weight_decay=0.0,
+    warmup_steps=2,
+    decay="cosine",
+    total_steps=10,
+)
 
 
 @pytest.fixture(scope="module")
@@ -208,8 +235,12 @@ def test_steps_move_logprobs_with_advantage_without_recompiling(params, step_fn)
     before = _row_logp(params, batch)
     state = init_train_state(params, STEP_CFG)
     for i in range(3):  # rewards, flags and temperatures change between calls: still one compile
-        b = dict(batch, temperature=batch["temperature"] * (1 + 0.1 * i),
-                 truncated=np.roll(batch["truncated"], i), no_code=np.roll(batch["no_code"], i))
+        b = dict(
+            batch,
+            temperature=batch["temperature"] * (1 + 0.1 * i),
+            truncated=np.roll(batch["truncated"], i),
+            no_code=np.roll(batch["no_code"], i),
+        )
         state, metrics = step_fn(state, b)
     assert step_fn._cache_size() == 1
     assert int(state.step) == 3 and np.isfinite(float(metrics["loss"]))
@@ -234,10 +265,12 @@ def test_step_on_mesh_matches_single_device(params, step_fn):
     mstate, _ = mesh_step(mstate, dict(mbatch, rewards=jax.device_put(batch["rewards"][::-1].copy(), rows)))
     assert mesh_step.jitted._cache_size() == 1
     embed = mstate.params["embed"]
-    assert embed.sharding.spec == sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC))["embed"].spec
+    assert (
+        embed.sharding.spec
+        == sharding.logical_to_sharding(models.param_logical_axes(MC), mesh, models.param_shapes(MC))["embed"].spec
+    )
     for k in ("loss", "grad_norm", "clip_frac", "approx_kl", "entropy", "frac_masked"):
-        np.testing.assert_allclose(float(mmetrics[k]), float(metrics[k]), rtol=1e-4, atol=1e-6,
-                                   err_msg=k)
+        np.testing.assert_allclose(float(mmetrics[k]), float(metrics[k]), rtol=1e-4, atol=1e-6, err_msg=k)
 
 
 def test_nonfinite_update_is_skipped_bit_identically_and_counted(params, step_fn):
@@ -249,8 +282,9 @@ def test_nonfinite_update_is_skipped_bit_identically_and_counted(params, step_fn
     state, metrics = step_fn(state, dict(batch, temperature=np.full(N, np.nan, np.float32)))
     assert int(metrics["nonfinite_skipped"]) == STEP_CFG.num_minibatches and int(state.step) == 2
     assert not np.isfinite(float(metrics["loss"]))
-    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(jax.device_get((state.params, state.opt_state))),
-                    strict=True):
+    for a, b in zip(
+        jax.tree.leaves(before), jax.tree.leaves(jax.device_get((state.params, state.opt_state))), strict=True
+    ):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     # one poisoned row poisons its mini-batch only: the other update is applied
     temperature = batch["temperature"].copy()

@@ -1,5 +1,6 @@
 """The Rollout contract: a pytree read by name, rebuilt from its dict, and the metrics row made
 from it (the judge's reward_mean kept, the step's shaped one under its own name)."""
+
 import jax
 import numpy as np
 import pytest
@@ -10,12 +11,19 @@ from microcoder_jax.trainer.rollout import Rollout, sampler_logprobs, sequences
 
 
 def _rollout(n=4, s=6, rewards=(1.0, 0.0, 0.0, 0.0)):
-    return Rollout(tokens=np.ones((n, s), np.int32), attention_mask=np.ones((n, s), np.int32),
-                   response_mask=np.ones((n, s), np.int32), response_lengths=np.full(n, 3, np.int32),
-                   truncated=np.zeros(n, bool), temperature=np.full(n, 1.2, np.float32),
-                   sample_entropy=np.ones(n, np.float32), old_logprobs=np.zeros((n, s), np.float32),
-                   rewards=np.asarray(rewards, np.float32), passed=np.asarray(rewards) > 0,
-                   no_code=np.zeros(n, bool))
+    return Rollout(
+        tokens=np.ones((n, s), np.int32),
+        attention_mask=np.ones((n, s), np.int32),
+        response_mask=np.ones((n, s), np.int32),
+        response_lengths=np.full(n, 3, np.int32),
+        truncated=np.zeros(n, bool),
+        temperature=np.full(n, 1.2, np.float32),
+        sample_entropy=np.ones(n, np.float32),
+        old_logprobs=np.zeros((n, s), np.float32),
+        rewards=np.asarray(rewards, np.float32),
+        passed=np.asarray(rewards) > 0,
+        no_code=np.zeros(n, bool),
+    )
 
 
 def test_rollout_is_a_pytree_read_by_name():
@@ -39,18 +47,23 @@ def test_dynamic_sampling_regroups_rollout_rows():
 
 def test_sampler_logprobs_take_old_logprobs_layout():
     """Column P + i holds the sampler's log-prob of response token i; prompt and padding are 0."""
+
     class Sample:
         prompt_tokens, prompt_mask = np.array([[0, 5], [4, 5]]), np.array([[0, 1], [1, 1]])
         tokens, lengths = np.array([[7, 8, 0], [9, 0, 0]]), np.array([2, 1])
         logprobs = np.array([[-0.5, -1.5, -9.0], [-2.0, -9.0, -9.0]], np.float32)  # junk past the end
+
     lp = sampler_logprobs(Sample, sequences(Sample)["response_mask"])
     assert lp.dtype == np.float32 and lp.tolist() == [[0, 0, -0.5, -1.5, 0], [0, 0, -2.0, 0, 0]]
 
 
 def test_sequences_are_prompt_then_response():
     class Sample:
-        prompt_tokens = np.array([[0, 5]]); prompt_mask = np.array([[0, 1]])
-        tokens = np.array([[7, 8, 0]]); lengths = np.array([2])
+        prompt_tokens = np.array([[0, 5]])
+        prompt_mask = np.array([[0, 1]])
+        tokens = np.array([[7, 8, 0]])
+        lengths = np.array([2])
+
     seq = sequences(Sample)
     assert seq["tokens"].tolist() == [[0, 5, 7, 8, 0]]
     assert seq["attention_mask"].tolist() == [[0, 1, 1, 1, 0]]
@@ -62,9 +75,19 @@ def test_metrics_row_keeps_the_judges_reward_and_the_shaped_one():
     step = {"reward_mean": np.float32(-0.5), "entropy": np.float32(2.0), "clip_frac": 0.1, "loss": 0.3}
     div = {"entropy": 1.5, "group_distinct_4": 0.6}
     times = {"sample": 1.0, "judge": 2.0, "judge_wait": 0.5, "train": 3.0}
-    row = step_record(step, r, div, signal="group_distinct_4", temperature=1.2, next_temperature=1.2,
-                      times=times, verdicts={"passed": 1, "wrong_answer": 3}, ds_stats={}, generations=1,
-                      t_step=0.0)
+    row = step_record(
+        step,
+        r,
+        div,
+        signal="group_distinct_4",
+        temperature=1.2,
+        next_temperature=1.2,
+        times=times,
+        verdicts={"passed": 1, "wrong_answer": 3},
+        ds_stats={},
+        generations=1,
+        t_step=0.0,
+    )
     assert row["reward_mean"] == 0.25 and row["reward_shaped_mean"] == -0.5
     assert row["entropy"] == 1.5 and row["policy_entropy"] == 2.0 and row["diversity"] == 0.6
     assert row["verdict/passed"] == 0.25 and row["rows"] == 4 and row["pass_rate"] == 0.25
@@ -88,9 +111,25 @@ def test_sampling_engine_knob_picks_the_paged_sampler_with_the_same_greedy_token
     for engine in ("static", "paged"):
         config.sampling.engine = engine
         config.sampling.slots = 3  # fewer slots than rows: the paged engine refills
-        run = types.SimpleNamespace(model_config=model_config, stop_ids=(1,), pad_id=0, mesh=None, sample_mesh=None,
-                                    config=config, **block_fields(config))
-        outputs[engine] = generate(run, params, prompts, num_samples=2, temperature=0.0, max_new_tokens=12,
-                                   top_p=1.0, top_k=0, rng=jax.random.PRNGKey(1))
+        run = types.SimpleNamespace(
+            model_config=model_config,
+            stop_ids=(1,),
+            pad_id=0,
+            mesh=None,
+            sample_mesh=None,
+            config=config,
+            **block_fields(config),
+        )
+        outputs[engine] = generate(
+            run,
+            params,
+            prompts,
+            num_samples=2,
+            temperature=0.0,
+            max_new_tokens=12,
+            top_p=1.0,
+            top_k=0,
+            rng=jax.random.PRNGKey(1),
+        )
     np.testing.assert_array_equal(outputs["paged"].tokens, outputs["static"].tokens)
     np.testing.assert_array_equal(outputs["paged"].lengths, outputs["static"].lengths)

@@ -3,6 +3,7 @@ a stand-in worker (versions, staleness bound, determinism under thread timing, d
 batches saved and restored), the step's Rollout reading, and the planner's batch from the type.
 End to end (k = 0 equal to the synchronous loop, k = 1 deterministic, resume with a batch in
 flight): tests/test_train_offpolicy.py."""
+
 import dataclasses
 import random
 import threading
@@ -23,12 +24,19 @@ N, S = 4, 6
 
 def rollout(seed: int) -> Rollout:
     rng = np.random.default_rng(seed)
-    return Rollout(tokens=rng.integers(0, 9, (N, S)).astype(np.int32), attention_mask=np.ones((N, S), np.int32),
-                   response_mask=np.ones((N, S), np.int32), response_lengths=np.full(N, 3, np.int32),
-                   truncated=np.zeros(N, bool), temperature=np.full(N, 1.0, np.float32),
-                   rewards=rng.random(N).astype(np.float32), passed=np.zeros(N, bool), no_code=np.zeros(N, bool),
-                   sample_entropy=np.ones(N, np.float32),
-                   sampler_logprobs=-rng.random((N, S)).astype(np.float32))
+    return Rollout(
+        tokens=rng.integers(0, 9, (N, S)).astype(np.int32),
+        attention_mask=np.ones((N, S), np.int32),
+        response_mask=np.ones((N, S), np.int32),
+        response_lengths=np.full(N, 3, np.int32),
+        truncated=np.zeros(N, bool),
+        temperature=np.full(N, 1.0, np.float32),
+        rewards=rng.random(N).astype(np.float32),
+        passed=np.zeros(N, bool),
+        no_code=np.zeros(N, bool),
+        sample_entropy=np.ones(N, np.float32),
+        sampler_logprobs=-rng.random((N, S)).astype(np.float32),
+    )
 
 
 class FakeWorker:
@@ -45,16 +53,27 @@ class FakeWorker:
         time.sleep(random.random() * self.jitter)
         self.calls.append((step, self.version, threading.current_thread().name, score))
         r = rollout(step).replace(rewards=np.full(N, float(self.params["w"]), np.float32))
-        return Produced(step, self.version, StepRollout(r, {"pass": N}, {}, 1, []), 1.0, 1.0,
-                        Decision(step, "keep", 1.0, 1.0, "steady"), {"entropy": 0.5}, {"sample": 0.1},
-                        7, {"position": step + 1}, {"temperature": 1.0})
+        return Produced(
+            step,
+            self.version,
+            StepRollout(r, {"pass": N}, {}, 1, []),
+            1.0,
+            1.0,
+            Decision(step, "keep", 1.0, 1.0, "steady"),
+            {"entropy": 0.5},
+            {"sample": 0.1},
+            7,
+            {"position": step + 1},
+            {"temperature": 1.0},
+        )
 
 
 def drive(k: int, steps: int = 6, start: int = 0, ready=(), jitter: float = 0.002, inline: bool = False):
     """The loop's use of a pipeline: get, 'train' (w += 1), publish; returns what each step got."""
     worker, params = FakeWorker(jitter), {"w": np.float32(start)}
-    pipe = Pipeline(worker, k=k, start=start, steps=steps, params=params, score_for=lambda: "scorer", ready=ready,
-                    inline=inline)
+    pipe = Pipeline(
+        worker, k=k, start=start, steps=steps, params=params, score_for=lambda: "scorer", ready=ready, inline=inline
+    )
     got = []
     try:
         for step in range(start, steps):

@@ -1,6 +1,7 @@
 """The paged engine in the rollout: groups judged as they finish give the rows and rewards of judging
 afterwards; a split of rows between hosts judges every row once; DAPO refills go into one running
 session (a new one only for a wider prompt bucket) and give a full batch; the static path still works."""
+
 import types
 
 import jax
@@ -44,8 +45,16 @@ def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3, slots=
     config.rl.dynamic_sampling, config.rl.max_refills, config.rl.micro_batch_size = dynamic, max_refills, 4
     config.evaluator.reward = "all"
     model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
-    return types.SimpleNamespace(config=config, model_config=model_config, **block_fields(config),
-                                 stop_ids=(1,), pad_id=0, mesh=None, sample_mesh=None, tokenizer=ParityTokenizer())
+    return types.SimpleNamespace(
+        config=config,
+        model_config=model_config,
+        **block_fields(config),
+        stop_ids=(1,),
+        pad_id=0,
+        mesh=None,
+        sample_mesh=None,
+        tokenizer=ParityTokenizer(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +100,24 @@ class OrderPool(CountingPool):
 # its prompt's last token: the last group's prompt ends in a stop id (14), so its rows stop at once,
 # while the earlier (much longer) prompts run to the cap: the last group is judged first.
 ORDER_CASES = {
-    "in_order": dict(slots=3, stop_ids=(1,), temperature=1.0, seed=3, problems=[EVEN, ODD, problem("even2", 0)],
-                     prompts=[[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]], order=["even", "odd", "even2"]),
-    "out_of_order": dict(slots=3 * G, stop_ids=(14,), temperature=0.05, seed=4,
-                         problems=[EVEN, ODD, problem("even2", 0)],
-                         prompts=[list(range(20, 34)), [8, 9, 10, 11, 12], [13, 14, 14, 14]],
-                         order=["even2", "even", "odd"]),
+    "in_order": dict(
+        slots=3,
+        stop_ids=(1,),
+        temperature=1.0,
+        seed=3,
+        problems=[EVEN, ODD, problem("even2", 0)],
+        prompts=[[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]],
+        order=["even", "odd", "even2"],
+    ),
+    "out_of_order": dict(
+        slots=3 * G,
+        stop_ids=(14,),
+        temperature=0.05,
+        seed=4,
+        problems=[EVEN, ODD, problem("even2", 0)],
+        prompts=[list(range(20, 34)), [8, 9, 10, 11, 12], [13, 14, 14, 14]],
+        order=["even2", "even", "odd"],
+    ),
 }
 
 
@@ -107,12 +128,30 @@ def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool, cas
     run.stop_ids = c["stop_ids"]
     problems, prompts, temperature, rng = c["problems"], c["prompts"], c["temperature"], jax.random.PRNGKey(c["seed"])
     judged = OrderPool(pool)
-    rollout, counts, _ = collect(run, judged, params, problems, prompts, temperature=temperature,
-                                 rng=rng, times=times(), score=scorer(run, params, None, on_host=True))
+    rollout, counts, _ = collect(
+        run,
+        judged,
+        params,
+        problems,
+        prompts,
+        temperature=temperature,
+        rng=rng,
+        times=times(),
+        score=scorer(run, params, None, on_host=True),
+    )
     assert judged.submits == len(problems)  # one submission per group, as each finished
     assert judged.order == c["order"]  # out_of_order: a later group reached the judge first
-    sample = generate(run, params, prompts, num_samples=G, temperature=temperature, max_new_tokens=MAX_NEW,
-                      top_p=1.0, top_k=0, rng=rng)
+    sample = generate(
+        run,
+        params,
+        prompts,
+        num_samples=G,
+        temperature=temperature,
+        max_new_tokens=MAX_NEW,
+        top_p=1.0,
+        top_k=0,
+        rng=rng,
+    )
     np.testing.assert_array_equal(rollout.tokens[:, -MAX_NEW:], sample.tokens)
     np.testing.assert_array_equal(rollout.response_lengths, sample.lengths)
     codes = [f"print({row[0] % 2})" for row in sample.tokens]
@@ -127,9 +166,14 @@ def test_rows_split_between_hosts_are_each_judged_once_in_row_order(pool):
     problems = [EVEN, ODD, EVEN]  # 12 rows; two hosts take 0..6 and 6..12: group 1 is split
     tokens = np.arange(12, dtype=np.int32)[:, None].repeat(3, 1)
     lengths = np.full(12, 3, np.int32)
-    judges = [GroupJudge(run, pool, problems, G, rows=slice(0, 6)), GroupJudge(run, pool, problems, G, rows=slice(6, 12))]
+    judges = [
+        GroupJudge(run, pool, problems, G, rows=slice(0, 6)),
+        GroupJudge(run, pool, problems, G, rows=slice(6, 12)),
+    ]
     for index in (2, 0, 1):  # groups arrive out of order
-        group = types.SimpleNamespace(tokens=tokens[index * G:(index + 1) * G], lengths=lengths[index * G:(index + 1) * G])
+        group = types.SimpleNamespace(
+            tokens=tokens[index * G : (index + 1) * G], lengths=lengths[index * G : (index + 1) * G]
+        )
         for judge in judges:
             judge.add(index, group)
     assert all(judge.complete for judge in judges)
@@ -185,9 +229,16 @@ def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, mo
     lead = [NEVERS] * (3 if case == "session_full" else 1)
     batches = lead + [([EVEN, ODD], [refill, refill[::-1]])] * 3
     counting = CountingPool(pool)
-    got = collect_step(run, counting, params, prompt_feed(batches), temperature=1.0,
-                       key_for=lambda k: jax.random.PRNGKey(10 + k), times=times(),
-                       score=scorer(run, params, None, on_host=True))
+    got = collect_step(
+        run,
+        counting,
+        params,
+        prompt_feed(batches),
+        temperature=1.0,
+        key_for=lambda k: jax.random.PRNGKey(10 + k),
+        times=times(),
+        score=scorer(run, params, None, on_host=True),
+    )
     assert got.generations >= len(lead) + 1 and got.sessions == len(CountingSession.shapes)
     assert counting.submits == got.generations * 2  # every group went to the judge on its own
     widths = [shape.prompt_width for shape in CountingSession.shapes]
@@ -203,9 +254,16 @@ def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, mo
 def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, pool):
     run = make_run(engine="static", dynamic=True)
     batches = [([NEVER, NEVER], [[5, 6], [7, 8]])] + [([EVEN, ODD], [[30, 31], [32, 33]])] * 3
-    got = collect_step(run, pool, params, prompt_feed(batches), temperature=1.0,
-                       key_for=lambda k: jax.random.PRNGKey(10 + k), times=times(),
-                       score=scorer(run, params, None, on_host=True))
+    got = collect_step(
+        run,
+        pool,
+        params,
+        prompt_feed(batches),
+        temperature=1.0,
+        key_for=lambda k: jax.random.PRNGKey(10 + k),
+        times=times(),
+        score=scorer(run, params, None, on_host=True),
+    )
     assert got.generations >= 2 and got.sessions == 0
     check_full_batch(got, 16)
 
@@ -218,8 +276,13 @@ def test_eval_judges_each_problem_as_its_samples_finish(params, pool, monkeypatc
     from microcoder_jax.data import loader
 
     problems, prompts = [EVEN, ODD, NEVER], [[5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
-    monkeypatch.setattr(loader, "make_prompt_set", lambda probs, tokenizer, data: types.SimpleNamespace(
-        problems=list(probs), prompts=prompts[:len(probs)], skipped_too_long=0))
+    monkeypatch.setattr(
+        loader,
+        "make_prompt_set",
+        lambda probs, tokenizer, data: types.SimpleNamespace(
+            problems=list(probs), prompts=prompts[: len(probs)], skipped_too_long=0
+        ),
+    )
     samples, passes = [], []
     real_generate = rollout.generate
     monkeypatch.setattr(rollout, "generate", lambda *a, **k: samples.append(real_generate(*a, **k)) or samples[-1])

@@ -32,8 +32,9 @@ def test_the_transferred_weights_are_the_learners_on_the_workers_shardings():
     rollout, learner = sharding.split_devices(4, jax.devices())
     lmesh, rmesh = sharding.make_mesh(1, 4, 1, devices=learner), sharding.make_mesh(1, 4, 1, devices=rollout)
     axes, shapes = models.param_logical_axes(mc), models.param_shapes(mc)
-    params = jax.device_put(models.init_params(mc, jax.random.key(0)),
-                            sharding.logical_to_sharding(axes, lmesh, shapes))
+    params = jax.device_put(
+        models.init_params(mc, jax.random.key(0)), sharding.logical_to_sharding(axes, lmesh, shapes)
+    )
     target = sharding.logical_to_sharding(axes, rmesh, shapes)
     moved, nbytes, seconds = transfer(params, target)
     assert nbytes == sum(x.nbytes for x in jax.tree.leaves(params)) and seconds >= 0
@@ -76,8 +77,11 @@ def test_k0_split_equals_one_mesh_to_float_rounding(tmp_path):
 
 @pytest.mark.slow
 def test_k1_on_split_meshes_samples_a_step_behind_with_moved_weights(tmp_path):
-    train.train(demo(**{"mesh.rollout_devices": 0.5, "rl.off_policy_steps": 1, "rl.is_correction": "tis"}),
-                str(tmp_path), log_fn=lambda *a: None)
+    train.train(
+        demo(**{"mesh.rollout_devices": 0.5, "rl.off_policy_steps": 1, "rl.is_correction": "tis"}),
+        str(tmp_path),
+        log_fn=lambda *a: None,
+    )
     got = rows(tmp_path)
     assert [r["staleness"] for r in got] == [0, 1, 1]
     assert all(r["weights_bytes"] > 0 and np.isfinite(r["is_weight_mean"]) for r in got)

@@ -4,6 +4,7 @@ Every generate() call here uses the same shapes (3 prompts x G=2, bucket 32, 12 
 decode phases, 8 stop ids), so the module compiles prefill and decode once, plus once more for the
 sharded test.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,8 +12,7 @@ import pytest
 
 from microcoder_jax.models import forward
 from microcoder_jax.sampling import sampler
-from microcoder_jax.sampling.sampler import (default_stop_token_ids, generate, phase_ends, prompt_bucket,
-                                             sample_tokens)
+from microcoder_jax.sampling.sampler import default_stop_token_ids, generate, phase_ends, prompt_bucket, sample_tokens
 
 # Left-padded to the 32-token bucket: prompts 0 and 1 are padded, prompt 2 fills it exactly.
 PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [(7 * j + 3) % 125 + 3 for j in range(32)]]
@@ -31,8 +31,9 @@ def tiny(tmp_path_factory):
 def _generate(tiny, prompts=PROMPTS, **kw):
     _, config, params, _ = tiny
     kw = {"temperature": 1.0, "rng": jax.random.key(0), **kw}
-    return generate(params, config, prompts, num_samples=G, max_new_tokens=MAX_NEW, stop_token_ids=STOPS,
-                    pad_id=PAD, **kw)
+    return generate(
+        params, config, prompts, num_samples=G, max_new_tokens=MAX_NEW, stop_token_ids=STOPS, pad_id=PAD, **kw
+    )
 
 
 def _check_layout(out):
@@ -42,7 +43,7 @@ def _check_layout(out):
     assert out.prompt_tokens.shape == out.prompt_mask.shape == (n, 32)
     for row in range(n):
         length, toks = out.lengths[row], out.tokens[row]
-        body_stops = np.isin(toks[:length - 1], STOPS)
+        body_stops = np.isin(toks[: length - 1], STOPS)
         assert not body_stops.any(), "a stop token before the end"
         assert out.truncated[row] == (not np.isin(toks[length - 1], STOPS))
         assert out.truncated[row] <= (length == MAX_NEW)
@@ -59,15 +60,20 @@ def test_greedy_matches_transformers(tiny):
     for i, prompt in enumerate(PROMPTS):  # HF generates each prompt alone, unpadded
         ref = hf_greedy(hf, prompt, MAX_NEW, STOPS, PAD)
         for row in (i * G, i * G + 1):
-            assert out.tokens[row, :out.lengths[row]].tolist() == ref
+            assert out.tokens[row, : out.lengths[row]].tolist() == ref
     np.testing.assert_array_equal(out.prompt_mask.sum(1), np.repeat([len(p) for p in PROMPTS], G))
 
 
 def test_logprobs_and_entropy_match_full_forward(tiny):
     _, config, params, _ = tiny
     temps = np.array([0.7, 1.3, 0.0, 1.0, 1.6, 0.9], np.float32)
-    out = _generate(tiny, temperature=temps, top_p=np.array([1, 0.9, 1, 1, 0.8, 1], np.float32),
-                    top_k=np.array([0, 0, 0, 5, 0, 20]), rng=jax.random.key(7))
+    out = _generate(
+        tiny,
+        temperature=temps,
+        top_p=np.array([1, 0.9, 1, 1, 0.8, 1], np.float32),
+        top_k=np.array([0, 0, 0, 5, 0, 20]),
+        rng=jax.random.key(7),
+    )
     _check_layout(out)
     assert out.truncated.any() and not out.truncated.all()  # both endings are exercised
     resp_mask = (np.arange(MAX_NEW)[None] < out.lengths[:, None]).astype(np.int32)
@@ -88,14 +94,18 @@ def test_temperature_changes_do_not_recompile_and_key_reproduces(tiny):
     outs = []
     for i, temperature in enumerate(np.linspace(0.3, 2.0, 10)):
         prompts = [p[: 3 + i % 4] for p in PROMPTS]  # new prompt lengths, same bucket
-        outs.append(_generate(tiny, prompts, temperature=float(temperature), top_p=1.0 - 0.05 * i,
-                              top_k=i, rng=jax.random.key(i)))
+        outs.append(
+            _generate(
+                tiny, prompts, temperature=float(temperature), top_p=1.0 - 0.05 * i, top_k=i, rng=jax.random.key(i)
+            )
+        )
     assert (sampler.prefill._cache_size(), sampler.decode._cache_size()) == sizes
     again = _generate(tiny, [p[:3] for p in PROMPTS], temperature=0.3, top_p=1.0, top_k=0, rng=jax.random.key(0))
     np.testing.assert_array_equal(again.tokens, outs[0].tokens)
     np.testing.assert_array_equal(again.logprobs, outs[0].logprobs)
-    assert not np.array_equal(outs[0].tokens, _generate(tiny, [p[:3] for p in PROMPTS], temperature=0.3,
-                                                          rng=jax.random.key(1)).tokens)
+    assert not np.array_equal(
+        outs[0].tokens, _generate(tiny, [p[:3] for p in PROMPTS], temperature=0.3, rng=jax.random.key(1)).tokens
+    )
 
 
 def test_sharded_matches_single_device(tiny):
@@ -128,8 +138,12 @@ def test_sampling_frequencies_follow_softmax_over_allowed_tokens():
     settings = [(0.7, 1.0, 0), (1.0, 1.0, 4), (1.3, 0.8, 0), (1.0, 0.9, 6), (0.0, 1.0, 0)]
     temperature, top_p, top_k = (np.repeat(np.array(col), draws) for col in zip(*settings))
     token, logprob, entropy = jax.jit(sample_tokens)(
-        jnp.asarray(np.tile(logits, (len(temperature), 1))), jax.random.key(0), jnp.asarray(temperature, jnp.float32),
-        jnp.asarray(top_p, jnp.float32), jnp.asarray(top_k, jnp.int32))
+        jnp.asarray(np.tile(logits, (len(temperature), 1))),
+        jax.random.key(0),
+        jnp.asarray(temperature, jnp.float32),
+        jnp.asarray(top_p, jnp.float32),
+        jnp.asarray(top_k, jnp.int32),
+    )
     token = np.asarray(token).reshape(len(settings), draws)
     for (t, p, k), drawn in zip(settings, token):
         if t == 0:

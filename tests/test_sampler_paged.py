@@ -5,6 +5,7 @@ compile counts, DAPO pushes and the finished-group hook, and a sharded run.
 Four prompts x G=2 (8 rows), bucket 32, 12 new tokens; the engine shapes used are the four in
 ENGINES (each compiles `run` once, two of them once more for the tail) plus one sharded.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,8 +16,12 @@ from microcoder_jax.sampling import engine, pages as pg
 from microcoder_jax.sampling.paged_sampler import PagedSession, generate_paged
 from microcoder_jax.sampling.sampler import generate, sample_tokens
 
-PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [(7 * j + 3) % 125 + 3 for j in range(32)],
-           [9, 8, 7, 6, 5, 4, 3, 2, 11, 12, 13, 14, 15, 16, 17, 18, 19]]
+PROMPTS = [
+    [5, 17, 99],
+    [40, 41, 42, 43, 44, 45, 46],
+    [(7 * j + 3) % 125 + 3 for j in range(32)],
+    [9, 8, 7, 6, 5, 4, 3, 2, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+]
 G, MAX_NEW, PAD = 2, 12, 0
 ROWS = len(PROMPTS) * G
 STOPS = [2, 10, 20, 30, 50, 60, 70, 80]
@@ -38,9 +43,20 @@ def _paged(tiny, engine_shape, prompts=PROMPTS, params=None, **kw):
     params = stored if params is None else params
     slots, page_size, refill_every, tail_slots = engine_shape
     kw = {"temperature": 1.0, "rng": jax.random.key(0), **kw}
-    return generate_paged(params, config, prompts, num_samples=G, max_new_tokens=MAX_NEW, stop_token_ids=STOPS,
-                          pad_id=PAD, slots=slots, page_size=page_size, refill_every=refill_every,
-                          tail_slots=tail_slots, **kw)
+    return generate_paged(
+        params,
+        config,
+        prompts,
+        num_samples=G,
+        max_new_tokens=MAX_NEW,
+        stop_token_ids=STOPS,
+        pad_id=PAD,
+        slots=slots,
+        page_size=page_size,
+        refill_every=refill_every,
+        tail_slots=tail_slots,
+        **kw,
+    )
 
 
 def _cut(out, caps):
@@ -55,8 +71,17 @@ def _cut(out, caps):
 @pytest.fixture(scope="module")
 def greedy_reference(tiny):
     _, config, params = tiny
-    return generate(params, config, PROMPTS, num_samples=G, temperature=0.0, max_new_tokens=MAX_NEW,
-                    stop_token_ids=STOPS, pad_id=PAD, rng=jax.random.key(0))
+    return generate(
+        params,
+        config,
+        PROMPTS,
+        num_samples=G,
+        temperature=0.0,
+        max_new_tokens=MAX_NEW,
+        stop_token_ids=STOPS,
+        pad_id=PAD,
+        rng=jax.random.key(0),
+    )
 
 
 @pytest.mark.parametrize("engine_shape", ENGINES)
@@ -82,18 +107,23 @@ def test_greedy_matches_transformers(tiny, greedy_reference):
     for i, prompt in enumerate(PROMPTS):  # HF generates each prompt alone, unpadded
         ref = hf_greedy(hf, prompt, MAX_NEW, STOPS, PAD)
         for row in (i * G, i * G + 1):
-            assert out.tokens[row, :out.lengths[row]].tolist() == ref
+            assert out.tokens[row, : out.lengths[row]].tolist() == ref
 
 
-SAMPLING = dict(temperature=np.array([0.7, 1.3, 0.0, 1.0, 1.6, 0.9, 1.2, 1.0], np.float32),
-                top_p=np.array([1, 0.9, 1, 1, 0.8, 1, 1, 0.95], np.float32), top_k=np.array([0, 0, 0, 5, 0, 20, 0, 3]),
-                rng=jax.random.key(7))
+SAMPLING = dict(
+    temperature=np.array([0.7, 1.3, 0.0, 1.0, 1.6, 0.9, 1.2, 1.0], np.float32),
+    top_p=np.array([1, 0.9, 1, 1, 0.8, 1, 1, 0.95], np.float32),
+    top_k=np.array([0, 0, 0, 5, 0, 20, 0, 3]),
+    rng=jax.random.key(7),
+)
 
 
 def test_sampled_tokens_do_not_depend_on_slots_pages_refills_or_queue_order(tiny):
-    outs = [_paged(tiny, ENGINES[0], **SAMPLING),
-            _paged(tiny, ENGINES[1], queue_order=list(range(ROWS))[::-1], **SAMPLING),
-            _paged(tiny, ENGINES[3], queue_order=[3, 0, 7, 1, 6, 2, 5, 4], **SAMPLING)]
+    outs = [
+        _paged(tiny, ENGINES[0], **SAMPLING),
+        _paged(tiny, ENGINES[1], queue_order=list(range(ROWS))[::-1], **SAMPLING),
+        _paged(tiny, ENGINES[3], queue_order=[3, 0, 7, 1, 6, 2, 5, 4], **SAMPLING),
+    ]
     for other in outs[1:]:
         np.testing.assert_array_equal(other.tokens, outs[0].tokens)
         np.testing.assert_array_equal(other.lengths, outs[0].lengths)
@@ -121,8 +151,9 @@ def test_per_row_keys_draw_from_softmax():
     vocab, draws = 12, 4000
     logits = np.random.default_rng(0).normal(0, 1.5, vocab).astype(np.float32)
     keys = engine._keys(jax.random.key(0), jnp.arange(draws), jnp.zeros(draws, jnp.int32))
-    token, _, _ = jax.jit(sample_tokens)(jnp.tile(logits, (draws, 1)), keys, jnp.ones(draws), jnp.ones(draws),
-                                         jnp.zeros(draws, jnp.int32))
+    token, _, _ = jax.jit(sample_tokens)(
+        jnp.tile(logits, (draws, 1)), keys, jnp.ones(draws), jnp.ones(draws), jnp.zeros(draws, jnp.int32)
+    )
     q = np.exp(logits - logits.max())
     q /= q.sum()
     counts = np.bincount(np.asarray(token), minlength=vocab)
@@ -140,7 +171,7 @@ def _expected_refs(session):
         full = st["prompt_len"][prompt] // shape.page_size
         np.testing.assert_array_equal(st["table"][s][:full], st["prompt_pages"][prompt][:full])  # shared full pages
         np.add.at(refs, used, 1)
-    for seq in st["queue"][st["head"]:st["tail"]]:
+    for seq in st["queue"][st["head"] : st["tail"]]:
         prompt_pages = st["prompt_pages"][seq // G]
         np.add.at(refs, prompt_pages[prompt_pages < shape.num_pages], 1)
     return refs
@@ -148,9 +179,21 @@ def _expected_refs(session):
 
 def test_page_pool_invariants_during_and_after_a_run(tiny):
     _, config, params = tiny
-    session = PagedSession(params, config, num_samples=G, max_prompts=len(PROMPTS), max_new_tokens=MAX_NEW,
-                           prompt_width=32, stop_token_ids=STOPS, pad_id=PAD, rng=jax.random.key(1), slots=3,
-                           page_size=8, refill_every=4, tail_slots=1)
+    session = PagedSession(
+        params,
+        config,
+        num_samples=G,
+        max_prompts=len(PROMPTS),
+        max_new_tokens=MAX_NEW,
+        prompt_width=32,
+        stop_token_ids=STOPS,
+        pad_id=PAD,
+        rng=jax.random.key(1),
+        slots=3,
+        page_size=8,
+        refill_every=4,
+        tail_slots=1,
+    )
     session.push(PROMPTS, temperature=1.0, caps=CAPS)
     pg.check_invariants(session.state["pages"], _expected_refs(session))  # only the prompts' pages, count G
     assert int(session.state["pages"].count) == session.shape.num_pages - sum(-(-len(p) // 8) for p in PROMPTS)
@@ -185,8 +228,16 @@ def test_one_compile_across_temperatures_caps_and_prompt_lengths(tiny):
     rng = np.random.default_rng(0)
     for i in range(4):
         prompts = [p[: 3 + i] for p in PROMPTS]
-        _paged(tiny, ENGINES[3], prompts, temperature=float(0.3 + 0.4 * i), top_p=1.0 - 0.05 * i, top_k=i,
-               caps=rng.integers(1, MAX_NEW + 1, ROWS), rng=jax.random.key(i))
+        _paged(
+            tiny,
+            ENGINES[3],
+            prompts,
+            temperature=float(0.3 + 0.4 * i),
+            top_p=1.0 - 0.05 * i,
+            top_k=i,
+            caps=rng.integers(1, MAX_NEW + 1, ROWS),
+            rng=jax.random.key(i),
+        )
     assert (engine.run._cache_size(), engine.admit._cache_size()) == sizes
 
 
@@ -194,15 +245,28 @@ def test_pushed_prompts_and_group_hook_match_one_call(tiny):
     _, config, params = tiny
     whole = _paged(tiny, ENGINES[2], caps=CAPS, **SAMPLING)
     groups = {}
-    one_call = _paged(tiny, ENGINES[2], caps=CAPS, on_group_done=lambda i, out: groups.setdefault(i, out),
-                      report_every=3, **SAMPLING)
+    one_call = _paged(
+        tiny, ENGINES[2], caps=CAPS, on_group_done=lambda i, out: groups.setdefault(i, out), report_every=3, **SAMPLING
+    )
     assert sorted(groups) == list(range(len(PROMPTS)))
     for i, out in groups.items():
-        np.testing.assert_array_equal(out.tokens, whole.tokens[i * G:(i + 1) * G])
+        np.testing.assert_array_equal(out.tokens, whole.tokens[i * G : (i + 1) * G])
     np.testing.assert_array_equal(one_call.tokens, whole.tokens)
-    session = PagedSession(params, config, num_samples=G, max_prompts=len(PROMPTS), max_new_tokens=MAX_NEW,
-                           prompt_width=32, stop_token_ids=STOPS, pad_id=PAD, rng=SAMPLING["rng"], slots=3,
-                           page_size=8, refill_every=4, tail_slots=1)
+    session = PagedSession(
+        params,
+        config,
+        num_samples=G,
+        max_prompts=len(PROMPTS),
+        max_new_tokens=MAX_NEW,
+        prompt_width=32,
+        stop_token_ids=STOPS,
+        pad_id=PAD,
+        rng=SAMPLING["rng"],
+        slots=3,
+        page_size=8,
+        refill_every=4,
+        tail_slots=1,
+    )
     per_row = {k: SAMPLING[k] for k in ("temperature", "top_p", "top_k")}
     session.push(PROMPTS[:2], caps=CAPS[:4], **{k: v[:4] for k, v in per_row.items()})
     session.run(4)  # a DAPO refill arrives while the first prompts are still decoding
@@ -248,9 +312,20 @@ def test_decode_tensor_mesh_from_fsdp_params_matches_single_device(tiny):
     placed = jax.device_put(params, logical_to_sharding(param_logical_axes(config), train, param_shapes(config)))
     single = _paged(tiny, ENGINES[0], **SAMPLING)
     rng, sampling = SAMPLING["rng"], {k: v for k, v in SAMPLING.items() if k != "rng"}
-    session = PagedSession(placed, config, num_samples=G, max_prompts=len(PROMPTS), max_new_tokens=MAX_NEW,
-                           prompt_width=32, stop_token_ids=STOPS, pad_id=PAD, rng=rng, slots=ROWS, page_size=16,
-                           mesh=mesh)
+    session = PagedSession(
+        placed,
+        config,
+        num_samples=G,
+        max_prompts=len(PROMPTS),
+        max_new_tokens=MAX_NEW,
+        prompt_width=32,
+        stop_token_ids=STOPS,
+        pad_id=PAD,
+        rng=rng,
+        slots=ROWS,
+        page_size=16,
+        mesh=mesh,
+    )
     assert all(x.sharding.mesh.shape == mesh.shape for x in jax.tree.leaves(session.params))
     session.push(PROMPTS, **sampling)
     while not session.done:

@@ -1,4 +1,5 @@
 """Mesh construction, logical-axis rules, and the same logits on 1, 2x4 and 8 (fake CPU) devices."""
+
 import os
 import socket
 import subprocess
@@ -12,8 +13,17 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import (DecoderConfig, forward, get_preset, init_cache, init_params, load_hf_params,
-                                   param_logical_axes, param_shapes)
+from microcoder_jax.models import (
+    DecoderConfig,
+    forward,
+    get_preset,
+    init_cache,
+    init_params,
+    load_hf_params,
+    param_logical_axes,
+    param_shapes,
+)
+
 
 def param_shardings(config, mesh):
     """What the model's callers pass sharding.py: the model's logical axes and shapes."""
@@ -37,8 +47,9 @@ def test_logical_rules_and_divisibility_fallback():
     mesh = shd.make_mesh(fsdp=2, tensor=4)
     assert shd.logical_to_spec(("layers", "embed", "heads", "head_dim"), mesh) == P(None, "fsdp", "tensor", None)
     # kv_heads=2 cannot split over tensor=4: replicated instead of an error.
-    assert shd.logical_to_spec(("layers", "embed", "kv_heads", "head_dim"), mesh, (2, 64, 2, 16)) == \
-        P(None, "fsdp", None, None)
+    assert shd.logical_to_spec(("layers", "embed", "kv_heads", "head_dim"), mesh, (2, 64, 2, 16)) == P(
+        None, "fsdp", None, None
+    )
     # A mesh axis is used once per array: activations split rows, keep the hidden dim whole.
     assert shd.logical_to_spec(("batch", "length", "embed"), mesh, (4, 8, 64)) == P("fsdp", None, None)
     mesh2 = shd.make_mesh(data=2, fsdp=2, tensor=2)
@@ -82,8 +93,11 @@ def reference():
     return params, ids, mask, np.asarray(logits)
 
 
-@pytest.mark.parametrize("axes", [dict(fsdp=1, devices=jax.devices()[:1]), dict(fsdp=2, tensor=4),
-                                  dict(data=2, tensor=4), dict(fsdp=8)], ids=["1", "fsdp2xtp4", "dp2xtp4", "fsdp8"])
+@pytest.mark.parametrize(
+    "axes",
+    [dict(fsdp=1, devices=jax.devices()[:1]), dict(fsdp=2, tensor=4), dict(data=2, tensor=4), dict(fsdp=8)],
+    ids=["1", "fsdp2xtp4", "dp2xtp4", "fsdp8"],
+)
 def test_same_logits_on_every_mesh(reference, axes):
     params, ids, mask, ref = reference
     mesh = shd.make_mesh(**axes)
@@ -101,8 +115,14 @@ def test_cached_decode_step_on_a_mesh(reference):
     cache = init_cache(CONFIG, 8, 16)
     with jax.set_mesh(mesh):
         logits, cache = jax.jit(forward, static_argnums=1)(
-            sharded, CONFIG, jnp.asarray(ids), attention_mask=jnp.asarray(mask), positions=jnp.asarray(pos),
-            cache=cache, cache_index=0)
+            sharded,
+            CONFIG,
+            jnp.asarray(ids),
+            attention_mask=jnp.asarray(mask),
+            positions=jnp.asarray(pos),
+            cache=cache,
+            cache_index=0,
+        )
     keep = mask.astype(bool)
     np.testing.assert_allclose(np.asarray(logits)[keep], ref[keep], rtol=2e-5, atol=2e-5)
 
@@ -148,9 +168,16 @@ def test_two_process_distributed_run(tmp_path):
         port = s.getsockname()[1]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     out, export = tmp_path / "logits.npy", tmp_path / "hf"
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, f"127.0.0.1:{port}", str(i), str(out), str(export)],
-                              env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, f"127.0.0.1:{port}", str(i), str(out), str(export)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     logs = [p.communicate(timeout=240)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-4000:]
     config = get_preset("tiny", dtype="float32")

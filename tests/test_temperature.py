@@ -1,4 +1,5 @@
 """Scheduler decisions on scripted diversity traces, the probe, and state round-trips."""
+
 import json
 
 import numpy as np
@@ -7,8 +8,16 @@ import pytest
 from microcoder_jax.sampling.temperature import TemperatureScheduler
 
 STAGES = (0.6, 0.8, 1.0, 1.2, 1.4)
-KNOBS = dict(policy="diversity", temperature=1.0, stages=STAGES, target_low=0.5, target_high=0.7,
-             window=5, min_interval=10, swing_std=0.08)
+KNOBS = dict(
+    policy="diversity",
+    temperature=1.0,
+    stages=STAGES,
+    target_low=0.5,
+    target_high=0.7,
+    window=5,
+    min_interval=10,
+    swing_std=0.08,
+)
 
 
 def _run(scheduler, trace, start=0):

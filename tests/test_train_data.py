@@ -1,4 +1,5 @@
 """The prompt pipeline and the demo task: malformed rows counted, shuffling, host split, resume."""
+
 import json
 
 import numpy as np
@@ -10,11 +11,18 @@ from microcoder_jax.evaluator import EvaluatorPool
 
 
 def test_malformed_rows_are_skipped_and_counted(tmp_path):
-    good = {"question_id": "q1", "tests": [{"input": "1\n", "output": "1\n", "kind": "stdin"}],
-            "question_content": "Echo."}
+    good = {
+        "question_id": "q1",
+        "tests": [{"input": "1\n", "output": "1\n", "kind": "stdin"}],
+        "question_content": "Echo.",
+    }
     path = tmp_path / "p.jsonl"
-    path.write_text("\n".join([json.dumps(good), "{not json", json.dumps({"nothing": 1}),
-                               json.dumps({**good, "question_id": "q2"})]) + "\n")
+    path.write_text(
+        "\n".join(
+            [json.dumps(good), "{not json", json.dumps({"nothing": 1}), json.dumps({**good, "question_id": "q2"})]
+        )
+        + "\n"
+    )
     problems, skipped = loader.read_problems([str(path)])
     assert [p.question_id for p in problems] == ["q1", "q2"] and skipped == 2
 
@@ -80,7 +88,8 @@ def test_warm_start_batch_layout():
     problems = demo_task.make_problems(c.demo.ops, 2, 1, seed=0)
     tok = demo_task.build_tokenizer(problems, c.demo.ops, c.data, c.demo.vocab_size)
     tokens, attention, loss_mask = demo_task.warm_start_batch(
-        tok, problems[:3], c.demo.ops, c.data, 40, np.random.default_rng(0))
+        tok, problems[:3], c.demo.ops, c.data, 40, np.random.default_rng(0)
+    )
     assert tokens.shape == (3, 64 + 40) and attention.shape == loss_mask.shape == tokens.shape
     assert not loss_mask[:, :64].any() and (loss_mask <= attention).all()
     for row, m in zip(tokens, loss_mask):

@@ -2,6 +2,7 @@
 checkpoint and a killed save's leftovers, an infinite learning rate, SIGKILL between checkpoints.
 Each asserts nothing lost or doubled. One 3-step base run (a checkpoint every step, one optimizer
 update per step) is shared; each test resumes a copy of it."""
+
 import os
 import shutil
 import signal
@@ -18,14 +19,28 @@ from microcoder_jax.trainer.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
-TINY = ["--config.train.checkpoint_every=1", "--config.train.progress=false", "--config.train.warm_start_steps=5",
-        "--config.data.num_prompts=2", "--config.sampling.group_size=4", "--config.demo.problems_per_op=2",
-        "--config.evaluator.workers=1", "--config.rl.num_minibatches=1"]
+TINY = [
+    "--config.train.checkpoint_every=1",
+    "--config.train.progress=false",
+    "--config.train.warm_start_steps=5",
+    "--config.data.num_prompts=2",
+    "--config.sampling.group_size=4",
+    "--config.demo.problems_per_op=2",
+    "--config.evaluator.workers=1",
+    "--config.rl.num_minibatches=1",
+]
 
 
 def _cmd(workdir, *extra):
-    return [sys.executable, "-m", "microcoder_jax.train", "--config=configs/demo.py", f"--workdir={workdir}",
-            *TINY, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "microcoder_jax.train",
+        "--config=configs/demo.py",
+        f"--workdir={workdir}",
+        *TINY,
+        *extra,
+    ]
 
 
 def _env():
@@ -35,8 +50,14 @@ def _env():
 
 
 def _train(workdir, *extra):
-    return subprocess.run(_cmd(workdir, *extra), env=_env(), capture_output=True, text=True, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run(
+        _cmd(workdir, *extra),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
 
 
 def _steps(workdir):
@@ -53,7 +74,7 @@ def _params(workdir, step):
     from microcoder_jax.data.tokenizer import load_tokenizer
     from microcoder_jax.models.presets import model_config_from
 
-    c = cli.load_config(None, [a[len("--config."):] for a in TINY])
+    c = cli.load_config(None, [a[len("--config.") :] for a in TINY])
     vocab = len(load_tokenizer(os.path.join(workdir, "tokenizer")))
     shapes = jax.eval_shape(lambda: models.init_params(model_config_from(c, vocab), jax.random.PRNGKey(0)))
     dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -118,8 +139,13 @@ def test_infinite_learning_rate_is_skipped_counted_and_stops_with_a_good_checkpo
     workdir = _copy(base, tmp_path)
     before = _params(workdir, 3)
     change = "--config.train.allow_config_change=true"
-    blown = _train(workdir, "--config.train.steps=8", "--config.rl.learning_rate=inf", change,
-                   "--config.train.max_nonfinite_steps=2")
+    blown = _train(
+        workdir,
+        "--config.train.steps=8",
+        "--config.rl.learning_rate=inf",
+        change,
+        "--config.train.max_nonfinite_steps=2",
+    )
     assert blown.returncode == 1, blown.stderr[-3000:]
     last = blown.stderr.strip().splitlines()[-1]
     assert last.startswith("error: 2 consecutive steps (to step 5) had non-finite updates, skipped"), last
@@ -141,8 +167,13 @@ def test_infinite_learning_rate_is_skipped_counted_and_stops_with_a_good_checkpo
 def test_sigkill_between_checkpoints_then_resume_logs_each_step_once(base, tmp_path):
     workdir = _copy(base, tmp_path)
     args = ["--config.train.steps=8", "--config.train.checkpoint_every=4"]  # checkpoints 4 and 8
-    victim = subprocess.Popen(_cmd(workdir, *args), env=_env(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    victim = subprocess.Popen(
+        _cmd(workdir, *args),
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     deadline = time.time() + 600
     while len(_steps(workdir)) < 6:  # past checkpoint 4, before 8
         assert victim.poll() is None, "the run ended before it could be killed"

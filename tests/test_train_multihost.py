@@ -1,5 +1,6 @@
 """Multi-host pieces of the training loop: distributed init from the config, problem-file globs,
 and a 2-process run of the demo on one 4-device mesh (localhost, 2 fake CPU devices each)."""
+
 import jax
 import pytest
 
@@ -44,7 +45,7 @@ def test_problem_files_accept_globs_and_comma_strings(tmp_path):
 
     problems = demo_task.make_problems(("sum", "product"), 3, 2, 0, 1)
     for i in range(3):
-        _write(tmp_path / f"train-{i}.jsonl", problems[2 * i:2 * i + 2])
+        _write(tmp_path / f"train-{i}.jsonl", problems[2 * i : 2 * i + 2])
     _write(tmp_path / "other.jsonl", problems[:1])
     ids = lambda ps: [p.question_id for p in ps]  # noqa: E731
     by_glob, skipped = loader.read_problems((str(tmp_path / "train-*.jsonl"),))
@@ -52,7 +53,9 @@ def test_problem_files_accept_globs_and_comma_strings(tmp_path):
     as_string = loader.read_problems(f"{tmp_path}/train-2.jsonl,{tmp_path}/train-[01].jsonl")[0]
     assert ids(as_string) == ids(problems[4:] + problems[:4])
     assert loader.expand_paths(f"{tmp_path}/other.jsonl, {tmp_path}/t*-0.jsonl") == [
-        f"{tmp_path}/other.jsonl", f"{tmp_path}/train-0.jsonl"]
+        f"{tmp_path}/other.jsonl",
+        f"{tmp_path}/train-0.jsonl",
+    ]
     with pytest.raises(FileNotFoundError, match="nothing-\\*.jsonl"):
         loader.read_problems([str(tmp_path / "nothing-*.jsonl")])
     config = cli.load_config(None, [f"data.train_files={tmp_path}/train-*.jsonl,{tmp_path}/other.jsonl"])
@@ -93,9 +96,18 @@ np.savez(out + f".{jax.process_index()}.npz", *leaves)
 
 # The demo, cut short: 10 problems, 4 prompts x G=4 = 16 rows over a 4-device mesh; a warm start
 # long enough that some answers pass (rewards differ within groups: a real gradient).
-_SHORT = ["train.steps=2", "train.warm_start_steps=100", "demo.problems_per_op=2", "data.num_prompts=4",
-          "sampling.group_size=4", "rl.micro_batch_size=8", "mesh.fsdp=-1", "train.progress=False",
-          "train.checkpoint_every=0", "evaluator.workers=1"]
+_SHORT = [
+    "train.steps=2",
+    "train.warm_start_steps=100",
+    "demo.problems_per_op=2",
+    "data.num_prompts=4",
+    "sampling.group_size=4",
+    "rl.micro_batch_size=8",
+    "mesh.fsdp=-1",
+    "train.progress=False",
+    "train.checkpoint_every=0",
+    "evaluator.workers=1",
+]
 
 
 def _launch(tmp_path, name, nproc, devices, extra=()):
@@ -105,10 +117,16 @@ def _launch(tmp_path, name, nproc, devices, extra=()):
 
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     out = str(tmp_path / name)
-    return out, [subprocess.Popen([sys.executable, "-c", _RUN, str(tmp_path / f"{name}_run"), out, *_SHORT,
-                                   *[x.format(i=i) for x in extra]],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for i in range(nproc)]
+    return out, [
+        subprocess.Popen(
+            [sys.executable, "-c", _RUN, str(tmp_path / f"{name}_run"), out, *_SHORT, *[x.format(i=i) for x in extra]],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(nproc)
+    ]
 
 
 def _wait(procs):
@@ -119,8 +137,8 @@ def _wait(procs):
 def _adam_step_bound(t: int, b1: float, b2: float) -> float:
     """The most one bias-corrected Adam update can move an element, in units of the learning rate,
     at update t whatever the gradients (Cauchy-Schwarz over the moment weights; eps only shrinks it)."""
-    a = [(1 - b1) * b1 ** (t - i) / (1 - b1 ** t) for i in range(1, t + 1)]
-    w = [(1 - b2) * b2 ** (t - i) / (1 - b2 ** t) for i in range(1, t + 1)]
+    a = [(1 - b1) * b1 ** (t - i) / (1 - b1**t) for i in range(1, t + 1)]
+    w = [(1 - b2) * b2 ** (t - i) / (1 - b2**t) for i in range(1, t + 1)]
     return sum(x * x / y for x, y in zip(a, w)) ** 0.5
 
 
@@ -164,15 +182,25 @@ def test_two_process_demo_run_matches_one_process(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     evaluate = ["train.eval_every=2"]  # each host judges its share of the eval rows; verdicts all-gathered
-    multi, procs = _launch(tmp_path, "multi", 2, 2, evaluate + [f"distributed.coordinator_address=127.0.0.1:{port}",
-                                                                "distributed.num_processes=2",
-                                                                "distributed.process_id={i}"])
+    multi, procs = _launch(
+        tmp_path,
+        "multi",
+        2,
+        2,
+        evaluate
+        + [
+            f"distributed.coordinator_address=127.0.0.1:{port}",
+            "distributed.num_processes=2",
+            "distributed.process_id={i}",
+        ],
+    )
     single, ref_procs = _launch(tmp_path, "single", 1, 4, evaluate)
     _wait(procs + ref_procs)
     ref = np.load(single + ".0.npz")
     got = [np.load(f"{multi}.{pid}.npz") for pid in range(2)]
     _assert_same_params(got, ref, steps=2)
     assert Checkpointer(str(tmp_path / "multi_run" / "checkpoints")).latest_step() == 2
+
     def records(run):  # (step records, eval records) of process 0's metrics
         lines = [json.loads(r) for r in open(tmp_path / run / "metrics.jsonl")]
         return [r for r in lines if "eval_pass@1" not in r], [r for r in lines if "eval_pass@1" in r]
@@ -182,7 +210,8 @@ def test_two_process_demo_run_matches_one_process(tmp_path):
     assert any(r["grad_norm"] > 0 for r in rows)  # the rewards gave a real update
     # Step 1 samples from the same warm-started params: the same rollouts, verdicts from both hosts.
     assert [rows[0][k] for k in ("reward_mean", "no_code_rate", "rows")] == [
-        ref_rows[0][k] for k in ("reward_mean", "no_code_rate", "rows")]
+        ref_rows[0][k] for k in ("reward_mean", "no_code_rate", "rows")
+    ]
     # step 2's greedy eval of every demo problem: the same pass rate from both hosts' shares
     assert len(evals) == 1 and evals[0]["step"] == 2 and evals[0]["eval_problems"] == 10, evals
     assert evals == ref_evals
@@ -200,13 +229,29 @@ def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
 
     import numpy as np
 
-    extra = ["sampling.engine=paged", "rl.dynamic_sampling=True", "rl.max_refills=2", "sampling.slots=2", "train.steps=1",
-             "sampling.decode_tensor=-1"]
+    extra = [
+        "sampling.engine=paged",
+        "rl.dynamic_sampling=True",
+        "rl.max_refills=2",
+        "sampling.slots=2",
+        "train.steps=1",
+        "sampling.decode_tensor=-1",
+    ]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    multi, procs = _launch(tmp_path, "multi", 2, 2, extra + [f"distributed.coordinator_address=127.0.0.1:{port}",
-                                                             "distributed.num_processes=2", "distributed.process_id={i}"])
+    multi, procs = _launch(
+        tmp_path,
+        "multi",
+        2,
+        2,
+        extra
+        + [
+            f"distributed.coordinator_address=127.0.0.1:{port}",
+            "distributed.num_processes=2",
+            "distributed.process_id={i}",
+        ],
+    )
     single, ref_procs = _launch(tmp_path, "single", 1, 4, extra)
     _wait(procs + ref_procs)
     keys = ("reward_mean", "no_code_rate", "rows", "generations", "ds_informative_groups")
@@ -232,8 +277,18 @@ def test_two_process_off_policy_run_matches_one_process_with_its_thread(tmp_path
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    multi, procs = _launch(tmp_path, "multi", 2, 2, extra + [f"distributed.coordinator_address=127.0.0.1:{port}",
-                                                             "distributed.num_processes=2", "distributed.process_id={i}"])
+    multi, procs = _launch(
+        tmp_path,
+        "multi",
+        2,
+        2,
+        extra
+        + [
+            f"distributed.coordinator_address=127.0.0.1:{port}",
+            "distributed.num_processes=2",
+            "distributed.process_id={i}",
+        ],
+    )
     single, ref_procs = _launch(tmp_path, "single", 1, 4, extra)
     _wait(procs + ref_procs)
     keys = ("step", "staleness", "reward_mean", "no_code_rate", "rows")

@@ -2,6 +2,7 @@
 module): staleness is logged and never exceeds k, a second run of the same seed is identical
 (thread timing cannot change a result), and a run stopped by SIGTERM while a batch is in flight
 resumes to the same final params and rows (the batch is neither lost nor trained twice)."""
+
 import os
 import signal
 
@@ -70,8 +71,15 @@ def test_sigterm_with_a_batch_in_flight_resumes_exactly(first, tmp_path):
 def test_dapo_refills_and_the_temperature_schedule_under_k1(tmp_path):
     """DAPO's refill loop fills each step's batch and the scheduler's decision after batch t
     applies to batch t + 1, with batches sampled a step ahead."""
-    run(tmp_path, **{"rl.dynamic_sampling": True, "rl.max_refills": 2, "temperature.policy": "staged",
-                     "temperature.schedule": ((0, 1.0), (2, 1.4))})
+    run(
+        tmp_path,
+        **{
+            "rl.dynamic_sampling": True,
+            "rl.max_refills": 2,
+            "temperature.policy": "staged",
+            "temperature.schedule": ((0, 1.0), (2, 1.4)),
+        },
+    )
     got = rows(tmp_path)
     assert [r["temperature"] for r in got] == [1.0, 1.0, 1.4, 1.4]
     assert [r["next_temperature"] for r in got] == [1.0, 1.4, 1.4, 1.4]

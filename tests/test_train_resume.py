@@ -2,6 +2,7 @@
 uninterrupted run (CPU, same seed), synchronous and with rl.off_policy_steps=1 (a batch in flight
 at the kill: saved beside its checkpoint, trained on once after the resume). Subprocesses, a very
 small config, a checkpoint every step."""
+
 import os
 import signal
 import subprocess
@@ -16,9 +17,14 @@ from microcoder_jax.models.checkpoint import load_params
 from microcoder_jax.trainer.metrics import read_metrics
 
 STEPS = 5
-ARGS = [f"--config.train.steps={STEPS}", "--config.train.checkpoint_every=1",
-        "--config.train.warm_start_steps=40", "--config.train.progress=false",
-        "--config.data.num_prompts=4", "--config.demo.problems_per_op=2"]
+ARGS = [
+    f"--config.train.steps={STEPS}",
+    "--config.train.checkpoint_every=1",
+    "--config.train.warm_start_steps=40",
+    "--config.train.progress=false",
+    "--config.data.num_prompts=4",
+    "--config.demo.problems_per_op=2",
+]
 
 
 def _cmd(workdir, extra=()):
@@ -37,10 +43,9 @@ def _final_params(workdir):
     from microcoder_jax.models.presets import model_config_from
     from microcoder_jax.data.tokenizer import load_tokenizer
 
-    c = cli.load_config(None, [a[len("--config."):] for a in ARGS])
+    c = cli.load_config(None, [a[len("--config.") :] for a in ARGS])
     vocab = len(load_tokenizer(os.path.join(workdir, "tokenizer")))
-    shapes = jax.eval_shape(lambda: models.init_params(model_config_from(c, vocab),
-                                                       jax.random.PRNGKey(0)))
+    shapes = jax.eval_shape(lambda: models.init_params(model_config_from(c, vocab), jax.random.PRNGKey(0)))
     dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, np.float32, sharding=dev), shapes)
     params, step = load_params(os.path.join(workdir, "checkpoints"), target)
@@ -49,14 +54,16 @@ def _final_params(workdir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [(), ("--config.rl.off_policy_steps=1", "--config.rl.is_correction=tis")],
-                         ids=["synchronous", "off_policy_1"])
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("--config.rl.off_policy_steps=1", "--config.rl.is_correction=tis")],
+    ids=["synchronous", "off_policy_1"],
+)
 def test_sigkill_resume_matches_uninterrupted_run_bitwise(tmp_path, extra):
     full, killed = tmp_path / "full", tmp_path / "killed"
     reference = subprocess.Popen(_cmd(full, extra), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-    victim = subprocess.Popen(_cmd(killed, extra), env=_env(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(_cmd(killed, extra), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = killed / "checkpoints"
     deadline = time.time() + 600
     while not (ckpt / "2").is_dir():  # a complete (renamed) checkpoint of step 2

@@ -1,5 +1,6 @@
 """W&B: an offline run read back holds every metric at its step and the full config; a resumed
 run continues the same run id; a bad `wandb.*` value is one error line; off means never imported."""
+
 import glob
 import json
 import os
@@ -31,10 +32,10 @@ def read_wandb_records(path):
         if left < 7:  # a block's tail too short for a header is padding
             pos += left
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 and length == 0:
             break
-        part += data[pos + 7:pos + 7 + length]
+        part += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST
             record = pb.Record()
@@ -133,11 +134,14 @@ def test_a_resume_does_not_send_the_steps_the_killed_process_logged(tmp_path):
     assert list(history) == [5] and history[5]["reward_mean"] == 6.0
 
 
-@pytest.mark.parametrize("override, message", [
-    ("--config.wandb.mode=on", "wandb.mode='on': must be one of disabled, online, offline"),
-    ("--config.wandb.project=", "wandb.project='': a W&B project name is required"),
-    ("--config.wandb.dir=/no/such/dir", "wandb.dir='/no/such/dir': no such directory"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("--config.wandb.mode=on", "wandb.mode='on': must be one of disabled, online, offline"),
+        ("--config.wandb.project=", "wandb.project='': a W&B project name is required"),
+        ("--config.wandb.dir=/no/such/dir", "wandb.dir='/no/such/dir': no such directory"),
+    ],
+)
 def test_bad_value_is_one_error_line_and_nothing_is_written(tmp_path, capsys, override, message):
     workdir = tmp_path / "run"
     assert loop.main([override, f"--workdir={workdir}"]) == 2
@@ -155,13 +159,20 @@ def test_help_lists_the_new_keys(capsys):
 
 
 def test_wandb_is_never_imported_when_off(tmp_path):
-    code = ("import sys; from microcoder_jax import config as c; from microcoder_jax.config import validate; "
-            "from microcoder_jax.trainer import loop, metrics; validate(c.demo_config()); "
-            "w = metrics.MetricsWriter(sys.argv[1], tensorboard=False, extra=loop.wandb_writer.open_writer("
-            "c.demo_config(), sys.argv[1], resume=False)); w.write(1, {'x': 1.0}); w.close(); "
-            "print('wandb' in sys.modules, w._extra)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    code = (
+        "import sys; from microcoder_jax import config as c; from microcoder_jax.config import validate; "
+        "from microcoder_jax.trainer import loop, metrics; validate(c.demo_config()); "
+        "w = metrics.MetricsWriter(sys.argv[1], tensorboard=False, extra=loop.wandb_writer.open_writer("
+        "c.demo_config(), sys.argv[1], resume=False)); w.write(1, {'x': 1.0}); w.close(); "
+        "print('wandb' in sys.modules, w._extra)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert out.stdout.split() == ["False", "None"], out.stderr[-2000:]
 
 

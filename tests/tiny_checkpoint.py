@@ -1,8 +1,9 @@
 """Tiny random Qwen3 (or, with family="qwen2", Qwen2) checkpoints in Hugging Face format, for tests (no downloads).
 
-    from tiny_checkpoint import make_tiny_hf_checkpoint
-    path = make_tiny_hf_checkpoint(tmp_path / "hf", seed=0, tie_word_embeddings=False)
+from tiny_checkpoint import make_tiny_hf_checkpoint
+path = make_tiny_hf_checkpoint(tmp_path / "hf", seed=0, tie_word_embeddings=False)
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,11 @@ def make_tiny_hf_model(seed: int = 0, family: str = "qwen3", **config_overrides)
     import torch
     import transformers
 
-    Config, Model = ((transformers.Qwen3Config, transformers.Qwen3ForCausalLM) if family == "qwen3"
-                     else (transformers.Qwen2Config, transformers.Qwen2ForCausalLM))
+    Config, Model = (
+        (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)
+        if family == "qwen3"
+        else (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)
+    )
     kwargs = {**TINY_HF_CONFIG, **config_overrides}
     if family == "qwen2":  # Qwen2 has no head_dim field: hidden / heads
         kwargs.pop("head_dim", None)
@@ -77,6 +81,12 @@ def hf_greedy(hf, prompt, max_new_tokens: int, stop_ids, pad_id: int) -> list[in
     import torch
 
     ids = torch.tensor([list(prompt)])
-    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
-                      eos_token_id=list(stop_ids), pad_token_id=pad_id)
-    return out[0, len(prompt):].tolist()
+    out = hf.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=list(stop_ids),
+        pad_token_id=pad_id,
+    )
+    return out[0, len(prompt) :].tolist()

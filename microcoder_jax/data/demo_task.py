@@ -5,6 +5,7 @@ programs in the right format whose operation is drawn at random, independent of 
 this warm start the model writes valid programs but picks the operation by chance (pass rate about
 1 / len(ops)); reading the operation off the prompt is left for RL to learn from the judge's reward.
 """
+
 from __future__ import annotations
 
 
@@ -17,30 +18,60 @@ from microcoder_jax.data.problems import Problem, TestCase
 # operation -> (statement phrasings, Python expression, reference function). The first phrasing
 # names the operation as the program writes it, the others in words.
 OPS = {
-    "sum": (("Read two integers a and b and print the value of (a + b).",
-             "Print the sum of the two integers a and b given on one line.",
-             "Input: two integers a b. Output: a plus b."),
-            "a + b", lambda a, b: a + b),
-    "difference": (("Read two integers a and b and print the value of (a - b).",
-                    "Print a minus b for the two integers a and b given on one line.",
-                    "Input: two integers a b. Output: a minus b."),
-                   "a - b", lambda a, b: a - b),
-    "product": (("Read two integers a and b and print the value of (a * b).",
-                 "Print the product of the two integers a and b given on one line.",
-                 "Input: two integers a b. Output: a times b."),
-                "a * b", lambda a, b: a * b),
-    "maximum": (("Read two integers a and b and print the value of (max(a, b)).",
-                 "Print the maximum of the two integers a and b given on one line.",
-                 "Input: two integers a b. Output: the larger of a and b."),
-                "max(a, b)", max),
-    "minimum": (("Read two integers a and b and print the value of (min(a, b)).",
-                 "Print the minimum of the two integers a and b given on one line.",
-                 "Input: two integers a b. Output: the smaller of a and b."),
-                "min(a, b)", min),
-    "remainder": (("Read two integers a and b and print the value of (a % b).",
-                   "Print the remainder of a divided by b for the integers a and b on one line.",
-                   "Input: two integers a b. Output: a mod b."),
-                  "a % b", lambda a, b: a % b),
+    "sum": (
+        (
+            "Read two integers a and b and print the value of (a + b).",
+            "Print the sum of the two integers a and b given on one line.",
+            "Input: two integers a b. Output: a plus b.",
+        ),
+        "a + b",
+        lambda a, b: a + b,
+    ),
+    "difference": (
+        (
+            "Read two integers a and b and print the value of (a - b).",
+            "Print a minus b for the two integers a and b given on one line.",
+            "Input: two integers a b. Output: a minus b.",
+        ),
+        "a - b",
+        lambda a, b: a - b,
+    ),
+    "product": (
+        (
+            "Read two integers a and b and print the value of (a * b).",
+            "Print the product of the two integers a and b given on one line.",
+            "Input: two integers a b. Output: a times b.",
+        ),
+        "a * b",
+        lambda a, b: a * b,
+    ),
+    "maximum": (
+        (
+            "Read two integers a and b and print the value of (max(a, b)).",
+            "Print the maximum of the two integers a and b given on one line.",
+            "Input: two integers a b. Output: the larger of a and b.",
+        ),
+        "max(a, b)",
+        max,
+    ),
+    "minimum": (
+        (
+            "Read two integers a and b and print the value of (min(a, b)).",
+            "Print the minimum of the two integers a and b given on one line.",
+            "Input: two integers a b. Output: the smaller of a and b.",
+        ),
+        "min(a, b)",
+        min,
+    ),
+    "remainder": (
+        (
+            "Read two integers a and b and print the value of (a % b).",
+            "Print the remainder of a divided by b for the integers a and b on one line.",
+            "Input: two integers a b. Output: a mod b.",
+        ),
+        "a % b",
+        lambda a, b: a % b,
+    ),
 }
 
 DEMO_INSTRUCTION = "Answer with one ```python``` block."
@@ -56,8 +87,7 @@ def response_text(op: str) -> str:
     return f"```python\n{program(op)}\n```"
 
 
-def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int,
-                  phrasings: int = 1) -> list[Problem]:
+def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int, phrasings: int = 1) -> list[Problem]:
     """Synthetic problems with stdin tests on which every listed operation gives a different answer.
 
     `phrasings` statement variants per operation are used in turn (the first ones share one
@@ -76,26 +106,42 @@ def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int,
                 a, b = (int(x) for x in rng.integers(2, 40, size=2))
                 if len({OPS[o][2](a, b) for o in ops}) == len(ops):  # the test tells every op apart
                     tests.append(TestCase(input=f"{a} {b}\n", output=f"{fn(a, b)}\n", kind="stdin"))
-            problems.append(Problem(
-                question_id=f"demo-{op}-{i}", tests=tests,
-                question_content=statements[i % min(phrasings, len(statements))], platform="demo",
-                difficulty="easy", contest_date="2026-01-01", source="demo",
-                metadata={"op": op}))
+            problems.append(
+                Problem(
+                    question_id=f"demo-{op}-{i}",
+                    tests=tests,
+                    question_content=statements[i % min(phrasings, len(statements))],
+                    platform="demo",
+                    difficulty="easy",
+                    contest_date="2026-01-01",
+                    source="demo",
+                    metadata={"op": op},
+                )
+            )
     return problems
 
 
 def tokenizer_corpus(problems, ops, data_config) -> list[str]:
     """The text the demo's BPE is trained on: the rendered prompts and every reference answer."""
+
     class _Template:  # renders with the ChatML template before any tokenizer exists
         def apply_chat_template(self, messages, tokenize, add_generation_prompt, enable_thinking):
             import jinja2
-            return jinja2.Template(CHATML_TEMPLATE).render(
-                messages=messages, add_generation_prompt=add_generation_prompt,
-                enable_thinking=enable_thinking)
 
-    prompts = [render_prompt(_Template(), p, enable_thinking=data_config.enable_thinking,
-                             instruction_stdin=data_config.instruction_stdin,
-                             instruction_call=data_config.instruction_call) for p in problems]
+            return jinja2.Template(CHATML_TEMPLATE).render(
+                messages=messages, add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking
+            )
+
+    prompts = [
+        render_prompt(
+            _Template(),
+            p,
+            enable_thinking=data_config.enable_thinking,
+            instruction_stdin=data_config.instruction_stdin,
+            instruction_call=data_config.instruction_call,
+        )
+        for p in problems
+    ]
     return prompts + [response_text(op) for op in ops] * 8
 
 
@@ -129,8 +175,8 @@ def sft_layout(tokenizer, problems, texts, data_config, max_new_tokens: int, *, 
         if len(a) > max_new_tokens and not cut:
             raise ValueError(f"demo answer of {len(a)} tokens exceeds max_new_tokens={max_new_tokens}")
         a = a[:max_new_tokens]
-        answers[i, :len(a)] = a
-        answer_mask[i, :len(a)] = 1
+        answers[i, : len(a)] = a
+        answer_mask[i, : len(a)] = 1
     tokens = np.concatenate([ids, answers], 1)
     attention = np.concatenate([mask, answer_mask], 1)
     loss_mask = np.concatenate([np.zeros_like(mask), answer_mask], 1)

@@ -3,6 +3,7 @@
 Callers decide what a bad line means: metrics skip a torn last line, the data pipeline counts it
 as malformed, a stage's own output never has one.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -6,6 +6,7 @@ shuffled with a seed and reshuffled every epoch, batched to the global rollout b
 loop takes the whole batch on every host (`prompt_dataset` can also cut one host's slice). Its
 iterator state is one integer, saved in checkpoints.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,9 +34,11 @@ class PromptSet:
     skipped_no_tests: int = 0
 
     def report(self) -> str:
-        return (f"{len(self.problems)} problems ({self.skipped_malformed} malformed rows skipped, "
-                f"{self.skipped_no_tests} problems without tests skipped, "
-                f"{self.skipped_too_long} prompts over the length cap skipped)")
+        return (
+            f"{len(self.problems)} problems ({self.skipped_malformed} malformed rows skipped, "
+            f"{self.skipped_no_tests} problems without tests skipped, "
+            f"{self.skipped_too_long} prompts over the length cap skipped)"
+        )
 
 
 class _CountSkipped(logging.Handler):
@@ -111,8 +114,9 @@ def make_prompt_set(problems, tokenizer, data_config, skipped_malformed: int = 0
     return out
 
 
-def prompt_dataset(num_items: int, global_batch: int, seed: int, *, process_index: int = 0,
-                   process_count: int = 1) -> grain.MapDataset:
+def prompt_dataset(
+    num_items: int, global_batch: int, seed: int, *, process_index: int = 0, process_count: int = 1
+) -> grain.MapDataset:
     """Batches of problem indices: epoch-wise shuffled, endless, this host's slice of each batch."""
     if global_batch % process_count:
         raise ValueError(f"{global_batch} prompts per batch do not split over {process_count} hosts")
@@ -120,7 +124,7 @@ def prompt_dataset(num_items: int, global_batch: int, seed: int, *, process_inde
     lo = process_index * per_host
     ds = grain.MapDataset.range(num_items).shuffle(seed=seed).repeat(None)
     ds = ds.batch(global_batch, drop_remainder=True)
-    return ds.map(lambda b: np.asarray(b[lo:lo + per_host], np.int64))
+    return ds.map(lambda b: np.asarray(b[lo : lo + per_host], np.int64))
 
 
 def prompt_iterator(num_items: int, global_batch: int, seed: int, state: dict | None = None):

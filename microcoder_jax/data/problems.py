@@ -10,6 +10,7 @@ argument, newline-separated; `output` is one JSON value (the return value). An `
 Python test code defining `check(candidate)` (LeetCode/HumanEval style), run in the sandbox with
 the entry point as `candidate`; its `output` is empty.
 """
+
 from __future__ import annotations
 
 import base64
@@ -161,10 +162,7 @@ class Problem:
             if all(isinstance(o, list) and len(o) == 1 for o in outputs):
                 outputs = [o[0] for o in outputs]
                 metadata["apps_outputs_unwrapped"] = True
-            tests = [
-                TestCase(_call_args(args), json.dumps(out), "functional")
-                for args, out in zip(inputs, outputs)
-            ]
+            tests = [TestCase(_call_args(args), json.dumps(out), "functional") for args, out in zip(inputs, outputs)]
         qid = question_id
         if qid is None:
             for key in ("question_id", "problem_id", "id", "name", "url"):
@@ -247,8 +245,12 @@ def load_problems(path: str | os.PathLike, *, skip_malformed: bool = False) -> l
         log.warning("%s: the problem file holds no problems", path)
     empty = without_tests(problems)
     if empty:  # (a str first: data.loader counts records whose first argument is an int as skipped rows)
-        log.warning("%s: %d problems have no tests (judged judge_error; training should skip them): %s",
-                    path, len(empty), ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else ""))
+        log.warning(
+            "%s: %d problems have no tests (judged judge_error; training should skip them): %s",
+            path,
+            len(empty),
+            ", ".join(empty[:10]) + (" ..." if len(empty) > 10 else ""),
+        )
     return problems
 
 

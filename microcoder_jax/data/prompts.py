@@ -4,6 +4,7 @@ Stdin problems get the statement and the stdin instruction; call-based problems 
 starter code. The chat template is the tokenizer's own (Qwen3's for real checkpoints), so the
 thinking switch (`enable_thinking`) behaves exactly as the model was trained with.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -20,8 +21,9 @@ INSTRUCTION_CALL = (
 )
 
 
-def user_message(problem, *, instruction_stdin: str = INSTRUCTION_STDIN,
-                 instruction_call: str = INSTRUCTION_CALL) -> str:
+def user_message(
+    problem, *, instruction_stdin: str = INSTRUCTION_STDIN, instruction_call: str = INSTRUCTION_CALL
+) -> str:
     """The user turn: statement, instruction and (call-based) the starter code in a fence."""
     statement = problem.question_content.strip()
     if problem.call_based or problem.starter_code.strip():
@@ -31,22 +33,33 @@ def user_message(problem, *, instruction_stdin: str = INSTRUCTION_STDIN,
     return f"{statement}\n\n{instruction_stdin}"
 
 
-def render_prompt(tokenizer, problem, *, enable_thinking: bool = False,
-                  instruction_stdin: str = INSTRUCTION_STDIN,
-                  instruction_call: str = INSTRUCTION_CALL) -> str:
+def render_prompt(
+    tokenizer,
+    problem,
+    *,
+    enable_thinking: bool = False,
+    instruction_stdin: str = INSTRUCTION_STDIN,
+    instruction_call: str = INSTRUCTION_CALL,
+) -> str:
     """The full prompt text, ending where the assistant's answer starts."""
-    content = user_message(problem, instruction_stdin=instruction_stdin,
-                           instruction_call=instruction_call)
+    content = user_message(problem, instruction_stdin=instruction_stdin, instruction_call=instruction_call)
     return tokenizer.apply_chat_template(
-        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True,
-        enable_thinking=enable_thinking)
+        [{"role": "user", "content": content}],
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=enable_thinking,
+    )
 
 
 def encode_prompt(tokenizer, problem, data_config) -> list[int]:
     """Token ids of the rendered prompt (the template already holds the special tokens)."""
-    text = render_prompt(tokenizer, problem, enable_thinking=data_config.enable_thinking,
-                         instruction_stdin=data_config.instruction_stdin,
-                         instruction_call=data_config.instruction_call)
+    text = render_prompt(
+        tokenizer,
+        problem,
+        enable_thinking=data_config.enable_thinking,
+        instruction_stdin=data_config.instruction_stdin,
+        instruction_call=data_config.instruction_call,
+    )
     return tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -70,6 +83,6 @@ def left_pad(prompts: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple
     for row, prompt in enumerate(prompts):
         if not 0 < len(prompt) <= width:
             raise ValueError(f"prompt {row} has {len(prompt)} tokens; need 1..{width}")
-        ids[row, width - len(prompt):] = prompt
-        mask[row, width - len(prompt):] = 1
+        ids[row, width - len(prompt) :] = prompt
+        mask[row, width - len(prompt) :] = 1
     return ids, mask

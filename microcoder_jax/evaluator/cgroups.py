@@ -8,6 +8,7 @@ resident memory (plus swap where accounted), a process-count limit and CPU accou
 program's child joins it before it runs anything, and after the test the server kills whatever is
 left in it, reads its CPU time and OOM count, and removes it.
 """
+
 import os
 import signal
 import time
@@ -61,8 +62,11 @@ def _make_dir(path: str) -> bool:
 
 
 def _hierarchy(path: str, v2: bool, controllers) -> dict:
-    return {"fd": os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), "v2": v2,
-            "controllers": list(controllers)}
+    return {
+        "fd": os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC),
+        "v2": v2,
+        "controllers": list(controllers),
+    }
 
 
 def _make_v2(root: str, own: str, name: str):

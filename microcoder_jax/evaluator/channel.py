@@ -4,6 +4,7 @@ with the request header, and does all of the program's I/O itself.
 So the test's input, the code, the program's output and its status line pass only between this
 process and the program: the fork server (and so every later fork of it) never holds any of them.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,10 @@ def run_program(sock: socket.socket, request: dict) -> dict | None:
     code_r, code_w = os.pipe()
     mine = [in_w, out_r, st_r, code_w]
     make_sink = request.get("stdout_sink")
-    outputs = {out_r: _Output(request["output_limit"], make_sink() if make_sink else None),
-               st_r: _Output(request.get("status_limit", request["output_limit"]), None)}
+    outputs = {
+        out_r: _Output(request["output_limit"], make_sink() if make_sink else None),
+        st_r: _Output(request.get("status_limit", request["output_limit"]), None),
+    }
     try:
         try:
             header = {k: request[k] for k in _HEADER}
@@ -121,7 +124,7 @@ class _Input:
     def write(self, fd: int) -> None:
         """Write what the pipe takes now (BlockingIOError when it takes nothing)."""
         if not self.done:
-            self._view = self._view[os.write(fd, self._view[:_CHUNK]):]
+            self._view = self._view[os.write(fd, self._view[:_CHUNK]) :]
 
     def drop(self) -> None:
         """The reader is gone: nothing more is written (or drawn)."""

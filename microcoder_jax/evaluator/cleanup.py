@@ -2,6 +2,7 @@
 
 Standard library only (the fork server loads it without importing the package).
 """
+
 import os
 import signal
 

@@ -9,6 +9,7 @@ R.jsonl gets one row per solution, in input order, written as results arrive, so
 keeps everything judged so far. A row that cannot be judged (bad JSON, unknown question_id) gets
 the verdict `judge_error` instead of stopping the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,18 +28,26 @@ from microcoder_jax.data.problems import load_problems
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluate",
-                                description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--problems", required=True,
-                   help="JSONL, JSON or Parquet rows: LiveCodeBench, APPS/TACO or our own schema")
+    p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluate", description=(__doc__ or "").split("\n")[0])
+    p.add_argument(
+        "--problems", required=True, help="JSONL, JSON or Parquet rows: LiveCodeBench, APPS/TACO or our own schema"
+    )
     p.add_argument("--solutions", required=True, help="JSONL rows: question_id and code or response")
     p.add_argument("--out", required=True, help="JSONL results, one per solution, in input order")
     p.add_argument("--workers", type=int, default=None, help="fork servers (default: one per core)")
     p.add_argument("--timeout", type=float, default=6.0, help="CPU seconds per test (default 6)")
-    p.add_argument("--memory-mb", type=int, default=1024, help="memory limit per program: resident memory where the "
-                   "judge has cgroups, else address space (default 1024)")
-    p.add_argument("--reward", choices=("all", "fraction"), default="all",
-                   help="all: stop at the first failing test; fraction: run every test")
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=1024,
+        help="memory limit per program: resident memory where the judge has cgroups, else address space (default 1024)",
+    )
+    p.add_argument(
+        "--reward",
+        choices=("all", "fraction"),
+        default="all",
+        help="all: stop at the first failing test; fraction: run every test",
+    )
     p.add_argument("--skip-malformed", action="store_true", help="skip malformed problem rows")
     return p.parse_args(argv)
 
@@ -79,8 +88,11 @@ def main(argv=None) -> int:
     args = _parse_args(argv)
     for name in ("solutions", "problems"):  # checked before anything is opened for writing
         if _same_file(args.out, getattr(args, name)):
-            print(f"error: --out {args.out} is the --{name} file: it would be overwritten; "
-                  "write the results somewhere else", file=sys.stderr)
+            print(
+                f"error: --out {args.out} is the --{name} file: it would be overwritten; "
+                "write the results somewhere else",
+                file=sys.stderr,
+            )
             return 2
     for name in ("problems", "solutions"):
         path = getattr(args, name)
@@ -100,13 +112,17 @@ def main(argv=None) -> int:
         return 2
     todo = [i for i, (_, _, _, err) in enumerate(rows) if err is None]
     results: dict[int, JudgeResult] = {
-        i: judge_error(problem, err) for i, (problem, _, _, err) in enumerate(rows) if err is not None}
+        i: judge_error(problem, err) for i, (problem, _, _, err) in enumerate(rows) if err is not None
+    }
     start = time.monotonic()
     # Programs must not read the expected outputs from the problem file, nor the results (which
     # quote expected tokens): the results file exists first, so that the servers can hide it.
-    with open(args.out, "w", encoding="utf-8") as out, \
-            EvaluatorPool(args.workers, timeout=args.timeout, memory_mb=args.memory_mb,
-                          hide=[args.problems, args.solutions, args.out]) as pool:
+    with (
+        open(args.out, "w", encoding="utf-8") as out,
+        EvaluatorPool(
+            args.workers, timeout=args.timeout, memory_mb=args.memory_mb, hide=[args.problems, args.solutions, args.out]
+        ) as pool,
+    ):
         handle = pool.submit([rows[i][0] for i in todo], [rows[i][1] for i in todo], mode=args.reward)
         written = _write_ready(out, rows, results, 0, args.reward)
         progress = _progress(len(rows))
@@ -128,8 +144,12 @@ def _write_ready(out, rows, results, written: int, mode: str) -> int:
         result = results[written]
         qid = problem.question_id if problem is not None else row.get("question_id")
         value = reward(result, mode)  # NaN for a judge_error: no reward, written as null
-        record = {"index": written, "question_id": qid, **result.to_json(),
-                  "reward": None if math.isnan(value) else value}
+        record = {
+            "index": written,
+            "question_id": qid,
+            **result.to_json(),
+            "reward": None if math.isnan(value) else value,
+        }
         out.write(json.dumps(record) + "\n")
         written += 1
     out.flush()

@@ -11,6 +11,7 @@ Call-based problems: the expected and actual return values are JSON texts, parse
 into plain data (never objects from the child) and compared structurally with the same number rules;
 JSON turns tuples into lists, so tuples and lists compare alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,9 @@ def tokens_equal(expected: str, actual: str, tolerance: float, case_sensitive: b
     return not case_sensitive and expected.casefold() == actual.casefold()
 
 
-def compare_stdout(expected: str, actual: str, *, tolerance: float = 1e-6,
-                   case_sensitive: bool = True) -> tuple[bool, str]:
+def compare_stdout(
+    expected: str, actual: str, *, tolerance: float = 1e-6, case_sensitive: bool = True
+) -> tuple[bool, str]:
     """(matches, short reason when it does not) for a stdin problem's output."""
     if expected == actual:
         return True, ""
@@ -88,9 +90,9 @@ class StdoutMatcher:
             return
         data = self._tail + chunk
         cut = max(data.rfind(b" "), data.rfind(b"\n"), data.rfind(b"\t"), data.rfind(b"\r"))
-        self._tail = data[cut + 1:]
+        self._tail = data[cut + 1 :]
         if cut >= 0:
-            self._window(data[:cut + 1])
+            self._window(data[: cut + 1])
         if self._extra and self._tail:  # _window switched to counting: the tail starts a token
             tail, self._tail = self._tail, b""
             self._count(tail)
@@ -130,10 +132,11 @@ class StdoutMatcher:
                 return
             nxt = want.find(b" ", self._pos)
             nxt = len(want) if nxt < 0 else nxt
-            expected, actual = want[self._pos:nxt], m.group()
+            expected, actual = want[self._pos : nxt], m.group()
             if not _bytes_tokens_equal(expected, actual, self._tolerance, self._case_sensitive):
-                self.reason = (f"token {self._matched + 1}: expected {_clip(_text(expected))}, "
-                               f"got {_clip(_text(actual))}")
+                self.reason = (
+                    f"token {self._matched + 1}: expected {_clip(_text(expected))}, got {_clip(_text(actual))}"
+                )
                 return
             self._matched += 1
             self._pos = nxt + 1
@@ -153,8 +156,10 @@ class StdoutMatcher:
             return
         shown = _text(self._tail[:_SHOW])
         self._tail = b""
-        self.reason = (f"token {self._matched + 1}: expected {_clip(_text(want[pos:nxt if nxt >= 0 else None]))}, "
-                       f"got {_clip(shown + '...')} (over {limit} bytes)")
+        self.reason = (
+            f"token {self._matched + 1}: expected {_clip(_text(want[pos : nxt if nxt >= 0 else None]))}, "
+            f"got {_clip(shown + '...')} (over {limit} bytes)"
+        )
 
     def _count(self, data) -> None:
         classes = data.translate(_CLASS)
@@ -187,18 +192,23 @@ def values_equal(expected, actual, tolerance: float) -> bool:
         if isinstance(actual, _Int):
             return str(expected) == str(actual)
         # An integral float equals an int exactly (2.0 for 2), never within a tolerance.
-        return (isinstance(actual, float) and actual.is_integer() and len(expected) < 400
-                and int(expected) == actual)
+        return isinstance(actual, float) and actual.is_integer() and len(expected) < 400 and int(expected) == actual
     if isinstance(expected, float):
         if isinstance(actual, (_Int, float)):
             return close(expected, float(actual), tolerance)
         return False
     if isinstance(expected, list):
-        return (isinstance(actual, list) and len(expected) == len(actual)
-                and all(values_equal(e, a, tolerance) for e, a in zip(expected, actual)))
+        return (
+            isinstance(actual, list)
+            and len(expected) == len(actual)
+            and all(values_equal(e, a, tolerance) for e, a in zip(expected, actual))
+        )
     if isinstance(expected, dict):
-        return (isinstance(actual, dict) and expected.keys() == actual.keys()
-                and all(values_equal(v, actual[k], tolerance) for k, v in expected.items()))
+        return (
+            isinstance(actual, dict)
+            and expected.keys() == actual.keys()
+            and all(values_equal(v, actual[k], tolerance) for k, v in expected.items())
+        )
     return type(expected) is type(actual) and expected == actual  # str (an _Int is not a str here), None
 
 

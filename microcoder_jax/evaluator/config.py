@@ -1,4 +1,5 @@
 """`EvaluatorConfig`: the `evaluator.*` block (the judge pool's size, limits and reward)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,14 +17,22 @@ class EvaluatorConfig(Block):
     timeout: float = knob(6.0, "CPU seconds per test (wall-clock backstop 3x)", at_least=1e-3)
     memory_mb: int = knob(1024, "address-space limit per program, MiB", at_least=1)
     reward: str = knob("all", "all (1 iff every test passes) or fraction (tests passed / total)", choices=REWARDS)
-    server_retries: int = knob(2, "fresh fork servers a test is retried on after its server died from "
-                               "outside (OOM killer, operator); then judge_error, left out of rewards",
-                               at_least=0)
+    server_retries: int = knob(
+        2,
+        "fresh fork servers a test is retried on after its server died from "
+        "outside (OOM killer, operator); then judge_error, left out of rewards",
+        at_least=0,
+    )
 
 
 def open_pool(cfg: EvaluatorConfig, hide=()):
     """The judge pool this block describes; `hide`: files programs must not read (the problem files)."""
     from microcoder_jax.evaluator.pool import EvaluatorPool
 
-    return EvaluatorPool(workers=cfg.workers or None, timeout=cfg.timeout, memory_mb=cfg.memory_mb, hide=hide,
-                         server_retries=cfg.server_retries)
+    return EvaluatorPool(
+        workers=cfg.workers or None,
+        timeout=cfg.timeout,
+        memory_mb=cfg.memory_mb,
+        hide=hide,
+        server_retries=cfg.server_retries,
+    )

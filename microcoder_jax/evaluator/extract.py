@@ -5,6 +5,7 @@ off inside the thinking, so nothing after it counts). Then the last closed fence
 Python (or untagged) is the program; a response without fences counts only if the whole answer is
 Python source that compiles and does something. Anything else is `None` (verdict `no_code`).
 """
+
 from __future__ import annotations
 
 import re

@@ -5,6 +5,7 @@ minimal read-only root (pivot_root) with private tmpfs scratch space and a priva
 sandbox uid for the children when root; a process limit where it counts only their processes.
 Elsewhere: nothing here applies, and the children get only resource limits (see sandbox.py).
 """
+
 import ctypes
 import os
 import re
@@ -31,10 +32,20 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=(), new_root: str | Non
     Where pivot_root is refused, every filesystem is remounted read-only instead.
     Not root: the same inside a new user namespace, when the kernel allows unprivileged ones.
     """
-    report = {"pid_ns": False, "net_ns": False, "user_ns": False, "mount_ns": False, "ipc_ns": False,
-              "program_net_ns": False,
-              "minimal_root": False, "readonly_root": False, "private_tmp": False,
-              "private_proc": False, "hidden": 0, "skeleton": []}
+    report = {
+        "pid_ns": False,
+        "net_ns": False,
+        "user_ns": False,
+        "mount_ns": False,
+        "ipc_ns": False,
+        "program_net_ns": False,
+        "minimal_root": False,
+        "readonly_root": False,
+        "private_tmp": False,
+        "private_proc": False,
+        "hidden": 0,
+        "skeleton": [],
+    }
     if not (_LINUX and namespaces):
         return report
     root, uid, gid = os.geteuid() == 0, os.getuid(), os.getgid()  # (read before unshare)
@@ -69,7 +80,9 @@ def isolate(tmpfs_mb: int, namespaces: bool = True, hide=(), new_root: str | Non
         else:
             report["private_tmp"] = all(
                 _mount("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
-                for d in SCRATCH if os.path.isdir(d))
+                for d in SCRATCH
+                if os.path.isdir(d)
+            )
             if report["private_tmp"]:  # work directories live there, so the rest may go read-only
                 report["readonly_root"] = _remount_readonly()
             if report["pid_ns"]:
@@ -108,8 +121,7 @@ def _build_root(new_root: str, tmpfs_mb: int, report: dict) -> bool:
         for d in ("proc", "dev", "tmp", "dev/shm"):
             os.makedirs(new_root + "/" + d, mode=0o755, exist_ok=True)
         for d in SCRATCH:
-            if not _mount("tmpfs", new_root + d, "tmpfs", _MS_NOSUID | _MS_NODEV,
-                          f"size={tmpfs_mb}m,mode=1777"):
+            if not _mount("tmpfs", new_root + d, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_mb}m,mode=1777"):
                 raise OSError(f"tmpfs on {d}")
         for path in in_scratch:  # mount points inside the private /tmp: cleanup leaves them be
             _place(path, new_root)
@@ -118,8 +130,12 @@ def _build_root(new_root: str, tmpfs_mb: int, report: dict) -> bool:
             _place("/dev/" + name, new_root)
         # Our own /proc, mounted while the host's is still in view (which a user namespace requires).
         report["private_proc"] = report["pid_ns"] and _mount_proc(new_root + "/proc")
-        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        for name, target in (
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ):
             os.symlink(target, f"{new_root}/dev/{name}")
         os.chdir(new_root)
         if not _pivot_root():
@@ -138,11 +154,31 @@ def _interpreter_paths() -> list:
     (an editable install: the whole project, data and results included; site-packages stays)."""
     own = os.path.dirname(os.path.abspath(__file__))
     package = os.path.basename(os.path.dirname(own))  # microcoder_jax
-    paths = ["/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc/ld.so.cache",
-             "/etc/localtime", sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
-    paths += [p for p in sys.path if p and os.path.abspath(p) != own and not (
-        os.path.isdir(os.path.join(p, package))
-        and os.path.basename(os.path.abspath(p)) not in ("site-packages", "dist-packages"))]
+    paths = [
+        "/usr",
+        "/lib",
+        "/lib64",
+        "/lib32",
+        "/libx32",
+        "/bin",
+        "/sbin",
+        "/etc/ld.so.cache",
+        "/etc/localtime",
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+    ]
+    paths += [
+        p
+        for p in sys.path
+        if p
+        and os.path.abspath(p) != own
+        and not (
+            os.path.isdir(os.path.join(p, package))
+            and os.path.basename(os.path.abspath(p)) not in ("site-packages", "dist-packages")
+        )
+    ]
     kept = []
     for path in sorted({os.path.abspath(p) for p in paths if os.path.lexists(p)}, key=len):
         if path != "/" and not any(_under(path, k) for k in kept):
@@ -166,8 +202,10 @@ def _place(path: str, new_root: str) -> None:
         os.makedirs(target, mode=0o755, exist_ok=True)
     elif not os.path.exists(target):
         open(target, "w").close()
-    if not (_mount(path, target, None, _MS_BIND | _MS_REC) and _mount(
-            None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags(target))):
+    if not (
+        _mount(path, target, None, _MS_BIND | _MS_REC)
+        and _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags(target))
+    ):
         raise OSError(f"bind {path}")
 
 
@@ -198,8 +236,11 @@ def _user_namespace_works() -> bool:
     uid, gid = os.getuid(), os.getgid()
     pid = os.fork()
     if pid == 0:
-        ok = (_LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) == 0 and _map_ids(uid, gid)
-              and _mount(None, "/", None, _MS_REC | _MS_PRIVATE))
+        ok = (
+            _LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) == 0
+            and _map_ids(uid, gid)
+            and _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        )
         os._exit(0 if ok else 1)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
@@ -245,8 +286,14 @@ def _mount(source, target, fstype, flags, data=None) -> bool:
 def _mount_flags(path: str) -> int:
     """The per-mount flags of `path` that a bind remount must keep (locked in user namespaces)."""
     st = os.statvfs(path).f_flag
-    pairs = [(os.ST_NOSUID, _MS_NOSUID), (os.ST_NODEV, _MS_NODEV), (os.ST_NOEXEC, _MS_NOEXEC),
-             (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)]
+    pairs = [
+        (os.ST_NOSUID, _MS_NOSUID),
+        (os.ST_NODEV, _MS_NODEV),
+        (os.ST_NOEXEC, _MS_NOEXEC),
+        (os.ST_NOATIME, 1024),
+        (os.ST_NODIRATIME, 2048),
+        (os.ST_RELATIME, 1 << 21),
+    ]
     return sum(ms for st_flag, ms in pairs if st & st_flag)
 
 

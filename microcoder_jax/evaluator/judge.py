@@ -3,6 +3,7 @@
 The comparison happens here, in the judge's process, on plain data: the program's process never
 sees an expected output, and nothing it returns is trusted beyond bytes and JSON.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -17,8 +18,16 @@ from microcoder_jax.evaluator import compare
 from microcoder_jax.data.problems import Problem, TestCase
 from microcoder_jax.evaluator.sandbox import EXIT_COMPILE, EXIT_MEMORY, EXIT_SETUP
 
-VERDICTS = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "compile_error",
-            "no_code", "judge_error")
+VERDICTS = (
+    "passed",
+    "wrong_answer",
+    "runtime_error",
+    "timeout",
+    "memory_limit",
+    "compile_error",
+    "no_code",
+    "judge_error",
+)
 REWARD_MODES = ("all", "fraction")
 
 Run = Callable[[dict], dict]  # a fork-server round trip: request -> reply
@@ -82,8 +91,15 @@ def judge_error(problem: Problem | None, reason: str) -> JudgeResult:
     return JudgeResult(False, "judge_error", 0, total, None, reason[:500])
 
 
-def judge(problem: Problem, code: str | None, run: Run, limits: Limits = Limits(), *,
-          mode: str = "all", run_checker: Run | None = None) -> JudgeResult:
+def judge(
+    problem: Problem,
+    code: str | None,
+    run: Run,
+    limits: Limits = Limits(),
+    *,
+    mode: str = "all",
+    run_checker: Run | None = None,
+) -> JudgeResult:
     """Run `code` on the tests of `problem` in order; in mode "all" stop at the first failure."""
     if mode not in REWARD_MODES:
         raise ValueError(f"mode must be one of {REWARD_MODES}, got {mode!r}")
@@ -125,11 +141,21 @@ def _server_died(problem: Problem, result: JudgeResult, index: int, reply: dict)
     deaths = reply["server_died"]
     deaths = deaths if isinstance(deaths, list) else []
     if reply.get("program_blamed"):
-        return JudgeResult(False, "runtime_error", result.tests_passed, len(problem.tests), index,
-                           f"test {index}: the program killed the judge's fork server "
-                           f"({'; '.join(deaths)})"[:500], result.cpu_time, result.wall_time)
-    return judge_error(problem, f"test {index}: the judge's fork server died under it {len(deaths)} "
-                                f"times ({'; '.join(deaths)}); not the program's doing")
+        return JudgeResult(
+            False,
+            "runtime_error",
+            result.tests_passed,
+            len(problem.tests),
+            index,
+            f"test {index}: the program killed the judge's fork server ({'; '.join(deaths)})"[:500],
+            result.cpu_time,
+            result.wall_time,
+        )
+    return judge_error(
+        problem,
+        f"test {index}: the judge's fork server died under it {len(deaths)} "
+        f"times ({'; '.join(deaths)}); not the program's doing",
+    )
 
 
 def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeout: float) -> dict:
@@ -148,9 +174,16 @@ def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeou
         # the status line holds the return value escaped once more: at most twice as long
         "status_limit": 2 * min(RETURN_LIMIT, limits.output_limit_mb << 20) + (64 << 10),
         # stdin tests are compared as the bytes arrive; a checker's are spooled for it
-        "stdout_sink": None if call else _Spool if problem.checker is not None else functools.partial(
-            compare.StdoutMatcher, test.output, tolerance=problem.float_tolerance,
-            case_sensitive=problem.metadata.get("case_sensitive", True)),
+        "stdout_sink": None
+        if call
+        else _Spool
+        if problem.checker is not None
+        else functools.partial(
+            compare.StdoutMatcher,
+            test.output,
+            tolerance=problem.float_tolerance,
+            case_sensitive=problem.metadata.get("case_sensitive", True),
+        ),
     }
 
 
@@ -213,8 +246,9 @@ def _test_verdict(problem, test, reply, timeout, limits, run_checker) -> tuple[s
     if problem.call_based:
         ok, reason = compare.compare_return(test.output, actual, tolerance=tolerance)
     else:
-        ok, reason = compare.compare_stdout(test.output, actual, tolerance=tolerance,
-                                            case_sensitive=problem.metadata.get("case_sensitive", True))
+        ok, reason = compare.compare_stdout(
+            test.output, actual, tolerance=tolerance, case_sensitive=problem.metadata.get("case_sensitive", True)
+        )
     return ("passed", "") if ok else ("wrong_answer", reason)
 
 
@@ -262,10 +296,18 @@ def _run_checker(problem, test, actual, run_checker) -> tuple[str, str]:
     """A problem's own checker, in its own sandbox (never the program's): check(input, expected, output)."""
     if run_checker is None:
         raise ValueError("problem has a checker but no checker runner was given")
-    reply = run_checker({
-        "mode": "check", "code": problem.checker, "input": CheckerInput(test, actual), "func_name": None,
-        "timeout": 10.0, "wall_timeout": 30.0, "memory_mb": 2048, "output_limit": 1 << 20,
-    })
+    reply = run_checker(
+        {
+            "mode": "check",
+            "code": problem.checker,
+            "input": CheckerInput(test, actual),
+            "func_name": None,
+            "timeout": 10.0,
+            "wall_timeout": 30.0,
+            "memory_mb": 2048,
+            "output_limit": 1 << 20,
+        }
+    )
     if reply.get("server_died"):
         raise ValueError(f"the checker's fork server died: {'; '.join(reply['server_died'])}")
     status = _status(reply) if "error" not in reply else {}

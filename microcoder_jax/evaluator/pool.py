@@ -4,6 +4,7 @@
 (problem, program) jobs in submission order, so judging overlaps with training and several handles
 may be in flight. The threads spend their time blocked on pipes; only comparisons hold the GIL.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,8 +33,7 @@ _FALLBACK_UID = 65534  # nobody, where large uids are not mapped (containers)
 class _Server:
     """One fork server process, restarted if it dies."""
 
-    def __init__(self, uid: int, options: dict, tmp_parent: str | None, start: bool = True,
-                 retries: int = 2):
+    def __init__(self, uid: int, options: dict, tmp_parent: str | None, start: bool = True, retries: int = 2):
         self._uid = uid
         self._retries = retries  # fresh servers a request is retried on after its server died
         self._options = options  # the worker's config (see worker.main), less uids and tmpdir
@@ -56,8 +56,13 @@ class _Server:
         self._sock, theirs = worker.socketpair()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", worker.__file__], stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True, env=env)
+                [sys.executable, "-I", worker.__file__],
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                env=env,
+            )
         finally:
             theirs.close()
         worker.send_msg(self._sock, config)  # on the socket: argv would show it in /proc
@@ -91,8 +96,10 @@ class _Server:
             reply = channel.run_program(self._sock, request)
             if reply is not None and reply.get("keyrings_not_cleared"):
                 self.keyring_failures += 1
-                log.warning("the judge could not clear the sandbox uid's keyrings after a test "
-                            "(%d so far on this server)", self.keyring_failures)
+                log.warning(
+                    "the judge could not clear the sandbox uid's keyrings after a test (%d so far on this server)",
+                    self.keyring_failures,
+                )
             if reply is not None:
                 return reply
             deaths.append(self._died())
@@ -193,11 +200,24 @@ class EvaluatorPool:
     that the program's verdict is judge_error (left out of rewards), not the program's failure.
     """
 
-    def __init__(self, workers: int | None = None, timeout: float = 6.0, memory_mb: int = 1024, *,
-                 output_limit_mb: int = 64, wall_factor: float = 3.0, max_processes: int = 64,
-                 tmpfs_mb: int = 256, tmpdir: str | None = None, hide: Sequence[str] = (),
-                 namespaces: bool = True, cgroups: bool = True, seccomp: bool = True,
-                 program_net_ns: bool = True, server_retries: int = 2):
+    def __init__(
+        self,
+        workers: int | None = None,
+        timeout: float = 6.0,
+        memory_mb: int = 1024,
+        *,
+        output_limit_mb: int = 64,
+        wall_factor: float = 3.0,
+        max_processes: int = 64,
+        tmpfs_mb: int = 256,
+        tmpdir: str | None = None,
+        hide: Sequence[str] = (),
+        namespaces: bool = True,
+        cgroups: bool = True,
+        seccomp: bool = True,
+        program_net_ns: bool = True,
+        server_retries: int = 2,
+    ):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         self.workers = workers or cores or 1
         self.limits = Limits(timeout, memory_mb, output_limit_mb, wall_factor)
@@ -208,17 +228,25 @@ class EvaluatorPool:
         program, note = syscall_filter.build() if seccomp else (None, "turned off (seccomp=False)")
         if program is None:
             log.warning("judged programs run without a syscall filter: %s", note)
-        self._options = {"max_processes": max_processes, "tmpfs_mb": tmpfs_mb, "namespaces": namespaces,
-                         "cgroups": cgroups, "hide": [os.path.abspath(p) for p in hide],
-                         "program_net_ns": program_net_ns,
-                         "seccomp": program.hex() if program else None, "seccomp_note": note}
+        self._options = {
+            "max_processes": max_processes,
+            "tmpfs_mb": tmpfs_mb,
+            "namespaces": namespaces,
+            "cgroups": cgroups,
+            "hide": [os.path.abspath(p) for p in hide],
+            "program_net_ns": program_net_ns,
+            "seccomp": program.hex() if program else None,
+            "seccomp_note": note,
+        }
         self._tmpdir = tmpdir or _default_tmpdir()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # Distinct uids per server and per pool, so no two programs running at once share one
         # (process limits count per uid).
         base = _UID_BASE + (os.getpid() * 31 + next(_POOL_IDS)) % 500_000 * 4096
-        self._servers = [_Server(base + i, self._options, self._tmpdir, start=False, retries=server_retries)
-                         for i in range(self.workers)]
+        self._servers = [
+            _Server(base + i, self._options, self._tmpdir, start=False, retries=server_retries)
+            for i in range(self.workers)
+        ]
         try:
             for server in self._servers:  # start them all at once, then wait for each to be ready
                 server._spawn()
@@ -229,8 +257,9 @@ class EvaluatorPool:
                 server.close()
             raise
         self._checkers: list[_Server | None] = [None] * self.workers
-        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True,
-                                          name=f"judge-{i}") for i in range(self.workers)]
+        self._threads = [
+            threading.Thread(target=self._loop, args=(i,), daemon=True, name=f"judge-{i}") for i in range(self.workers)
+        ]
         for t in self._threads:
             t.start()
 
@@ -263,8 +292,7 @@ class EvaluatorPool:
         """The uids programs run as (empty when the OS gives us none)."""
         return [s.isolation["uid"] for s in self._servers if s.isolation.get("uid") is not None]
 
-    def submit(self, problems: Sequence[Problem], codes: Sequence[str | None], *,
-               mode: str = "all") -> JudgeHandle:
+    def submit(self, problems: Sequence[Problem], codes: Sequence[str | None], *, mode: str = "all") -> JudgeHandle:
         """Queue the pairs (problems[i], codes[i]) and return at once. None code = no_code."""
         if len(problems) != len(codes):
             raise ValueError(f"{len(problems)} problems but {len(codes)} programs")
@@ -279,16 +307,23 @@ class EvaluatorPool:
             self._jobs.put((handle, index, problem, code, mode))
         return handle
 
-    def judge(self, problems: Sequence[Problem], codes: Sequence[str | None], *,
-              mode: str = "all") -> list[JudgeResult]:
+    def judge(
+        self, problems: Sequence[Problem], codes: Sequence[str | None], *, mode: str = "all"
+    ) -> list[JudgeResult]:
         return self.submit(problems, codes, mode=mode).result()
 
     def _loop(self, slot: int) -> None:
         while (job := self._jobs.get()) is not None:
             handle, index, problem, code, mode = job
             try:
-                result = judge(problem, code, self._servers[slot].run, self.limits, mode=mode,
-                               run_checker=lambda req: self._checker(slot).run(req))
+                result = judge(
+                    problem,
+                    code,
+                    self._servers[slot].run,
+                    self.limits,
+                    mode=mode,
+                    run_checker=lambda req: self._checker(slot).run(req),
+                )
             except Exception as e:  # noqa: BLE001 - one bad pair never stops the pool
                 log.exception("judging %s failed", getattr(problem, "question_id", "?"))
                 result = judge_error(problem, f"{type(e).__name__}: {e}")

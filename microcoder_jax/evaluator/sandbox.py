@@ -5,6 +5,7 @@ never returns; the child's exit code and the status line on fd 3 tell the server
 The status line is written by code the program could tamper with, so the judge treats it as a
 hint for the verdict, never as evidence of a correct answer.
 """
+
 import array
 import atexit
 import collections
@@ -48,18 +49,32 @@ PRELUDE: dict = {}  # built once by the server (build_prelude), shared by every 
 def scrub_environment(workdir: str) -> None:
     """The environment programs see; set once in the server, so forks inherit it for free."""
     os.environ.clear()
-    os.environ.update({
-        "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1", "HOME": workdir, "TMPDIR": workdir})
+    os.environ.update(
+        {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONIOENCODING": "utf-8",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+        }
+    )
 
 
 _PR_SET_NO_NEW_PRIVS = 38
 _CLONE_NEWIPC, _CLONE_NEWNET = 0x08000000, 0x40000000
 KEYCTL_GET_KEYRING_ID, KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR, KEYCTL_INVALIDATE = 0, 1, 7, 21
 # keyctl(2) has no libc wrapper: its syscall number per architecture.
-KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 280, "s390x": 280,
-                  "i686": 288, "armv7l": 311}.get(os.uname().machine) if os.name == "posix" else None
+KEYCTL_SYSCALL = (
+    {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 280, "s390x": 280, "i686": 288, "armv7l": 311}.get(
+        os.uname().machine
+    )
+    if os.name == "posix"
+    else None
+)
 _LINUX = sys.platform.startswith("linux")
 _LIBC = ctypes.CDLL(None, use_errno=True) if _LINUX else None  # resolved once, not per fork
 MAX_CODE = 16 << 20
@@ -126,8 +141,14 @@ def _unshare(flags: int) -> None:
 
 def _keyctl(op: int, arg: int, arg2: int = 0) -> int:
     assert _LIBC is not None and KEYCTL_SYSCALL is not None  # callers check for keyctl
-    return _LIBC.syscall(ctypes.c_long(KEYCTL_SYSCALL), ctypes.c_long(op), ctypes.c_long(arg),
-                         ctypes.c_long(arg2), ctypes.c_long(0), ctypes.c_long(0))
+    return _LIBC.syscall(
+        ctypes.c_long(KEYCTL_SYSCALL),
+        ctypes.c_long(op),
+        ctypes.c_long(arg),
+        ctypes.c_long(arg2),
+        ctypes.c_long(0),
+        ctypes.c_long(0),
+    )
 
 
 def clear_user_keyrings() -> bool:
@@ -167,10 +188,12 @@ def _apply_limits(req: dict, ctx: dict) -> None:
     memory = int(req["memory_mb"]) << 20
     # A backstop above the limit: the verdict comes from the server's own CPU measurement.
     cpu = math.ceil(req["timeout"]) + 1
-    limits = [(resource.RLIMIT_CPU, cpu, cpu + 1),
-              (resource.RLIMIT_FSIZE, req["output_limit"], req["output_limit"]),
-              (resource.RLIMIT_NOFILE, 256, 256),
-              (resource.RLIMIT_CORE, 0, 0)]
+    limits = [
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_FSIZE, req["output_limit"], req["output_limit"]),
+        (resource.RLIMIT_NOFILE, 256, 256),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
     if _LINUX and not ctx["cgroup_memory"]:  # macOS does not enforce RLIMIT_AS, and refuses some values
         limits.append((resource.RLIMIT_AS, memory, memory))
     if ctx["nproc"] is not None:
@@ -191,7 +214,7 @@ def _report(status: dict) -> None:
     try:
         data = memoryview(json.dumps(status).encode())
         while data:
-            data = data[os.write(3, data):]
+            data = data[os.write(3, data) :]
     except BaseException:  # noqa: BLE001 - the program may have closed or replaced fd 3
         pass
 
@@ -208,8 +231,7 @@ def _run_program(req: dict) -> int:
     """Compile and run the program as `__main__` (stdin) or call its entry point; the exit code."""
     sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)
     stdout = sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
-    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace",
-                                       closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.argv = ["solution.py"]
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(0)  # big integers print, as on judges without the limit
@@ -308,8 +330,7 @@ def _load_check(test_code: str, namespace: dict):
     check = tests.get("check")
     if not callable(check):
         raise NameError("the test code defines no check(candidate)")
-    namespace.update({k: v for k, v in tests.items() if k not in PRELUDE and k != "check"
-                      and not k.startswith("__")})
+    namespace.update({k: v for k, v in tests.items() if k not in PRELUDE and k != "check" and not k.startswith("__")})
     return check
 
 
@@ -360,7 +381,7 @@ def _check(namespace: dict) -> list:
     """Checker mode: stdin holds {"input", "expected", "output"}; returns [ok, reason]."""
     data = json.loads(sys.stdin.read())
     verdict = namespace["check"](data["input"], data["expected"], data["output"])
-    ok, reason = (verdict if isinstance(verdict, tuple) else (verdict, ""))
+    ok, reason = verdict if isinstance(verdict, tuple) else (verdict, "")
     return [bool(ok), str(reason)[:300]]
 
 

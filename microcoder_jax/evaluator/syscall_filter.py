@@ -8,6 +8,7 @@ the child's limits and before any of its code runs. `install` and `probe` are st
 only (the fork server loads this file without importing the package, and never imports pyseccomp).
 See docs/sandbox.md for the reasons behind each entry.
 """
+
 import ctypes
 import errno
 import os
@@ -19,9 +20,15 @@ REFUSED = {
     "request_key": "kernel keys outlive the test; it can also call out to the host's key helpers",
     "unshare": "new user, mount, cgroup or network namespaces: a cgroup2 mount sees the host",
     "setns": "entering another namespace",
-    "mount": "mounts", "umount2": "mounts", "pivot_root": "mounts",
-    "open_tree": "new mount API", "move_mount": "new mount API", "fsopen": "new mount API",
-    "fsmount": "new mount API", "fsconfig": "new mount API", "fspick": "new mount API",
+    "mount": "mounts",
+    "umount2": "mounts",
+    "pivot_root": "mounts",
+    "open_tree": "new mount API",
+    "move_mount": "new mount API",
+    "fsopen": "new mount API",
+    "fsmount": "new mount API",
+    "fsconfig": "new mount API",
+    "fspick": "new mount API",
     "mount_setattr": "new mount API",
     "ptrace": "tracing another process of the same uid (a neighbour test, a leftover)",
     "process_vm_readv": "reading another process's memory",
@@ -30,16 +37,23 @@ REFUSED = {
     "perf_event_open": "hardware counters: side channels on the host, large attack surface",
     "userfaultfd": "stalls kernel code on a page fault: the usual exploit primitive for races",
     "io_uring_setup": "asynchronous syscalls outside this filter's view; large attack surface",
-    "io_uring_enter": "io_uring", "io_uring_register": "io_uring",
+    "io_uring_enter": "io_uring",
+    "io_uring_register": "io_uring",
     "open_by_handle_at": "opens files by handle, around the mount namespace",
 }
 # clone: refused (EPERM) when any CLONE_NEW* flag is set; its flags are its first argument
 # (second on s390). clone3 passes flags in a struct no filter can read, so it answers ENOSYS and
 # glibc falls back to clone, whose flags are checked. (CLONE_NEWTIME exists only for unshare and
 # clone3, both closed.)
-CLONE_NEW = {"CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWUTS": 0x04000000,
-             "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
-             "CLONE_NEWNET": 0x40000000}
+CLONE_NEW = {
+    "CLONE_NEWNS": 0x00020000,
+    "CLONE_NEWCGROUP": 0x02000000,
+    "CLONE_NEWUTS": 0x04000000,
+    "CLONE_NEWIPC": 0x08000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNET": 0x40000000,
+}
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 
 
@@ -82,8 +96,7 @@ def build() -> tuple:
 
 
 class _Insn(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
 
 
 class _Prog(ctypes.Structure):
@@ -106,7 +119,7 @@ def install(prepared) -> None:
 
 
 def probe(prepared, keyctl_nr) -> str:
-    """"" when a throw-away child can install the filter and keyctl is then refused; else why not."""
+    """ "" when a throw-away child can install the filter and keyctl is then refused; else why not."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -117,9 +130,10 @@ def probe(prepared, keyctl_nr) -> str:
             libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
             install(prepared)
             code = 2
-            if keyctl_nr is None or (libc.syscall(ctypes.c_long(keyctl_nr), ctypes.c_long(0),
-                                                  ctypes.c_long(-3), 0, 0, 0) == -1
-                                     and ctypes.get_errno() == errno.EPERM):
+            if keyctl_nr is None or (
+                libc.syscall(ctypes.c_long(keyctl_nr), ctypes.c_long(0), ctypes.c_long(-3), 0, 0, 0) == -1
+                and ctypes.get_errno() == errno.EPERM
+            ):
                 code = 0
         finally:
             os.write(write, bytes([code]))
@@ -130,5 +144,8 @@ def probe(prepared, keyctl_nr) -> str:
     finally:
         os.close(read)
         os.waitpid(pid, 0)
-    return {b"\0": "", b"\1": "the kernel refused the filter (no seccomp?)",
-            b"\2": "installed, but keyctl was not refused"}.get(answer, "the probe died")
+    return {
+        b"\0": "",
+        b"\1": "the kernel refused the filter (no seccomp?)",
+        b"\2": "installed, but keyctl was not refused",
+    }.get(answer, "the probe died")

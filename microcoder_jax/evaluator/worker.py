@@ -16,6 +16,7 @@ Wire format: one JSON object per SOCK_SEQPACKET message, descriptors alongside; 
 is the pool's config, the first answer {"hello": isolation_report}. No pickle: a server a program
 had somehow subverted still could not run code in the judge by what it sends back.
 """
+
 # What solutions commonly import, preloaded so that every forked child starts warm.
 import array  # noqa: F401
 import bisect  # noqa: F401
@@ -33,6 +34,7 @@ import operator  # noqa: F401
 import re  # noqa: F401
 import string  # noqa: F401
 import typing  # noqa: F401
+
 # What the server itself needs.
 import ctypes
 import gc
@@ -140,9 +142,13 @@ def run_request(req: dict, fds: list, ctx: dict, sock: socket.socket) -> dict:
         fds, procs = [], []
         killed, status, wall = _watch(pid, req, ctx, start, sock)
         watched = True  # _watch has killed and reaped everything
-        reply = {"exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-                 "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                 "wall": wall, "killed": killed, "oom": False}
+        reply = {
+            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "wall": wall,
+            "killed": killed,
+            "oom": False,
+        }
         after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process we reaped
         reply["cpu"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         if groups is not None:
@@ -281,8 +287,7 @@ def main() -> None:
     if groups is not None and groups["version"] is None:
         groups = None
     try:
-        report = isolation.isolate(config["tmpfs_mb"], config["namespaces"], config["hide"],
-                                   new_root=config["tmpdir"])
+        report = isolation.isolate(config["tmpfs_mb"], config["namespaces"], config["hide"], new_root=config["tmpdir"])
         report["program_net_ns"] = report["program_net_ns"] and config["program_net_ns"]
     except BaseException:
         if groups is not None:  # never leave a group behind on the host
@@ -297,13 +302,17 @@ def main() -> None:
         prepared = None if failed else prepared
         report["seccomp_note"] = failed or report["seccomp_note"]
     report["seccomp"] = prepared is not None
-    report.update(uid=isolation.probe_uid(uids), platform=sys.platform,
-                  cgroup=groups["version"] if groups else None,
-                  cgroup_controllers=groups["controllers"] if groups else [],
-                  cgroup_dirs=groups["dirs"] if groups else [],
-                  # our own fresh session keyring: the probe (Docker's default seccomp refuses keyctl)
-                  keyring=sys.platform.startswith("linux") and sandbox.KEYCTL_SYSCALL is not None
-                  and sandbox._keyctl(sandbox.KEYCTL_JOIN_SESSION_KEYRING, 0) > 0)
+    report.update(
+        uid=isolation.probe_uid(uids),
+        platform=sys.platform,
+        cgroup=groups["version"] if groups else None,
+        cgroup_controllers=groups["controllers"] if groups else [],
+        cgroup_dirs=groups["dirs"] if groups else [],
+        # our own fresh session keyring: the probe (Docker's default seccomp refuses keyctl)
+        keyring=sys.platform.startswith("linux")
+        and sandbox.KEYCTL_SYSCALL is not None
+        and sandbox._keyctl(sandbox.KEYCTL_JOIN_SESSION_KEYRING, 0) > 0,
+    )
     ctx = {
         "base": "/tmp" if private else config["tmpdir"],
         "scratch": isolation.SCRATCH if private else (),

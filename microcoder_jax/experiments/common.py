@@ -5,6 +5,7 @@ plus the arm's overrides, in its own workdir `OUT/runs/ARM/seedN`; a run whose m
 cover every step is read back instead of run again. All runs share one process (warm starts of
 one seed are computed once, compiled programs are reused) and one compilation cache.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,9 +22,15 @@ from microcoder_jax.config import config_dir
 
 CONFIG_FILE = os.path.join(config_dir(), "truncation_task.py")
 # summary name -> metrics.jsonl key
-QUANTITIES = {"reward": "reward_mean", "length": "response_length_mean", "truncation": "truncation_rate",
-              "masked": "masked_fraction", "no_code": "no_code_rate", "diversity": "diversity",
-              "temperature": "temperature"}
+QUANTITIES = {
+    "reward": "reward_mean",
+    "length": "response_length_mean",
+    "truncation": "truncation_rate",
+    "masked": "masked_fraction",
+    "no_code": "no_code_rate",
+    "diversity": "diversity",
+    "temperature": "temperature",
+}
 # --short: a few steps of everything, to check the command end to end (not a result)
 SHORT = ("train.warm_start_steps=10", "data.num_prompts=4", "demo.problems_per_op=2")
 
@@ -31,6 +38,7 @@ SHORT = ("train.warm_start_steps=10", "data.num_prompts=4", "demo.problems_per_o
 @dataclasses.dataclass(frozen=True)
 class Arm:
     """One side of the comparison: the config file's RULE argument and extra KEY=VALUE overrides."""
+
     name: str
     rule: str
     overrides: tuple = ()
@@ -45,8 +53,13 @@ def window_size(steps: int) -> int:
 def run_config(arm: Arm, seed: int, steps: int, short: bool, out: str):
     from microcoder_jax.cli import load_config
 
-    overrides = [*arm.overrides, f"seed={seed}", f"train.steps={steps}", "train.progress=False",
-                 *(SHORT if short else ())]
+    overrides = [
+        *arm.overrides,
+        f"seed={seed}",
+        f"train.steps={steps}",
+        "train.progress=False",
+        *(SHORT if short else ()),
+    ]
     config = load_config(f"{CONFIG_FILE}:{arm.rule}", overrides)
     if "compile_cache" in config.train:  # shared by every run of the experiment
         config.train.compile_cache = os.path.join(os.path.abspath(out), "compile_cache")
@@ -85,10 +98,12 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
 
         def on_step(step, r, tag=tag, t0=t0):
             if step % every == 0 or step == steps:
-                log(f"{tag} step {step}/{steps}: reward {r['reward_mean']:.3f} length "
+                log(
+                    f"{tag} step {step}/{steps}: reward {r['reward_mean']:.3f} length "
                     f"{r['response_length_mean']:.1f} truncated {r['truncation_rate']:.2f} masked "
                     f"{r['masked_fraction']:.2f} diversity {r['diversity']:.3f} T {r['temperature']:g} "
-                    f"({time.perf_counter() - t0:.0f} s)")
+                    f"({time.perf_counter() - t0:.0f} s)"
+                )
 
         train(config, workdir, log_fn=lambda m, tag=tag: log(f"{tag}: {m}"), on_step=on_step)
         timing = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
@@ -97,8 +112,10 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
         rows = _finished(workdir, steps)
         results[arm.name][seed] = (rows, timing)
         elapsed, trained = time.perf_counter() - t_all, trained + 1  # ETA from the runs trained here
-        log(f"{tag}: finished in {timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU; "
-            f"experiment {elapsed / 60:.1f} min, about {elapsed / trained * (total - i - 1) / 60:.1f} min left")
+        log(
+            f"{tag}: finished in {timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU; "
+            f"experiment {elapsed / 60:.1f} min, about {elapsed / trained * (total - i - 1) / 60:.1f} min left"
+        )
     return results
 
 
@@ -144,10 +161,19 @@ def summarize(arms, results, steps: int, meta: dict) -> dict:
         for part in ("start", "end"):
             for name in QUANTITIES:
                 v = [s[part][name] for s in per_seed.values()]
-                agg[f"{part}_{name}"] = {"mean": float(np.mean(v)), "std": float(np.std(v)),
-                                         "min": float(np.min(v)), "max": float(np.max(v))}
-        summary["arms"][arm.name] = {"label": arm.label or arm.name, "rule": arm.rule,
-                                     "overrides": list(arm.overrides), "seeds": per_seed, "over_seeds": agg}
+                agg[f"{part}_{name}"] = {
+                    "mean": float(np.mean(v)),
+                    "std": float(np.std(v)),
+                    "min": float(np.min(v)),
+                    "max": float(np.max(v)),
+                }
+        summary["arms"][arm.name] = {
+            "label": arm.label or arm.name,
+            "rule": arm.rule,
+            "overrides": list(arm.overrides),
+            "seeds": per_seed,
+            "over_seeds": agg,
+        }
     return summary
 
 
@@ -165,8 +191,11 @@ def table(summary: dict, columns=("reward", "length", "truncation", "masked", "d
     lines = [head, "|" + "---|" * (len(columns) + 1)]
     for arm in summary["arms"].values():
         a, n = arm["over_seeds"], len(arm["seeds"])
-        cells = [f"{a[f'start_{c}']['mean']:.3g} → {a[f'end_{c}']['mean']:.3g}"
-                 + spread(a[f"end_{c}"]["mean"], a[f"end_{c}"]["std"], n) for c in columns]
+        cells = [
+            f"{a[f'start_{c}']['mean']:.3g} → {a[f'end_{c}']['mean']:.3g}"
+            + spread(a[f"end_{c}"]["mean"], a[f"end_{c}"]["std"], n)
+            for c in columns
+        ]
         lines.append(f"| {arm['label']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -185,10 +214,10 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
 
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory (runs/, summary.json, table.md, curves.png)")
-    p.add_argument("--seeds", type=int, default=None, help=f"seeds per arm, 0, 1, ... (default {default_seeds}; "
-                   "--short: 1)")
-    p.add_argument("--steps", type=int, default=None, help=f"RL steps per run (default {default_steps}; "
-                   "--short: 3)")
+    p.add_argument(
+        "--seeds", type=int, default=None, help=f"seeds per arm, 0, 1, ... (default {default_seeds}; --short: 1)"
+    )
+    p.add_argument("--steps", type=int, default=None, help=f"RL steps per run (default {default_steps}; --short: 3)")
     p.add_argument("--short", action="store_true", help="tiny runs that check the command end to end")
     args = p.parse_args(argv if argv is not None else sys.argv[1:])
     for name in ("seeds", "steps"):
@@ -199,16 +228,19 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
     return args
 
 
-def run_experiment(name: str, doc: str | None, argv, arms, *, draw, keys, title: str, meta=None,
-                   columns=None) -> int:
+def run_experiment(name: str, doc: str | None, argv, arms, *, draw, keys, title: str, meta=None, columns=None) -> int:
     """One experiment command: parse the flags, train every arm x seed, then write and print the
     summary, table and curves. `draw` is figure.draw; `title` may use {cap} and {seeds}."""
     args = parse_args(argv, f"python -m microcoder_jax.experiments.{name}", doc, default_seeds=3, default_steps=40)
     seeds = list(range(args.seeds))
     results = run_all(arms, seeds, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
     cap = run_config(arms[0], 0, args.steps, args.short, args.out).sampling.max_new_tokens
-    summary = summarize(arms, results, args.steps, {"experiment": name, "short": args.short, "seeds": seeds,
-                                                    **(meta or {}), "max_new_tokens": cap})
+    summary = summarize(
+        arms,
+        results,
+        args.steps,
+        {"experiment": name, "short": args.short, "seeds": seeds, **(meta or {}), "max_new_tokens": cap},
+    )
 
     def fig(results, arms, path, summary):
         draw(results, arms, path, keys=keys, cap=cap, title=title.format(cap=cap, seeds=len(seeds)))
@@ -217,4 +249,3 @@ def run_experiment(name: str, doc: str | None, argv, arms, *, draw, keys, title:
     print(table(summary, columns) if columns else table(summary))
     print(f"wrote {args.out}/summary.json, table.md, curves.png")
     return 0
-

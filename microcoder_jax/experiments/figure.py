@@ -3,6 +3,7 @@
 Per arm: the mean over seeds per step (thin, raw), its moving mean (thick), and a band from the
 lowest to the highest seed's moving mean (the temperature, which moves in stages, unsmoothed).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,8 +51,7 @@ def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, 
             ax.plot(steps, mean, color=colour, lw=0.8, alpha=0.45)
             ax.plot(steps, np.nanmean(smoothed, 0), color=colour, lw=2.2, label=label)
             if len(runs) > 1:
-                ax.fill_between(steps, np.nanmin(smoothed, 0), np.nanmax(smoothed, 0), color=colour, alpha=0.15,
-                                lw=0)
+                ax.fill_between(steps, np.nanmin(smoothed, 0), np.nanmax(smoothed, 0), color=colour, alpha=0.15, lw=0)
         if key == "response_length_mean" and cap:
             ax.axhline(cap, color="black", ls="--", lw=1)
             ax.text(0.01, cap, f" cap {cap}", transform=ax.get_yaxis_transform(), va="bottom", fontsize=8)
@@ -59,12 +59,14 @@ def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, 
         ax.set_xlabel("RL step (rollout batches)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys):]:
+    for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9, frameon=False)
-    fig.suptitle(f"{title}\nthin: mean over seeds per step; thick: its moving mean; band: lowest to highest "
-                 "seed (moving mean)", fontsize=10)
+    fig.suptitle(
+        f"{title}\nthin: mean over seeds per step; thick: its moving mean; band: lowest to highest seed (moving mean)",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -7,6 +7,7 @@ conditional masking at rho 0.1 and 0.3, and DAPO's soft overlong punishment. Wri
 DIR/summary.json, DIR/table.md and DIR/curves.png (reward, length, truncation, diversity and the
 masked fraction against the step); progress is printed while it runs.
 """
+
 from __future__ import annotations
 
 import sys
@@ -24,8 +25,15 @@ KEYS = ("reward_mean", "response_length_mean", "truncation_rate", "diversity", "
 
 
 def main(argv=None) -> int:
-    return common.run_experiment("truncation", __doc__, argv, ARMS, draw=figure.draw, keys=KEYS,
-                                 title="Truncation rules on the CPU truncation task (cap {cap} tokens, {seeds} seeds)")
+    return common.run_experiment(
+        "truncation",
+        __doc__,
+        argv,
+        ARMS,
+        draw=figure.draw,
+        keys=KEYS,
+        title="Truncation rules on the CPU truncation task (cap {cap} tokens, {seeds} seeds)",
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ conversion and Orbax checkpoints: everything outside models/ reaches a model thr
 The Flax NNX module over the same params is ``microcoder_jax.models.flax_qwen3.Qwen3`` (imported
 on demand, so the functional path does not load flax).
 """
+
 from microcoder_jax.models.hf import Qwen3ForCausalLM, load_hf_params, save_hf_params
 from microcoder_jax.models.config import Qwen3Config
 from microcoder_jax.models.decoding import DecodingParams
@@ -25,7 +26,25 @@ from microcoder_jax.models.qwen3 import (
 )
 
 __all__ = [
-    "DecoderConfig", "DecodingParams", "KVCache", "PRESETS", "ParamSpec", "Qwen3Config", "Qwen3ForCausalLM",
-    "SharedPrefix", "decoding_params", "forward", "get_preset", "head_weight", "init_cache", "init_params", "lm_head",
-    "load_hf_params", "model_config_from", "param_logical_axes", "param_shapes", "param_specs", "save_hf_params",
+    "DecoderConfig",
+    "DecodingParams",
+    "KVCache",
+    "PRESETS",
+    "ParamSpec",
+    "Qwen3Config",
+    "Qwen3ForCausalLM",
+    "SharedPrefix",
+    "decoding_params",
+    "forward",
+    "get_preset",
+    "head_weight",
+    "init_cache",
+    "init_params",
+    "lm_head",
+    "load_hf_params",
+    "model_config_from",
+    "param_logical_axes",
+    "param_shapes",
+    "param_specs",
+    "save_hf_params",
 ]

@@ -6,6 +6,7 @@ Shapes: ``q [B, T, H, D]``, ``k, v [B, S, K, D]`` with ``H = K * G`` (grouped-qu
 ``segment_ids [B, T]`` (packed rows, see rl.packing): a query sees earlier keys of its own
 segment only (block-diagonal causal); segment 0 is padding.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,7 +37,7 @@ def head_first_attention(q, k, v, mask):
     b, t, h, d = q.shape
     kv = k.shape[1]
     qh = q.reshape(b, t, kv, h // kv, d).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, D]
-    scores = jnp.einsum("bkgtd,bksd->bkgts", qh, k, preferred_element_type=jnp.float32) * (d ** -0.5)
+    scores = jnp.einsum("bkgtd,bksd->bkgts", qh, k, preferred_element_type=jnp.float32) * (d**-0.5)
     scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgts,bksd->bkgtd", probs, v)
@@ -60,8 +61,9 @@ def flash_attention(q, k, v, token_mask):
     q_spec, kv_spec, mask_spec, repeat_first = _kernel_specs(mesh, q.shape, k.shape)
     if repeat_first:  # kv heads do not split over `tensor` but q heads do: give each q head its own kv
         k, v = (jnp.repeat(x, q.shape[2] // k.shape[2], axis=2) for x in (k, v))
-    return jax.shard_map(_flash_kernel, in_specs=(q_spec, kv_spec, kv_spec, mask_spec), out_specs=q_spec,
-                         check_vma=False)(q, k, v, token_mask)
+    return jax.shard_map(
+        _flash_kernel, in_specs=(q_spec, kv_spec, kv_spec, mask_spec), out_specs=q_spec, check_vma=False
+    )(q, k, v, token_mask)
 
 
 def _kernel_specs(mesh, q_shape, kv_shape):
@@ -91,8 +93,9 @@ def _flash_kernel(q, k, v, token_mask):
         v = jnp.repeat(v, h // kv, axis=2)
     q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # [B, H, T, D]
     segments = token_mask.astype(jnp.int32)  # pad queries see pad keys only: no empty rows
-    out = fa.flash_attention(q, k, v, segment_ids=fa.SegmentIds(q=segments, kv=segments), causal=True,
-                             sm_scale=q.shape[-1] ** -0.5)
+    out = fa.flash_attention(
+        q, k, v, segment_ids=fa.SegmentIds(q=segments, kv=segments), causal=True, sm_scale=q.shape[-1] ** -0.5
+    )
     return out.transpose(0, 2, 1, 3)
 
 
@@ -115,8 +118,9 @@ def fused_attention(q, k, v, token_mask, implementation: str = "cudnn", segment_
     """``jax.nn.dot_product_attention`` (cuDNN on GPU): causal flag + the dense ``cudnn_mask``, GQA native.
 
     Correct for any padding and packing, not the fastest: the mask is a ``[B, 1, T, T]`` bias."""
-    return jax.nn.dot_product_attention(q, k, v, mask=cudnn_mask(token_mask, segment_ids), is_causal=True,
-                                        implementation=cast(Any, implementation))  # 'xla' or 'cudnn'
+    return jax.nn.dot_product_attention(
+        q, k, v, mask=cudnn_mask(token_mask, segment_ids), is_causal=True, implementation=cast(Any, implementation)
+    )  # 'xla' or 'cudnn'
 
 
 def platform() -> str:
@@ -139,8 +143,10 @@ def flash_unsupported(seq_len: int, head_dim: int, on: str) -> str | None:
     if on != "tpu" and not _tpu_interpret_mode():
         return f"platform is {on}, not tpu"
     if seq_len % FLASH_BLOCK or head_dim % FLASH_BLOCK:
-        return (f"sequence length {seq_len} and head_dim {head_dim} must be multiples of the kernel's "
-                f"{FLASH_BLOCK}-wide blocks")
+        return (
+            f"sequence length {seq_len} and head_dim {head_dim} must be multiples of the kernel's "
+            f"{FLASH_BLOCK}-wide blocks"
+        )
     return None
 
 
@@ -167,16 +173,20 @@ def choose(implementation: str, *, cached: bool, seq_len: int, head_dim: int, dt
     if implementation == "splash":
         reason = flash_unsupported(seq_len, head_dim, on)
         if reason:
-            raise ValueError(f"attention='splash' (the TPU flash kernel) cannot run here: {reason}; "
-                             "use attention='auto' or 'xla'")
+            raise ValueError(
+                f"attention='splash' (the TPU flash kernel) cannot run here: {reason}; use attention='auto' or 'xla'"
+            )
         return "splash"
     if implementation == "cudnn":
         if on != "gpu":
-            raise ValueError(f"attention='cudnn' needs a GPU, this program compiles for {on}; "
-                             "use attention='auto' or 'xla'")
+            raise ValueError(
+                f"attention='cudnn' needs a GPU, this program compiles for {on}; use attention='auto' or 'xla'"
+            )
         if seq_len % 2:
-            raise ValueError(f"attention='cudnn' trains with a mask only at even sequence lengths, got {seq_len}; "
-                             "pad the rows to an even length or use attention='auto'")
+            raise ValueError(
+                f"attention='cudnn' trains with a mask only at even sequence lengths, got {seq_len}; "
+                "pad the rows to an even length or use attention='auto'"
+            )
         return "cudnn"
     if implementation == "xla":
         return "xla"
@@ -232,14 +242,14 @@ def cached_attention(q, k_cache, v_cache, key_mask, query_slots, prefix=None):
     low = jnp.finfo(jnp.float32).min
     qh = q.reshape(b, kv, h // kv, 1, d).astype(jnp.float32)  # [B, K, G, 1, D] against [B, K, 1, S, D]
     # (scale the scores, not q: a scaled q made XLA:CPU's fused multiply-reduce ~4x slower)
-    scores = jnp.sum(qh * k_cache[:, :, None].astype(jnp.float32), axis=-1) * (d ** -0.5)  # [B, K, G, S]
+    scores = jnp.sum(qh * k_cache[:, :, None].astype(jnp.float32), axis=-1) * (d**-0.5)  # [B, K, G, S]
     scores = jnp.where(mask[:, :1, None], scores, low)
     top = jnp.max(scores, -1)
     if prefix is not None:  # the shared prompt block, read once for all the rows of its prompt
         pk, pv, pmask = prefix
         bp, p = pk.shape[0], pk.shape[2]
         qp = qh.reshape(bp, b // bp, kv, h // kv, d)  # [Bp, R, K, G, D]
-        pre = jnp.einsum("brkgd,bkpd->brkgp", qp, pk.astype(jnp.float32)) * (d ** -0.5)
+        pre = jnp.einsum("brkgd,bkpd->brkgp", qp, pk.astype(jnp.float32)) * (d**-0.5)
         pre = jnp.where(pmask[:, None, None, None, :].astype(bool), pre, low).reshape(b, kv, h // kv, p)
         top = jnp.maximum(top, jnp.max(pre, -1))  # one softmax over both blocks
     e_own = jnp.exp(scores - top[..., None])

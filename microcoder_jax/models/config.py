@@ -3,6 +3,7 @@
 One config covers both families we train: Qwen3 (per-head RMSNorm on q and k, no biases) and
 Qwen2 / Qwen2.5 (biases on q, k, v, no q/k norm: DeepSeek-R1-Distill-Qwen, Qwen2.5-Coder). The
 rest of the architecture is the same, so ``family`` switches only those two pieces."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,7 @@ from microcoder_jax.models import attention as attn_lib
 ROPE_TYPES = ("default", "linear", "yarn")
 REMAT_POLICIES = ("none", "full", "dots", "dots_saveable")
 # family -> (HF architecture, HF model_type, q/k RMSNorm, q/k/v biases)
-FAMILIES = {"qwen3": ("Qwen3ForCausalLM", "qwen3", True, False),
-            "qwen2": ("Qwen2ForCausalLM", "qwen2", False, True)}
+FAMILIES = {"qwen3": ("Qwen3ForCausalLM", "qwen3", True, False), "qwen2": ("Qwen2ForCausalLM", "qwen2", False, True)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +87,10 @@ class DecoderConfig:
         family = {mt: name for name, (_, mt, _, _) in FAMILIES.items()}.get(model_type)
         archs = config.get("architectures") or [FAMILIES[family or "qwen3"][0]]
         if family is None or FAMILIES[family][0] not in archs:
-            raise ValueError(f"unsupported architecture {archs} / model_type {model_type!r}: supported are dense "
-                             f"{' and '.join(a for a, _, _, _ in FAMILIES.values())}")
+            raise ValueError(
+                f"unsupported architecture {archs} / model_type {model_type!r}: supported are dense "
+                f"{' and '.join(a for a, _, _, _ in FAMILIES.values())}"
+            )
         if config.get("use_sliding_window"):
             raise ValueError("config field use_sliding_window=true is not supported")
         if family == "qwen3" and config.get("attention_bias"):
@@ -99,8 +101,9 @@ class DecoderConfig:
         rope_theta = rope.pop("rope_theta", config.get("rope_theta", 10000.0))
         rope_type = rope.pop("rope_type", rope.pop("type", "default"))
         if rope_type not in ROPE_TYPES:
-            raise ValueError(f"config field rope_scaling.rope_type={rope_type!r} is not supported; "
-                             f"supported: {ROPE_TYPES}")
+            raise ValueError(
+                f"config field rope_scaling.rope_type={rope_type!r} is not supported; supported: {ROPE_TYPES}"
+            )
         rope_scaling = None
         if rope_type != "default":
             rope = {k: v for k, v in rope.items() if v is not None}
@@ -165,8 +168,14 @@ class DecoderConfig:
 
     def num_params(self) -> int:
         """Total parameter count (embedding counted once when tied)."""
-        d, h, k, hd, f, layers = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
-                                  self.intermediate_size, self.num_layers)
+        d, h, k, hd, f, layers = (
+            self.hidden_size,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.intermediate_size,
+            self.num_layers,
+        )
         per_layer = d * hd * (h + 2 * k) + h * hd * d + 3 * d * f + 2 * d
         per_layer += 2 * hd if self.qk_norm else 0
         per_layer += hd * (h + 2 * k) if self.attention_bias else 0

@@ -11,6 +11,7 @@ exported dir is complete). A training run (its workdir, or its ``checkpoints`` d
 the run's own ``config.json``: model shape, tokenizer (chat template included) and a generation
 config; ``--model-config`` overrides them with another HF dir's. Outputs appear atomically.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,9 @@ def _abstract_params(config: DecoderConfig, mesh=None, dtype=None) -> dict:
     else:
         shardings = shd.logical_to_sharding(param_logical_axes(config), mesh, shapes)
     dtype = dtype or config.param_dtype
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s, jax.numpy.dtype(dtype), sharding=sh),
-                        shapes, shardings, is_leaf=is_shape)
+    return jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s, jax.numpy.dtype(dtype), sharding=sh), shapes, shardings, is_leaf=is_shape
+    )
 
 
 def save_checkpoint(params: dict, config: DecoderConfig, path, hf_files_from=None) -> str:
@@ -62,8 +64,11 @@ def save_checkpoint(params: dict, config: DecoderConfig, path, hf_files_from=Non
         with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
             f.write(config.to_json())
         if hf_files_from is not None:
-            extras = [f for f in glob.glob(os.path.join(os.fspath(hf_files_from), "*")) if os.path.isfile(f)
-                      and not f.endswith(".safetensors") and os.path.basename(f) not in _SKIP_HF_FILES]
+            extras = [
+                f
+                for f in glob.glob(os.path.join(os.fspath(hf_files_from), "*"))
+                if os.path.isfile(f) and not f.endswith(".safetensors") and os.path.basename(f) not in _SKIP_HF_FILES
+            ]
             if extras:
                 os.makedirs(os.path.join(tmp, HF_FILES_DIR))
                 for f in extras:
@@ -72,8 +77,9 @@ def save_checkpoint(params: dict, config: DecoderConfig, path, hf_files_from=Non
     return path
 
 
-def load_checkpoint(path, mesh=None, config: DecoderConfig | None = None, step: int | None = None,
-                    **config_overrides) -> tuple[dict, DecoderConfig]:
+def load_checkpoint(
+    path, mesh=None, config: DecoderConfig | None = None, step: int | None = None, **config_overrides
+) -> tuple[dict, DecoderConfig]:
     """(params, config) from a CKPT written by ``save_checkpoint``, or from a training run's
     ``checkpoints`` dir (then ``config`` gives the model shape; ``step`` defaults to the newest)."""
     path = os.path.abspath(os.fspath(path))
@@ -87,8 +93,10 @@ def load_checkpoint(path, mesh=None, config: DecoderConfig | None = None, step: 
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no checkpoint at {path}")
     if config is None:
-        raise ValueError(f"{path} has no {CONFIG_FILE}: pass the model shape (--model-config) to read it as a "
-                         "training checkpoint directory")
+        raise ValueError(
+            f"{path} has no {CONFIG_FILE}: pass the model shape (--model-config) to read it as a "
+            "training checkpoint directory"
+        )
     from microcoder_jax.models.checkpoint import load_params
 
     config = config.replace(**config_overrides)
@@ -121,19 +129,31 @@ def _parse_mesh(text: str | None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m microcoder_jax.convert", description=(__doc__ or "").split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m microcoder_jax.convert",
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-hf", metavar="DIR", help="Hugging Face Qwen3 checkpoint directory")
     src.add_argument("--from", dest="from_ckpt", metavar="CKPT", help="our Orbax checkpoint or a run's checkpoints dir")
     dst = p.add_mutually_exclusive_group(required=True)
     dst.add_argument("--to", dest="to_ckpt", metavar="CKPT", help="write an Orbax checkpoint here")
-    dst.add_argument("--to-hf", metavar="DIR", help="write a Hugging Face checkpoint here (weights, config, "
-                     "tokenizer, chat template, generation config)")
-    p.add_argument("--param-dtype", default=None, help="stored dtype of the params (default: float32 for --to, "
-                                                      "the params' own for --to-hf)")
-    p.add_argument("--model-config", help="model shape (and tokenizer files) for a training checkpoint: HF dir, "
-                   "config.json or preset (default: the run's own config.json)")
+    dst.add_argument(
+        "--to-hf",
+        metavar="DIR",
+        help="write a Hugging Face checkpoint here (weights, config, tokenizer, chat template, generation config)",
+    )
+    p.add_argument(
+        "--param-dtype",
+        default=None,
+        help="stored dtype of the params (default: float32 for --to, the params' own for --to-hf)",
+    )
+    p.add_argument(
+        "--model-config",
+        help="model shape (and tokenizer files) for a training checkpoint: HF dir, "
+        "config.json or preset (default: the run's own config.json)",
+    )
     p.add_argument("--step", type=int, help="training checkpoint step (default: newest)")
     p.add_argument("--max-shard-gb", type=float, default=5.0, help="max safetensors shard size for --to-hf")
     p.add_argument("--mesh", help="load onto a mesh, e.g. fsdp=8 or fsdp=4,tensor=2 (default: one device)")
@@ -168,18 +188,28 @@ def main(argv=None) -> int:
                 source = os.path.join(source, "checkpoints")
             if args.model_config:
                 shape = _model_config(args.model_config)
-                extras = export_files.copy_files_from(os.path.dirname(args.model_config)
-                                                      if os.path.isfile(args.model_config) else args.model_config)
+                extras = export_files.copy_files_from(
+                    os.path.dirname(args.model_config) if os.path.isfile(args.model_config) else args.model_config
+                )
             elif run_dir is not None:
                 shape, extras = export_files.from_run(run_dir)
             else:
                 shape, extras = None, export_files.copy_files_from(os.path.join(source, HF_FILES_DIR))
             params, config = load_checkpoint(source, mesh, config=shape, step=args.step)
             if not any(name.startswith("tokenizer") for name in extras):
-                print(f"convert: warning: no tokenizer files for {args.to_hf}; AutoTokenizer will not load "
-                      "it. Pass --model-config HF_DIR (the base model's folder) to include them.", file=sys.stderr)
-            out = hf.save_hf_params(params, config, args.to_hf, max_shard_bytes=int(args.max_shard_gb * 1024**3),
-                                    dtype=args.param_dtype, extra_files=extras)
+                print(
+                    f"convert: warning: no tokenizer files for {args.to_hf}; AutoTokenizer will not load "
+                    "it. Pass --model-config HF_DIR (the base model's folder) to include them.",
+                    file=sys.stderr,
+                )
+            out = hf.save_hf_params(
+                params,
+                config,
+                args.to_hf,
+                max_shard_bytes=int(args.max_shard_gb * 1024**3),
+                dtype=args.param_dtype,
+                extra_files=extras,
+            )
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:
         print(f"convert: error: {e}", file=sys.stderr)
         return 1

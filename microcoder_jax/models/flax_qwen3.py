@@ -14,6 +14,7 @@ copy of every param per call.
     with jax.set_mesh(mesh):
         nnx.update(model, jax.device_put(model.to_params(), mesh_shardings(model, mesh)))
 """
+
 from __future__ import annotations
 
 import jax
@@ -37,20 +38,24 @@ class Qwen3(nnx.Module):
         """Wrap `params` (not copied), or draw fresh ones with ``init_params`` from `rngs`."""
         if params is None:
             if rngs is None:
-                raise ValueError("Qwen3 needs params (e.g. load_hf_params(path, config)) or "
-                                 "rngs=nnx.Rngs(seed) to initialise them")
+                raise ValueError(
+                    "Qwen3 needs params (e.g. load_hf_params(path, config)) or rngs=nnx.Rngs(seed) to initialise them"
+                )
             params = qwen3.init_params(config, rngs.params())
         specs = qwen3.param_specs(config)
         if set(params) != set(specs) or set(params["layers"]) != set(specs["layers"]):
-            raise ValueError(f"params have keys {sorted(params)} / layers {sorted(params['layers'])}; "
-                             f"the config needs {sorted(specs)} / layers {sorted(specs['layers'])} "
-                             "(tie_word_embeddings decides whether lm_head exists)")
+            raise ValueError(
+                f"params have keys {sorted(params)} / layers {sorted(params['layers'])}; "
+                f"the config needs {sorted(specs)} / layers {sorted(specs['layers'])} "
+                "(tie_word_embeddings decides whether lm_head exists)"
+            )
         self.config = config
         for name, spec in specs.items():
             if name != "layers":
                 setattr(self, name, _param(params[name], spec, name))
-        self.layers = nnx.Dict({name: _param(params["layers"][name], spec, f"layers.{name}")
-                                for name, spec in specs["layers"].items()})
+        self.layers = nnx.Dict(
+            {name: _param(params["layers"][name], spec, f"layers.{name}") for name, spec in specs["layers"].items()}
+        )
 
     def to_params(self) -> dict:
         """The params dict of ``models.qwen3`` holding this module's arrays (no copies)."""
@@ -64,8 +69,9 @@ class Qwen3(nnx.Module):
 def logical_axes(model: Qwen3) -> dict:
     """Each Param's logical axes, read from its ``out_sharding`` metadata (params-dict structure)."""
     state = nnx.state(model, nnx.Param)
-    return nnx.to_pure_dict(jax.tree.map(lambda p: p.get_metadata("out_sharding"), state,
-                                         is_leaf=lambda x: isinstance(x, nnx.Variable)))
+    return nnx.to_pure_dict(
+        jax.tree.map(lambda p: p.get_metadata("out_sharding"), state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    )
 
 
 def mesh_shardings(model: Qwen3, mesh: jax.sharding.Mesh) -> dict:
@@ -84,4 +90,3 @@ def optax_state(optimizer: nnx.Optimizer, params: dict):
     """The ``nnx.Optimizer``'s state as the optax state over our params dict (arrays not copied)."""
     target = jax.tree.structure(jax.eval_shape(optimizer.tx.init, params))
     return jax.tree.unflatten(target, jax.tree.leaves(nnx.as_pure(optimizer.opt_state)))
-

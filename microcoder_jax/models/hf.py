@@ -5,6 +5,7 @@ is read from the memory-mapped safetensors file(s) with ``get_slice`` (layers st
 so a 32B model never needs a full host copy. Export writes size-capped safetensors shards, the
 index and ``config.json`` into a temp dir renamed into place at the end (no partial output).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,8 +56,9 @@ _TOP_KEYS = {
 def hf_key_map(config: DecoderConfig) -> dict:
     """Params-shaped tree of ``(hf_names, layout)``; ``hf_names`` has one name per layer for stacked leaves."""
     ours = param_shapes(config)["layers"]  # the family's leaves: q/k norms or q/k/v biases
-    layers = {k: ([t.format(i) for i in range(config.num_layers)], lay) for k, (t, lay) in _LAYER_KEYS.items()
-              if k in ours}
+    layers = {
+        k: ([t.format(i) for i in range(config.num_layers)], lay) for k, (t, lay) in _LAYER_KEYS.items() if k in ours
+    }
     out: dict = {k: ([t], lay) for k, (t, lay) in _TOP_KEYS.items() if k != "lm_head" or not config.tie_word_embeddings}
     out["layers"] = layers
     return out
@@ -85,15 +87,15 @@ def _read_block(sl, layout: str, shape: tuple, index: tuple) -> np.ndarray:
     if layout == "split_bias":  # ours [N, hd], HF [N*hd]
         n, h = idx
         hd = shape[1]
-        return np.asarray(sl[n.start * hd:n.stop * hd]).reshape(n.stop - n.start, hd)[:, h]
+        return np.asarray(sl[n.start * hd : n.stop * hd]).reshape(n.stop - n.start, hd)[:, h]
     if layout == "split_out":  # ours [D, N, hd], HF [N*hd, D]
         d, n, h = idx
         hd = shape[2]
-        block = np.asarray(sl[n.start * hd:n.stop * hd, d.start:d.stop]).T
+        block = np.asarray(sl[n.start * hd : n.stop * hd, d.start : d.stop]).T
         return block.reshape(block.shape[0], n.stop - n.start, hd)[:, :, h]
     n, h, d = idx  # split_in: ours [N, hd, D], HF [D, N*hd]
     hd = shape[1]
-    block = np.asarray(sl[d.start:d.stop, n.start * hd:n.stop * hd]).T
+    block = np.asarray(sl[d.start : d.stop, n.start * hd : n.stop * hd]).T
     return block.reshape(n.stop - n.start, hd, block.shape[1])[:, h, :]
 
 
@@ -178,8 +180,9 @@ def load_hf_params(path, config: DecoderConfig, mesh=None, param_dtype=None) -> 
     if missing:
         raise ValueError(f"checkpoint {path} is missing tensor(s): {missing[:8]}{' ...' if len(missing) > 8 else ''}")
     if unexpected:
-        raise ValueError(f"checkpoint {path} has unexpected tensor(s): {unexpected[:8]}"
-                         f"{' ...' if len(unexpected) > 8 else ''}")
+        raise ValueError(
+            f"checkpoint {path} has unexpected tensor(s): {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}"
+        )
 
     with contextlib.ExitStack() as stack, _on_host():
         reader = _Reader(files, stack)
@@ -240,8 +243,14 @@ def iter_hf_tensors(params: dict, config: DecoderConfig):
             yield names[0], np.ascontiguousarray(_to_hf(_host_array(leaf), layout))
 
 
-def save_hf_params(params: dict, config: DecoderConfig, path, max_shard_bytes: int = 5 * 1024**3,
-                   dtype=None, extra_files: dict[str, Callable[[str], object]] | None = None) -> str:
+def save_hf_params(
+    params: dict,
+    config: DecoderConfig,
+    path,
+    max_shard_bytes: int = 5 * 1024**3,
+    dtype=None,
+    extra_files: dict[str, Callable[[str], object]] | None = None,
+) -> str:
     """Write ``params`` as an HF checkpoint dir (safetensors shards + index + config.json); returns ``path``.
 
     ``dtype`` converts on export (default: the params' own dtype). Only process 0 writes; every
@@ -283,8 +292,11 @@ def save_hf_params(params: dict, config: DecoderConfig, path, max_shard_bytes: i
                 with safe_open(os.path.join(tmp, final), "numpy") as f:
                     weight_map.update({k: final for k in f.keys()})
             with open(os.path.join(tmp, INDEX_FILE), "w") as f:
-                json.dump({"metadata": {"total_size": int(sum(sizes))}, "weight_map": dict(sorted(weight_map.items()))},
-                          f, indent=2)
+                json.dump(
+                    {"metadata": {"total_size": int(sum(sizes))}, "weight_map": dict(sorted(weight_map.items()))},
+                    f,
+                    indent=2,
+                )
         hf_config = config.to_hf()
         hf_config["torch_dtype"] = np.dtype(out_dtype).name
         with open(os.path.join(tmp, "config.json"), "w") as f:
@@ -323,8 +335,9 @@ class Qwen3ForCausalLM:
         self._forward = jax.jit(_logits, static_argnums=1)
 
     @classmethod
-    def from_pretrained(cls, path, dtype: str = "bfloat16", param_dtype: str = "float32", mesh=None,
-                        **config_overrides) -> "Qwen3ForCausalLM":
+    def from_pretrained(
+        cls, path, dtype: str = "bfloat16", param_dtype: str = "float32", mesh=None, **config_overrides
+    ) -> "Qwen3ForCausalLM":
         """Load an HF checkpoint dir; ``dtype`` is the compute dtype, ``param_dtype`` the stored one."""
         config = DecoderConfig.from_hf(path, dtype=dtype, param_dtype=param_dtype, **config_overrides)
         return cls(config, load_hf_params(path, config, mesh=mesh), mesh)

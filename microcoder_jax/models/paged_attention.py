@@ -19,6 +19,7 @@ only. Elsewhere the XLA path reads pages in blocks of ``block_pages`` with an on
 and only as many blocks as the longest live slot needs this step (a ``fori_loop`` with a traced
 trip count), not the whole table. Idle slots compute finite garbage and their writes are dropped.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -96,9 +97,9 @@ def constrain_pool(layer):
 class SlotView(NamedTuple):
     """What attention needs to know about each slot's cache."""
 
-    table: jax.Array    # [S, M] page ids; entries past the used ones may hold anything (masked)
+    table: jax.Array  # [S, M] page ids; entries past the used ones may hold anything (masked)
     lengths: jax.Array  # [S] valid keys, this step's own included (0: idle slot)
-    blocks: jax.Array   # scalar: blocks of block_pages entries to read this step
+    blocks: jax.Array  # scalar: blocks of block_pages entries to read this step
 
 
 def blocks_needed(lengths: jax.Array, page_size: int, block_pages: int) -> jax.Array:
@@ -120,8 +121,9 @@ def write_prompt_pages(pool_layer, cache_layer: jax.Array, prompt_len: jax.Array
     ids = page_ids.reshape(-1)
     if isinstance(pool_layer, QuantizedPages):
         q, scale = quantize(pages)
-        return QuantizedPages(pool_layer.data.at[:, ids].set(q, mode="drop"),
-                              pool_layer.scale.at[:, ids].set(scale, mode="drop"))
+        return QuantizedPages(
+            pool_layer.data.at[:, ids].set(q, mode="drop"), pool_layer.scale.at[:, ids].set(scale, mode="drop")
+        )
     return pool_layer.at[:, ids].set(pages.astype(pool_layer.dtype), mode="drop")
 
 
@@ -134,8 +136,9 @@ def write_keys(pool_layer, page: jax.Array, offset: jax.Array, new: jax.Array):
     """
     if isinstance(pool_layer, QuantizedPages):
         q, scale = quantize(new)
-        return QuantizedPages(write_keys(pool_layer.data, page, offset, q),
-                              _write_scales(pool_layer.scale, page, offset, scale))
+        return QuantizedPages(
+            write_keys(pool_layer.data, page, offset, q), _write_scales(pool_layer.scale, page, offset, scale)
+        )
     heads = jnp.arange(pool_layer.shape[0])[None, :]
     return pool_layer.at[heads, page[:, None], offset[:, None]].set(new.astype(pool_layer.dtype), mode="drop")
 
@@ -194,7 +197,7 @@ def paged_attention(q: jax.Array, pool_k, pool_v, view: SlotView, block_pages: i
             kb, vb = jax.lax.optimization_barrier((kb, vb))
         valid = j * width + jnp.arange(width)[None, :] < view.lengths[:, None]  # [S, width]
         scores = jnp.sum(qk[:, :, :, None] * kb[:, :, None], axis=-1)  # [K, S, G, width]
-        scores = scores * (ks[:, :, None] * (d ** -0.5) if quantized else d ** -0.5)
+        scores = scores * (ks[:, :, None] * (d**-0.5) if quantized else d**-0.5)
         scores = jnp.where(valid[None, :, None], scores, low)
         new_top = jnp.maximum(top, jnp.max(scores, axis=-1))
         scale = jnp.exp(top - new_top)
@@ -209,8 +212,7 @@ def paged_attention(q: jax.Array, pool_k, pool_v, view: SlotView, block_pages: i
     return (acc / total[..., None]).transpose(1, 0, 2, 3).reshape(s, h, d).astype(q.dtype)
 
 
-def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None,
-           page_size: int | None = None) -> str:
+def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None, page_size: int | None = None) -> str:
     """``"kernel"`` (TPU), ``"gpu_kernel"`` or ``"xla"`` for ``model.attention`` on platform ``on``
     (default: the one being compiled for): auto takes the Pallas kernel of the platform where it
     serves (logging once why not), ``splash`` (the TPU kernels) insists on the TPU one, the others
@@ -218,8 +220,10 @@ def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None
     on = on or platform()
     reason = paged_kernel_unsupported(head_dim, pool_dtype, on)
     if implementation == "splash" and reason:
-        raise ValueError(f"attention='splash' asks for the TPU kernels; the paged decode kernel cannot run "
-                         f"here: {reason}; use attention='auto' or 'xla'")
+        raise ValueError(
+            f"attention='splash' asks for the TPU kernels; the paged decode kernel cannot run "
+            f"here: {reason}; use attention='auto' or 'xla'"
+        )
     if implementation not in ("auto", "splash"):
         return "xla"
     if implementation == "auto" and on == "gpu":
@@ -228,9 +232,17 @@ def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None
     return _fall_back(f"paged decode: {reason}") if reason else "kernel"
 
 
-def paged_decode_step(params: Any, config: qwen3.DecoderConfig, tokens: jax.Array, positions: jax.Array,
-                      pool: PagePool, write_page: jax.Array, write_offset: jax.Array, view: SlotView,
-                      block_pages: int) -> tuple[jax.Array, PagePool]:
+def paged_decode_step(
+    params: Any,
+    config: qwen3.DecoderConfig,
+    tokens: jax.Array,
+    positions: jax.Array,
+    pool: PagePool,
+    write_page: jax.Array,
+    write_offset: jax.Array,
+    view: SlotView,
+    block_pages: int,
+) -> tuple[jax.Array, PagePool]:
     """Feed one token per slot (``tokens, positions [S]``) -> (float32 logits ``[S, V]``, updated pool).
 
     ``params`` are ``DecodingParams`` (``models.decoding_params``). Each slot's new key/value goes to page

@@ -12,6 +12,7 @@ same shard_map.
 that "batch" or "kv_head" can hang where megacore is off; on v4/v5p "batch" might use both cores
 (unmeasured here).
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,9 @@ def paged_kernel_unsupported(head_dim: int, pool_dtype, on: str) -> str | None:
     if head_dim % LANES:
         return f"head_dim {head_dim} must be a multiple of {LANES} for the paged TPU kernel"
     if jnp.dtype(pool_dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.int8)):
-        return (f"the paged TPU kernels read keys and values as bfloat16 or int8, the pool is "
-                f"{jnp.dtype(pool_dtype).name}")
+        return (
+            f"the paged TPU kernels read keys and values as bfloat16 or int8, the pool is {jnp.dtype(pool_dtype).name}"
+        )
     return None
 
 
@@ -45,18 +47,22 @@ def check_inputs(kernel: str, q, pool_k, pool_v, lengths, table, pages_per_block
     quantized = isinstance(pool_k, QuantizedPages)
     kshape, vshape = (pool_k.data.shape, pool_v.data.shape) if quantized else (pool_k.shape, pool_v.shape)
     if kshape != vshape or h % kshape[0] or kshape[3] != d:
-        raise ValueError(f"{kernel}: q {q.shape} needs pools [kv_heads, pages, page_size, {d}] with heads a "
-                         f"multiple of kv_heads, got keys {kshape} and values {vshape}")
+        raise ValueError(
+            f"{kernel}: q {q.shape} needs pools [kv_heads, pages, page_size, {d}] with heads a "
+            f"multiple of kv_heads, got keys {kshape} and values {vshape}"
+        )
     if lengths.shape != (s,) or table.ndim != 2 or table.shape[0] != s:
-        raise ValueError(f"{kernel}: lengths must be [{s}] and table [{s}, pages], got "
-                         f"{lengths.shape} and {table.shape}")
+        raise ValueError(
+            f"{kernel}: lengths must be [{s}] and table [{s}, pages], got {lengths.shape} and {table.shape}"
+        )
     if pages_per_block < 1:
         raise ValueError(f"pages_per_block must be >= 1, got {pages_per_block}")
     return quantized, kshape
 
 
-def paged_kernel_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, table: jax.Array, *,
-                           pages_per_block: int) -> jax.Array:
+def paged_kernel_attention(
+    q: jax.Array, pool_k, pool_v, lengths: jax.Array, table: jax.Array, *, pages_per_block: int
+) -> jax.Array:
     """One query per slot ``q [S, H, D]`` over its first ``lengths[s]`` paged keys -> ``[S, H, D]``.
 
     Under a mesh (``jax.set_mesh``) the kernel runs inside ``jax.shard_map`` (Mosaic kernels cannot
@@ -81,8 +87,12 @@ def paged_kernel_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, tab
     q_spec, pool_spec, slot_spec = _specs(mesh, s, kv)
     if quantized:
         pool_spec = QuantizedPages(pool_spec, P(*pool_spec[:3]))  # pyright: ignore[reportArgumentType] (a pytree of specs)
-    return jax.shard_map(run, in_specs=(q_spec, pool_spec, pool_spec, slot_spec, P(slot_spec[0], None)),
-                         out_specs=q_spec, check_vma=False)(q, pool_k, pool_v, lengths, table)
+    return jax.shard_map(
+        run,
+        in_specs=(q_spec, pool_spec, pool_spec, slot_spec, P(slot_spec[0], None)),
+        out_specs=q_spec,
+        check_vma=False,
+    )(q, pool_k, pool_v, lengths, table)
 
 
 def _specs(mesh, slots: int, kv_heads: int):
@@ -102,8 +112,9 @@ def _specs(mesh, slots: int, kv_heads: int):
 def _kernel8(q, pool_k, pool_v, lengths, table, pages_per_block):
     """The int8 kernel on one shard (q in fp32, pre-scaled)."""
     scaled = q.astype(jnp.float32) * (q.shape[-1] ** -0.5)
-    out = int8_paged_attention(scaled, pool_k.data, pool_k.scale, pool_v.data, pool_v.scale, lengths, table,
-                               pages_per_block=pages_per_block)
+    out = int8_paged_attention(
+        scaled, pool_k.data, pool_k.scale, pool_v.data, pool_v.scale, lengths, table, pages_per_block=pages_per_block
+    )
     return out.astype(q.dtype)
 
 

@@ -12,6 +12,7 @@ to a real page (whole compute blocks are read, then masked); the table padded to
 and Triton's shape rules (powers of two, blocks of >= 16 tokens) checked before it is chosen. Off
 GPU it runs in Pallas interpret mode, which the tests use on CPU.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,7 @@ def gpu_kernel_unsupported(head_dim: int, pool_dtype, on: str, page_size: int | 
     if page_size is not None and not _pow2(page_size):
         return f"page_size {page_size} must be a power of two for the GPU paged kernel (Triton)"
     if jnp.dtype(pool_dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.int8)):
-        return (f"the GPU paged kernel reads bfloat16, float16 or int8 pages, the pool is "
-                f"{jnp.dtype(pool_dtype).name}")
+        return f"the GPU paged kernel reads bfloat16, float16 or int8 pages, the pool is {jnp.dtype(pool_dtype).name}"
     return None
 
 
@@ -51,8 +51,16 @@ def compute_block(page_size: int, pages_per_block: int) -> int:
     return max(pages, -(-MIN_BLOCK // page_size))
 
 
-def gpu_paged_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, table: jax.Array, *,
-                        pages_per_block: int, interpret: bool | None = None) -> jax.Array:
+def gpu_paged_attention(
+    q: jax.Array,
+    pool_k,
+    pool_v,
+    lengths: jax.Array,
+    table: jax.Array,
+    *,
+    pages_per_block: int,
+    interpret: bool | None = None,
+) -> jax.Array:
     """One query per slot ``q [S, H, D]`` over its first ``lengths[s]`` paged keys -> ``[S, H, D]``.
 
     ``interpret`` (default: unless JAX's default backend is a GPU) runs the kernel in Pallas
@@ -79,8 +87,12 @@ def gpu_paged_attention(q: jax.Array, pool_k, pool_v, lengths: jax.Array, table:
     q_spec, pool_spec, slot_spec = _specs(mesh, s, kv)
     if quantized:
         pool_spec = QuantizedPages(pool_spec, P(*pool_spec[:3]))  # pyright: ignore[reportArgumentType] (a pytree of specs)
-    return jax.shard_map(run, in_specs=(q_spec, pool_spec, pool_spec, slot_spec, P(slot_spec[0], None)),
-                         out_specs=q_spec, check_vma=False)(q, pool_k, pool_v, lengths.astype(jnp.int32), table)
+    return jax.shard_map(
+        run,
+        in_specs=(q_spec, pool_spec, pool_spec, slot_spec, P(slot_spec[0], None)),
+        out_specs=q_spec,
+        check_vma=False,
+    )(q, pool_k, pool_v, lengths.astype(jnp.int32), table)
 
 
 def _kernel(q, pool_k, pool_v, lengths, table, *, pages_per_block: int, k_splits: int, interpret: bool):
@@ -93,6 +105,7 @@ def _kernel(q, pool_k, pool_v, lengths, table, *, pages_per_block: int, k_splits
         args = (scaled, pool_k.data, pool_v.data, table, lengths, pool_k.scale, pool_v.scale)
     else:
         args = (scaled.astype(pool_k.dtype), pool_k, pool_v, table, lengths)
-    out = paged_attention(*args, block_h=BLOCK_H, pages_per_compute_block=pages_per_block, k_splits=k_splits,
-                          interpret=interpret)
+    out = paged_attention(
+        *args, block_h=BLOCK_H, pages_per_compute_block=pages_per_block, k_splits=k_splits, interpret=interpret
+    )
     return out.astype(q.dtype)

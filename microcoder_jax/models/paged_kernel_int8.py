@@ -15,6 +15,7 @@ with the slot's length, as the pages do (no gather of the whole table's scales o
 An idle slot (length 0) reads nothing and gives zeros. Interpret mode
 (``pltpu.force_tpu_interpret_mode()``) runs it on CPU for the tests.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,19 +53,44 @@ def int8_paged_attention(q, k_data, k_scale, v_data, v_scale, lengths, table, *,
     out = pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=2, grid=(s, kv),
+            num_scalar_prefetch=2,
+            grid=(s, kv),
             in_specs=[q_spec, any_spec, any_spec, any_spec, any_spec],
             out_specs=q_spec,
-            scratch_shapes=(buffer, buffer, scales, scales, pltpu.SemaphoreType.DMA((2,)),
-                            pltpu.SemaphoreType.DMA((2,)))),
+            scratch_shapes=(
+                buffer,
+                buffer,
+                scales,
+                scales,
+                pltpu.SemaphoreType.DMA((2,)),
+                pltpu.SemaphoreType.DMA((2,)),
+            ),
+        ),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary")),
         out_shape=jax.ShapeDtypeStruct(q4.shape, jnp.float32),
     )(lengths.astype(jnp.int32), table.reshape(-1).astype(jnp.int32), q4, k_data, k_scale, v_data, v_scale)
     return out.reshape(s, h, d)
 
 
-def _kernel(lengths_ref, table_ref, q_ref, k_hbm, ks_hbm, v_hbm, vs_hbm, o_ref, k_buf, v_buf, ks_buf, vs_buf,
-            k_sem, v_sem, *, pages_per_block: int, table_width: int):
+def _kernel(
+    lengths_ref,
+    table_ref,
+    q_ref,
+    k_hbm,
+    ks_hbm,
+    v_hbm,
+    vs_hbm,
+    o_ref,
+    k_buf,
+    v_buf,
+    ks_buf,
+    vs_buf,
+    k_sem,
+    v_sem,
+    *,
+    pages_per_block: int,
+    table_width: int,
+):
     b, h = pl.program_id(0), pl.program_id(1)
     length = lengths_ref[b]
     ps, d = k_buf.shape[2], k_buf.shape[3]
@@ -78,10 +104,12 @@ def _kernel(lengths_ref, table_ref, q_ref, k_hbm, ks_hbm, v_hbm, vs_hbm, o_ref, 
             out.append(pltpu.make_async_copy(k_hbm.at[h, page], k_buf.at[slot, j], k_sem.at[slot]))
             out.append(pltpu.make_async_copy(v_hbm.at[h, page], v_buf.at[slot, j], v_sem.at[slot]))
             # the page's scales ride on the same semaphores: a (1, page_size) row of [pages, page_size]
-            out.append(pltpu.make_async_copy(ks_hbm.at[h, pl.ds(page, 1)], ks_buf.at[slot, pl.ds(j, 1)],
-                                             k_sem.at[slot]))
-            out.append(pltpu.make_async_copy(vs_hbm.at[h, pl.ds(page, 1)], vs_buf.at[slot, pl.ds(j, 1)],
-                                             v_sem.at[slot]))
+            out.append(
+                pltpu.make_async_copy(ks_hbm.at[h, pl.ds(page, 1)], ks_buf.at[slot, pl.ds(j, 1)], k_sem.at[slot])
+            )
+            out.append(
+                pltpu.make_async_copy(vs_hbm.at[h, pl.ds(page, 1)], vs_buf.at[slot, pl.ds(j, 1)], v_sem.at[slot])
+            )
         return out
 
     @pl.when(n > 0)

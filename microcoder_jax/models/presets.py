@@ -1,4 +1,5 @@
 """Named Qwen3 and Qwen2 shapes, copied from the released ``config.json`` files, plus tiny test shapes."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,46 +9,98 @@ from typing import Optional
 from microcoder_jax.blocks import Block, knob
 from microcoder_jax.models.qwen3 import DecoderConfig
 
-_QWEN3 = dict(vocab_size=151936, head_dim=128, num_kv_heads=8, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-              max_position_embeddings=40960)
+_QWEN3 = dict(
+    vocab_size=151936,
+    head_dim=128,
+    num_kv_heads=8,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=40960,
+)
 
 
 def _qwen3(hidden, inter, layers, heads, tied, **extra) -> DecoderConfig:
-    return DecoderConfig(hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
-                       tie_word_embeddings=tied, **{**_QWEN3, **extra})
+    return DecoderConfig(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_layers=layers,
+        num_heads=heads,
+        tie_word_embeddings=tied,
+        **{**_QWEN3, **extra},
+    )
 
 
-_QWEN2 = dict(vocab_size=151936, num_kv_heads=2, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-              max_position_embeddings=32768, family="qwen2")
+_QWEN2 = dict(
+    vocab_size=151936,
+    num_kv_heads=2,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    max_position_embeddings=32768,
+    family="qwen2",
+)
 
 
 def _qwen2(hidden, inter, layers, heads, tied, **extra) -> DecoderConfig:
     """Qwen2 / Qwen2.5 (and the DeepSeek-R1-Distill-Qwen models built on it): head_dim = hidden / heads."""
-    return DecoderConfig(hidden_size=hidden, intermediate_size=inter, num_layers=layers, num_heads=heads,
-                       head_dim=hidden // heads, tie_word_embeddings=tied, **{**_QWEN2, **extra})
+    return DecoderConfig(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_layers=layers,
+        num_heads=heads,
+        head_dim=hidden // heads,
+        tie_word_embeddings=tied,
+        **{**_QWEN2, **extra},
+    )
 
 
 PRESETS: dict[str, DecoderConfig] = {
     "qwen3-0.6b": _qwen3(1024, 3072, 28, 16, True),
     "qwen3-1.7b": _qwen3(2048, 6144, 28, 16, True),
     "qwen3-4b": _qwen3(2560, 9728, 36, 32, True),
-    "qwen3-4b-instruct-2507": _qwen3(2560, 9728, 36, 32, True, rope_theta=5_000_000.0,
-                                     max_position_embeddings=262144),
+    "qwen3-4b-instruct-2507": _qwen3(2560, 9728, 36, 32, True, rope_theta=5_000_000.0, max_position_embeddings=262144),
     "qwen3-8b": _qwen3(4096, 12288, 36, 32, False),
     "qwen3-14b": _qwen3(5120, 17408, 40, 40, False),
     "qwen3-32b": _qwen3(5120, 25600, 64, 64, False),
     "qwen2.5-1.5b": _qwen2(1536, 8960, 28, 12, True),  # Qwen2.5-Coder-1.5B(-Instruct) has the same shape
     "qwen2.5-7b": _qwen2(3584, 18944, 28, 28, False, num_kv_heads=4, vocab_size=152064),  # and -Coder-7B
     "r1-distill-qwen-1.5b": _qwen2(1536, 8960, 28, 12, False, rope_theta=10000.0, max_position_embeddings=131072),
-    "r1-distill-qwen-7b": _qwen2(3584, 18944, 28, 28, False, num_kv_heads=4, vocab_size=152064, rope_theta=10000.0,
-                                 max_position_embeddings=131072),
+    "r1-distill-qwen-7b": _qwen2(
+        3584,
+        18944,
+        28,
+        28,
+        False,
+        num_kv_heads=4,
+        vocab_size=152064,
+        rope_theta=10000.0,
+        max_position_embeddings=131072,
+    ),
     # Test shapes: head_dim != hidden / heads and GQA, as in the real models.
-    "tiny": DecoderConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-                        num_kv_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
-                        max_position_embeddings=256),
-    "tiny-qwen2": DecoderConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-                              num_kv_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
-                              max_position_embeddings=256, family="qwen2"),
+    "tiny": DecoderConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        max_position_embeddings=256,
+    ),
+    "tiny-qwen2": DecoderConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        max_position_embeddings=256,
+        family="qwen2",
+    ),
 }
 
 
@@ -71,21 +124,31 @@ class ModelConfig(Block):
 
     path: str = knob("", "HF checkpoint dir (config.json + *.safetensors); '' = random init from model.preset")
     preset: str = knob("tiny", f"shape when model.path is '': {', '.join(PRESETS)}")
-    vocab_size: Optional[int] = knob(None, "shape override (None = preset/checkpoint; a random init takes the "
-                                     "tokenizer's)", at_least=1)
+    vocab_size: Optional[int] = knob(
+        None, "shape override (None = preset/checkpoint; a random init takes the tokenizer's)", at_least=1
+    )
     hidden_size: Optional[int] = knob(None, _SHAPE, at_least=1)
     intermediate_size: Optional[int] = knob(None, _SHAPE, at_least=1)
     num_layers: Optional[int] = knob(None, _SHAPE, at_least=1)
     num_heads: Optional[int] = knob(None, _SHAPE, at_least=1)
     num_kv_heads: Optional[int] = knob(None, _SHAPE, at_least=1)
     head_dim: Optional[int] = knob(None, _SHAPE, at_least=1)
-    dtype: str = knob("bfloat16", "compute dtype: bfloat16, float32, float16 (softmax and norms always float32)",
-                      choices=("bfloat16", "float32", "float16"))
+    dtype: str = knob(
+        "bfloat16",
+        "compute dtype: bfloat16, float32, float16 (softmax and norms always float32)",
+        choices=("bfloat16", "float32", "float16"),
+    )
     param_dtype: str = knob("float32", "master weights and optimizer state dtype", choices=("float32", "bfloat16"))
-    remat: str = knob("full", "layer rematerialisation: none, full, dots, dots_saveable",
-                      choices=("none", "full", "dots", "dots_saveable"))
-    attention: str = knob("auto", "attention: auto (TPU: Pallas flash, GPU: cuDNN for bf16, else XLA), xla, cudnn, "
-                          "splash", choices=("auto", "xla", "cudnn", "splash"))
+    remat: str = knob(
+        "full",
+        "layer rematerialisation: none, full, dots, dots_saveable",
+        choices=("none", "full", "dots", "dots_saveable"),
+    )
+    attention: str = knob(
+        "auto",
+        "attention: auto (TPU: Pallas flash, GPU: cuDNN for bf16, else XLA), xla, cudnn, splash",
+        choices=("auto", "xla", "cudnn", "splash"),
+    )
 
     def check(self) -> None:
         if not self.path and self.preset.lower() not in PRESETS:
@@ -94,8 +157,7 @@ class ModelConfig(Block):
             self.fail("path", self.path, "has no config.json (a Hugging Face checkpoint directory)")
 
 
-SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-              "head_dim")
+SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim")
 
 
 def model_config_from(config, vocab_size: int | None) -> DecoderConfig:

@@ -12,6 +12,7 @@ RMSNorm on q and k before rotary embeddings (``rotate_half`` layout), grouped-qu
 scale ``head_dim ** -0.5``, SwiGLU MLP, tied or untied LM head. Qwen2 (``modeling_qwen2.py``) has
 biases on the q, k and v projections instead of the q/k norms; nothing else differs.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,6 +26,7 @@ from microcoder_jax.models import attention as attn_lib
 from microcoder_jax.models.config import DecoderConfig
 from microcoder_jax.models.decoding import INPUT_DIMS, DecodingParams, decoding_params, is_decoding  # noqa: F401
 from microcoder_jax.sharding import constrain
+
 
 class KVCache(NamedTuple):
     """Preallocated keys and values: one ``[batch, kv_heads, max_len, head_dim]`` array per layer.
@@ -53,6 +55,7 @@ class SharedPrefix(NamedTuple):
 
 # ----------------------------------------------------------------------------------------- params
 
+
 class ParamSpec(NamedTuple):
     """One parameter's shape and the logical name of each of its dims (see sharding.py)."""
 
@@ -80,8 +83,11 @@ def param_specs(config: DecoderConfig) -> dict:
     if c.qk_norm:
         layers.update(q_norm=spec(layer, head_dim), k_norm=spec(layer, head_dim))
     if c.attention_bias:
-        layers.update(q_bias=spec(layer, heads, head_dim), k_bias=spec(layer, kv_heads, head_dim),
-                      v_bias=spec(layer, kv_heads, head_dim))
+        layers.update(
+            q_bias=spec(layer, heads, head_dim),
+            k_bias=spec(layer, kv_heads, head_dim),
+            v_bias=spec(layer, kv_heads, head_dim),
+        )
     vocab = (c.vocab_size, "vocab")
     specs = {"embed": spec(vocab, embed), "layers": layers, "final_norm": spec(embed)}
     if not c.tie_word_embeddings:
@@ -114,8 +120,14 @@ def init_params(config: DecoderConfig, rng: jax.Array) -> dict:
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(shapes, is_leaf=_is_shape)[0]]
     keys = jax.random.split(rng, len(leaves))
     dtype = jnp.dtype(config.param_dtype)
-    out = [jnp.ones(s, dtype) if "norm" in p else jnp.zeros(s, dtype) if "bias" in p
-           else (0.02 * jax.random.normal(k, s, jnp.float32)).astype(dtype) for p, s, k in zip(paths, leaves, keys)]
+    out = [
+        jnp.ones(s, dtype)
+        if "norm" in p
+        else jnp.zeros(s, dtype)
+        if "bias" in p
+        else (0.02 * jax.random.normal(k, s, jnp.float32)).astype(dtype)
+        for p, s, k in zip(paths, leaves, keys)
+    ]
     return jax.tree.unflatten(treedef, out)
 
 
@@ -128,6 +140,7 @@ def init_cache(config: DecoderConfig, batch: int, max_len: int, dtype: Any = Non
 
 
 # ------------------------------------------------------------------------------------------- math
+
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     """RMSNorm over the last dim, computed in fp32, returned in ``x.dtype``."""
@@ -215,7 +228,7 @@ def _layer(config: DecoderConfig, x, p, rope, attend, out_in: bool = False):
         if out_in:  # DecodingParams: already 2-D (out, in)
             y = jnp.einsum("ni,oi->no", a.reshape(a.shape[0], -1), w)
         else:
-            w = w.reshape(math.prod(w.shape[:_INPUT_DIMS[name]]), -1)
+            w = w.reshape(math.prod(w.shape[: _INPUT_DIMS[name]]), -1)
             y = jnp.einsum("ni,io->no", a.reshape(a.shape[0], -1), w)
         bias = p.get(name.replace("_proj", "_bias"))
         return y if bias is None else y + bias.astype(dtype).reshape(-1)
@@ -259,16 +272,25 @@ def lm_head(params: dict | DecodingParams, config: DecoderConfig, hidden: jax.Ar
     tied, out_in = config.tie_word_embeddings, is_decoding(params)
     weight = _get(params, "embed" if tied else "lm_head")
     spec = "nd,vd->nv" if tied or out_in else "nd,dv->nv"
-    logits = jnp.einsum(spec, hidden.reshape(-1, hidden.shape[-1]), weight.astype(hidden.dtype),
-                        preferred_element_type=jnp.float32)
+    logits = jnp.einsum(
+        spec, hidden.reshape(-1, hidden.shape[-1]), weight.astype(hidden.dtype), preferred_element_type=jnp.float32
+    )
     return logits.reshape(*hidden.shape[:-1], -1)
 
 
-def forward(params: dict | DecodingParams, config: DecoderConfig, input_ids: jax.Array, *,
-            attention_mask: jax.Array | None = None,
-            positions: jax.Array | None = None, cache: KVCache | None = None,
-            cache_index: jax.Array | int | None = None, prefix: SharedPrefix | None = None,
-            return_hidden: bool = False, segment_ids: jax.Array | None = None):
+def forward(
+    params: dict | DecodingParams,
+    config: DecoderConfig,
+    input_ids: jax.Array,
+    *,
+    attention_mask: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    cache: KVCache | None = None,
+    cache_index: jax.Array | int | None = None,
+    prefix: SharedPrefix | None = None,
+    return_hidden: bool = False,
+    segment_ids: jax.Array | None = None,
+):
     """Logits (float32 ``[B, T, vocab]``) or final hidden states, and the updated cache.
 
     Without a cache ``attention_mask [B, T]`` marks real tokens (left padding = 0) and positions
@@ -296,8 +318,17 @@ def forward(params: dict | DecodingParams, config: DecoderConfig, input_ids: jax
         rope = rope_tables(positions, config)
 
         def body(x, p):
-            attend = lambda q, k, v: (attn_lib.causal_attention(q, k, v, mask, config.attention,  # noqa: E731
-                                                                 segment_ids=segment_ids), None)
+            attend = lambda q, k, v: (
+                attn_lib.causal_attention(
+                    q,
+                    k,
+                    v,
+                    mask,
+                    config.attention,  # noqa: E731
+                    segment_ids=segment_ids,
+                ),
+                None,
+            )
             return _layer(config, x, p, rope, attend)[0], None
 
         if is_decoding(params):

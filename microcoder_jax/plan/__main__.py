@@ -8,6 +8,7 @@ fit, the settings that do. GPUs and other devices: `--topology h100 --devices 8`
 `--devices N --hbm-gib X` (analytic only). `--nosearch`: report only, compile no candidates;
 `--cache-dir DIR` ('' = off). Exit 0: everything fits; 1: something does not; 2: bad input.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,12 +32,15 @@ def _plan(argv) -> int:
     helps = ("-h", "--help", "-help", "--helpfull")
     if not any(a == "--config" or a.startswith("--config=") for a in argv) and not any(a in helps for a in argv):
         raise ConfigError("--config is required, e.g. --config=configs/paper.py:qwen3-4b,microcoder")
-    fv = cli.parse(argv, prog="python -m microcoder_jax.plan", doc=__doc__, default_file=None,
-                   define_flags=_define_flags)
+    fv = cli.parse(
+        argv, prog="python -m microcoder_jax.plan", doc=__doc__, default_file=None, define_flags=_define_flags
+    )
     config = fv.config
     if config.data.task != "demo" and not config.model.path and config.model.preset == "tiny":
-        raise ConfigError("the config names no model: add --config.model.path=DIR (a Hugging Face checkpoint's "
-                          "config.json) or --config.model.preset=qwen3-4b-instruct-2507 (or qwen3-1.7b)")
+        raise ConfigError(
+            "the config names no model: add --config.model.path=DIR (a Hugging Face checkpoint's "
+            "config.json) or --config.model.preset=qwen3-4b-instruct-2507 (or qwen3-1.7b)"
+        )
     from microcoder_jax.plan import lengths, planner, report, timing
     from microcoder_jax.plan.topologies import TopologyError, parse_topology
 
@@ -55,16 +59,21 @@ def _plan(argv) -> int:
         try:
             topology.devices()
         except Exception as e:  # noqa: BLE001
-            raise ConfigError(f"cannot make TPU devices for {topology.aot_name} ({str(e).splitlines()[0][:120]}): "
-                              "install libtpu with pip install 'jax[tpu]', or plan analytically with "
-                              "--devices N --hbm-gib X") from None
+            raise ConfigError(
+                f"cannot make TPU devices for {topology.aot_name} ({str(e).splitlines()[0][:120]}): "
+                "install libtpu with pip install 'jax[tpu]', or plan analytically with "
+                "--devices N --hbm-gib X"
+            ) from None
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         result = planner.plan(config, topology, cache_dir=fv.cache_dir or None, search=fv.search, log=log)
     except (ValueError, KeyError, OSError) as e:  # the config does not build (shapes, mesh, model)
         raise ConfigError(f"the config does not build for {topology.name}: {e}") from None
-    config_name = next(a.partition("=")[2] if a.startswith("--config=") else argv[i + 1]
-                       for i, a in enumerate(argv) if a.startswith("--config=") or a == "--config")
+    config_name = next(
+        a.partition("=")[2] if a.startswith("--config=") else argv[i + 1]
+        for i, a in enumerate(argv)
+        if a.startswith("--config=") or a == "--config"
+    )
     if not topology.chip.peak_flops:
         print(report.render(result, config_name))
         return 0 if result.fits else 1
@@ -74,9 +83,19 @@ def _plan(argv) -> int:
     if fv.split:
         for label, roll, learn, link in timing.split_layouts(topology, config):
             log(f"planning the split {label} (analytic) ...")
-            splits.append(timing.split_plan(config, topology, profile, planner.plan, label, roll, learn, link,
-                                            summary["step_serial_s"] - summary["phases"].get("eval", {}).get(
-                                                "serial_s", 0.0)))
+            splits.append(
+                timing.split_plan(
+                    config,
+                    topology,
+                    profile,
+                    planner.plan,
+                    label,
+                    roll,
+                    learn,
+                    link,
+                    summary["step_serial_s"] - summary["phases"].get("eval", {}).get("serial_s", 0.0),
+                )
+            )
     cuts = timing.cuts(result, config, profile, times, summary, splits)
     if fv.json:
         import json

@@ -6,6 +6,7 @@ activations under the remat policy, the vocab-projection chunk, the KV cache. Ti
 HBM bytes per program with every loop's trip count counted here (XLA's cost analysis counts a
 loop body once), against the chip's peak and bandwidth: a roofline bound, not a measurement.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,15 @@ class Estimate:
 
 
 def _dims(mc):
-    d, h, k, hd, f, v, l = (mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.intermediate_size,
-                            mc.vocab_size, mc.num_layers)
+    d, h, k, hd, f, v, l = (
+        mc.hidden_size,
+        mc.num_heads,
+        mc.num_kv_heads,
+        mc.head_dim,
+        mc.intermediate_size,
+        mc.vocab_size,
+        mc.num_layers,
+    )
     layer = d * hd * (h + 2 * k) + h * hd * d + 3 * d * f  # matmul weights of one layer
     return d, h, k, hd, f, v, l, layer
 
@@ -72,9 +80,12 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     mb = _split(sh.micro, shards)
     tokens = mb * sh.seq
     splash = mc.attention == "splash"
-    saved = {"full": l * tokens * d * 2, "none": l * _layer_activations(mc, tokens, splash, t, sh.seq),
-             "dots": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2,
-             "dots_saveable": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2}[mc.remat]
+    saved = {
+        "full": l * tokens * d * 2,
+        "none": l * _layer_activations(mc, tokens, splash, t, sh.seq),
+        "dots": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2,
+        "dots_saveable": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2,
+    }[mc.remat]
     chunk = min(rl_config.logprob_chunk, sh.seq - 1)
     # The LM head's gradient is summed once at the log-prob shard_map's boundary, straight into the
     # sharded gradient (rl/logprobs.head_logprobs): no full-size f32 copy of it is alive.
@@ -145,13 +156,15 @@ def prefill(program: Program, mesh, prompts: int, width: int, group: int) -> Est
     }
     if not _decoding(program.args[0]):
         comp["gathered weights (one layer x2)"] = 2 * layer * 2 // t
-    flops = 2.0 * l * layer * prompts * width + 2.0 * v * d * prompts + _attention_flops(
-        mc, prompts, width, width, splash)
+    flops = (
+        2.0 * l * layer * prompts * width + 2.0 * v * d * prompts + _attention_flops(mc, prompts, width, width, splash)
+    )
     return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 2 / t)
 
 
-def decode(program: Program, mesh, prompts: int, group: int, width: int, max_new: int, phases: int,
-           gathers_weights: bool) -> Estimate:
+def decode(
+    program: Program, mesh, prompts: int, group: int, width: int, max_new: int, phases: int, gathers_weights: bool
+) -> Estimate:
     """`gathers_weights`: the compiled loop all-gathers FSDP-sharded weights every step (else
     the sampler holds a decode copy replicated over the data axes)."""
     from microcoder_jax.sampling.sampler import phase_ends
@@ -192,10 +205,14 @@ def decode_layout(program: Program, mesh) -> Estimate:
     d, h, k, hd, f, v, l, layer = _dims(mc)
     _, t, _ = _mesh(program.out_mesh if program.out_mesh is not None else mesh)
     copy = (l * layer + v * d) * 2 // t
-    return Estimate({"params (args)": local_bytes(program.args[0]),
-                     "decode copy out (compute dtype, split over tensor only)": copy,
-                     "cast / transpose temporaries (about one more copy)": copy},
-                    hbm_bytes=local_bytes(program.args[0]) + (l * layer + v * d) * 2 / t)
+    return Estimate(
+        {
+            "params (args)": local_bytes(program.args[0]),
+            "decode copy out (compute dtype, split over tensor only)": copy,
+            "cast / transpose temporaries (about one more copy)": copy,
+        },
+        hbm_bytes=local_bytes(program.args[0]) + (l * layer + v * d) * 2 / t,
+    )
 
 
 def _decoding(params) -> bool:
@@ -229,4 +246,3 @@ def per_step_collective_bytes(loops: list[dict]) -> float:
         return own * (trips(parent) if parent else 1)
 
     return float(sum(sum(b for _, b in lp["collectives"].values()) * trips(lp) for lp in loops))
-

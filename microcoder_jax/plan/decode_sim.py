@@ -9,6 +9,7 @@ each occupied slot's own pages and keeps every prompt page; with the planner's p
 engine's default: every prompt plus S sequences at the cap) admission never waits on pages, and
 the step count is exact (tests/test_plan_lengths.py runs the engine beside it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,9 +37,19 @@ class Schedule:
         return int(self.widths.sum())
 
 
-def simulate(lengths, prompt_lens, *, group: int, slots: int, page_size: int = 16, refill_every: int = 4,
-             tail_slots: int | None = None, num_pages: int | None = None, max_new: int | None = None,
-             prompt_width: int | None = None) -> Schedule:
+def simulate(
+    lengths,
+    prompt_lens,
+    *,
+    group: int,
+    slots: int,
+    page_size: int = 16,
+    refill_every: int = 4,
+    tail_slots: int | None = None,
+    num_pages: int | None = None,
+    max_new: int | None = None,
+    prompt_width: int | None = None,
+) -> Schedule:
     """The schedule of one `generate_paged` call: rows prompt-major (prompt i's G samples are rows
     i*G .. i*G+G-1, queued in that order), `lengths[r]` tokens each, `prompt_lens[i]` prompt tokens."""
     caps = np.asarray(lengths, np.int64)
@@ -86,8 +97,9 @@ def simulate(lengths, prompt_lens, *, group: int, slots: int, page_size: int = 1
                 outstanding = engine.outstanding_pages(live, plen[r // g], caps[r], t, ps, xp=np)
                 candidate = queue[np.minimum(head + np.arange(s), rows - 1)]
                 need = engine.own_pages(plen[candidate // g], caps[candidate] - 1, ps)
-                take, joins, new_seq = engine.admissions(idle, candidate, need, head, tail,
-                                                         free0 - own(seq, t) - outstanding, xp=np)
+                take, joins, new_seq = engine.admissions(
+                    idle, candidate, need, head, tail, free0 - own(seq, t) - outstanding, xp=np
+                )
                 head += int(take.sum())
                 seq, t = np.where(joins, new_seq, seq), np.where(joins, 0, t)
                 record(joins)  # the first token, from the stored prompt logits

@@ -1,4 +1,5 @@
 """The command-line flags of `python -m microcoder_jax.plan`, in one place for it and plan.packing."""
+
 from __future__ import annotations
 
 from microcoder_jax.plan import programs
@@ -13,9 +14,12 @@ def define_flags(fv) -> None:
     flags.DEFINE_float("hbm_gib", None, "memory per device in GiB (with --devices)", flag_values=fv)
     flags.DEFINE_string("cache_dir", programs.CACHE_DIR, "compiled-results cache ('' = off)", flag_values=fv)
     flags.DEFINE_boolean("search", True, "compile candidates for programs that do not fit", flag_values=fv)
-    flags.DEFINE_string("lengths", "cap", "length profile of the time: cap | paper | lognormal:MEAN,AT_CAP | "
-                        "run:WORKDIR (a run's metrics.jsonl)", flag_values=fv)
+    flags.DEFINE_string(
+        "lengths",
+        "cap",
+        "length profile of the time: cap | paper | lognormal:MEAN,AT_CAP | run:WORKDIR (a run's metrics.jsonl)",
+        flag_values=fv,
+    )
     flags.DEFINE_boolean("json", False, "print the plan as one JSON object", flag_values=fv)
-    flags.DEFINE_boolean("compare", False, "with --lengths=run:WORKDIR: planned vs measured per phase",
-                         flag_values=fv)
+    flags.DEFINE_boolean("compare", False, "with --lengths=run:WORKDIR: planned vs measured per phase", flag_values=fv)
     flags.DEFINE_boolean("split", True, "also plan split rollout | learner layouts of the topology", flag_values=fv)

@@ -4,14 +4,32 @@ Every `while` is one loop; its collectives are those in its body and everything 
 (fusions, async wrappers, conditionals), except the bodies of loops nested in it, which are loops
 of their own. Bytes are the collective's result size per device, per iteration.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import re
 
 KINDS = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
-                "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1}
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+}
 _SHAPE = re.compile(r"\b(" + "|".join(_DTYPE_BYTES) + r")\[([\d,]*)\]")
 _HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _OP = re.compile(r"=\s*(.*?)\s(" + "|".join(KINDS) + r")(-start)?\(")
@@ -89,15 +107,18 @@ def loops(text: str) -> list[Loop]:
         trip = _TRIP.search(line)
         cond = re.search(r"condition=%?([\w.\-]+)", line)
         bound, dependent = _condition_bound(comps, calls, cond.group(1) if cond else "")
-        out.append(Loop(body, _enclosing(container, whiles, calls), int(trip.group(1)) if trip else bound,
-                        dependent, found))
+        out.append(
+            Loop(body, _enclosing(container, whiles, calls), int(trip.group(1)) if trip else bound, dependent, found)
+        )
     return out
 
 
 def _call_graph(comps: dict) -> dict[str, set[str]]:
     """Computation -> the computations its instructions call (fusions, branches, loop bodies)."""
-    return {c: {n for line in lines for n in _NAME.findall(line.split("=", 1)[-1]) if n in comps and n != c}
-            for c, lines in comps.items()}
+    return {
+        c: {n for line in lines for n in _NAME.findall(line.split("=", 1)[-1]) if n in comps and n != c}
+        for c, lines in comps.items()
+    }
 
 
 def _whiles(comps: dict) -> dict[str, tuple[str, str]]:

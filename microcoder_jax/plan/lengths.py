@@ -12,6 +12,7 @@ meets, drawn for the step's rows.
   rows (a lognormal of that mean and share at the cap) and the mean prompt length (train tokens
   minus generated tokens, per row), from the last `RUN_ROWS` steps.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,10 +57,16 @@ class Profile:
     def describe(self) -> str:
         if self.is_cap:
             return "cap (every response at max_new, every prompt fills its bucket: the worst case)"
-        r = (f"responses lognormal, mean {self.response_mean:.0%} of max_new, {self.response_at_cap:.0%} at the cap"
-             if self.response_mean is not None else "responses at the cap")
-        p = f"prompts lognormal, mean {self.prompt_mean:.0%} of the bucket" if self.prompt_mean is not None else \
-            "prompts fill the bucket"
+        r = (
+            f"responses lognormal, mean {self.response_mean:.0%} of max_new, {self.response_at_cap:.0%} at the cap"
+            if self.response_mean is not None
+            else "responses at the cap"
+        )
+        p = (
+            f"prompts lognormal, mean {self.prompt_mean:.0%} of the bucket"
+            if self.prompt_mean is not None
+            else "prompts fill the bucket"
+        )
         return f"{self.name}: {r}; {p}"
 
 
@@ -117,15 +124,27 @@ def from_run(workdir: str, max_new: int | None = None, prompt_width: int | None 
         raise LengthsError(f"--lengths=run:{workdir}: no config.json there to read max_new_tokens from")
     mean_len = float(np.mean([r["response_length_mean"] for r in rows]))
     at_cap = float(np.mean([r.get("truncation_rate", 0.0) for r in rows]))
-    prompt = [(r["train_tokens"] - r["gen_tokens"]) / r["rows"] for r in rows
-              if r.get("train_tokens") and r.get("gen_tokens") is not None and r.get("rows")]
-    times = {k: float(np.mean([r[k] for r in rows if k in r])) for k in
-             ("time_sample_s", "time_judge_s", "time_judge_wait_s", "time_train_s", "time_step_s")
-             if any(k in r for r in rows)}
-    run = dict(workdir=workdir, steps=len(rows), response_length_mean=mean_len, truncation_rate=at_cap,
-               prompt_length_mean=float(np.mean(prompt)) if prompt else None, max_new=max_new,
-               prompt_width=prompt_width, times=times,
-               device=next((r["device_kind"] for r in rows if "device_kind" in r), None))
+    prompt = [
+        (r["train_tokens"] - r["gen_tokens"]) / r["rows"]
+        for r in rows
+        if r.get("train_tokens") and r.get("gen_tokens") is not None and r.get("rows")
+    ]
+    times = {
+        k: float(np.mean([r[k] for r in rows if k in r]))
+        for k in ("time_sample_s", "time_judge_s", "time_judge_wait_s", "time_train_s", "time_step_s")
+        if any(k in r for r in rows)
+    }
+    run = dict(
+        workdir=workdir,
+        steps=len(rows),
+        response_length_mean=mean_len,
+        truncation_rate=at_cap,
+        prompt_length_mean=float(np.mean(prompt)) if prompt else None,
+        max_new=max_new,
+        prompt_width=prompt_width,
+        times=times,
+        device=next((r["device_kind"] for r in rows if "device_kind" in r), None),
+    )
     mean = min(max(mean_len / max_new, 0.01), 0.99)
     at_cap = min(max(at_cap, 0.001), mean * 0.9)
     pmean = None if not prompt or not prompt_width else min(max(float(np.mean(prompt)) / prompt_width, 0.01), 0.99)
@@ -135,4 +154,3 @@ def from_run(workdir: str, max_new: int | None = None, prompt_width: int | None 
 def mean_of(profile: Profile, cap: int) -> float:
     """The profile's expected response length in tokens (for a quick look, not the simulation)."""
     return cap if profile.response_mean is None else profile.response_mean * cap
-

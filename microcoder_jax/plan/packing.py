@@ -10,6 +10,7 @@ both passes on each layout: compute as the roofline max(FLOPs / peak, HBM bytes 
 plus the FSDP collectives (weights gathered per micro-batch, gradients reduced) over the chip's
 ICI bandwidth, not overlapped. An estimate from public peak figures, not a measurement.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,6 +18,7 @@ import math
 import sys
 
 import numpy as np
+
 
 def lognormal_lengths(rng, n: int, cap: int, mean_frac: float, at_cap: float) -> np.ndarray:
     """n lengths in [1, cap]: lognormal with P(X >= cap) = at_cap, E[min(X, cap)] = mean_frac * cap."""
@@ -77,22 +79,36 @@ def compare_mask(config, topology, mask) -> dict:
 
     rl = dataclasses.replace(config_lib.make_rl_config(config), packing=True)
     mesh = planner.abstract_mesh(config, topology.num_devices)
-    progs = {p.name: p for p in programs.rl_step_programs(config, rl, mesh, tpu=topology.chip.tpu)
-             if p.name in ("old log-probs", "train step")}
+    progs = {
+        p.name: p
+        for p in programs.rl_step_programs(config, rl, mesh, tpu=topology.chip.tpu)
+        if p.name in ("old log-probs", "train step")
+    }
     sh = programs.shapes_of(config, rl, mesh)
     useful = int(mask.sum())
     chip, n, ici = topology.chip, topology.num_devices, topology.chip.ici_bandwidth or float("nan")
     step_pack = packing.for_step(mask, rl, mesh)
     lp_pack, lp_micro = packing.for_logprobs(mask, rl, mesh)
     width = step_pack.src.shape[1]
-    out = {"useful_padded": useful / mask.size, "useful_packed_step": packing.useful_fraction(step_pack),
-           "packed_rows_step": step_pack.src.shape[0], "packed_rows_logprobs": lp_pack.src.shape[0],
-           "rows": sh.rows, "width": width, "seq": sh.seq, "passes": {}}
+    out = {
+        "useful_padded": useful / mask.size,
+        "useful_packed_step": packing.useful_fraction(step_pack),
+        "packed_rows_step": step_pack.src.shape[0],
+        "packed_rows_logprobs": lp_pack.src.shape[0],
+        "rows": sh.rows,
+        "width": width,
+        "seq": sh.seq,
+        "passes": {},
+    }
     step_micro = packing.micro_rows(sh.micro, sh.seq, rl.pack_width)
-    layouts = {"padded": (sh, sh.micro, sh), "packed": (
-        dataclasses.replace(sh, rows=lp_pack.src.shape[0], prompt_width=width - sh.max_new, micro=lp_micro),
-        step_micro,
-        dataclasses.replace(sh, rows=step_pack.src.shape[0], prompt_width=width - sh.max_new, micro=step_micro))}
+    layouts = {
+        "padded": (sh, sh.micro, sh),
+        "packed": (
+            dataclasses.replace(sh, rows=lp_pack.src.shape[0], prompt_width=width - sh.max_new, micro=lp_micro),
+            step_micro,
+            dataclasses.replace(sh, rows=step_pack.src.shape[0], prompt_width=width - sh.max_new, micro=step_micro),
+        ),
+    }
     for name, (lp_sh, _, st_sh) in layouts.items():
         for prog_name, s, train in (("old log-probs", lp_sh, False), ("train step", st_sh, True)):
             est = (analytic.train_step if train else analytic.logprobs)(progs[prog_name], mesh, s, rl)
@@ -104,17 +120,21 @@ def compare_mask(config, topology, mask) -> dict:
 
 def render(result: dict, mean_frac: float, at_cap: float) -> str:
     r = result
-    lines = [f"responses: lognormal, mean {mean_frac:.0%} of max_new, {at_cap:.0%} at the cap; prompts uniform "
-             f"in the upper half of the bucket ({r['rows']} rows of {r['seq']})",
-             f"useful tokens: {r['useful_padded']:.1%} of padded positions, {r['useful_packed_step']:.1%} of "
-             f"packed ({r['packed_rows_step']} packed rows of {r['width']} in the train step, "
-             f"{r['packed_rows_logprobs']} in the log-prob pass)",
-             f"{'pass':14s} {'padded s':>9s} {'packed s':>9s} {'speed-up':>9s}   (compute + ICI each, estimate)"]
+    lines = [
+        f"responses: lognormal, mean {mean_frac:.0%} of max_new, {at_cap:.0%} at the cap; prompts uniform "
+        f"in the upper half of the bucket ({r['rows']} rows of {r['seq']})",
+        f"useful tokens: {r['useful_padded']:.1%} of padded positions, {r['useful_packed_step']:.1%} of "
+        f"packed ({r['packed_rows_step']} packed rows of {r['width']} in the train step, "
+        f"{r['packed_rows_logprobs']} in the log-prob pass)",
+        f"{'pass':14s} {'padded s':>9s} {'packed s':>9s} {'speed-up':>9s}   (compute + ICI each, estimate)",
+    ]
     for prog in ("old log-probs", "train step"):
         pad, pack = (r["passes"][(prog, k)] for k in ("padded", "packed"))
         tp, tk = pad["compute_s"] + pad["ici_s"], pack["compute_s"] + pack["ici_s"]
-        lines.append(f"{prog:14s} {tp:9.1f} {tk:9.1f} {tp / tk:8.2f}x   ({pad['compute_s']:.1f} + {pad['ici_s']:.1f}"
-                     f" -> {pack['compute_s']:.1f} + {pack['ici_s']:.1f})")
+        lines.append(
+            f"{prog:14s} {tp:9.1f} {tk:9.1f} {tp / tk:8.2f}x   ({pad['compute_s']:.1f} + {pad['ici_s']:.1f}"
+            f" -> {pack['compute_s']:.1f} + {pack['ici_s']:.1f})"
+        )
     return "\n".join(lines)
 
 
@@ -134,8 +154,9 @@ def main(argv=None) -> int:
         f.DEFINE_boolean("paper", False, "the paper's lengths (mean 0.7, 10% at the cap)", flag_values=fv)
 
     def body() -> int:
-        fv = cli.parse(argv, prog="python -m microcoder_jax.plan.packing", doc=__doc__, default_file=None,
-                       define_flags=flags)
+        fv = cli.parse(
+            argv, prog="python -m microcoder_jax.plan.packing", doc=__doc__, default_file=None, define_flags=flags
+        )
         mean, at_cap = (0.7, 0.1) if fv.paper else (fv.mean, fv.at_cap)
         topology = parse_topology(fv.topology, fv.devices, fv.hbm_gib)
         print(render(compare(fv.config, topology, mean, at_cap), mean, at_cap))

@@ -10,6 +10,7 @@ queue, outputs) is replicated over the data axes and its KV heads split over `te
 counted at its dtype (`sampling.kv_dtype`: int8 keys and values plus a float32 scale per token and
 head); `kv_dtype_rows` gives each decode program's bytes and roofline time at both dtypes.
 """
+
 from __future__ import annotations
 
 import jax
@@ -31,11 +32,21 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
     ps = s.page_size
     if width % ps:
         raise ValueError(f"prompt bucket {width} is not a multiple of sampling.page_size={ps}")
-    return engine.EngineShape(slots=slots, samples=group, max_prompts=prompts, prompt_width=width, max_new=max_new,
-                              page_size=ps, num_pages=engine.default_num_pages(prompts, width, slots, max_new, ps),
-                              block_pages=max(1, 64 // ps), refill_every=s.refill_every,
-                              shrink_at=paged_sampler.shrink_at(paged_sampler.tail_sizes(
-                                  slots, paged_sampler.default_tail_slots(slots)), slots), kv_dtype=s.kv_dtype)
+    return engine.EngineShape(
+        slots=slots,
+        samples=group,
+        max_prompts=prompts,
+        prompt_width=width,
+        max_new=max_new,
+        page_size=ps,
+        num_pages=engine.default_num_pages(prompts, width, slots, max_new, ps),
+        block_pages=max(1, 64 // ps),
+        refill_every=s.refill_every,
+        shrink_at=paged_sampler.shrink_at(
+            paged_sampler.tail_sizes(slots, paged_sampler.default_tail_slots(slots)), slots
+        ),
+        kv_dtype=s.kv_dtype,
+    )
 
 
 def _state(mc, shape, mesh):
@@ -46,7 +57,7 @@ def _state(mc, shape, mesh):
     state = jax.eval_shape(lambda: engine.init_state(mc, shape, 0))
     rep = sharding.replicated(mesh)
     spec = sharding.logical_to_spec(pa.POOL_AXES, mesh, pa.pool_shape(mc, shape.num_pages, shape.page_size))
-    pool_sh = lambda a: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec[:a.ndim]))  # noqa: E731
+    pool_sh = lambda a: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec[: a.ndim]))  # noqa: E731
     out = jax.tree.map(lambda a: _sds(a.shape, a.dtype, rep), state)
     out["pool"] = jax.tree.map(lambda a: _sds(a.shape, a.dtype, pool_sh(a)), state["pool"])
     return out
@@ -60,12 +71,27 @@ def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new) -> lis
     state, params, rep = _state(mc, shape, mesh), sampler_params(mc, mesh), sharding.replicated(mesh)
     a = 1 << (min(prompts, MAX_ADMIT) - 1).bit_length()  # admit blocks are powers of two
     row = lambda d: _sds((a * group,), d, rep)  # noqa: E731
-    admit_args = (state, params, _sds((a, width), jnp.int32, rep), _sds((a, width), jnp.int32, rep),
-                  _sds((), jnp.int32, rep), row(jnp.int32), row(jnp.float32), row(jnp.float32), row(jnp.int32),
-                  row(jnp.int32))
+    admit_args = (
+        state,
+        params,
+        _sds((a, width), jnp.int32, rep),
+        _sds((a, width), jnp.int32, rep),
+        _sds((), jnp.int32, rep),
+        row(jnp.int32),
+        row(jnp.float32),
+        row(jnp.float32),
+        row(jnp.int32),
+        row(jnp.int32),
+    )
     admit = Program(f"{tag} admit", PagedSampler.programs["admit"], admit_args, dict(config=mc, shape=shape), mc, mesh)
-    run_args = (state, params, _sds((2,), jnp.int32, rep), _sds((), jnp.int32, rep), _sds((2,), jnp.uint32, rep),
-                _sds((), jnp.int32, rep))
+    run_args = (
+        state,
+        params,
+        _sds((2,), jnp.int32, rep),
+        _sds((), jnp.int32, rep),
+        _sds((2,), jnp.uint32, rep),
+        _sds((), jnp.int32, rep),
+    )
     run = Program(f"{tag} decode", PagedSampler.programs["decode"], run_args, dict(config=mc, shape=shape), mc, mesh)
     return [admit, run]
 
@@ -89,8 +115,14 @@ def _local_kv_heads(mc, tensor: int) -> int:
 
 def pool_bytes(mc, shape, tensor: int) -> int:
     """pages x page_size x layers x 2 (K, V) x kv_heads (per device) x the token-head bytes of the dtype."""
-    return (shape.num_pages * shape.page_size * mc.num_layers * 2 * _local_kv_heads(mc, tensor)
-            * token_head_bytes(mc, shape.kv_dtype))
+    return (
+        shape.num_pages
+        * shape.page_size
+        * mc.num_layers
+        * 2
+        * _local_kv_heads(mc, tensor)
+        * token_head_bytes(mc, shape.kv_dtype)
+    )
 
 
 def slots_in_same_pool(mc, shape, kv_dtype: str) -> int:
@@ -124,8 +156,11 @@ def estimate(program: Program, mesh):
     t = mesh.shape["tensor"]
     state, params = program.args[0], program.args[1]
     pool = pool_bytes(mc, shape, t)
-    comp = {"params (args)": local_bytes(params), "page pool (args, donated)": pool,
-            "engine state besides the pool (args, donated)": local_bytes(state) - local_bytes(state["pool"])}
+    comp = {
+        "params (args)": local_bytes(params),
+        "page pool (args, donated)": pool,
+        "engine state besides the pool (args, donated)": local_bytes(state) - local_bytes(state["pool"]),
+    }
     if program.name.endswith("admit"):
         a, width = program.args[2].shape
         local = analytic._split(a, mesh.shape["data"] * mesh.shape["fsdp"])  # XLA splits the block's rows
@@ -138,8 +173,9 @@ def estimate(program: Program, mesh):
     kvh, token = max(k // t, 1), token_head_bytes(mc, shape.kv_dtype)
     # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
     if mc.attention != "splash":
-        comp["one layer's gathered pages (f32 keys and values)"] = s * 2 * kvh * shape.block_pages * \
-            shape.page_size * hd * 4 * 2
+        comp["one layer's gathered pages (f32 keys and values)"] = (
+            s * 2 * kvh * shape.block_pages * shape.page_size * hd * 4 * 2
+        )
     comp["sampling temporaries (logits, probs x4)"] = s * v * 4 * 4
     steps = -(-shape.rows // s) * shape.max_new  # every slot busy to the cap: the worst case
     flops = steps * (2.0 * (l * layer + v * d) * s + analytic._attention_flops(mc, s, 1, reads // 2, False))
@@ -177,8 +213,14 @@ def kv_dtype_rows(plan) -> list[dict]:
             est = estimate(dataclasses.replace(p, kwargs=dict(p.kwargs, shape=shape), model_config=mc), p.mesh)
             got[dtype] = dict(pool=pool_bytes(mc, shape, t), hbm=est.hbm_bytes, seconds=est.seconds(chip, n))
         base = dataclasses.replace(p.kwargs["shape"], kv_dtype="model")
-        out.append(dict(name=p.name, slots=base.slots, int8_slots=slots_in_same_pool(p.model_config, base, "int8"),
-                        **{f"{k}_{d}": v for d, r in got.items() for k, v in r.items()}))
+        out.append(
+            dict(
+                name=p.name,
+                slots=base.slots,
+                int8_slots=slots_in_same_pool(p.model_config, base, "int8"),
+                **{f"{k}_{d}": v for d, r in got.items() for k, v in r.items()},
+            )
+        )
     return out
 
 
@@ -192,8 +234,14 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
     prompts = session_prompts(config.data.num_prompts, rl_config)  # DAPO: room for a refill batch too
     on = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, mc.num_kv_heads)  # the sampler's mesh
     layout = programs.decode_layout_program(mc, mesh, on)  # PagedSession reshards once per session
-    return ([layout] + paged_programs("sample", config, mc, on, prompts, sh.group, sh.prompt_width, sh.max_new)
-            + [programs.logprob_program(config, rl_config, mesh, sh, tpu),
-               programs.train_program(config, rl_config, mesh, sh, tpu)]
-            + paged_programs("eval", config, mc, on, config.eval.batch_problems, sh.eval_samples, sh.prompt_width,
-                             sh.eval_max_new))
+    return (
+        [layout]
+        + paged_programs("sample", config, mc, on, prompts, sh.group, sh.prompt_width, sh.max_new)
+        + [
+            programs.logprob_program(config, rl_config, mesh, sh, tpu),
+            programs.train_program(config, rl_config, mesh, sh, tpu),
+        ]
+        + paged_programs(
+            "eval", config, mc, on, config.eval.batch_problems, sh.eval_samples, sh.prompt_width, sh.eval_max_new
+        )
+    )

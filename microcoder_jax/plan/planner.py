@@ -1,5 +1,6 @@
 """Plan one RL step on a topology: compile (or, off TPU, only model) each program, judge whether it
 fits the chip's HBM beside what stays resident, and search a few candidates for what does not."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,8 +55,13 @@ class Plan:
         if row.error and not (row.compiled is not None and row.compiled.oom):
             return "does not compile"
         used = row.total / self.topology.chip.hbm_bytes
-        return "fits" if used <= HEADROOM and not row.error else "tight" if used <= 1.0 and not row.error \
+        return (
+            "fits"
+            if used <= HEADROOM and not row.error
+            else "tight"
+            if used <= 1.0 and not row.error
             else "does not fit"
+        )
 
     @property
     def fits(self) -> bool:
@@ -93,8 +99,16 @@ def _open_session_bytes(config, rl_config, progs) -> int:
     return programs.local_bytes(run.args[0]) + programs.local_bytes(run.args[1])
 
 
-def plan(config, topology: Topology, *, cache_dir: str | None = programs.CACHE_DIR, only: tuple = (),
-         search: bool = True, compile_: bool = True, log=lambda *_: None) -> Plan:
+def plan(
+    config,
+    topology: Topology,
+    *,
+    cache_dir: str | None = programs.CACHE_DIR,
+    only: tuple = (),
+    search: bool = True,
+    compile_: bool = True,
+    log=lambda *_: None,
+) -> Plan:
     """Compile (TPU) or model (others, or compile_=False) every program of one RL step on `topology`."""
     rl_config = config_lib.make_rl_config(config)
     compile_ = compile_ and topology.aot_name is not None
@@ -116,8 +130,11 @@ def plan(config, topology: Topology, *, cache_dir: str | None = programs.CACHE_D
         on = prog.mesh if prog.mesh is not None else mesh
         compiled = programs.compile_program(prog, on, cache_dir, topology.aot_name or "") if compile_ else None
         gathers = _gathers_weights(compiled, mc) if compiled is not None else False  # the decode layout
-        est = (paged.estimate(prog, on) if paged.is_paged(prog)
-               else analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers))
+        est = (
+            paged.estimate(prog, on)
+            if paged.is_paged(prog)
+            else analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers)
+        )
         rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config, open_session)))
     result = Plan(topology, dict(mesh.shape), mc, shapes, rows)
     if search and not result.fits:

@@ -6,6 +6,7 @@ shardings the loop gives its arrays, at the config's real shapes: nothing is all
 widest prompt bucket is planned (the worst case the loop can meet). Compiled results are cached
 on disk by the lowered program's text, so a rerun or a candidate seen before costs no compile.
 """
+
 from __future__ import annotations
 
 import copy
@@ -81,9 +82,11 @@ def make_mesh(config, devices):
         known = math.prod(s for s in sizes if s != -1)
         sizes[sizes.index(-1)] = max(len(devices) // known, 1)
     if math.prod(sizes) > len(devices):
-        raise config_lib.ConfigError(f"mesh data={sizes[0]} fsdp={sizes[1]} tensor={sizes[2]} needs "
-                                     f"{math.prod(sizes)} devices; the topology has {len(devices)}")
-    return sharding.make_mesh(*sizes, devices=devices[:math.prod(sizes)])
+        raise config_lib.ConfigError(
+            f"mesh data={sizes[0]} fsdp={sizes[1]} tensor={sizes[2]} needs "
+            f"{math.prod(sizes)} devices; the topology has {len(devices)}"
+        )
+    return sharding.make_mesh(*sizes, devices=devices[: math.prod(sizes)])
 
 
 def shapes_of(config, rl_config, mesh) -> Shapes:
@@ -93,10 +96,18 @@ def shapes_of(config, rl_config, mesh) -> Shapes:
     rows = config.data.num_prompts * config.sampling.group_size
     micro = min(rl_config.micro_batch_size, rows)
     eval_prompts = -(-config.eval.batch_problems // shards) * shards
-    return Shapes(rows=rows, prompts=prompts, group=config.sampling.group_size,
-                  prompt_width=max(config.data.prompt_buckets), max_new=config.sampling.max_new_tokens,
-                  micro=micro, eval_prompts=eval_prompts, eval_samples=config.eval.samples,
-                  eval_max_new=config.eval.max_new_tokens, phases=config.sampling.decode_phases)
+    return Shapes(
+        rows=rows,
+        prompts=prompts,
+        group=config.sampling.group_size,
+        prompt_width=max(config.data.prompt_buckets),
+        max_new=config.sampling.max_new_tokens,
+        micro=micro,
+        eval_prompts=eval_prompts,
+        eval_samples=config.eval.samples,
+        eval_max_new=config.eval.max_new_tokens,
+        phases=config.sampling.decode_phases,
+    )
 
 
 def _sds(shape, dtype, sh):
@@ -117,8 +128,9 @@ def _logical(mesh, shape, dtype, axes):
 def abstract_params(model_config, mesh):
     """The fp32 master weights as the loop holds them (FSDP-sharded per sharding.py)."""
     shapes = jax.eval_shape(lambda: models.init_params(model_config, jax.random.key(0)))
-    shardings = sharding.logical_to_sharding(models.param_logical_axes(model_config), mesh,
-                                             models.param_shapes(model_config))
+    shardings = sharding.logical_to_sharding(
+        models.param_logical_axes(model_config), mesh, models.param_shapes(model_config)
+    )
     return jax.tree.map(lambda s, h: _sds(s.shape, s.dtype, h), shapes, shardings)
 
 
@@ -153,17 +165,31 @@ def sampler_programs(tag, config, mc, mesh, prompts, group, width, max_new, phas
     params = sampler_params(mc, mesh)
     rows = prompts * group
     ids, mask = (_rows(mesh, (prompts, width), jnp.int32) for _ in range(2))
-    prefill = Program(f"{tag} prefill", StaticSampler.programs["prefill"], (params, ids, mask),
-                      dict(config=mc, num_samples=group), mc)
+    prefill = Program(
+        f"{tag} prefill", StaticSampler.programs["prefill"], (params, ids, mask), dict(config=mc, num_samples=group), mc
+    )
     layer = _logical(mesh, (prompts, mc.num_kv_heads, width, mc.head_dim), mc.dtype, sampler.CACHE_AXES)
     cache = models.KVCache(k=(layer,) * mc.num_layers, v=(layer,) * mc.num_layers)
     logits = _logical(mesh, (rows, mc.vocab_size), jnp.float32, ("batch", "vocab"))
     per_row = [_rows(mesh, (rows,), d) for d in (jnp.float32, jnp.float32, jnp.int32)]
     rep = sharding.replicated(mesh)
-    decode_args = (params, cache, logits, mask, *per_row, _sds((2,), jnp.int32, rep), _sds((), jnp.int32, rep),
-                   _sds((2,), jnp.uint32, rep))
-    decode = Program(f"{tag} decode", StaticSampler.programs["decode"], decode_args,
-                     dict(config=mc, max_new_tokens=max_new, phases=phases), mc)
+    decode_args = (
+        params,
+        cache,
+        logits,
+        mask,
+        *per_row,
+        _sds((2,), jnp.int32, rep),
+        _sds((), jnp.int32, rep),
+        _sds((2,), jnp.uint32, rep),
+    )
+    decode = Program(
+        f"{tag} decode",
+        StaticSampler.programs["decode"],
+        decode_args,
+        dict(config=mc, max_new_tokens=max_new, phases=phases),
+        mc,
+    )
     return [prefill, decode]
 
 
@@ -173,9 +199,14 @@ def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Progr
     mc = model_config_for(config, tpu, shapes.seq)
     n, s = shapes.rows, shapes.seq
     args = (abstract_params(mc, mesh),)
-    kwargs = dict(model_config=mc, tokens=_rows(mesh, (n, s), jnp.int32),
-                  attention_mask=_rows(mesh, (n, s), jnp.int32), temperature=_rows(mesh, (n,), jnp.float32),
-                  chunk=rl_config.logprob_chunk, micro_batch=shapes.micro if n % shapes.micro == 0 else None)
+    kwargs = dict(
+        model_config=mc,
+        tokens=_rows(mesh, (n, s), jnp.int32),
+        attention_mask=_rows(mesh, (n, s), jnp.int32),
+        temperature=_rows(mesh, (n,), jnp.float32),
+        chunk=rl_config.logprob_chunk,
+        micro_batch=shapes.micro if n % shapes.micro == 0 else None,
+    )
     return Program("old log-probs", compute_logprobs.jitted, args, kwargs, mc)
 
 
@@ -186,8 +217,13 @@ def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program
     from microcoder_jax.rl import step as rl_step
 
     mc = model_config_for(config, tpu, shapes.seq)
-    batch = rollout_type.abstract(shapes.rows, shapes.seq, lambda shape, dtype: _rows(mesh, shape, dtype),
-                                  ref=rl_config.kl_beta > 0, sampler=rl_config.is_correction != "none")
+    batch = rollout_type.abstract(
+        shapes.rows,
+        shapes.seq,
+        lambda shape, dtype: _rows(mesh, shape, dtype),
+        ref=rl_config.kl_beta > 0,
+        sampler=rl_config.is_correction != "none",
+    )
     step = rl_step.make_train_step(mc, rl_config, mesh)
     jitted = step.jitted  # pyright: ignore[reportAttributeAccessIssue] (set on the step function in rl/step.py)
     return Program("train step", jitted, (abstract_state(mc, rl_config, mesh), batch), {}, mc)
@@ -198,15 +234,18 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]
     sh = shapes_of(config, rl_config, mesh)
     mc_prompt = model_config_for(config, tpu, sh.prompt_width)
     out = [decode_layout_program(mc_prompt, mesh)]
-    out += sampler_programs("sample", config, mc_prompt, mesh, sh.prompts, sh.group, sh.prompt_width, sh.max_new,
-                           sh.phases)
+    out += sampler_programs(
+        "sample", config, mc_prompt, mesh, sh.prompts, sh.group, sh.prompt_width, sh.max_new, sh.phases
+    )
     out += [logprob_program(config, rl_config, mesh, sh, tpu), train_program(config, rl_config, mesh, sh, tpu)]
-    out += sampler_programs("eval", config, mc_prompt, mesh, sh.eval_prompts, sh.eval_samples, sh.prompt_width,
-                            sh.eval_max_new, sh.phases)
+    out += sampler_programs(
+        "eval", config, mc_prompt, mesh, sh.eval_prompts, sh.eval_samples, sh.prompt_width, sh.eval_max_new, sh.phases
+    )
     return out
 
 
 # ------------------------------------------------------------------------------ compile + cache
+
 
 @dataclasses.dataclass
 class Compiled:
@@ -230,7 +269,7 @@ class Compiled:
         return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
 
 
-_UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def _oom_temps(message: str) -> int:
@@ -254,21 +293,37 @@ def compile_program(program: Program, mesh, cache_dir: str | None = CACHE_DIR, k
     except Exception as e:  # noqa: BLE001 - XLA raises plain runtime errors; the report shows them
         message = str(e)
         temps = _oom_temps(message)
-        args = local_bytes([a for a in jax.tree.leaves((program.args, program.kwargs))
-                            if isinstance(a, jax.ShapeDtypeStruct)])
-        result = Compiled(program.name, args if temps else 0, 0, 0, temps, 0.0, [],
-                          error=message.strip().splitlines()[0][:300], oom=bool(temps))
+        args = local_bytes(
+            [a for a in jax.tree.leaves((program.args, program.kwargs)) if isinstance(a, jax.ShapeDtypeStruct)]
+        )
+        result = Compiled(
+            program.name,
+            args if temps else 0,
+            0,
+            0,
+            temps,
+            0.0,
+            [],
+            error=message.strip().splitlines()[0][:300],
+            oom=bool(temps),
+        )
         if temps and path:
             _write(path, result)
         return result
     mem, compiled_text = compiled.memory_analysis(), compiled.as_text()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    result = Compiled(program.name, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
-                      int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), float((cost or {}).get("flops", 0.0)),
-                      [dataclasses.asdict(loop) for loop in hlo.loops(compiled_text)],
-                      kernels=compiled_text.count('custom_call_target="tpu_custom_call"'),
-                      large_copies=hlo.large_copies(compiled_text, _largest_argument(program) // 2))
+    result = Compiled(
+        program.name,
+        int(mem.argument_size_in_bytes),
+        int(mem.output_size_in_bytes),
+        int(mem.alias_size_in_bytes),
+        int(mem.temp_size_in_bytes),
+        float((cost or {}).get("flops", 0.0)),
+        [dataclasses.asdict(loop) for loop in hlo.loops(compiled_text)],
+        kernels=compiled_text.count('custom_call_target="tpu_custom_call"'),
+        large_copies=hlo.large_copies(compiled_text, _largest_argument(program) // 2),
+    )
     if path:
         _write(path, result)
     return result

@@ -1,5 +1,6 @@
 """What fits instead: candidate settings for each program that does not fit, ranked by the
 analytic model and confirmed by compiling (at most a few compiles per program)."""
+
 from __future__ import annotations
 
 from microcoder_jax.plan.programs import with_overrides
@@ -47,8 +48,10 @@ def _slot_candidates(config, name: str) -> list[tuple[str, dict]]:
     group = config.sampling.group_size if sample else config.eval.samples
     slots = engine_shape(config, prompts, group, max(config.data.prompt_buckets), 1).slots
     if config.sampling.engine == "static":
-        return [(f"paged engine, {s} slots", {"sampling.engine": "paged", "sampling.slots": s})
-                for s in _halves(slots, include=True)]
+        return [
+            (f"paged engine, {s} slots", {"sampling.engine": "paged", "sampling.slots": s})
+            for s in _halves(slots, include=True)
+        ]
     out: list[tuple[str, dict]] = [(f"{s} slots", {"sampling.slots": s}) for s in _halves(slots, include=False)]
     if config.sampling.kv_dtype != "int8":  # the same slots in about half the pool, before fewer slots
         out.insert(0, (f"int8 KV pool, {slots} slots", {"sampling.kv_dtype": "int8"}))
@@ -99,8 +102,12 @@ def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) ->
         else:
             label, changes, total, how = found
             flags = " ".join(f"--config.{k}={v}" for k, v in changes.items())
-            note = ("  (today's loop samples all of a step's prompts in one call: this is the call size that fits)"
-                    if "prompts per sampler call" in label else "")
-            lines.append(f"{name}: {label} fits, {total / 2 ** 30:.1f} GiB of {hbm / 2 ** 30:.1f} GiB ({how}): "
-                         f"{flags}{note}")
+            note = (
+                "  (today's loop samples all of a step's prompts in one call: this is the call size that fits)"
+                if "prompts per sampler call" in label
+                else ""
+            )
+            lines.append(
+                f"{name}: {label} fits, {total / 2**30:.1f} GiB of {hbm / 2**30:.1f} GiB ({how}): {flags}{note}"
+            )
     return lines

@@ -9,6 +9,7 @@ upper bound and overlapped (max of the three) for the lower. Left out: kernel ef
 MXU use is well under peak), collectives outside loops, host work (tokenizing, the judge's CPU
 time: it is not on the chips), the data pipeline, and compile time.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,9 @@ class ProgramTime:
 
     @property
     def bound(self) -> str:
-        return max((("compute", self.compute_s), ("HBM", self.hbm_s), ("ICI", self.collective_s)),
-                   key=lambda kv: kv[1])[0]
+        return max(
+            (("compute", self.compute_s), ("HBM", self.hbm_s), ("ICI", self.collective_s)), key=lambda kv: kv[1]
+        )[0]
 
 
 def _link(topology, nbytes: float) -> float:
@@ -73,7 +75,8 @@ def decode_terms(program, schedule: decode_sim.Schedule):
     keys = -(-schedule.keys // block) * block  # attention reads whole blocks up to the longest live slot
     local = np.where(schedule.widths % shards == 0, schedule.widths // shards, schedule.widths)
     flops = float((2.0 * (l * layer + v * d) * schedule.widths).sum()) + float(
-        sum(analytic._attention_flops(mc, int(s), 1, int(n), False) for s, n in zip(schedule.widths, keys)))
+        sum(analytic._attention_flops(mc, int(s), 1, int(n), False) for s, n in zip(schedule.widths, keys))
+    )
     hbm = float(schedule.steps * (l * layer + v * d) * 2 / t + (local * l * 2 * kvh * token * keys).sum())
     return flops, hbm
 
@@ -107,11 +110,16 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
             group = shape.samples
             prompts_n = shape.rows // group if tag == "eval" else sh.prompts
             cap = shape.max_new
-            sched = decode_sim.simulate(profile.responses(prompts_n * group, cap, seed),
-                                        profile.prompts(prompts_n, shape.prompt_width, seed + 1), group=group,
-                                        slots=shape.slots, page_size=shape.page_size,
-                                        refill_every=shape.refill_every, max_new=cap,
-                                        prompt_width=shape.prompt_width)
+            sched = decode_sim.simulate(
+                profile.responses(prompts_n * group, cap, seed),
+                profile.prompts(prompts_n, shape.prompt_width, seed + 1),
+                group=group,
+                slots=shape.slots,
+                page_size=shape.page_size,
+                refill_every=shape.refill_every,
+                max_new=cap,
+                prompt_width=shape.prompt_width,
+            )
             worst = -(-shape.rows // shape.slots) * cap
             flops, bytes_ = decode_terms(p, sched)
             compute, hbm = _seconds(flops, bytes_, topo)
@@ -137,8 +145,9 @@ def rollout_mask(plan, profile, seed: int = 0) -> np.ndarray:
     prompts = np.repeat(profile.prompts(sh.rows // sh.group, sh.prompt_width, seed + 1), sh.group)
     responses = profile.responses(sh.rows, sh.max_new, seed)
     cols = np.arange(sh.seq)[None]
-    return ((cols >= sh.prompt_width - prompts[:, None]) & (cols < sh.prompt_width + responses[:, None])
-            ).astype(np.int32)
+    return ((cols >= sh.prompt_width - prompts[:, None]) & (cols < sh.prompt_width + responses[:, None])).astype(
+        np.int32
+    )
 
 
 def packed_times(plan, config, profile, seed: int = 0) -> dict:
@@ -147,12 +156,16 @@ def packed_times(plan, config, profile, seed: int = 0) -> dict:
 
     r = compare_mask(config, plan.topology, rollout_mask(plan, profile, seed))
     return {name: r["passes"][(name, "packed")] for name in ("old log-probs", "train step")} | {
-        "padded": {name: r["passes"][(name, "padded")] for name in ("old log-probs", "train step")}}
+        "padded": {name: r["passes"][(name, "padded")] for name in ("old log-probs", "train step")}
+    }
 
 
-PHASES = {"sampling": ("decode layout", "sample prefill", "sample admit", "sample decode"),
-          "old log-probs": ("old log-probs",), "train": ("train step",),
-          "eval": ("eval prefill", "eval admit", "eval decode")}
+PHASES = {
+    "sampling": ("decode layout", "sample prefill", "sample admit", "sample decode"),
+    "old log-probs": ("old log-probs",),
+    "train": ("train step",),
+    "eval": ("eval prefill", "eval admit", "eval decode"),
+}
 
 
 def step_summary(plan, config, times: list[ProgramTime]) -> dict:
@@ -165,14 +178,14 @@ def step_summary(plan, config, times: list[ProgramTime]) -> dict:
         if not rows:
             continue
         scale = (1.0 / every) if phase == "eval" and every else 1.0
-        phases[phase] = dict(serial_s=scale * sum(t.serial_s for t in rows),
-                             overlapped_s=scale * sum(t.overlapped_s for t in rows))
+        phases[phase] = dict(
+            serial_s=scale * sum(t.serial_s for t in rows), overlapped_s=scale * sum(t.overlapped_s for t in rows)
+        )
     total = sum(p["serial_s"] for p in phases.values())
     low = sum(p["overlapped_s"] for p in phases.values())
     for p in phases.values():
         p["share"] = p["serial_s"] / total if total else float("nan")
-    return dict(phases=phases, step_serial_s=total, step_overlapped_s=low,
-                eval_every=every)
+    return dict(phases=phases, step_serial_s=total, step_overlapped_s=low, eval_every=every)
 
 
 def cuts(plan, config, profile, times, summary, splits=None) -> list[dict]:
@@ -194,15 +207,26 @@ def cuts(plan, config, profile, times, summary, splits=None) -> list[dict]:
         shape = dec_row.program.kwargs["shape"]
         if shape.kv_dtype != "int8":
             alt = _decode_with(plan, config, profile, dec_row, kv_dtype="int8")
-            out.append(dict(change="int8 KV pool", flags="--config.sampling.kv_dtype=int8",
-                            saving_s=decode.serial_s - alt))
+            out.append(
+                dict(change="int8 KV pool", flags="--config.sampling.kv_dtype=int8", saving_s=decode.serial_s - alt)
+            )
         if shape.slots * 2 <= shape.rows:
             alt = _decode_with(plan, config, profile, dec_row, slots=shape.slots * 2)
-            out.append(dict(change=f"a larger decode batch ({shape.slots * 2} slots; check memory with plan)",
-                            flags=f"--config.sampling.slots={shape.slots * 2}", saving_s=decode.serial_s - alt))
+            out.append(
+                dict(
+                    change=f"a larger decode batch ({shape.slots * 2} slots; check memory with plan)",
+                    flags=f"--config.sampling.slots={shape.slots * 2}",
+                    saving_s=decode.serial_s - alt,
+                )
+            )
     for s in splits or []:
-        out.append(dict(change=f"split {s['layout']} (one-step off-policy)", flags=s["flags"],
-                        saving_s=s["synchronous_s"] - s["pipelined_s"]))
+        out.append(
+            dict(
+                change=f"split {s['layout']} (one-step off-policy)",
+                flags=s["flags"],
+                saving_s=s["synchronous_s"] - s["pipelined_s"],
+            )
+        )
     for c in out:
         c["share_of_step"] = c["saving_s"] / total if total else float("nan")
     return sorted(out, key=lambda c: -c["saving_s"])
@@ -215,19 +239,29 @@ def _decode_with(plan, config, profile, row, **changes) -> float:
     if "slots" in changes:
         from microcoder_jax.sampling import engine
 
-        shape = dataclasses.replace(shape, num_pages=engine.default_num_pages(
-            shape.max_prompts, shape.prompt_width, shape.slots, shape.max_new, shape.page_size))
+        shape = dataclasses.replace(
+            shape,
+            num_pages=engine.default_num_pages(
+                shape.max_prompts, shape.prompt_width, shape.slots, shape.max_new, shape.page_size
+            ),
+        )
     prog = dataclasses.replace(p, kwargs=dict(p.kwargs, shape=shape))
-    sched = decode_sim.simulate(profile.responses(shape.rows, shape.max_new, 0),
-                                profile.prompts(shape.rows // shape.samples, shape.prompt_width, 1),
-                                group=shape.samples, slots=shape.slots, page_size=shape.page_size,
-                                refill_every=shape.refill_every, max_new=shape.max_new,
-                                prompt_width=shape.prompt_width)
+    sched = decode_sim.simulate(
+        profile.responses(shape.rows, shape.max_new, 0),
+        profile.prompts(shape.rows // shape.samples, shape.prompt_width, 1),
+        group=shape.samples,
+        slots=shape.slots,
+        page_size=shape.page_size,
+        refill_every=shape.refill_every,
+        max_new=shape.max_new,
+        prompt_width=shape.prompt_width,
+    )
     compute, hbm = _seconds(*decode_terms(prog, sched), plan.topology)
     return max(compute, hbm)
 
 
 # ------------------------------------------------------------------------------ split layouts
+
 
 def rollout_devices(config, devices: int) -> int:
     """`mesh.rollout_devices` (a count, or a fraction of the devices below 1) as a count; 0 when
@@ -250,8 +284,14 @@ def split_layouts(topology, config=None) -> list[tuple[str, object, object, str]
     if 0 < own < topology.num_devices:
         side = lambda n: Topology(f"{n} x {topology.chip.name}", topology.chip, n, None)  # noqa: E731
         link = "DCN" if topology.slices > 1 and own % (topology.num_devices // topology.slices) == 0 else "ICI"
-        return [(f"{topology.name} as {own}+{topology.num_devices - own} chips (mesh.rollout_devices)",
-                 side(own), side(topology.num_devices - own), link)]
+        return [
+            (
+                f"{topology.name} as {own}+{topology.num_devices - own} chips (mesh.rollout_devices)",
+                side(own),
+                side(topology.num_devices - own),
+                link,
+            )
+        ]
     per_slice = topology.num_devices // topology.slices
     cores = topology.chip.cores_per_chip
     if topology.slices == 2:
@@ -267,29 +307,44 @@ def split_layouts(topology, config=None) -> list[tuple[str, object, object, str]
     return [(f"{topology.name} as {n}+{n} chips", half, half, "ICI")]
 
 
-def split_plan(config, topology, profile, plan_fn, label, rollout_topo, learner_topo, link,
-               synchronous_s: float) -> dict:
+def split_plan(
+    config, topology, profile, plan_fn, label, rollout_topo, learner_topo, link, synchronous_s: float
+) -> dict:
     """Each side planned on its own chips (analytic), the weight transfer, and the pipelined
     (one-step off-policy: max of the two sides + the transfer) against the synchronous step."""
     sides = {}
-    for side, topo, names in (("rollout", rollout_topo, PHASES["sampling"]),
-                              ("learner", learner_topo, PHASES["old log-probs"] + PHASES["train"])):
+    for side, topo, names in (
+        ("rollout", rollout_topo, PHASES["sampling"]),
+        ("learner", learner_topo, PHASES["old log-probs"] + PHASES["train"]),
+    ):
         sub = plan_fn(config, topo, compile_=False, search=False)
         keep = [r for r in sub.rows if r.program.name in names]
         sub.rows = keep
         times = program_times(sub, config, profile)
-        sides[side] = dict(topology=topo.name, chips=topo.num_devices, seconds=sum(t.serial_s for t in times),
-                           fits=all(sub.verdict(r) == "fits" for r in keep))
+        sides[side] = dict(
+            topology=topo.name,
+            chips=topo.num_devices,
+            seconds=sum(t.serial_s for t in times),
+            fits=all(sub.verdict(r) == "fits" for r in keep),
+        )
     mc = plan_fn(config, rollout_topo, compile_=False, search=False, only=("decode layout",)).model_config
     weights = mc.num_params() * 2  # the bf16 decode copy the sampler holds
     per_chip = weights / rollout_topo.num_devices
     bw = topology.chip.dcn_bandwidth if link == "DCN" else topology.chip.ici_bandwidth
     transfer = per_chip / bw if bw else float("nan")
     pipelined = max(sides["rollout"]["seconds"], sides["learner"]["seconds"]) + transfer
-    return dict(layout=label, link=link, rollout=sides["rollout"], learner=sides["learner"],
-                transfer_bytes=weights, transfer_bytes_per_chip=per_chip, transfer_s=transfer,
-                pipelined_s=pipelined, synchronous_s=synchronous_s,
-                flags=f"--config.mesh.rollout_devices={rollout_topo.num_devices} --config.rl.off_policy_steps=1",
-                recommend="split" if pipelined < 0.95 * synchronous_s and sides["rollout"]["fits"]
-                and sides["learner"]["fits"] else "synchronous")
-
+    return dict(
+        layout=label,
+        link=link,
+        rollout=sides["rollout"],
+        learner=sides["learner"],
+        transfer_bytes=weights,
+        transfer_bytes_per_chip=per_chip,
+        transfer_s=transfer,
+        pipelined_s=pipelined,
+        synchronous_s=synchronous_s,
+        flags=f"--config.mesh.rollout_devices={rollout_topo.num_devices} --config.rl.off_policy_steps=1",
+        recommend="split"
+        if pipelined < 0.95 * synchronous_s and sides["rollout"]["fits"] and sides["learner"]["fits"]
+        else "synchronous",
+    )

@@ -12,12 +12,13 @@ not published per chip there and are taken as v5e's (marked `dcn_assumed`). GPUs
 (A100) and 900 GB/s (H100/H200), PCIe 4.0 x16 (32 GB/s) for cards without NVLink; DCN 400 Gbps
 InfiniBand/RoCE per GPU (a common cluster NIC, assumed).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import re
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 class TopologyError(ValueError):
@@ -42,12 +43,12 @@ CHIPS: dict[str, Chip] = {
     "v5e": Chip("TPU v5e", 16 * GIB, 197e12, 0.819e12, True, 1, 200e9, 3.125e9),
     "v5p": Chip("TPU v5p", 95 * GIB, 459e12, 2.765e12, True, 2, 600e9, 6.25e9),
     "v6e": Chip("TPU v6e", 32 * GIB, 918e12, 1.64e12, True, 1, 448e9, 3.125e9, True),
-    "a100-40gb": Chip("A100 40GB", 40 * 10 ** 9, 312e12, 1.555e12, False, 1, 600e9, 50e9, True),
-    "a100-80gb": Chip("A100 80GB", 80 * 10 ** 9, 312e12, 2.039e12, False, 1, 600e9, 50e9, True),
-    "h100": Chip("H100 SXM", 80 * 10 ** 9, 989e12, 3.35e12, False, 1, 900e9, 50e9, True),
-    "h200": Chip("H200", 141 * 10 ** 9, 989e12, 4.8e12, False, 1, 900e9, 50e9, True),
-    "l4": Chip("L4", 24 * 10 ** 9, 121e12, 0.3e12, False, 1, 32e9, 50e9, True),
-    "rtx4090": Chip("RTX 4090", 24 * 10 ** 9, 165e12, 1.008e12, False, 1, 32e9, 50e9, True),
+    "a100-40gb": Chip("A100 40GB", 40 * 10**9, 312e12, 1.555e12, False, 1, 600e9, 50e9, True),
+    "a100-80gb": Chip("A100 80GB", 80 * 10**9, 312e12, 2.039e12, False, 1, 600e9, 50e9, True),
+    "h100": Chip("H100 SXM", 80 * 10**9, 989e12, 3.35e12, False, 1, 900e9, 50e9, True),
+    "h200": Chip("H200", 141 * 10**9, 989e12, 4.8e12, False, 1, 900e9, 50e9, True),
+    "l4": Chip("L4", 24 * 10**9, 121e12, 0.3e12, False, 1, 32e9, 50e9, True),
+    "rtx4090": Chip("RTX 4090", 24 * 10**9, 165e12, 1.008e12, False, 1, 32e9, 50e9, True),
 }
 
 # The slice sizes Google offers (chips) and libtpu's grid for each: v5e / v6e are 2D (their names
@@ -90,9 +91,11 @@ class Topology:
 
 def _known() -> str:
     slices = "; ".join(", ".join(slice_names(f)) for f in ("v4", "v5e", "v5p", "v6e"))
-    return (f"{slices} (v5litepod-N = v5e-N; NAMExK = K slices over DCN, e.g. v5e-8x2); libtpu names like "
-            f"v5e:2x2 or v4:2x2x1; or a GPU / other chip with --devices N "
-            f"({', '.join(k for k, c in CHIPS.items() if not c.tpu)}) or --devices N --hbm-gib X")
+    return (
+        f"{slices} (v5litepod-N = v5e-N; NAMExK = K slices over DCN, e.g. v5e-8x2); libtpu names like "
+        f"v5e:2x2 or v4:2x2x1; or a GPU / other chip with --devices N "
+        f"({', '.join(k for k, c in CHIPS.items() if not c.tpu)}) or --devices N --hbm-gib X"
+    )
 
 
 def parse_topology(name: str | None, devices: int | None = None, hbm_gib: float | None = None) -> Topology:
@@ -119,8 +122,10 @@ def parse_topology(name: str | None, devices: int | None = None, hbm_gib: float 
         chips = cores // chip.cores_per_chip
         if cores % chip.cores_per_chip or chips not in grids or slices < 1:
             counts = "cores, 2 per chip" if chip.cores_per_chip > 1 else "chips"
-            raise TopologyError(f"unknown topology {name!r}: {family} slices are {', '.join(slice_names(family))}"
-                                f" (a {family} name counts {counts}); known: {_known()}")
+            raise TopologyError(
+                f"unknown topology {name!r}: {family} slices are {', '.join(slice_names(family))}"
+                f" (a {family} name counts {counts}); known: {_known()}"
+            )
         return Topology(name, chip, chips * slices, f"{family}:{'x'.join(map(str, grids[chips]))}", slices)
     m = re.fullmatch(r"(v4|v5e|v5p|v6e):(\d+(?:x\d+)+)", key)
     if m:

@@ -5,6 +5,7 @@ All functions are jittable and vectorised over the batch; rows are prompt-major
 truncation rules ("conditional", "none", "mask_all", "overlong_filter", "soft_overlong") are
 registered by name in rl.registry.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -42,12 +43,18 @@ def _std(centred, valid, ddof: int, axis=None, count=None):
     """The std of values already centred (0 where not `valid`) over `axis`, with `ddof`."""
     if count is None:
         count = jnp.sum(jnp.ones_like(centred, bool) if valid is None else valid, axis=axis, keepdims=True)
-    return jnp.sqrt(jnp.sum(centred * centred, axis=axis, keepdims=axis is not None)
-                    / jnp.maximum(count - ddof, 1))
+    return jnp.sqrt(jnp.sum(centred * centred, axis=axis, keepdims=axis is not None) / jnp.maximum(count - ddof, 1))
 
 
-def group_advantages(rewards: jax.Array, group_size: int, *, std: str = "group",
-                     eps: float = 1e-6, ddof: int = 1, valid: jax.Array | None = None) -> jax.Array:
+def group_advantages(
+    rewards: jax.Array,
+    group_size: int,
+    *,
+    std: str = "group",
+    eps: float = 1e-6,
+    ddof: int = 1,
+    valid: jax.Array | None = None,
+) -> jax.Array:
     """(r - group mean) scaled by the advantage scaler `std` (see the registry), per row.
 
     `ddof=1` is the sample (unbiased) std, as in verl and TRL; `ddof=0` the population std.
@@ -79,8 +86,7 @@ def generation_budget(response_mask: jax.Array) -> jax.Array:
     return jnp.where(jnp.any(has), width - first, width).astype(jnp.int32)
 
 
-def repeat_flags(tokens: jax.Array, lengths: jax.Array, m: int,
-                 start: jax.Array | None = None) -> jax.Array:
+def repeat_flags(tokens: jax.Array, lengths: jax.Array, m: int, start: jax.Array | None = None) -> jax.Array:
     """repeat(o, m) := o[-m:] == o[-2m:-m] for each row's actual response; False if len < 2m.
 
     The response of row i is tokens[i, start_i : start_i + lengths_i] (start defaults to 0, i.e.
@@ -131,8 +137,7 @@ class TruncationInputs(NamedTuple):
 @register_truncation("conditional")
 def conditional_truncation(cfg: RLConfig, rows: TruncationInputs):
     """MicroCoder-GRPO: zero the advantage of rows drawn by the conditional mask M_i."""
-    masked = conditional_mask(rows.truncated, rows.non_incorrect, rows.repeating, rows.uniforms,
-                              cfg.rho)
+    masked = conditional_mask(rows.truncated, rows.non_incorrect, rows.repeating, rows.uniforms, cfg.rho)
     return rows.rewards, masked, jnp.zeros_like(masked)
 
 
@@ -177,20 +182,28 @@ def compute_advantages(config: RLConfig, batch: dict, uniforms: jax.Array):
     lengths = batch["response_lengths"].astype(jnp.int32)
     start = response_start(batch["response_mask"])
     repeating = repeat_flags(batch["tokens"], lengths, config.repeat_m, start)
-    ok = non_incorrect(batch["passed"].astype(bool), batch["no_code"].astype(bool),
-                       config.non_incorrect)
-    rows = TruncationInputs(jnp.where(judged, raw, 0.0), truncated, ok, repeating, uniforms,
-                            lengths, generation_budget(batch["response_mask"]))
+    ok = non_incorrect(batch["passed"].astype(bool), batch["no_code"].astype(bool), config.non_incorrect)
+    rows = TruncationInputs(
+        jnp.where(judged, raw, 0.0),
+        truncated,
+        ok,
+        repeating,
+        uniforms,
+        lengths,
+        generation_budget(batch["response_mask"]),
+    )
     rewards, masked, removed = lookup("truncation rule", config.truncation)(config, rows)
-    adv = group_advantages(rewards, config.group_size, std=config.adv_std, eps=config.adv_eps,
-                           ddof=config.adv_std_ddof, valid=judged)
+    adv = group_advantages(
+        rewards, config.group_size, std=config.adv_std, eps=config.adv_eps, ddof=config.adv_std_ddof, valid=judged
+    )
     adv = jnp.where(masked | ~judged, 0.0, adv)
     # a judge_error row leaves the loss and its token count, as the overlong filter's rows do
     row_weight = jnp.where(removed | ~judged, 0.0, 1.0)
 
     grouped, seen = rewards.reshape(-1, config.group_size), judged.reshape(-1, config.group_size)
-    spread = (jnp.max(jnp.where(seen, grouped, -jnp.inf), axis=1)
-              > jnp.min(jnp.where(seen, grouped, jnp.inf), axis=1))  # over the judged rows
+    spread = jnp.max(jnp.where(seen, grouped, -jnp.inf), axis=1) > jnp.min(
+        jnp.where(seen, grouped, jnp.inf), axis=1
+    )  # over the judged rows
     frac = lambda x: jnp.mean(x.astype(jnp.float32))  # noqa: E731
     stats = {
         "reward_mean": jnp.sum(jnp.where(judged, rewards, 0.0)) / jnp.maximum(jnp.sum(judged), 1),

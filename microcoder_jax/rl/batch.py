@@ -5,6 +5,7 @@ Every consumer builds its batch from this type: the worker fills it (trainer/rol
 learner adds the old (and reference) log-probs (trainer/learner.py), the step reads its fields by
 name (rl/step.py), the planner makes abstract ones from `FIELDS` (plan/programs.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,11 +16,19 @@ import numpy as np
 
 # name -> (per token: [N, S], else per row: [N]; dtype): the layout of every field
 FIELDS: dict[str, tuple[bool, Any]] = {
-    "tokens": (True, np.int32), "attention_mask": (True, np.int32), "response_mask": (True, np.int32),
-    "response_lengths": (False, np.int32), "truncated": (False, np.bool_), "temperature": (False, np.float32),
-    "rewards": (False, np.float32), "passed": (False, np.bool_), "no_code": (False, np.bool_),
-    "sample_entropy": (False, np.float32), "old_logprobs": (True, np.float32),
-    "ref_logprobs": (True, np.float32), "sampler_logprobs": (True, np.float32),
+    "tokens": (True, np.int32),
+    "attention_mask": (True, np.int32),
+    "response_mask": (True, np.int32),
+    "response_lengths": (False, np.int32),
+    "truncated": (False, np.bool_),
+    "temperature": (False, np.float32),
+    "rewards": (False, np.float32),
+    "passed": (False, np.bool_),
+    "no_code": (False, np.bool_),
+    "sample_entropy": (False, np.float32),
+    "old_logprobs": (True, np.float32),
+    "ref_logprobs": (True, np.float32),
+    "sampler_logprobs": (True, np.float32),
 }
 
 
@@ -64,8 +73,7 @@ class Rollout:
 
     def as_dict(self) -> dict:
         """The set fields as a dict of arrays (what host-side row regrouping works on)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
 
     def replace(self, **changes) -> "Rollout":
         return dataclasses.replace(self, **changes)
@@ -92,5 +100,10 @@ def abstract(rows: int, seq: int, make, *, old: bool = True, ref: bool = False, 
     """A Rollout of `make(shape, dtype)` leaves (e.g. ShapeDtypeStructs) for N=rows, S=seq, with
     the optional fields the run's batch carries (old / reference / sampler log-probs)."""
     wanted = {"old_logprobs": old, "ref_logprobs": ref, "sampler_logprobs": sampler, "sample_entropy": True}
-    return Rollout(**{name: make((rows, seq) if per_token else (rows,), dtype)
-                      for name, (per_token, dtype) in FIELDS.items() if wanted.get(name, True)})
+    return Rollout(
+        **{
+            name: make((rows, seq) if per_token else (rows,), dtype)
+            for name, (per_token, dtype) in FIELDS.items()
+            if wanted.get(name, True)
+        }
+    )

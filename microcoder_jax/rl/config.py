@@ -3,6 +3,7 @@
 Each field carries its meaning (shown by `--help`) beside its default; the fields the run fills in
 from other blocks say which key they copy (`from_run`); the rules across fields are in `check`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,70 +41,85 @@ class RLConfig(Block):
     # Advantages: (r - group mean) / (std + eps); std per group, over the batch, or none (Dr.GRPO).
     group_size: int = knob(8, "samples per prompt (G)", from_run="sampling.group_size")
     prompts_per_batch: int = knob(64, "prompts per rollout batch", from_run="data.num_prompts")
-    adv_std: str = knob("group", 'advantage std: group, batch or none (Dr.GRPO)')
-    adv_eps: float = knob(1e-6, 'added to the std')
-    adv_std_ddof: int = knob(1, '1: sample std of the G rewards (verl, TRL); 0: population std', choices=(0, 1))
+    adv_std: str = knob("group", "advantage std: group, batch or none (Dr.GRPO)")
+    adv_eps: float = knob(1e-6, "added to the std")
+    adv_std_ddof: int = knob(1, "1: sample std of the G rewards (verl, TRL); 0: population std", choices=(0, 1))
     # Truncated responses.
-    truncation: str = knob("conditional", 'conditional, none, mask_all, overlong_filter or soft_overlong')
-    non_incorrect: str = knob("not_judged_wrong", 'conditional: passed or not_judged_wrong', choices=NON_INCORRECT)
-    repeat_m: int = knob(128, 'conditional: repetition window m, tokens', at_least=1)
-    rho: float = knob(0.1, 'conditional: probability of masking a qualifying truncated response')
-    soft_overlong_cache: int = knob(1024, 'soft_overlong: L_cache tokens of linear penalty', at_least=1)
+    truncation: str = knob("conditional", "conditional, none, mask_all, overlong_filter or soft_overlong")
+    non_incorrect: str = knob("not_judged_wrong", "conditional: passed or not_judged_wrong", choices=NON_INCORRECT)
+    repeat_m: int = knob(128, "conditional: repetition window m, tokens", at_least=1)
+    rho: float = knob(0.1, "conditional: probability of masking a qualifying truncated response")
+    soft_overlong_cache: int = knob(1024, "soft_overlong: L_cache tokens of linear penalty", at_least=1)
     # Policy loss.
-    eps_low: float = knob(0.2, 'clip range below 1')
-    eps_high: float = knob(0.28, 'clip range above 1 (clip-higher)')
-    dual_clip: Optional[float] = knob(None, 'dual-clip constant c > 1 for negative advantages (None = off)')
-    kl_beta: float = knob(0.0, 'k3 KL weight; > 0 keeps a frozen reference model', at_least=0)
-    aggregation: str = knob("token_mean", 'token_mean, seq_mean_token_mean or constant')
-    loss_constant: Optional[float] = knob(None, 'constant aggregation: the normaliser (None = the generation '
-                                          'budget max_new_tokens)')
+    eps_low: float = knob(0.2, "clip range below 1")
+    eps_high: float = knob(0.28, "clip range above 1 (clip-higher)")
+    dual_clip: Optional[float] = knob(None, "dual-clip constant c > 1 for negative advantages (None = off)")
+    kl_beta: float = knob(0.0, "k3 KL weight; > 0 keeps a frozen reference model", at_least=0)
+    aggregation: str = knob("token_mean", "token_mean, seq_mean_token_mean or constant")
+    loss_constant: Optional[float] = knob(
+        None, "constant aggregation: the normaliser (None = the generation budget max_new_tokens)"
+    )
     # DAPO dynamic sampling (host side, see rl.dynamic_sampling).
-    dynamic_sampling: bool = knob(False, 'DAPO: drop groups with all-equal rewards and refill')
-    max_refills: int = knob(10, 'DAPO: extra generation batches per step before topping up', at_least=0)
+    dynamic_sampling: bool = knob(False, "DAPO: drop groups with all-equal rewards and refill")
+    max_refills: int = knob(10, "DAPO: extra generation batches per step before topping up", at_least=0)
     # Batch structure: rows per rollout batch split into mini-batches (one update each), each
     # split into micro-batches of `micro_batch_size` rows (gradient accumulation).
-    num_minibatches: int = knob(4, 'optimizer updates per rollout batch (off-policy degree)', at_least=1)
-    micro_batch_size: int = knob(8, 'rows per forward/backward (gradient accumulation); lower it if memory '
-                                 'runs out', at_least=1)
-    logprob_chunk: int = knob(512, 'sequence positions per chunk of the vocab projection', at_least=1)
+    num_minibatches: int = knob(4, "optimizer updates per rollout batch (off-policy degree)", at_least=1)
+    micro_batch_size: int = knob(
+        8, "rows per forward/backward (gradient accumulation); lower it if memory runs out", at_least=1
+    )
+    logprob_chunk: int = knob(512, "sequence positions per chunk of the vocab projection", at_least=1)
     # Sequence packing (rl.packing): the old-log-prob pass and the train step run on rows laid end
     # to end in packed rows of `pack_width` tokens (None: the batch's padded width) instead of
     # padded rows; a micro-batch then holds micro_batch_size padded rows' tokens. Same update.
-    packing: bool = knob(False, 'run the old-log-prob pass and the train step on rows laid end to end (same '
-                              'loss and update)')
+    packing: bool = knob(
+        False, "run the old-log-prob pass and the train step on rows laid end to end (same loss and update)"
+    )
     pack_width: Optional[int] = knob(None, "packing: tokens per packed row (None = the batch's padded width)")
     # Sampler-trainer mismatch correction (rl.corrections): per-token loss weights from
     # r = pi_old / pi_sampler at `is_level` (token, sequence = product, geometric = geometric mean);
     # tis: min(r, is_cap); mis: r outside [is_low, is_high] leaves the loss.
-    is_correction: str = knob("none", 'sampler-trainer mismatch: none, tis (weight min(r, is_cap)) or mis (r '
-                              'outside [is_low, is_high] dropped); r = pi_old / pi_sampler (rl.corrections)')
-    is_cap: float = knob(2.0, 'tis: the cap C on r')
-    is_level: str = knob("token", 'r per token, per sequence (product) or geometric (mean)',
-                         choices=_corrections.LEVELS)
-    is_low: float = knob(0.5, 'mis: lowest r kept')
-    is_high: float = knob(2.0, 'mis: highest r kept')
+    is_correction: str = knob(
+        "none",
+        "sampler-trainer mismatch: none, tis (weight min(r, is_cap)) or mis (r "
+        "outside [is_low, is_high] dropped); r = pi_old / pi_sampler (rl.corrections)",
+    )
+    is_cap: float = knob(2.0, "tis: the cap C on r")
+    is_level: str = knob(
+        "token", "r per token, per sequence (product) or geometric (mean)", choices=_corrections.LEVELS
+    )
+    is_low: float = knob(0.5, "mis: lowest r kept")
+    is_high: float = knob(2.0, "mis: highest r kept")
     # Rollouts ahead of the learner (trainer/pipeline.py): 0 samples each batch with the params
     # that train on it; k >= 1 samples while the learner trains, with weights up to k updates old
     # (the old log-probs are the learner's then, so is_correction=tis weighs the stale sampler).
-    off_policy_steps: int = knob(0, "k: batches sampled ahead in a background thread with weights at most k "
-                                 "updates old (0 = synchronous; k >= 1 wants is_correction=tis; multi-host: made "
-                                 "in the learner's thread, no overlap)", at_least=0)
+    off_policy_steps: int = knob(
+        0,
+        "k: batches sampled ahead in a background thread with weights at most k "
+        "updates old (0 = synchronous; k >= 1 wants is_correction=tis; multi-host: made "
+        "in the learner's thread, no overlap)",
+        at_least=0,
+    )
     # Optimizer: AdamW, warmup then decay, global-norm clipping.
-    learning_rate: float = knob(1e-6, 'AdamW peak learning rate')
-    warmup_steps: int = knob(0, 'linear warmup, in rollout steps', at_least=0)
-    decay: str = knob("constant", 'constant, linear or cosine (to end_lr_ratio at train.steps)', choices=DECAY)
+    learning_rate: float = knob(1e-6, "AdamW peak learning rate")
+    warmup_steps: int = knob(0, "linear warmup, in rollout steps", at_least=0)
+    decay: str = knob("constant", "constant, linear or cosine (to end_lr_ratio at train.steps)", choices=DECAY)
     total_steps: int = knob(300, "rollout steps of the run (the decay's end)", from_run="train.steps")
-    end_lr_ratio: float = knob(0.0, 'final / peak learning rate of the decay')
-    weight_decay: float = knob(0.01, 'AdamW weight decay')
-    b1: float = knob(0.9, 'Adam beta1')
-    b2: float = knob(0.999, 'Adam beta2')
-    adam_eps: float = knob(1e-8, 'Adam epsilon')
-    grad_clip: float = knob(1.0, 'global-norm clip')
+    end_lr_ratio: float = knob(0.0, "final / peak learning rate of the decay")
+    weight_decay: float = knob(0.01, "AdamW weight decay")
+    b1: float = knob(0.9, "Adam beta1")
+    b2: float = knob(0.999, "Adam beta2")
+    adam_eps: float = knob(1e-8, "Adam epsilon")
+    grad_clip: float = knob(1.0, "global-norm clip")
 
     def check(self) -> None:
         """The rules a knob's limits cannot say; a bad value raises `ValueError("rl.KEY=VALUE: ...")`."""
-        for name, kind in (("adv_std", "advantage scaler"), ("truncation", "truncation rule"),
-                           ("aggregation", "loss aggregation"), ("is_correction", "is correction")):
+        for name, kind in (
+            ("adv_std", "advantage scaler"),
+            ("truncation", "truncation rule"),
+            ("aggregation", "loss aggregation"),
+            ("is_correction", "is correction"),
+        ):
             try:
                 lookup(kind, getattr(self, name))
             except ValueError as e:
@@ -119,11 +135,16 @@ class RLConfig(Block):
         if not self.is_cap >= 1.0:
             self._fail("is_cap", "must be >= 1 (a cap below 1 down-weights every on-policy token)")
         if not 0.0 < self.is_low <= 1.0 <= self.is_high < 1e8:
-            self._fail("is_low", f"with rl.is_high={self.is_high!r}: need 0 < is_low <= 1 <= is_high < 1e8 "
-                       "(the band keeps on-policy tokens)")
+            self._fail(
+                "is_low",
+                f"with rl.is_high={self.is_high!r}: need 0 < is_low <= 1 <= is_high < 1e8 "
+                "(the band keeps on-policy tokens)",
+            )
         if self.pack_width is not None and self.pack_width < 2:
-            self._fail("pack_width", "must be an int >= 2 (tokens per packed row; a multiple of 128 keeps "
-                       "the TPU flash kernel), or None")
+            self._fail(
+                "pack_width",
+                "must be an int >= 2 (tokens per packed row; a multiple of 128 keeps the TPU flash kernel), or None",
+            )
 
     def _fail(self, name: str, what: str):
         """The one error format of config values: `rl.KEY=VALUE: what is wrong; the fix`."""

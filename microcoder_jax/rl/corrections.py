@@ -19,6 +19,7 @@ response mask so they leave the denominator), TRL's `vllm_importance_sampling_mo
 (min(r, threshold)) and `seq-mask-tis` (geometric-mean band). A new correction is one function
 registered with `rl.registry.register_is_correction`.
 """
+
 from __future__ import annotations
 
 import jax

@@ -11,6 +11,7 @@ stay static and training goes on rather than stalling on a too-easy or too-hard 
 `refill_certain` lets a caller that judges groups as they finish (the paged sampler) queue the next
 refill as soon as it is sure to be needed, before the current generation batch is fully judged.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,8 +74,9 @@ class GroupBuffer:
     generations: int = 0
 
 
-def add_rollouts(buffer: GroupBuffer, batch: dict, *, group_size: int, num_prompts: int,
-                 max_refills: int) -> tuple[GroupBuffer, Optional[dict], dict]:
+def add_rollouts(
+    buffer: GroupBuffer, batch: dict, *, group_size: int, num_prompts: int, max_refills: int
+) -> tuple[GroupBuffer, Optional[dict], dict]:
     """Add one judged generation batch; returns (buffer, full batch or None, stats).
 
     The full batch has exactly `num_prompts` groups: informative ones in arrival order, surplus
@@ -86,8 +88,11 @@ def add_rollouts(buffer: GroupBuffer, batch: dict, *, group_size: int, num_promp
     dropped = _concat(buffer.dropped, _take_groups(batch, np.flatnonzero(~keep), group_size))
     generations = buffer.generations + 1
     have = _num_groups(kept, group_size)
-    stats = {"ds_generations": generations, "ds_informative_groups": have,
-             "ds_kept_fraction": float(keep.mean()) if keep.size else 0.0}
+    stats = {
+        "ds_generations": generations,
+        "ds_informative_groups": have,
+        "ds_kept_fraction": float(keep.mean()) if keep.size else 0.0,
+    }
     if have >= num_prompts:
         out = _take_groups(kept, np.arange(num_prompts), group_size)
         return GroupBuffer(), out, stats
@@ -95,12 +100,20 @@ def add_rollouts(buffer: GroupBuffer, batch: dict, *, group_size: int, num_promp
         return GroupBuffer(kept, dropped, generations), None, stats
     missing = num_prompts - have
     if _num_groups(dropped, group_size) < missing:
-        raise RuntimeError(f"dynamic sampling: {generations} generation batches gave {have} "
-                           f"groups in all, fewer than the {num_prompts} prompts of a batch")
-    log.warning("dynamic sampling hit max_refills=%d: only %d of %d groups have differing rewards "
-                "after %d generation batches; filling %d slots with all-equal groups (zero "
-                "advantage). The prompts are too easy or too hard for the current policy.",
-                max_refills, have, num_prompts, generations, missing)
+        raise RuntimeError(
+            f"dynamic sampling: {generations} generation batches gave {have} "
+            f"groups in all, fewer than the {num_prompts} prompts of a batch"
+        )
+    log.warning(
+        "dynamic sampling hit max_refills=%d: only %d of %d groups have differing rewards "
+        "after %d generation batches; filling %d slots with all-equal groups (zero "
+        "advantage). The prompts are too easy or too hard for the current policy.",
+        max_refills,
+        have,
+        num_prompts,
+        generations,
+        missing,
+    )
     filler = _take_groups(dropped, np.arange(missing), group_size)
     stats["ds_filled_groups"] = missing
     return GroupBuffer(), _concat(kept, filler), stats

@@ -8,6 +8,7 @@ Outputs are aligned with `tokens`: out[:, t] = log p(tokens[:, t] | tokens[:, :t
 Packed rows (rl.packing: segment ids and per-segment positions, a temperature per token) run the
 same chunks; a segment's first token and padding get 0.
 """
+
 from __future__ import annotations
 
 import functools
@@ -101,20 +102,30 @@ def head_logprobs(params, model_config, hidden, targets, inv_temp, chunk: int):
     def local(w, *xs):  # w varies over the row axes from here: its gradient is summed here, once
         return run(jax.lax.pcast(w, split, to="varying") if split else w, *xs, vocab_axis=vocab)
 
-    return jax.shard_map(local,
-                         in_specs=(w_spec, P(rows, None, None), P(rows, None), P(rows, None)),
-                         out_specs=(P(rows, None), P(rows, None)))(w, hidden, targets, inv_temp)
+    return jax.shard_map(
+        local,
+        in_specs=(w_spec, P(rows, None, None), P(rows, None), P(rows, None)),
+        out_specs=(P(rows, None), P(rows, None)),
+    )(w, hidden, targets, inv_temp)
 
 
-def sequence_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
-                      positions=None, segment_ids=None):
+def sequence_logprobs(
+    params, model_config, tokens, attention_mask, temperature, chunk: int = 512, positions=None, segment_ids=None
+):
     """Differentiable (log p(token), entropy) per position, both [B, S] f32, zero at position 0.
 
     `temperature` is per row [B] or per token [B, S]; with `segment_ids` (and `positions`) the rows
     are packed: attention stays within a segment, and a segment's first token and padding get 0.
     """
-    hidden, _ = models.forward(params, model_config, tokens, attention_mask=attention_mask,
-                               positions=positions, segment_ids=segment_ids, return_hidden=True)
+    hidden, _ = models.forward(
+        params,
+        model_config,
+        tokens,
+        attention_mask=attention_mask,
+        positions=positions,
+        segment_ids=segment_ids,
+        return_hidden=True,
+    )
     b, s = tokens.shape
     inv_temp = 1.0 / temperature.astype(jnp.float32)
     inv_temp = jnp.broadcast_to(inv_temp[:, None] if inv_temp.ndim == 1 else inv_temp, (b, s))
@@ -126,18 +137,28 @@ def sequence_logprobs(params, model_config, tokens, attention_mask, temperature,
     return logp, ent
 
 
-def micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature,
-                           chunk: int = 512, micro_batch: int | None = None, positions=None,
-                           segment_ids=None):
+def micro_batched_logprobs(
+    params,
+    model_config,
+    tokens,
+    attention_mask,
+    temperature,
+    chunk: int = 512,
+    micro_batch: int | None = None,
+    positions=None,
+    segment_ids=None,
+):
     """`sequence_logprobs`' log-probs, `micro_batch` rows at a time (lax.map) to bound memory.
 
     Traceable inside a larger jit (the train step computes old log-probs with it); each micro-batch
     keeps its rows split over the mesh's batch axes. Packed rows: pass `positions`, `segment_ids`.
     """
+
     def one(xs):
         xs = {k: sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) for k, x in xs.items()}
-        return sequence_logprobs(params, model_config, xs["t"], xs["m"], xs["temp"], chunk,
-                                 xs.get("pos"), xs.get("seg"))[0]
+        return sequence_logprobs(
+            params, model_config, xs["t"], xs["m"], xs["temp"], chunk, xs.get("pos"), xs.get("seg")
+        )[0]
 
     xs = {"t": tokens, "m": attention_mask, "temp": temperature}
     if segment_ids is not None:
@@ -152,24 +173,46 @@ def micro_batched_logprobs(params, model_config, tokens, attention_mask, tempera
     return out.reshape(n, -1)
 
 
-def packed_logprobs(params, model_config, tokens, temperature, packing: packing_lib.Packing, chunk: int = 512,
-                    micro_batch: int | None = None):
+def packed_logprobs(
+    params,
+    model_config,
+    tokens,
+    temperature,
+    packing: packing_lib.Packing,
+    chunk: int = 512,
+    micro_batch: int | None = None,
+):
     """Log-probs of padded rows [N, S] computed on their packed layout, returned as [N, S]."""
     s = tokens.shape[1]
     seg = packing.segment_ids
-    out = micro_batched_logprobs(params, model_config, packing_lib.gather(tokens, packing), seg > 0,
-                                 packing_lib.row_values(temperature.astype(jnp.float32), packing, s), chunk,
-                                 micro_batch, positions=packing.positions, segment_ids=seg)
+    out = micro_batched_logprobs(
+        params,
+        model_config,
+        packing_lib.gather(tokens, packing),
+        seg > 0,
+        packing_lib.row_values(temperature.astype(jnp.float32), packing, s),
+        chunk,
+        micro_batch,
+        positions=packing.positions,
+        segment_ids=seg,
+    )
     return packing_lib.scatter(out, packing, tokens.shape)
 
 
-def batch_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
-                   micro_batch: int | None = None, packing=None):
+def batch_logprobs(
+    params,
+    model_config,
+    tokens,
+    attention_mask,
+    temperature,
+    chunk: int = 512,
+    micro_batch: int | None = None,
+    packing=None,
+):
     """[N, S] log-probs of padded rows, on their packed layout when `packing` is given: the one
     old-log-prob computation (traceable; the learner jits it, the step calls it for a batch without)."""
     if packing is None:
-        return micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature,
-                                      chunk, micro_batch)
+        return micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature, chunk, micro_batch)
     return packed_logprobs(params, model_config, tokens, temperature, packing, chunk, micro_batch)
 
 
@@ -191,11 +234,20 @@ def check_temperature(temperature) -> None:
             f"log-probs need a temperature > 0 in every row, got min {float(t.min()):g}: T = 0 is "
             "greedy decoding, whose token distribution is one-hot, so there is no policy ratio to "
             "train on. Train on rollouts sampled at T > 0 (e.g. sampling temperature 1.0); keep "
-            "greedy (T = 0) decoding for evaluation.")
+            "greedy (T = 0) decoding for evaluation."
+        )
 
 
-def compute_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int = 512,
-                     micro_batch: int | None = None, packing=None):
+def compute_logprobs(
+    params,
+    model_config,
+    tokens,
+    attention_mask,
+    temperature,
+    chunk: int = 512,
+    micro_batch: int | None = None,
+    packing=None,
+):
     """log p(tokens[:, t] | tokens[:, :t]) at each row's temperature, [N, S] f32 (column 0 = 0).
 
     Jitted; rows run `micro_batch` at a time to bound activation memory. Used for old log-probs at
@@ -204,8 +256,9 @@ def compute_logprobs(params, model_config, tokens, attention_mask, temperature, 
     result goes back to the [N, S] layout (0 outside the rows' real tokens and at their first).
     """
     check_temperature(temperature)
-    return _jit_logprobs(params, model_config, tokens, attention_mask, temperature, chunk=chunk,
-                         micro_batch=micro_batch, packing=packing)
+    return _jit_logprobs(
+        params, model_config, tokens, attention_mask, temperature, chunk=chunk, micro_batch=micro_batch, packing=packing
+    )
 
 
 compute_logprobs.jitted = _jit_logprobs  # the jitted program itself: AOT lowering, compile counts

@@ -5,6 +5,7 @@ An aggregation (registered by name in rl.registry) turns one optimizer update's 
 once over the whole mini-batch (all micro-batches, all devices) before splitting it, so gradient
 accumulation is exact in every mode.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -17,8 +18,7 @@ from microcoder_jax.rl.registry import lookup, register_aggregation
 MAX_LOG_RATIO = 20.0  # keeps exp() finite for wildly off-policy tokens
 
 
-def clipped_surrogate(logp, old_logp, advantages, eps_low: float, eps_high: float,
-                      dual_clip: Optional[float] = None):
+def clipped_surrogate(logp, old_logp, advantages, eps_low: float, eps_high: float, dual_clip: Optional[float] = None):
     """Per-token PPO loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A), optionally dual-clipped.
 
     `advantages` broadcasts against `logp` (e.g. [N, 1] per row). Returns (loss, ratio,

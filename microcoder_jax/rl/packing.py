@@ -15,6 +15,7 @@ the padded [N, S] arrays, so every per-token input (tokens, masks, loss weights,
 reference log-probs) follows by `gather` inside the jit, and per-row values (advantages,
 temperature) by `row_values`; `scatter` brings packed results back to [N, S].
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -47,8 +48,9 @@ def row_spans(attention_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     start = np.where(any_, mask.argmax(1), 0)
     stop = np.where(any_, s - mask[:, ::-1].argmax(1), 0)
     if not np.array_equal(mask.sum(1), stop - start):
-        raise ValueError("packing needs each row's real tokens in one contiguous span "
-                         "(left-padded prompt + right-padded response)")
+        raise ValueError(
+            "packing needs each row's real tokens in one contiguous span (left-padded prompt + right-padded response)"
+        )
     return start.astype(np.int64), stop.astype(np.int64)
 
 
@@ -85,8 +87,15 @@ def _deal(bins: list[list[int]], lengths: np.ndarray, k: int, micro_rows: int, d
     return slots
 
 
-def plan(attention_mask, *, groups: int = 1, width: int | None = None, micro_rows: int = 1,
-         devices: int = 1, min_micro: int = 0) -> Packing:
+def plan(
+    attention_mask,
+    *,
+    groups: int = 1,
+    width: int | None = None,
+    micro_rows: int = 1,
+    devices: int = 1,
+    min_micro: int = 0,
+) -> Packing:
     """The packed layout of these rows (see the module doc); `width` defaults to the padded S.
 
     `groups` consecutive equal slices of the rows are packed separately (the train step's
@@ -98,13 +107,17 @@ def plan(attention_mask, *, groups: int = 1, width: int | None = None, micro_row
     width = w
     lengths = stop - start
     if lengths.max(initial=0) > width:
-        raise ValueError(f"a row of {int(lengths.max())} tokens does not fit in packed rows of "
-                         f"rl.pack_width={width}; raise it to at least the longest row")
+        raise ValueError(
+            f"a row of {int(lengths.max())} tokens does not fit in packed rows of "
+            f"rl.pack_width={width}; raise it to at least the longest row"
+        )
     if n % groups:
         raise ValueError(f"{n} rows do not split into {groups} groups")
     rows = n // groups
-    group_bins = [[[g * rows + i for i in b] for b in _first_fit_decreasing(lengths[g * rows:(g + 1) * rows], w)]
-                  for g in range(groups)]
+    group_bins = [
+        [[g * rows + i for i in b] for b in _first_fit_decreasing(lengths[g * rows : (g + 1) * rows], w)]
+        for g in range(groups)
+    ]
     k = bucket(max(min_micro, max(-(-len(b) // micro_rows) for b in group_bins)))
     src = np.zeros((groups * k * micro_rows, w), np.int32)
     seg, pos = np.zeros_like(src), np.zeros_like(src)
@@ -113,9 +126,9 @@ def plan(attention_mask, *, groups: int = 1, width: int | None = None, micro_row
             at, r = 0, g * k * micro_rows + slot
             for sid, i in enumerate(members or (), start=1):
                 length = int(lengths[i])
-                src[r, at:at + length] = i * s + np.arange(int(start[i]), int(stop[i]))
-                seg[r, at:at + length] = sid
-                pos[r, at:at + length] = np.arange(length)
+                src[r, at : at + length] = i * s + np.arange(int(start[i]), int(stop[i]))
+                seg[r, at : at + length] = sid
+                pos[r, at : at + length] = np.arange(length)
                 at += length
     return Packing(src, seg, pos)
 
@@ -126,6 +139,7 @@ def useful_fraction(packing: Packing) -> float:
 
 
 # ------------------------------------------------------------------ device side (inside the jit)
+
 
 def gather(x, packing: Packing):
     """Per-token [N, S, ...] -> packed [G * R, W, ...] (0 at padding)."""
@@ -145,7 +159,9 @@ def scatter(y, packing: Packing, shape: tuple[int, int]):
     index = jnp.where(packing.segment_ids > 0, packing.src, size)
     return jnp.zeros((size,), y.dtype).at[index.reshape(-1)].set(y.reshape(-1), mode="drop").reshape(shape)
 
+
 # ------------------------------------------------------------------ the two passes' layouts
+
 
 def batch_devices(mesh) -> int:
     """Devices the rows of a batch split over (the data axes), 1 without a mesh."""
@@ -161,13 +177,18 @@ def for_step(attention_mask, cfg, mesh=None, min_micro: int = 0) -> Packing:
     """The train step's layout: one group per mini-batch, micro-batches of the step's tokens."""
     n, s = np.shape(attention_mask)
     micro = micro_rows(min(cfg.micro_batch_size, n // cfg.num_minibatches), s, cfg.pack_width)
-    return plan(attention_mask, groups=cfg.num_minibatches, width=cfg.pack_width, micro_rows=micro,
-                devices=batch_devices(mesh), min_micro=min_micro)
+    return plan(
+        attention_mask,
+        groups=cfg.num_minibatches,
+        width=cfg.pack_width,
+        micro_rows=micro,
+        devices=batch_devices(mesh),
+        min_micro=min_micro,
+    )
 
 
 def for_logprobs(attention_mask, cfg, mesh=None) -> tuple[Packing, int]:
     """The log-prob pass's layout (all rows one group) and its micro-batch of packed rows."""
     n, s = np.shape(attention_mask)
     micro = micro_rows(min(cfg.micro_batch_size, n), s, cfg.pack_width)
-    return plan(attention_mask, width=cfg.pack_width, micro_rows=micro,
-                devices=batch_devices(mesh)), micro
+    return plan(attention_mask, width=cfg.pack_width, micro_rows=micro, devices=batch_devices(mesh)), micro

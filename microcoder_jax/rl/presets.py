@@ -1,4 +1,5 @@
 """Named algorithm presets: GRPO and DAPO baselines and MicroCoder-GRPO, as overrides of RLConfig."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,15 +8,35 @@ from microcoder_jax.rl.config import RLConfig
 
 PRESETS: dict[str, dict] = {
     # Original GRPO: symmetric clip, sequence-mean of token-means, k3 KL to a frozen reference.
-    "grpo": dict(eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean", kl_beta=0.001,
-                 truncation="none", dynamic_sampling=False),
+    "grpo": dict(
+        eps_low=0.2,
+        eps_high=0.2,
+        aggregation="seq_mean_token_mean",
+        kl_beta=0.001,
+        truncation="none",
+        dynamic_sampling=False,
+    ),
     # DAPO: clip-higher, token-mean, no KL, soft overlong punishment, dynamic sampling.
-    "dapo": dict(eps_low=0.2, eps_high=0.28, aggregation="token_mean", kl_beta=0.0,
-                 truncation="soft_overlong", dynamic_sampling=True),
+    "dapo": dict(
+        eps_low=0.2,
+        eps_high=0.28,
+        aggregation="token_mean",
+        kl_beta=0.0,
+        truncation="soft_overlong",
+        dynamic_sampling=True,
+    ),
     # MicroCoder-GRPO: DAPO-style clipping and token-mean, no KL, conditional truncation mask.
-    "microcoder": dict(eps_low=0.2, eps_high=0.28, aggregation="token_mean", kl_beta=0.0,
-                       truncation="conditional", non_incorrect="not_judged_wrong",
-                       repeat_m=128, rho=0.1, dynamic_sampling=False),
+    "microcoder": dict(
+        eps_low=0.2,
+        eps_high=0.28,
+        aggregation="token_mean",
+        kl_beta=0.0,
+        truncation="conditional",
+        non_incorrect="not_judged_wrong",
+        repeat_m=128,
+        rho=0.1,
+        dynamic_sampling=False,
+    ),
 }
 
 

@@ -24,6 +24,7 @@ Signatures (the built-ins live in rl.advantages and rl.losses):
 * is correction ``(ratio, cfg) -> (weight, keep)``: from pi_old / pi_sampler ``[N, S]`` at
   ``cfg.is_level`` (rl.corrections), each token's loss weight and whether it stays in the loss.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -33,8 +34,12 @@ ADVANTAGE_SCALERS: dict[str, Callable] = {}
 LOSS_AGGREGATIONS: dict[str, Callable] = {}
 IS_CORRECTIONS: dict[str, Callable] = {}
 
-_KINDS = {"truncation rule": TRUNCATION_RULES, "advantage scaler": ADVANTAGE_SCALERS,
-          "loss aggregation": LOSS_AGGREGATIONS, "is correction": IS_CORRECTIONS}
+_KINDS = {
+    "truncation rule": TRUNCATION_RULES,
+    "advantage scaler": ADVANTAGE_SCALERS,
+    "loss aggregation": LOSS_AGGREGATIONS,
+    "is correction": IS_CORRECTIONS,
+}
 
 
 def _registrar(kind: str):
@@ -43,10 +48,13 @@ def _registrar(kind: str):
     def register(name: str):
         def decorator(fn: Callable) -> Callable:
             if name in table and table[name] is not fn:
-                raise ValueError(f"{kind} {name!r} is already registered ({table[name].__module__}."
-                                 f"{table[name].__name__}); pick another name")
+                raise ValueError(
+                    f"{kind} {name!r} is already registered ({table[name].__module__}."
+                    f"{table[name].__name__}); pick another name"
+                )
             table[name] = fn
             return fn
+
         return decorator
 
     register.__doc__ = f"Decorator: register a plain function as the {kind} called `name`."

@@ -29,6 +29,7 @@ before any aggregation, tokens are dropped from the loss mask (mis) and each tok
 is scaled by a stop-gradient importance weight (`is_weight`), so every aggregation, micro-batch
 and packed layout stays exact; with `none` the step is the uncorrected one, op for op.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -62,8 +63,7 @@ def learning_rate_schedule(cfg: RLConfig):
     def schedule(count):
         step = (count // cfg.num_minibatches).astype(jnp.float32)
         warm = jnp.minimum(1.0, (step + 1.0) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
-        progress = jnp.clip((step - cfg.warmup_steps) / max(cfg.total_steps - cfg.warmup_steps, 1),
-                            0.0, 1.0)
+        progress = jnp.clip((step - cfg.warmup_steps) / max(cfg.total_steps - cfg.warmup_steps, 1), 0.0, 1.0)
         end = cfg.end_lr_ratio
         if cfg.decay == "linear":
             decay = 1.0 - (1.0 - end) * progress
@@ -80,25 +80,25 @@ def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
     """Global-norm clipping, then AdamW with the warmup/decay schedule."""
     return optax.chain(
         optax.clip_by_global_norm(cfg.grad_clip),
-        optax.adamw(learning_rate_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps,
-                    weight_decay=cfg.weight_decay),
+        optax.adamw(learning_rate_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps, weight_decay=cfg.weight_decay),
     )
 
 
 def state_shardings(model_config, cfg: RLConfig, mesh):
     """NamedShardings of the TrainState: params FSDP per sharding.py, Adam moments alike."""
-    p_sh = sharding.logical_to_sharding(models.param_logical_axes(model_config), mesh,
-                                        models.param_shapes(model_config))
+    p_sh = sharding.logical_to_sharding(
+        models.param_logical_axes(model_config), mesh, models.param_shapes(model_config)
+    )
     abstract_params = jax.eval_shape(lambda: models.init_params(model_config, jax.random.key(0)))
     abstract_opt = jax.eval_shape(make_optimizer(cfg).init, abstract_params)
     rep = sharding.replicated(mesh)
-    opt_sh = optax.tree_map_params(make_optimizer(cfg), lambda _, s: s, abstract_opt, p_sh,
-                                   transform_non_params=lambda _: rep)
+    opt_sh = optax.tree_map_params(
+        make_optimizer(cfg), lambda _, s: s, abstract_opt, p_sh, transform_non_params=lambda _: rep
+    )
     return TrainState(params=p_sh, opt_state=opt_sh, step=rep, rng=rep)  # pyright: ignore[reportArgumentType] (shardings)
 
 
-def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=None,
-                     seed: int = 0) -> TrainState:
+def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=None, seed: int = 0) -> TrainState:
     """A fresh TrainState; with a mesh (and `model_config`) everything is placed FSDP-sharded."""
     optimizer = make_optimizer(rl_config)
     params = jax.tree.map(lambda p: jnp.array(p, jnp.float32), params)  # a copy: the step donates
@@ -115,13 +115,21 @@ def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=Non
 
 def _micro_loss(params, mb, model_config, cfg: RLConfig):
     """Loss contribution of one micro-batch (its share of the mini-batch's weighted sum) + sums."""
-    logp, entropy = sequence_logprobs(params, model_config, mb["tokens"], mb["attention_mask"],
-                                      mb["temperature"], cfg.logprob_chunk, mb.get("positions"),
-                                      mb.get("segment_ids"))
+    logp, entropy = sequence_logprobs(
+        params,
+        model_config,
+        mb["tokens"],
+        mb["attention_mask"],
+        mb["temperature"],
+        cfg.logprob_chunk,
+        mb.get("positions"),
+        mb.get("segment_ids"),
+    )
     mask = mb["loss_mask"]
     adv = mb["advantages"] if mb["advantages"].ndim == 2 else mb["advantages"][:, None]
     per_token, ratio, clip_low, clip_high = clipped_surrogate(
-        logp, mb["old_logprobs"], adv, cfg.eps_low, cfg.eps_high, cfg.dual_clip)
+        logp, mb["old_logprobs"], adv, cfg.eps_low, cfg.eps_high, cfg.dual_clip
+    )
     sums = {}
     if cfg.kl_beta > 0:
         kl_ref = k3_kl(logp, mb["ref_logprobs"])
@@ -141,8 +149,7 @@ def _micro_loss(params, mb, model_config, cfg: RLConfig):
     return loss, (sums, jnp.max(jnp.where(mask > 0, sg(ratio), 0.0)))
 
 
-def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_size: int,
-                    param_sh=None):
+def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_size: int, param_sh=None):
     """Gradients of one mini-batch's loss, accumulated over micro-batches with lax.scan.
 
     `minibatch` holds tokens, attention_mask, loss_mask, advantages, old_logprobs, temperature
@@ -152,14 +159,14 @@ def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_
     """
     rows = minibatch["tokens"].shape[0]
     if rows % micro_batch_size:
-        raise ValueError(f"mini-batch of {rows} rows is not divisible by micro_batch_size="
-                         f"{micro_batch_size}")
+        raise ValueError(f"mini-batch of {rows} rows is not divisible by micro_batch_size={micro_batch_size}")
     weights = minibatch.get("loss_weights")
     if weights is None:
         weights = loss_weights(minibatch["loss_mask"], cfg.aggregation, cfg.loss_constant)
     micro = jax.tree.map(
         lambda x: x.reshape(rows // micro_batch_size, micro_batch_size, *x.shape[1:]),
-        {**minibatch, "loss_weights": weights})
+        {**minibatch, "loss_weights": weights},
+    )
     grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
     zeros = jax.tree.map(jnp.zeros_like, params)
 
@@ -197,7 +204,8 @@ def _packed_data(batch: Rollout, pk, loss_mask, advantages, old, cfg: RLConfig):
     n, s = batch.tokens.shape
     m = cfg.num_minibatches
     weights = jax.vmap(lambda x: loss_weights(x, cfg.aggregation, cfg.loss_constant))(
-        loss_mask.reshape(m, n // m, s)).reshape(n, s)
+        loss_mask.reshape(m, n // m, s)
+    ).reshape(n, s)
     gather = lambda x: packing_lib.gather(x.astype(jnp.float32), pk)  # noqa: E731
     data = {
         "tokens": packing_lib.gather(batch.tokens, pk),
@@ -222,8 +230,18 @@ def _old_logprobs(params, batch: Rollout, pk, model_config, cfg: RLConfig, micro
         return batch.old_logprobs.astype(jnp.float32)
     if pk is not None:
         micro = packing_lib.micro_rows(micro, batch.tokens.shape[1], pk.src.shape[1])
-    return jax.lax.stop_gradient(batch_logprobs(params, model_config, batch.tokens, batch.attention_mask,
-                                                batch.temperature, cfg.logprob_chunk, micro, packing=pk))
+    return jax.lax.stop_gradient(
+        batch_logprobs(
+            params,
+            model_config,
+            batch.tokens,
+            batch.attention_mask,
+            batch.temperature,
+            cfg.logprob_chunk,
+            micro,
+            packing=pk,
+        )
+    )
 
 
 def all_finite(tree) -> jax.Array:
@@ -237,8 +255,9 @@ def skip_unless(ok: jax.Array, new, old):
     return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
 
 
-def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
-               param_sh=None, packing=None) -> tuple[TrainState, dict]:
+def train_step(
+    state: TrainState, batch: Any, *, model_config, cfg: RLConfig, param_sh=None, packing=None
+) -> tuple[TrainState, dict]:
     """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation.
     `batch`: a Rollout, or a dict of its fields (+ "packing"); `packing` an rl.packing.Packing."""
     optimizer = make_optimizer(cfg)
@@ -249,8 +268,10 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
     if cfg.kl_beta > 0 and batch.ref_logprobs is None:
         raise ValueError("kl_beta > 0 needs batch['ref_logprobs'] (compute_logprobs on the reference)")
     if cfg.is_correction != "none" and batch.sampler_logprobs is None:
-        raise ValueError(f"rl.is_correction={cfg.is_correction!r} needs batch['sampler_logprobs'] "
-                         "(the sampler's per-token log-probs, Rollout.sampler_logprobs)")
+        raise ValueError(
+            f"rl.is_correction={cfg.is_correction!r} needs batch['sampler_logprobs'] "
+            "(the sampler's per-token log-probs, Rollout.sampler_logprobs)"
+        )
     rng, mask_key = jax.random.split(state.rng)
     uniforms = jax.random.uniform(mask_key, (n,))
     advantages, row_weight, adv_stats = compute_advantages(cfg, batch, uniforms)
@@ -264,8 +285,10 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
     if pk is not None:  # micro-batches of packed rows holding as many tokens as `micro` rows
         micro = packing_lib.micro_rows(micro, batch.tokens.shape[1], pk.src.shape[1])
         if pk.src.shape[0] % (m * micro):
-            raise ValueError(f"{pk.src.shape[0]} packed rows are not {m} mini-batches of whole "
-                             f"micro-batches of {micro}: pack with rl.packing.for_step")
+            raise ValueError(
+                f"{pk.src.shape[0]} packed rows are not {m} mini-batches of whole "
+                f"micro-batches of {micro}: pack with rl.packing.for_step"
+            )
         data = _packed_data(batch, pk, loss_mask, advantages, old, cfg)
     else:
         data = {
@@ -281,8 +304,10 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
     if is_weight is not None:
         data["is_weight"] = is_weight if pk is None else packing_lib.gather(is_weight, pk)
     rows = data["tokens"].shape[0]
-    minis = jax.tree.map(lambda x: sharding.constrain(
-        x.reshape(m, rows // m, *x.shape[1:]), (None, "batch") + (None,) * (x.ndim - 1)), data)
+    minis = jax.tree.map(
+        lambda x: sharding.constrain(x.reshape(m, rows // m, *x.shape[1:]), (None, "batch") + (None,) * (x.ndim - 1)),
+        data,
+    )
 
     def update(carry, mini):
         params, opt_state = carry
@@ -290,12 +315,14 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
         grad_norm = optax.tree.norm(grads)
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates)
-        params, opt_state = skip_unless(finite, (optax.apply_updates(params, updates), new_opt_state),
-                                        (params, opt_state))
+        params, opt_state = skip_unless(
+            finite, (optax.apply_updates(params, updates), new_opt_state), (params, opt_state)
+        )
         return (params, opt_state), (loss, grad_norm, sums, rmax, ~finite)
 
     (params, opt_state), (losses, grad_norms, sums, rmax, skipped) = jax.lax.scan(
-        update, (state.params, state.opt_state), minis)
+        update, (state.params, state.opt_state), minis
+    )
     sums = jax.tree.map(jnp.sum, sums)
     tokens = jnp.maximum(sums["tokens"], 1.0)
     lr = learning_rate_schedule(cfg)((state.step + 1) * m - 1)
@@ -325,12 +352,23 @@ def train_step(state: TrainState, batch: Any, *, model_config, cfg: RLConfig,
 def make_train_step(model_config, rl_config: RLConfig, mesh=None):
     """step(state, batch) -> (state, metrics): jitted, state donated, FSDP-sharded under a mesh."""
     if mesh is None:
-        fn = lambda state, batch, packing=None: train_step(state, batch, model_config=model_config,  # noqa: E731
-                                                           cfg=rl_config, packing=packing)
+        fn = lambda state, batch, packing=None: train_step(
+            state,
+            batch,
+            model_config=model_config,  # noqa: E731
+            cfg=rl_config,
+            packing=packing,
+        )
         return jax.jit(fn, donate_argnums=0)
     sh = state_shardings(model_config, rl_config, mesh)
-    fn = lambda state, batch, packing=None: train_step(state, batch, model_config=model_config,  # noqa: E731
-                                                       cfg=rl_config, param_sh=sh.params, packing=packing)
+    fn = lambda state, batch, packing=None: train_step(
+        state,
+        batch,
+        model_config=model_config,  # noqa: E731
+        cfg=rl_config,
+        param_sh=sh.params,
+        packing=packing,
+    )
     jitted = jax.jit(fn, donate_argnums=0, out_shardings=(sh, sharding.replicated(mesh)))
 
     def step(state: TrainState, batch: Any, packing=None):  # a Rollout, or a dict of its fields
@@ -339,4 +377,3 @@ def make_train_step(model_config, rl_config: RLConfig, mesh=None):
 
     step.jitted = jitted  # for compile counting (`step.jitted._cache_size()`)
     return step
-

@@ -16,6 +16,7 @@ row = prompt * group_size + sample):
   softmax(logits / T)), when it is passed in.
 Undefined means (no response long enough) are NaN, so a consumer can tell "no data" from zero.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -78,8 +79,7 @@ def diversity_metrics(tokens, lengths, group_size: int, entropy=None, max_n: int
     out = {}
     for n, rows, ids in _ngram_ids(tokens, lengths, max_n):
         out[f"distinct_{n}"] = _nanmean_ratio(*_unique_per_owner(ids, rows, num_rows))
-        out[f"group_distinct_{n}"] = _nanmean_ratio(
-            *_unique_per_owner(ids, rows // group_size, num_rows // group_size))
+        out[f"group_distinct_{n}"] = _nanmean_ratio(*_unique_per_owner(ids, rows // group_size, num_rows // group_size))
     for n in range(1, max_n + 1):  # responses too short for any n-gram of this order
         out.setdefault(f"distinct_{n}", float("nan"))
         out.setdefault(f"group_distinct_{n}", float("nan"))

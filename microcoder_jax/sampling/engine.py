@@ -20,6 +20,7 @@ written, in admit and in every step (`paged_attention.QuantizedPages`). A slot i
 when the free pages cover every live slot's remaining need up to its cap plus its own, so the pool
 can never run out.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,16 +42,16 @@ from microcoder_jax.sharding import constrain
 class EngineShape:
     """Static sizes: a new value compiles new programs."""
 
-    slots: int          # S sequences decoded at once
-    samples: int        # G samples per prompt
-    max_prompts: int    # prompts the queue and outputs can hold over the whole call
-    prompt_width: int   # P, the prompt bucket (a multiple of page_size)
-    max_new: int        # W, the output width; each row's cap is data <= W
+    slots: int  # S sequences decoded at once
+    samples: int  # G samples per prompt
+    max_prompts: int  # prompts the queue and outputs can hold over the whole call
+    prompt_width: int  # P, the prompt bucket (a multiple of page_size)
+    max_new: int  # W, the output width; each row's cap is data <= W
     page_size: int
     num_pages: int
-    block_pages: int    # pages read per attention block
+    block_pages: int  # pages read per attention block
     refill_every: int
-    shrink_at: int      # once the queue is empty, `run` returns when this few slots are live (0: never)
+    shrink_at: int  # once the queue is empty, `run` returns when this few slots are live (0: never)
     kv_dtype: str = "model"  # the pool's dtype (`sampling.kv_dtype`): model (the model's), bfloat16, float32, int8
 
     @property
@@ -89,24 +90,50 @@ def init_state(config: DecoderConfig, shape: EngineShape, pad_id) -> dict[str, A
     return dict(
         pool=pa.init_pool(config, shape.num_pages, shape.page_size, shape.kv_dtype),
         pages=pg.init_pages(shape.num_pages),
-        prompt_pages=jnp.full((shape.max_prompts, shape.prompt_pages), none), prompt_len=jnp.zeros(
-            (shape.max_prompts,), jnp.int32),
-        prompt_logits=jnp.zeros((shape.max_prompts, config.vocab_size), jnp.float32), prompts_used=jnp.int32(0),
-        cap=jnp.ones((n,), jnp.int32), temperature=jnp.zeros((n,), jnp.float32), top_p=jnp.ones((n,), jnp.float32),
+        prompt_pages=jnp.full((shape.max_prompts, shape.prompt_pages), none),
+        prompt_len=jnp.zeros((shape.max_prompts,), jnp.int32),
+        prompt_logits=jnp.zeros((shape.max_prompts, config.vocab_size), jnp.float32),
+        prompts_used=jnp.int32(0),
+        cap=jnp.ones((n,), jnp.int32),
+        temperature=jnp.zeros((n,), jnp.float32),
+        top_p=jnp.ones((n,), jnp.float32),
         top_k=jnp.zeros((n,), jnp.int32),
-        tokens=jnp.full((n, w), pad_id, jnp.int32), logprobs=jnp.zeros((n, w), jnp.float32),
-        lengths=jnp.zeros((n,), jnp.int32), stopped=jnp.zeros((n,), bool), entropy=jnp.zeros((n,), jnp.float32),
-        queue=jnp.zeros((n,), jnp.int32), head=jnp.int32(0), tail=jnp.int32(0),
-        slot_seq=jnp.full((s,), -1, jnp.int32), slot_t=jnp.zeros((s,), jnp.int32),
-        slot_last=jnp.zeros((s,), jnp.int32), slot_done=jnp.ones((s,), bool),
+        tokens=jnp.full((n, w), pad_id, jnp.int32),
+        logprobs=jnp.zeros((n, w), jnp.float32),
+        lengths=jnp.zeros((n,), jnp.int32),
+        stopped=jnp.zeros((n,), bool),
+        entropy=jnp.zeros((n,), jnp.float32),
+        queue=jnp.zeros((n,), jnp.int32),
+        head=jnp.int32(0),
+        tail=jnp.int32(0),
+        slot_seq=jnp.full((s,), -1, jnp.int32),
+        slot_t=jnp.zeros((s,), jnp.int32),
+        slot_last=jnp.zeros((s,), jnp.int32),
+        slot_done=jnp.ones((s,), bool),
         table=jnp.full((s, shape.table_width), none),
-        steps=jnp.int32(0), slot_steps=jnp.int32(0), live_steps=jnp.int32(0), reads=jnp.float32(0),
+        steps=jnp.int32(0),
+        slot_steps=jnp.int32(0),
+        live_steps=jnp.int32(0),
+        reads=jnp.float32(0),
     )
 
 
 @functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
-def admit(state, params, prompt_ids, prompt_mask, count, cap, temperature, top_p, top_k, order, *,
-          config: DecoderConfig, shape: EngineShape):
+def admit(
+    state,
+    params,
+    prompt_ids,
+    prompt_mask,
+    count,
+    cap,
+    temperature,
+    top_p,
+    top_k,
+    order,
+    *,
+    config: DecoderConfig,
+    shape: EngineShape,
+):
     """Prefill the first ``count`` of ``prompt_ids [A, P]`` (left-padded) and queue their samples.
 
     Per-row arrays are ``[A * G]`` in prompt-major order; ``order [A * G]`` lists the local rows
@@ -115,8 +142,16 @@ def admit(state, params, prompt_ids, prompt_mask, count, cap, temperature, top_p
     a, width = prompt_ids.shape
     g, ps = shape.samples, shape.page_size
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
-    hidden, cache = forward(params, config, prompt_ids, attention_mask=prompt_mask, positions=positions,
-                            cache=init_cache(config, a, width), cache_index=0, return_hidden=True)
+    hidden, cache = forward(
+        params,
+        config,
+        prompt_ids,
+        attention_mask=prompt_mask,
+        positions=positions,
+        cache=init_cache(config, a, width),
+        cache_index=0,
+        return_hidden=True,
+    )
     assert cache is not None  # forward returns the cache it was given
     logits = lm_head(params, config, hidden[:, -1])
     real = jnp.arange(a) < count
@@ -124,22 +159,37 @@ def admit(state, params, prompt_ids, prompt_mask, count, cap, temperature, top_p
     need = jnp.arange(shape.prompt_pages)[None, :] < -(-prompt_len // ps)[:, None]
     pages, ids = pg.allocate(state["pages"], need.reshape(-1), refs=g)
     ids = ids.reshape(a, shape.prompt_pages)
-    pool = pa.PagePool(*(tuple(pa.write_prompt_pages(p, c, prompt_len, ids) for p, c in zip(pool_part, cache_part))
-                         for pool_part, cache_part in zip(state["pool"], cache)))
+    pool = pa.PagePool(
+        *(
+            tuple(pa.write_prompt_pages(p, c, prompt_len, ids) for p, c in zip(pool_part, cache_part))
+            for pool_part, cache_part in zip(state["pool"], cache)
+        )
+    )
     base = state["prompts_used"]
     slot_of = jnp.where(real, base + jnp.arange(a), shape.max_prompts)
     rows = jnp.where(jnp.repeat(real, g), base * g + jnp.arange(a * g), shape.rows)
     put = lambda name, value: state[name].at[rows].set(value, mode="drop")  # noqa: E731
     valid = jnp.arange(a * g) < count * g
-    queue = state["queue"].at[jnp.where(valid, state["tail"] + jnp.arange(a * g), shape.rows)].set(
-        base * g + order, mode="drop")
+    queue = (
+        state["queue"]
+        .at[jnp.where(valid, state["tail"] + jnp.arange(a * g), shape.rows)]
+        .set(base * g + order, mode="drop")
+    )
     return dict(
-        state, pool=pool, pages=pages, queue=queue, tail=state["tail"] + count * g, prompts_used=base + count,
+        state,
+        pool=pool,
+        pages=pages,
+        queue=queue,
+        tail=state["tail"] + count * g,
+        prompts_used=base + count,
         prompt_pages=state["prompt_pages"].at[slot_of].set(ids, mode="drop"),
         prompt_len=state["prompt_len"].at[slot_of].set(prompt_len, mode="drop"),
         prompt_logits=state["prompt_logits"].at[slot_of].set(logits, mode="drop"),
-        cap=put("cap", cap), temperature=put("temperature", temperature), top_p=put("top_p", top_p),
-        top_k=put("top_k", top_k))
+        cap=put("cap", cap),
+        temperature=put("temperature", temperature),
+        top_p=put("top_p", top_p),
+        top_k=put("top_k", top_k),
+    )
 
 
 def _keys(rng, seq, t):
@@ -161,14 +211,17 @@ def _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape: Engin
         lengths=state["lengths"].at[row].set(t + 1, mode="drop"),
         entropy=state["entropy"].at[row].add(entropy, mode="drop"),
         stopped=state["stopped"].at[row].set(stop, mode="drop"),
-        slot_t=jnp.where(mask, t + 1, t), slot_last=jnp.where(mask, token, state["slot_last"]),
-        slot_done=jnp.where(mask, done, state["slot_done"]))
+        slot_t=jnp.where(mask, t + 1, t),
+        slot_last=jnp.where(mask, token, state["slot_last"]),
+        slot_done=jnp.where(mask, done, state["slot_done"]),
+    )
 
 
 def _sample(state, logits, mask, rng, stop_ids, pad_id, shape):
     seq = jnp.maximum(state["slot_seq"], 0)
-    token, logprob, entropy = sample_tokens(logits, _keys(rng, seq, state["slot_t"]), state["temperature"][seq],
-                                            state["top_p"][seq], state["top_k"][seq])
+    token, logprob, entropy = sample_tokens(
+        logits, _keys(rng, seq, state["slot_t"]), state["temperature"][seq], state["top_p"][seq], state["top_k"][seq]
+    )
     return _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape)
 
 
@@ -176,17 +229,23 @@ def release_finished(state: dict[str, Any], shape: EngineShape) -> dict[str, Any
     """Slots whose sequence is done give back their pages (prompt pages: one reference) and go idle."""
     finished = (state["slot_seq"] >= 0) & state["slot_done"]
     pages = pg.release(state["pages"], jnp.where(finished[:, None], state["table"], shape.num_pages))
-    return dict(state, pages=pages, slot_seq=jnp.where(finished, -1, state["slot_seq"]),
-                table=jnp.where(finished[:, None], shape.num_pages, state["table"]))
+    return dict(
+        state,
+        pages=pages,
+        slot_seq=jnp.where(finished, -1, state["slot_seq"]),
+        table=jnp.where(finished[:, None], shape.num_pages, state["table"]),
+    )
 
 
 # The scheduling rule, as pure functions of a few arrays (``xp``: jax.numpy here, numpy in the
 # planner's decode simulator, plan/decode_sim.py, which replays `run` without a model).
 
+
 def outstanding_pages(live, prompt_len, cap, t, page_size: int, xp=jnp):
     """Pages the live slots may still allocate before their caps (admission keeps them free)."""
-    return xp.sum(xp.where(live, own_pages(prompt_len, cap - 1, page_size) - own_pages(prompt_len, t - 1, page_size),
-                           0))
+    return xp.sum(
+        xp.where(live, own_pages(prompt_len, cap - 1, page_size) - own_pages(prompt_len, t - 1, page_size), 0)
+    )
 
 
 def admissions(idle, candidate, need, head, tail, free, xp=jnp):
@@ -227,8 +286,9 @@ def _refill(state: dict[str, Any], rng, stop_ids, pad_id, shape: EngineShape):
     outstanding = outstanding_pages(live, prompt_len, state["cap"][seq], t, ps)
     candidate = state["queue"][jnp.minimum(state["head"] + jnp.arange(s), shape.rows - 1)]
     need = own_pages(state["prompt_len"][candidate // g], state["cap"][candidate] - 1, ps)
-    take, joins, new_seq = admissions(idle, candidate, need, state["head"], state["tail"],
-                                      state["pages"].count - outstanding)
+    take, joins, new_seq = admissions(
+        idle, candidate, need, state["head"], state["tail"], state["pages"].count - outstanding
+    )
     prompt_len, prompt_row = state["prompt_len"][new_seq // g], state["prompt_pages"][new_seq // g]
     full = prompt_len // ps  # shared pages; a partly filled last one is copied to a page of the slot's own
     partial = joins & (prompt_len % ps > 0)
@@ -238,9 +298,15 @@ def _refill(state: dict[str, Any], rng, stop_ids, pad_id, shape: EngineShape):
     entries = jnp.arange(shape.table_width)[None, :]
     prompt_row = jnp.concatenate([prompt_row, jnp.full((s, shape.table_width - shape.prompt_pages), none)], 1)
     row = jnp.where(entries < full[:, None], prompt_row, jnp.where(entries == full[:, None], own[:, None], none))
-    state = dict(state, pool=pool, pages=pg.release(pages, shared_last), head=state["head"] + jnp.sum(take),
-                 slot_seq=jnp.where(joins, new_seq, state["slot_seq"]), slot_t=jnp.where(joins, 0, t),
-                 table=jnp.where(joins[:, None], row, state["table"]))
+    state = dict(
+        state,
+        pool=pool,
+        pages=pg.release(pages, shared_last),
+        head=state["head"] + jnp.sum(take),
+        slot_seq=jnp.where(joins, new_seq, state["slot_seq"]),
+        slot_t=jnp.where(joins, 0, t),
+        table=jnp.where(joins[:, None], row, state["table"]),
+    )
     return _sample(state, state["prompt_logits"][new_seq // g], joins, rng, stop_ids, pad_id, shape)
 
 
@@ -253,18 +319,28 @@ def _step(state, params, rng, stop_ids, pad_id, config: DecoderConfig, shape: En
     index = prompt_len + t - 1  # the fed token's logical cache index (and position)
     entry = index // ps
     pages, new = pg.allocate(state["pages"], live & (index % ps == 0))
-    table = state["table"].at[jnp.arange(s), jnp.where(new < shape.num_pages, entry, shape.table_width)].set(
-        new, mode="drop")
+    table = (
+        state["table"]
+        .at[jnp.arange(s), jnp.where(new < shape.num_pages, entry, shape.table_width)]
+        .set(new, mode="drop")
+    )
     write_page = jnp.where(live, jnp.take_along_axis(table, entry[:, None], 1, mode="clip")[:, 0], shape.num_pages)
     lengths = jnp.where(live, index + 1, 0)
     view = pa.SlotView(table, lengths, pa.blocks_needed(lengths, ps, bp))
-    logits, pool = pa.paged_decode_step(params, config, state["slot_last"], index, state["pool"],
-                                        write_page, index % ps, view, bp)
+    logits, pool = pa.paged_decode_step(
+        params, config, state["slot_last"], index, state["pool"], write_page, index % ps, view, bp
+    )
     logits = constrain(logits, ("batch", "vocab"))
-    state = dict(state, pool=pool, pages=pages, table=table, steps=state["steps"] + 1,
-                 slot_steps=state["slot_steps"] + s,
-                 live_steps=state["live_steps"] + jnp.sum(live),
-                 reads=state["reads"] + (s * bp * ps) * view.blocks.astype(jnp.float32))
+    state = dict(
+        state,
+        pool=pool,
+        pages=pages,
+        table=table,
+        steps=state["steps"] + 1,
+        slot_steps=state["slot_steps"] + s,
+        live_steps=state["live_steps"] + jnp.sum(live),
+        reads=state["reads"] + (s * bp * ps) * view.blocks.astype(jnp.float32),
+    )
     return _sample(state, logits, live, rng, stop_ids, pad_id, shape)
 
 
@@ -282,7 +358,8 @@ def run(state, params, stop_ids, pad_id, rng, budget, *, config: DecoderConfig, 
     def body(st):
         live = (st["slot_seq"] >= 0) & ~st["slot_done"]
         due = refill_due(st["steps"], shape.refill_every, jnp.any(live)) & pending(
-            st["head"], st["tail"], st["slot_seq"], st["slot_done"])
+            st["head"], st["tail"], st["slot_seq"], st["slot_done"]
+        )
         st = jax.lax.cond(due, lambda x: _refill(x, rng, stop_ids, pad_id, shape), lambda x: x, st)
         return _step(st, params, rng, stop_ids, pad_id, config, shape)
 

@@ -7,6 +7,7 @@ finishes (the engine returns to the host every `report_every` steps to check), s
 overlap the tail. `PagedSession` is the same machinery for callers that push more prompts while
 it runs (DAPO refills): `push` queues prompts behind the ones still running, in the same programs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,9 +68,12 @@ def _on_devices_of(params, mesh) -> bool:
     """Whether every leaf already lives on ``mesh``'s devices in its order (maybe another mesh shape,
     e.g. the training mesh): the decode-layout reshard then moves them with no stored-layout copy."""
     order = tuple(mesh.devices.flat)
-    return all(isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding)
-               and tuple(x.sharding.mesh.devices.flat) == order  # pyright: ignore[reportOptionalMemberAccess]
-               for x in jax.tree.leaves(params))  # (an array's mesh has devices; only an AbstractMesh has none)
+    return all(
+        isinstance(x, jax.Array)
+        and isinstance(x.sharding, jax.sharding.NamedSharding)
+        and tuple(x.sharding.mesh.devices.flat) == order  # pyright: ignore[reportOptionalMemberAccess]
+        for x in jax.tree.leaves(params)
+    )  # (an array's mesh has devices; only an AbstractMesh has none)
 
 
 @jax.jit
@@ -80,36 +84,71 @@ def _take_rows(arrays: dict, rows: jax.Array) -> dict:
 class PagedSession:
     """One engine: a page pool, S slots and a queue with room for ``max_prompts`` prompts x G."""
 
-    def __init__(self, params, config: DecoderConfig, *, num_samples: int, max_prompts: int, max_new_tokens: int,
-                 prompt_width: int, stop_token_ids: Sequence[int], pad_id: int, rng: jax.Array, slots: int,
-                 page_size: int = 16, refill_every: int = 4, tail_slots: int | None = None,
-                 block_pages: int | None = None, num_pages: int | None = None, max_admit: int = 64, mesh=None,
-                 kv_dtype: str = "model"):
+    def __init__(
+        self,
+        params,
+        config: DecoderConfig,
+        *,
+        num_samples: int,
+        max_prompts: int,
+        max_new_tokens: int,
+        prompt_width: int,
+        stop_token_ids: Sequence[int],
+        pad_id: int,
+        rng: jax.Array,
+        slots: int,
+        page_size: int = 16,
+        refill_every: int = 4,
+        tail_slots: int | None = None,
+        block_pages: int | None = None,
+        num_pages: int | None = None,
+        max_admit: int = 64,
+        mesh=None,
+        kv_dtype: str = "model",
+    ):
         tail_slots = default_tail_slots(slots) if tail_slots is None else tail_slots
         if min(num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, max_admit, tail_slots) < 1:
-            raise ValueError("num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, "
-                             "tail_slots and max_admit must all be >= 1")
+            raise ValueError(
+                "num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, "
+                "tail_slots and max_admit must all be >= 1"
+            )
         if prompt_width % page_size:
-            raise ValueError(f"prompt bucket {prompt_width} is not a multiple of page_size={page_size}; "
-                             "pick a page size that divides the prompt buckets (8 or 16 for the default ones)")
+            raise ValueError(
+                f"prompt bucket {prompt_width} is not a multiple of page_size={page_size}; "
+                "pick a page size that divides the prompt buckets (8 or 16 for the default ones)"
+            )
         block_pages = block_pages or max(1, 64 // page_size)
         need = engine.max_own_pages(max_new_tokens, page_size)
         prompt_pages = max_prompts * (prompt_width // page_size)
         num_pages = num_pages or engine.default_num_pages(max_prompts, prompt_width, slots, max_new_tokens, page_size)
         if num_pages < prompt_pages + need:
-            raise ValueError(f"num_pages={num_pages} cannot hold the prompts ({prompt_pages} pages) and one "
-                             f"sequence at the cap ({need}); raise it to at least {prompt_pages + need}")
+            raise ValueError(
+                f"num_pages={num_pages} cannot hold the prompts ({prompt_pages} pages) and one "
+                f"sequence at the cap ({need}); raise it to at least {prompt_pages + need}"
+            )
         self.sizes = tail_sizes(slots, min(tail_slots, slots))
-        self.shape = engine.EngineShape(slots=slots, samples=num_samples, max_prompts=max_prompts,
-                                        prompt_width=prompt_width, max_new=max_new_tokens, page_size=page_size,
-                                        num_pages=num_pages, block_pages=block_pages, refill_every=refill_every,
-                                        shrink_at=shrink_at(self.sizes, slots), kv_dtype=kv_dtype)
+        self.shape = engine.EngineShape(
+            slots=slots,
+            samples=num_samples,
+            max_prompts=max_prompts,
+            prompt_width=prompt_width,
+            max_new=max_new_tokens,
+            page_size=page_size,
+            num_pages=num_pages,
+            block_pages=block_pages,
+            refill_every=refill_every,
+            shrink_at=shrink_at(self.sizes, slots),
+            kv_dtype=kv_dtype,
+        )
         self.full_shape = self.shape
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
         self.pad_id, self.rng = pad_id, rng
         self.stop_ids = jnp.asarray(np.asarray(list(stop_token_ids), np.int32))
-        placed = params if mesh is None or _on_devices_of(params, mesh) else jax.device_put(
-            params, shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config)))
+        placed = (
+            params
+            if mesh is None or _on_devices_of(params, mesh)
+            else jax.device_put(params, shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config)))
+        )
         # the decode layout once per session: a step then gathers no weight (close() frees it)
         self.params, self._stored = to_decode_layout(placed, config, mesh), placed
         self.prompt_ids = np.zeros((0, prompt_width), np.int32)
@@ -126,8 +165,16 @@ class PagedSession:
     def num_prompts(self) -> int:
         return len(self.prompt_ids)
 
-    def push(self, prompts: Sequence[Sequence[int]], *, temperature, top_p=1.0, top_k=0, caps=None,
-             queue_order: Sequence[int] | None = None) -> range:
+    def push(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        temperature,
+        top_p=1.0,
+        top_k=0,
+        caps=None,
+        queue_order: Sequence[int] | None = None,
+    ) -> range:
         """Prefill ``prompts`` and queue their G samples each; returns their prompt indices.
 
         temperature / top_p / top_k / caps: a scalar or one value per row (len(prompts) * G); caps
@@ -138,8 +185,10 @@ class PagedSession:
         shape, g = self.shape, self.shape.samples
         n, rows = len(prompts), len(prompts) * g
         if n == 0 or self.num_prompts + n > shape.max_prompts:
-            raise ValueError(f"push of {n} prompts: need 1..{shape.max_prompts - self.num_prompts} "
-                             f"(max_prompts={shape.max_prompts}, {self.num_prompts} already pushed)")
+            raise ValueError(
+                f"push of {n} prompts: need 1..{shape.max_prompts - self.num_prompts} "
+                f"(max_prompts={shape.max_prompts}, {self.num_prompts} already pushed)"
+            )
         temperature = _per_row(temperature, rows, np.float32, "temperature")
         top_p = _per_row(top_p, rows, np.float32, "top_p")
         top_k = _per_row(top_k, rows, np.int32, "top_k")
@@ -149,8 +198,9 @@ class PagedSession:
         if ((caps < 1) | (caps > shape.max_new)).any():
             raise ValueError(f"caps must be in 1..max_new_tokens={shape.max_new}")
         if queue_order is not None and (n > self.max_admit or sorted(queue_order) != list(range(rows))):
-            raise ValueError(f"queue_order must be a permutation of range({rows}) for a push of <= "
-                             f"{self.max_admit} prompts")
+            raise ValueError(
+                f"queue_order must be a permutation of range({rows}) for a push of <= {self.max_admit} prompts"
+            )
         ids, mask = left_pad(prompts, shape.prompt_width, self.pad_id)
         first = self.num_prompts
         if self.shape.slots != self.full_shape.slots:  # the tail had shrunk S: back to full width
@@ -158,16 +208,29 @@ class PagedSession:
         for lo in range(0, n, self.max_admit):
             hi = min(n, lo + self.max_admit)
             size = 1 << (hi - lo - 1).bit_length()  # admit blocks are powers of two: few compiles
-            fill = lambda a, lo=lo, hi=hi, size=size, k=1: np.concatenate(  # noqa: E731
-                [a[lo * k:hi * k], np.repeat(a[lo * k:lo * k + k], size - (hi - lo), axis=0)])
+            fill = (
+                lambda a, lo=lo, hi=hi, size=size, k=1: np.concatenate(  # noqa: E731
+                    [a[lo * k : hi * k], np.repeat(a[lo * k : lo * k + k], size - (hi - lo), axis=0)]
+                )
+            )
             order = np.arange(size * g, dtype=np.int32)
             if queue_order is not None:
                 order[:rows] = np.asarray(queue_order, np.int32)
             with self._mesh():
                 self.state = engine.admit(
-                    self.state, self.params, fill(ids), fill(mask), jnp.int32(hi - lo), fill(caps, k=g),
-                    fill(temperature, k=g), fill(top_p, k=g), fill(top_k, k=g), order,
-                    config=self.config, shape=self.full_shape)
+                    self.state,
+                    self.params,
+                    fill(ids),
+                    fill(mask),
+                    jnp.int32(hi - lo),
+                    fill(caps, k=g),
+                    fill(temperature, k=g),
+                    fill(top_p, k=g),
+                    fill(top_k, k=g),
+                    order,
+                    config=self.config,
+                    shape=self.full_shape,
+                )
         self.prompt_ids = np.concatenate([self.prompt_ids, ids])
         self.prompt_mask = np.concatenate([self.prompt_mask, mask])
         self.temperature = np.concatenate([self.temperature, temperature])
@@ -181,8 +244,16 @@ class PagedSession:
         while budget > 0:
             before = self._scalar("steps")
             with self._mesh():
-                self.state = engine.run(self.state, self.params, self.stop_ids, jnp.int32(self.pad_id), self.rng,
-                                        jnp.int32(budget), config=self.config, shape=self.shape)
+                self.state = engine.run(
+                    self.state,
+                    self.params,
+                    self.stop_ids,
+                    jnp.int32(self.pad_id),
+                    self.rng,
+                    jnp.int32(budget),
+                    config=self.config,
+                    shape=self.shape,
+                )
             budget -= self._scalar("steps") - before
             occupied = int((shd.to_host(self.state["slot_seq"]) >= 0).sum())
             target = tail_resize(self.sizes, occupied, self.shape.slots, self._scalar("head") < self._scalar("tail"))
@@ -191,8 +262,9 @@ class PagedSession:
             self._resize(target)  # the tail: fewer, fuller slots
         if bool(shd.to_host(self.state["pages"].failed)):
             raise RuntimeError("the page pool ran out (engine sizing bug); raise num_pages")
-        lengths, stopped, cap = (shd.to_host(self.state[k])[: self.num_prompts * self.shape.samples]
-                                 for k in ("lengths", "stopped", "cap"))
+        lengths, stopped, cap = (
+            shd.to_host(self.state[k])[: self.num_prompts * self.shape.samples] for k in ("lengths", "stopped", "cap")
+        )
         finished = ((lengths > 0) & (stopped | (lengths >= cap))).reshape(-1, self.shape.samples).all(1)
         new = [int(i) for i in np.flatnonzero(finished) if int(i) not in self.reported]
         self.reported.update(new)
@@ -215,14 +287,23 @@ class PagedSession:
         g = self.shape.samples
         picks = np.arange(self.num_prompts) if prompts is None else np.asarray(prompts)
         rows = (picks[:, None] * g + np.arange(g)).reshape(-1)
-        picked = _take_rows({k: self.state[k] for k in ("tokens", "logprobs", "lengths", "stopped", "entropy")},
-                            jnp.asarray(rows, jnp.int32))  # on device: only these rows come to the host
-        tokens, logprobs, lengths, stopped, entropy = (shd.to_host(picked[k]) for k in (
-            "tokens", "logprobs", "lengths", "stopped", "entropy"))
-        return SamplerOutput(tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped,
-                             entropy=entropy / np.maximum(lengths, 1), temperature=self.temperature[rows],
-                             prompt_tokens=np.repeat(self.prompt_ids[picks], g, axis=0),
-                             prompt_mask=np.repeat(self.prompt_mask[picks], g, axis=0))
+        picked = _take_rows(
+            {k: self.state[k] for k in ("tokens", "logprobs", "lengths", "stopped", "entropy")},
+            jnp.asarray(rows, jnp.int32),
+        )  # on device: only these rows come to the host
+        tokens, logprobs, lengths, stopped, entropy = (
+            shd.to_host(picked[k]) for k in ("tokens", "logprobs", "lengths", "stopped", "entropy")
+        )
+        return SamplerOutput(
+            tokens=tokens,
+            logprobs=logprobs,
+            lengths=lengths,
+            truncated=~stopped,
+            entropy=entropy / np.maximum(lengths, 1),
+            temperature=self.temperature[rows],
+            prompt_tokens=np.repeat(self.prompt_ids[picks], g, axis=0),
+            prompt_mask=np.repeat(self.prompt_mask[picks], g, axis=0),
+        )
 
     def _check_open(self):
         if self.params is None:
@@ -237,19 +318,39 @@ class PagedSession:
 
     def stats(self) -> dict:
         """Decode steps, slot-steps that produced a token, attention key slots read, generated tokens."""
-        steps, slot_steps, live, reads, lengths = (int(shd.to_host(self.state[k]).sum()) for k in (
-            "steps", "slot_steps", "live_steps", "reads", "lengths"))
+        steps, slot_steps, live, reads, lengths = (
+            int(shd.to_host(self.state[k]).sum()) for k in ("steps", "slot_steps", "live_steps", "reads", "lengths")
+        )
         return dict(steps=steps, slot_steps=slot_steps, live_slot_steps=live, reads=reads, generated=lengths)
 
 
-def generate_paged(params, config: DecoderConfig, prompts: Sequence[Sequence[int]], *, num_samples: int,
-                   temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
-                   pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None,
-                   slots: int | None = None, page_size: int = 16, refill_every: int = 4,
-                   tail_slots: int | None = None, caps=None,
-                   on_group_done: Callable[[int, SamplerOutput], None] | None = None, report_every: int = 256,
-                   queue_order: Sequence[int] | None = None, num_pages: int | None = None,
-                   stats: dict | None = None, kv_dtype: str = "model") -> SamplerOutput:
+def generate_paged(
+    params,
+    config: DecoderConfig,
+    prompts: Sequence[Sequence[int]],
+    *,
+    num_samples: int,
+    temperature,
+    top_p=1.0,
+    top_k=0,
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int],
+    pad_id: int,
+    rng: jax.Array,
+    mesh=None,
+    prompt_buckets: Sequence[int] | None = None,
+    slots: int | None = None,
+    page_size: int = 16,
+    refill_every: int = 4,
+    tail_slots: int | None = None,
+    caps=None,
+    on_group_done: Callable[[int, SamplerOutput], None] | None = None,
+    report_every: int = 256,
+    queue_order: Sequence[int] | None = None,
+    num_pages: int | None = None,
+    stats: dict | None = None,
+    kv_dtype: str = "model",
+) -> SamplerOutput:
     """`sampler.generate` on the paged engine; see the module doc. Returns all rows, prompt-major.
 
     ``stats``: a dict to fill with `PagedSession.stats()` (steps, slot-steps, attention reads).
@@ -257,12 +358,25 @@ def generate_paged(params, config: DecoderConfig, prompts: Sequence[Sequence[int
     if not prompts or num_samples < 1 or max_new_tokens < 1:
         raise ValueError("need at least one prompt, num_samples >= 1 and max_new_tokens >= 1")
     width = prompt_bucket(max(len(p) for p in prompts), prompt_buckets)
-    session = PagedSession(params, config, num_samples=num_samples, max_prompts=len(prompts),
-                           max_new_tokens=max_new_tokens, prompt_width=width, stop_token_ids=stop_token_ids,
-                           pad_id=pad_id, rng=rng, slots=call_slots(slots, len(prompts) * num_samples),
-                           page_size=page_size, refill_every=refill_every, tail_slots=tail_slots,
-                           num_pages=num_pages, kv_dtype=kv_dtype,
-                           max_admit=max(64, len(prompts)) if queue_order is not None else 64, mesh=mesh)
+    session = PagedSession(
+        params,
+        config,
+        num_samples=num_samples,
+        max_prompts=len(prompts),
+        max_new_tokens=max_new_tokens,
+        prompt_width=width,
+        stop_token_ids=stop_token_ids,
+        pad_id=pad_id,
+        rng=rng,
+        slots=call_slots(slots, len(prompts) * num_samples),
+        page_size=page_size,
+        refill_every=refill_every,
+        tail_slots=tail_slots,
+        num_pages=num_pages,
+        kv_dtype=kv_dtype,
+        max_admit=max(64, len(prompts)) if queue_order is not None else 64,
+        mesh=mesh,
+    )
     session.push(prompts, temperature=temperature, top_p=top_p, top_k=top_k, caps=caps, queue_order=queue_order)
     while not session.done:
         for index in session.run(report_every if on_group_done else None):

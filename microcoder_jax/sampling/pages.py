@@ -5,6 +5,7 @@ order) and gives each the requested count; ``release`` drops one reference per l
 pushes the pages that reach 0 back. Ids equal to ``num_pages`` mean "no page" and are ignored, so
 the callers can pass fixed-shape arrays with unused entries. Everything is traced: jit-safe.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -15,15 +16,19 @@ import numpy as np
 
 
 class Pages(NamedTuple):
-    refs: jax.Array    # [num_pages] int32 references to each page
-    free: jax.Array    # [num_pages] int32 stack of free ids; free[:count] is valid, top at count - 1
-    count: jax.Array   # scalar int32: free pages
+    refs: jax.Array  # [num_pages] int32 references to each page
+    free: jax.Array  # [num_pages] int32 stack of free ids; free[:count] is valid, top at count - 1
+    count: jax.Array  # scalar int32: free pages
     failed: jax.Array  # scalar bool: an allocation asked for more pages than were free (a sizing bug)
 
 
 def init_pages(num_pages: int) -> Pages:
-    return Pages(jnp.zeros((num_pages,), jnp.int32), jnp.arange(num_pages, dtype=jnp.int32)[::-1],
-                 jnp.int32(num_pages), jnp.bool_(False))
+    return Pages(
+        jnp.zeros((num_pages,), jnp.int32),
+        jnp.arange(num_pages, dtype=jnp.int32)[::-1],
+        jnp.int32(num_pages),
+        jnp.bool_(False),
+    )
 
 
 def allocate(pages: Pages, need: jax.Array, refs=1) -> tuple[Pages, jax.Array]:
@@ -57,7 +62,7 @@ def check_invariants(pages: Pages, expected_refs: np.ndarray) -> None:
     wrong = np.flatnonzero(refs != expected_refs)
     if wrong.size:
         raise AssertionError(f"page {wrong[0]}: {refs[wrong[0]]} references counted, {expected_refs[wrong[0]]} held")
-    stack = free[:int(count)]
+    stack = free[: int(count)]
     if len(set(stack.tolist())) != len(stack):
         raise AssertionError("a page is on the free stack twice")
     if set(stack.tolist()) != set(np.flatnonzero(expected_refs == 0).tolist()):

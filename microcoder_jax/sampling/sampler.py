@@ -14,6 +14,7 @@ the decode layout (`DECODE_AXIS_RULES`: weights whole over `data` and `fsdp`), s
 no weight, and frees that copy before it returns. Rows that finish early keep computing until the
 last one does (the paged engine refills them instead).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,17 @@ import numpy as np
 
 from microcoder_jax import sharding as shd
 from microcoder_jax.data.prompts import left_pad, prompt_bucket  # noqa: F401 (prompt_bucket re-exported)
-from microcoder_jax.models import (KVCache, DecoderConfig, SharedPrefix, forward, init_cache, init_params, lm_head,
-                                   param_logical_axes, param_shapes)
+from microcoder_jax.models import (
+    KVCache,
+    DecoderConfig,
+    SharedPrefix,
+    forward,
+    init_cache,
+    init_params,
+    lm_head,
+    param_logical_axes,
+    param_shapes,
+)
 from microcoder_jax.models.decoding import DecodingParams, decoding_layout, decoding_params, free
 
 CACHE_AXES = ("batch", "kv_heads", "length", "head_dim")  # each layer's cache array
@@ -51,6 +61,7 @@ class SamplerOutput:
     prompt_tokens [N, P] int32 and prompt_mask [N, P] int32: the left-padded prompt block, so the
     full sequence is concat(prompt_tokens, tokens) of width P + max_new.
     """
+
     tokens: np.ndarray
     logprobs: np.ndarray
     lengths: np.ndarray
@@ -62,6 +73,7 @@ class SamplerOutput:
 
 
 # ------------------------------------------------------------------------------ host-side helpers
+
 
 def _per_row(value, rows: int, dtype, name: str) -> np.ndarray:
     arr = np.asarray(value, dtype)
@@ -94,6 +106,7 @@ def default_stop_token_ids(model_dir=None, tokenizer=None) -> list[int]:
 
 # ------------------------------------------------------------------------------ device functions
 
+
 def _sortable(x: jax.Array) -> jax.Array:
     """float32 -> uint32 with the same order (IEEE bits, negatives flipped), for radix selection."""
     bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
@@ -106,6 +119,7 @@ def _radix_select(keys: jax.Array, enough) -> jax.Array:
     32 passes over the vocabulary, one bit each from the top: far cheaper than sorting 150k logits
     per row and step, and exact (ties with the threshold are kept).
     """
+
     def body(j, t):
         candidate = t | (jnp.uint32(1) << (31 - j).astype(jnp.uint32))
         return jnp.where(enough(keys >= candidate[:, None]), candidate, t)
@@ -125,14 +139,24 @@ def _truncate(scaled: jax.Array, top_p: jax.Array, top_k: jax.Array) -> jax.Arra
     in_k = jax.lax.cond(
         jnp.any(k < vocab),
         lambda: logit_keys >= _radix_select(logit_keys, lambda m: jnp.sum(m, -1) >= k)[:, None],
-        lambda: jnp.ones(scaled.shape, bool))
+        lambda: jnp.ones(scaled.shape, bool),
+    )
     probs = jax.nn.softmax(jnp.where(in_k, scaled, -jnp.inf), axis=-1)
     prob_keys = jax.lax.bitcast_convert_type(probs, jnp.uint32)  # non-negative floats sort as their bits
     keep = jax.lax.cond(
         jnp.any(top_p < 1.0),
-        lambda: in_k & ((prob_keys >= _radix_select(
-            prob_keys, lambda m: jnp.sum(jnp.where(m, probs, 0.0), -1) >= top_p)[:, None]) | (top_p >= 1.0)[:, None]),
-        lambda: in_k)
+        lambda: (
+            in_k
+            & (
+                (
+                    prob_keys
+                    >= _radix_select(prob_keys, lambda m: jnp.sum(jnp.where(m, probs, 0.0), -1) >= top_p)[:, None]
+                )
+                | (top_p >= 1.0)[:, None]
+            )
+        ),
+        lambda: in_k,
+    )
     return jnp.where(keep, scaled, -jnp.inf)
 
 
@@ -153,8 +177,11 @@ def _inverse_cdf_draw(probs: jax.Array, key: jax.Array, block: int = 256) -> jax
     # A key array [N] gives each row its own key (the paged engine keys by sequence and position).
     # (typed keys: [N]; legacy uint32 keys: [N, 2], where one key alone is already [2]).
     per_row = key.ndim == (1 if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else 2)
-    uniform = (jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(key) if per_row
-               else jax.random.uniform(key, (rows,), jnp.float32))
+    uniform = (
+        jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(key)
+        if per_row
+        else jax.random.uniform(key, (rows,), jnp.float32)
+    )
     u = (1.0 - uniform) * block_cdf[:, -1]
     which = jnp.minimum(jnp.sum(block_cdf < u[:, None], axis=-1), block_cdf.shape[-1] - 1)
     before = jnp.where(which > 0, jnp.take_along_axis(block_cdf, jnp.maximum(which - 1, 0)[:, None], -1)[:, 0], 0.0)
@@ -164,8 +191,9 @@ def _inverse_cdf_draw(probs: jax.Array, key: jax.Array, block: int = 256) -> jax
     return which * block + jnp.minimum(offset, last_positive)
 
 
-def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_p: jax.Array,
-                  top_k: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def sample_tokens(
+    logits: jax.Array, key: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One token per row from float logits [N, V]; returns (token, logprob, entropy), each [N].
 
     ``key``: one key for the batch, or a key array [N] with one key per row.
@@ -178,8 +206,9 @@ def sample_tokens(logits: jax.Array, key: jax.Array, temperature: jax.Array, top
     logp = jax.nn.log_softmax(scaled, axis=-1)
     entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
     needs_truncation = jnp.any(~greedy & ((top_p < 1.0) | (top_k > 0)))
-    probs = jax.lax.cond(needs_truncation, lambda: jax.nn.softmax(_truncate(scaled, top_p, top_k), axis=-1),
-                         lambda: jnp.exp(logp))
+    probs = jax.lax.cond(
+        needs_truncation, lambda: jax.nn.softmax(_truncate(scaled, top_p, top_k), axis=-1), lambda: jnp.exp(logp)
+    )
     sampled = _inverse_cdf_draw(probs, key)
     token = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
     logprob = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
@@ -191,21 +220,46 @@ def prefill(params: DecodingParams, prompt_ids, prompt_mask, *, config: DecoderC
     """Prompts [B, P] -> (their KV cache, one copy per prompt; next-token logits [B * G, V])."""
     batch, width = prompt_ids.shape
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=-1) - 1, 0)
-    hidden, cache = forward(params, config, prompt_ids, attention_mask=prompt_mask, positions=positions,
-                            cache=init_cache(config, batch, width), cache_index=0, return_hidden=True)
+    hidden, cache = forward(
+        params,
+        config,
+        prompt_ids,
+        attention_mask=prompt_mask,
+        positions=positions,
+        cache=init_cache(config, batch, width),
+        cache_index=0,
+        return_hidden=True,
+    )
     logits = lm_head(params, config, hidden[:, -1])
     return cache, jnp.repeat(logits, num_samples, axis=0)
 
 
 def phase_ends(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int, ...]:
     """Cache sizes of the decode phases: ``phases`` near-equal steps up to max_new, rounded up to ``multiple``."""
-    return tuple(sorted({min(max_new_tokens, -(-max_new_tokens * (j + 1) // phases // multiple) * multiple)
-                         for j in range(phases)}))
+    return tuple(
+        sorted(
+            {min(max_new_tokens, -(-max_new_tokens * (j + 1) // phases // multiple) * multiple) for j in range(phases)}
+        )
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "phases"))
-def decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperature, top_p, top_k, stop_ids, pad_id,
-           rng, *, config: DecoderConfig, max_new_tokens: int, phases: int):
+def decode(
+    params: DecodingParams,
+    prompt_cache,
+    logits,
+    prompt_mask,
+    temperature,
+    top_p,
+    top_k,
+    stop_ids,
+    pad_id,
+    rng,
+    *,
+    config: DecoderConfig,
+    max_new_tokens: int,
+    phases: int,
+):
     """The decode loop; returns (tokens, logprobs, lengths, stopped, entropy).
 
     The prompts' cache is read as a `SharedPrefix` by all G rows of each prompt; the generated
@@ -238,8 +292,15 @@ def decode(params: DecodingParams, prompt_cache, logits, prompt_mask, temperatur
 
     def step(state):  # feed the last token at generated slot i - 1, then sample token i
         positions = (prompt_lens + state["i"] - 1)[:, None]
-        logits, cache = forward(params, config, state["last"][:, None], positions=positions, cache=state["cache"],
-                                cache_index=state["i"] - 1, prefix=prefix)
+        logits, cache = forward(
+            params,
+            config,
+            state["last"][:, None],
+            positions=positions,
+            cache=state["cache"],
+            cache_index=state["i"] - 1,
+            prefix=prefix,
+        )
         return record(dict(state, cache=cache), logits[:, 0])
 
     def grow(cache, slots):  # more empty slots at the end of every layer's cache
@@ -276,8 +337,9 @@ def decode_param_specs(config: DecoderConfig, mesh=None, rules: dict | None = No
     shapes = jax.eval_shape(functools.partial(decoding_params, config=config), params)
     if mesh is None:
         return shapes
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
-                        decode_shardings(config, mesh, rules))
+    return jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, decode_shardings(config, mesh, rules)
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -295,10 +357,25 @@ def to_decode_layout(params, config: DecoderConfig, mesh=None, rules: dict | Non
 
 # ------------------------------------------------------------------------------ entry point
 
-def generate(params, config: DecoderConfig, prompts: Sequence[Sequence[int]], *, num_samples: int,
-             temperature, top_p=1.0, top_k=0, max_new_tokens: int, stop_token_ids: Sequence[int],
-             pad_id: int, rng: jax.Array, mesh=None, prompt_buckets: Sequence[int] | None = None,
-             decode_phases: int = 4, decode_rules: dict | None = None) -> SamplerOutput:
+
+def generate(
+    params,
+    config: DecoderConfig,
+    prompts: Sequence[Sequence[int]],
+    *,
+    num_samples: int,
+    temperature,
+    top_p=1.0,
+    top_k=0,
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int],
+    pad_id: int,
+    rng: jax.Array,
+    mesh=None,
+    prompt_buckets: Sequence[int] | None = None,
+    decode_phases: int = 4,
+    decode_rules: dict | None = None,
+) -> SamplerOutput:
     """Sample `num_samples` responses for every prompt; see the module doc and `SamplerOutput`.
 
     temperature / top_p / top_k: a scalar or one value per row [num_prompts * num_samples].
@@ -330,23 +407,40 @@ def generate(params, config: DecoderConfig, prompts: Sequence[Sequence[int]], *,
     row_args = dict(temperature=row_pad(temperature), top_p=row_pad(top_p), top_k=row_pad(top_k))
     stop_ids = np.asarray(list(stop_token_ids), np.int32)
     if mesh is not None:
-        params = jax.device_put(params, shd.logical_to_sharding(param_logical_axes(config), mesh,
-                                                                param_shapes(config)))
+        params = jax.device_put(params, shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config)))
         put = lambda a: jax.device_put(a, shd.batch_sharding(mesh, a.ndim))  # noqa: E731
         args = {k: put(v) for k, v in args.items()}
         row_args = {k: put(v) for k, v in row_args.items()}
 
     prepared = to_decode_layout(params, config, mesh, decode_rules)  # once per call: no per-step weight traffic
     with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-        cache, logits = prefill(prepared, args["prompt_ids"], args["prompt_mask"], config=config,
-                                 num_samples=num_samples)
+        cache, logits = prefill(
+            prepared, args["prompt_ids"], args["prompt_mask"], config=config, num_samples=num_samples
+        )
         results = decode(
-            prepared, cache, logits, args["prompt_mask"], row_args["temperature"], row_args["top_p"],
-            row_args["top_k"], stop_ids, jnp.int32(pad_id), rng, config=config, max_new_tokens=max_new_tokens,
-            phases=decode_phases)
+            prepared,
+            cache,
+            logits,
+            args["prompt_mask"],
+            row_args["temperature"],
+            row_args["top_p"],
+            row_args["top_k"],
+            stop_ids,
+            jnp.int32(pad_id),
+            rng,
+            config=config,
+            max_new_tokens=max_new_tokens,
+            phases=decode_phases,
+        )
     tokens, logprobs, lengths, stopped, entropy = (shd.to_host(x)[:rows] for x in results)
     free(prepared, params)  # the train step gets this memory back
     return SamplerOutput(
-        tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~stopped, entropy=entropy,
-        temperature=temperature, prompt_tokens=np.repeat(prompt_ids, num_samples, axis=0),
-        prompt_mask=np.repeat(prompt_mask, num_samples, axis=0))
+        tokens=tokens,
+        logprobs=logprobs,
+        lengths=lengths,
+        truncated=~stopped,
+        entropy=entropy,
+        temperature=temperature,
+        prompt_tokens=np.repeat(prompt_ids, num_samples, axis=0),
+        prompt_mask=np.repeat(prompt_mask, num_samples, axis=0),
+    )

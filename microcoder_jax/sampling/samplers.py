@@ -8,6 +8,7 @@ Callers never branch on `sampling.engine`:
   prompts while it decodes (DAPO's refills); only engines with `sessions = True` have one.
 - `programs` names the jitted functions the planner compiles for this engine.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,9 +36,18 @@ class _Common:
     mesh: object  # the mesh this engine samples on (None on one device)
 
     def _kwargs(self, num_samples, temperature, max_new_tokens, top_p, top_k, rng) -> dict:
-        return dict(num_samples=num_samples, temperature=temperature, top_p=top_p, top_k=top_k,
-                    max_new_tokens=max_new_tokens, stop_token_ids=self.stop_ids, pad_id=self.pad_id, rng=rng,
-                    prompt_buckets=self.prompt_buckets, mesh=self.mesh)
+        return dict(
+            num_samples=num_samples,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            stop_token_ids=self.stop_ids,
+            pad_id=self.pad_id,
+            rng=rng,
+            prompt_buckets=self.prompt_buckets,
+            mesh=self.mesh,
+        )
 
 
 class StaticSampler(_Common):
@@ -46,11 +56,26 @@ class StaticSampler(_Common):
     sessions = False
     programs = {"decode layout": sampler.decode_layout_fn, "prefill": sampler.prefill, "decode": sampler.decode}
 
-    def generate(self, params, prompts: Sequence[Sequence[int]], *, num_samples: int, temperature,
-                 max_new_tokens: int, top_p=1.0, top_k=0, rng, on_group_done: Optional[GroupDone] = None
-                 ) -> SamplerOutput:
-        out = sampler.generate(params, self.model_config, prompts, decode_phases=self.config.decode_phases,
-                               **self._kwargs(num_samples, temperature, max_new_tokens, top_p, top_k, rng))
+    def generate(
+        self,
+        params,
+        prompts: Sequence[Sequence[int]],
+        *,
+        num_samples: int,
+        temperature,
+        max_new_tokens: int,
+        top_p=1.0,
+        top_k=0,
+        rng,
+        on_group_done: Optional[GroupDone] = None,
+    ) -> SamplerOutput:
+        out = sampler.generate(
+            params,
+            self.model_config,
+            prompts,
+            decode_phases=self.config.decode_phases,
+            **self._kwargs(num_samples, temperature, max_new_tokens, top_p, top_k, rng),
+        )
         if on_group_done is not None:
             on_group_done(0, out)  # every group finishes together
         return out
@@ -63,41 +88,81 @@ class PagedSampler(_Common):
     """Continuous batching of `sampling.slots` sequences over a paged KV cache (`paged_sampler.py`)."""
 
     sessions = True
-    programs = {"decode layout": sampler.decode_layout_fn, "admit": paged_sampler.engine.admit,
-                "decode": paged_sampler.engine.run}
+    programs = {
+        "decode layout": sampler.decode_layout_fn,
+        "admit": paged_sampler.engine.admit,
+        "decode": paged_sampler.engine.run,
+    }
 
     def report_every(self, max_new_tokens: int) -> int:
         """Decode steps between the host's checks for finished groups, about 16 per response at the
         cap, never more often than the engine refills its slots."""
         return max(self.config.refill_every, max_new_tokens // REPORTS_PER_RESPONSE)
 
-    def generate(self, params, prompts: Sequence[Sequence[int]], *, num_samples: int, temperature,
-                 max_new_tokens: int, top_p=1.0, top_k=0, rng, on_group_done: Optional[GroupDone] = None
-                 ) -> SamplerOutput:
+    def generate(
+        self,
+        params,
+        prompts: Sequence[Sequence[int]],
+        *,
+        num_samples: int,
+        temperature,
+        max_new_tokens: int,
+        top_p=1.0,
+        top_k=0,
+        rng,
+        on_group_done: Optional[GroupDone] = None,
+    ) -> SamplerOutput:
         c = self.config
         return paged_sampler.generate_paged(
-            params, self.model_config, prompts, slots=c.slots_for(len(prompts) * num_samples),
-            page_size=c.page_size, refill_every=c.refill_every, kv_dtype=c.kv_dtype, on_group_done=on_group_done,
+            params,
+            self.model_config,
+            prompts,
+            slots=c.slots_for(len(prompts) * num_samples),
+            page_size=c.page_size,
+            refill_every=c.refill_every,
+            kv_dtype=c.kv_dtype,
+            on_group_done=on_group_done,
             report_every=self.report_every(max_new_tokens),
-            **self._kwargs(num_samples, temperature, max_new_tokens, top_p, top_k, rng))
+            **self._kwargs(num_samples, temperature, max_new_tokens, top_p, top_k, rng),
+        )
 
-    def open_session(self, params, *, max_prompts: int, prompt_width: int, rng, rows: int
-                     ) -> paged_sampler.PagedSession:
+    def open_session(
+        self, params, *, max_prompts: int, prompt_width: int, rng, rows: int
+    ) -> paged_sampler.PagedSession:
         """A session with room for `max_prompts` prompts at `prompt_width`, its slots sized for
         `rows` rows (one generation batch) so every session of a run has the same shape."""
         c = self.config
         return paged_sampler.PagedSession(
-            params, self.model_config, num_samples=c.group_size, max_prompts=max_prompts,
-            max_new_tokens=c.max_new_tokens, prompt_width=prompt_width, stop_token_ids=self.stop_ids,
-            pad_id=self.pad_id, rng=rng, slots=c.slots_for(rows), page_size=c.page_size,
-            refill_every=c.refill_every, kv_dtype=c.kv_dtype, mesh=self.mesh)
+            params,
+            self.model_config,
+            num_samples=c.group_size,
+            max_prompts=max_prompts,
+            max_new_tokens=c.max_new_tokens,
+            prompt_width=prompt_width,
+            stop_token_ids=self.stop_ids,
+            pad_id=self.pad_id,
+            rng=rng,
+            slots=c.slots_for(rows),
+            page_size=c.page_size,
+            refill_every=c.refill_every,
+            kv_dtype=c.kv_dtype,
+            mesh=self.mesh,
+        )
 
 
 ENGINES = {"static": StaticSampler, "paged": PagedSampler}
 
 
-def make_sampler(config: SamplingConfig, model_config: DecoderConfig, *, stop_ids: Sequence[int], pad_id: int,
-                 prompt_buckets: Sequence[int], mesh=None, sample_mesh=None):
+def make_sampler(
+    config: SamplingConfig,
+    model_config: DecoderConfig,
+    *,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    prompt_buckets: Sequence[int],
+    mesh=None,
+    sample_mesh=None,
+):
     """The engine `config.engine` names; the paged one samples on `sample_mesh` (its own mesh,
     `sampling.decode_tensor`), the static one on the training `mesh`."""
     cls = ENGINES[config.engine]

@@ -13,6 +13,7 @@ Rules of the "diversity" policy, after each step's `update(step, metrics)`:
 - down one stage when the window's mean is above `target_high` and it swings (std > swing_std);
 - otherwise keep. Observations are cleared after a change: they describe the old temperature.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,22 +37,26 @@ class TemperatureConfig(Block):
 
     PREFIX = "temperature"
 
-    policy: str = knob("constant", "constant, staged (schedule) or diversity (stages, signal, band)",
-                       choices=POLICIES)
+    policy: str = knob("constant", "constant, staged (schedule) or diversity (stages, signal, band)", choices=POLICIES)
     temperature: float = knob(1.2, "start temperature (paper: 1.2 is stable for Qwen3)", at_least=0.0)
-    schedule: tuple = knob((), "staged: ((step, temperature), ...), e.g. ((0, 0.6), (140, 1.8)); from each "
-                           "step on that temperature (the first pair applies before its step too)")
+    schedule: tuple = knob(
+        (),
+        "staged: ((step, temperature), ...), e.g. ((0, 0.6), (140, 1.8)); from each "
+        "step on that temperature (the first pair applies before its step too)",
+    )
     stages: tuple = knob((0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8), "diversity: the allowed ladder, ascending")
-    signal: str = knob("group_distinct_4", "diversity: the metric that drives it (any key of "
-                       "sampling.diversity.diversity_metrics)")
+    signal: str = knob(
+        "group_distinct_4", "diversity: the metric that drives it (any key of sampling.diversity.diversity_metrics)"
+    )
     target_low: float = knob(0.55, "diversity: up a stage below this on a falling trend")
     target_high: float = knob(0.75, "diversity: down a stage on swings above this")
     window: int = knob(10, "diversity: steps a trend / swing is measured over")
     min_interval: int = knob(20, "diversity: fewest steps between two changes")
     min_slope: float = knob(0.0, "diversity: 'up' needs a slope below -min_slope")
     swing_std: float = knob(0.08, "diversity: 'down' needs the window's std above this")
-    probe: bool = knob(True, "diversity: probe the ladder on the first batch's prompts and start at the lowest "
-                       "stage in the band")
+    probe: bool = knob(
+        True, "diversity: probe the ladder on the first batch's prompts and start at the lowest stage in the band"
+    )
 
     def check(self) -> None:
         if self.policy == "staged" and not self.schedule:
@@ -72,6 +77,7 @@ class TemperatureConfig(Block):
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """One scheduler decision. `action`: keep | up | down | set (staged) | probe."""
+
     step: int
     action: str
     temperature: float
@@ -109,15 +115,22 @@ class TemperatureScheduler:
 
     # ---------------------------------------------------------------- decisions
     def _decide(self, step: int, action: str, temperature: float, reason: str, signal=None) -> Decision:
-        decision = Decision(int(step), action, float(temperature), self.temperature, reason,
-                            None if signal is None else float(signal))
+        decision = Decision(
+            int(step), action, float(temperature), self.temperature, reason, None if signal is None else float(signal)
+        )
         if decision.changed or action == "probe":
             self.history.append(decision.to_dict())
             self.last_change_step = int(step)
             self.observations = []
             self.temperature = float(temperature)
-            logger.info("temperature %s at step %d: %.3g -> %.3g (%s)", action, step,
-                        decision.previous, decision.temperature, reason)
+            logger.info(
+                "temperature %s at step %d: %.3g -> %.3g (%s)",
+                action,
+                step,
+                decision.previous,
+                decision.temperature,
+                reason,
+            )
         else:
             logger.debug("temperature kept at step %d: %.3g (%s)", step, self.temperature, reason)
         return decision
@@ -145,34 +158,53 @@ class TemperatureScheduler:
         if value is None or not math.isfinite(float(value)):
             return self._decide(step, "keep", self.temperature, f"no finite {name} this step")
         value = float(value)
-        self.observations = (self.observations + [(int(step), value)])[-c["window"]:]
+        self.observations = (self.observations + [(int(step), value)])[-c["window"] :]
         if self.last_change_step is not None and step - self.last_change_step < c["min_interval"]:
-            return self._decide(step, "keep", self.temperature,
-                                f"within min_interval {c['min_interval']} of the change at "
-                                f"step {self.last_change_step}", value)
+            return self._decide(
+                step,
+                "keep",
+                self.temperature,
+                f"within min_interval {c['min_interval']} of the change at step {self.last_change_step}",
+                value,
+            )
         if len(self.observations) < c["window"]:
-            return self._decide(step, "keep", self.temperature,
-                                f"{len(self.observations)}/{c['window']} observations", value)
+            return self._decide(
+                step, "keep", self.temperature, f"{len(self.observations)}/{c['window']} observations", value
+            )
         values = np.array([v for _, v in self.observations])
         index = self.stages.index(self.temperature)
         slope, std, mean = _slope(values), float(values.std()), float(values.mean())
         if values.max() < c["target_low"] and slope < -c["min_slope"]:
             if index + 1 < len(self.stages):
-                return self._decide(step, "up", self.stages[index + 1],
-                                    f"{name} below {c['target_low']} for {c['window']} steps and "
-                                    f"falling (slope {slope:.4f})", value)
-            return self._decide(step, "keep", self.temperature,
-                                f"{name} low and falling but already at the top stage", value)
+                return self._decide(
+                    step,
+                    "up",
+                    self.stages[index + 1],
+                    f"{name} below {c['target_low']} for {c['window']} steps and falling (slope {slope:.4f})",
+                    value,
+                )
+            return self._decide(
+                step, "keep", self.temperature, f"{name} low and falling but already at the top stage", value
+            )
         if mean > c["target_high"] and std > c["swing_std"]:
             if index > 0:
-                return self._decide(step, "down", self.stages[index - 1],
-                                    f"{name} mean {mean:.3f} above {c['target_high']} and swinging "
-                                    f"(std {std:.3f} > {c['swing_std']})", value)
-            return self._decide(step, "keep", self.temperature,
-                                f"{name} high and swinging but already at the bottom stage", value)
-        return self._decide(step, "keep", self.temperature,
-                            f"{name} mean {mean:.3f}, slope {slope:.4f}, std {std:.3f}: no rule fires",
-                            value)
+                return self._decide(
+                    step,
+                    "down",
+                    self.stages[index - 1],
+                    f"{name} mean {mean:.3f} above {c['target_high']} and swinging (std {std:.3f} > {c['swing_std']})",
+                    value,
+                )
+            return self._decide(
+                step, "keep", self.temperature, f"{name} high and swinging but already at the bottom stage", value
+            )
+        return self._decide(
+            step,
+            "keep",
+            self.temperature,
+            f"{name} mean {mean:.3f}, slope {slope:.4f}, std {std:.3f}: no rule fires",
+            value,
+        )
 
     def probe(self, sample_fn: Callable[[float], tuple], group_size: int, step: int = 0) -> Decision:
         """Picks the start temperature: the lowest stage whose diversity reaches the target band.
@@ -188,8 +220,9 @@ class TemperatureScheduler:
         seen = []
         for temperature in self.stages:
             tokens, lengths, entropy = sample_fn(temperature)
-            value = diversity_metrics(np.asarray(tokens), np.asarray(lengths), group_size,
-                                      entropy=np.asarray(entropy))[name]
+            value = diversity_metrics(np.asarray(tokens), np.asarray(lengths), group_size, entropy=np.asarray(entropy))[
+                name
+            ]
             seen.append(f"{temperature:g}: {value:.3f}")
             if value >= low:
                 break
@@ -197,8 +230,11 @@ class TemperatureScheduler:
             temperature = self.stages[-1]
         self.probed = True
         reached = value >= low
-        reason = (f"probe {name} [{', '.join(seen)}]: lowest stage at or above {low}" if reached
-                  else f"probe {name} [{', '.join(seen)}]: no stage reaches {low}, using the top")
+        reason = (
+            f"probe {name} [{', '.join(seen)}]: lowest stage at or above {low}"
+            if reached
+            else f"probe {name} [{', '.join(seen)}]: no stage reaches {low}, using the top"
+        )
         return self._decide(step, "probe", temperature, reason, value)
 
     # ---------------------------------------------------------------- state
@@ -215,8 +251,9 @@ class TemperatureScheduler:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state["policy"] != self.cfg["policy"]:
-            logger.warning("restoring %s-policy scheduler state into a %s-policy scheduler",
-                           state["policy"], self.cfg["policy"])
+            logger.warning(
+                "restoring %s-policy scheduler state into a %s-policy scheduler", state["policy"], self.cfg["policy"]
+            )
         self.temperature = float(state["temperature"])
         self.last_change_step = state["last_change_step"]
         self.observations = [(int(s), float(v)) for s, v in state["observations"]]

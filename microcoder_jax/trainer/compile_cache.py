@@ -9,6 +9,7 @@ cache is trusted code: share it only with people you trust). Programs with host 
 never cached (JAX's rule). `enable` sets it before the first compile; a process that trains
 twice (tests) switches directory cleanly.
 """
+
 from __future__ import annotations
 
 import os

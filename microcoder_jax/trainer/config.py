@@ -1,5 +1,6 @@
 """The loop's blocks: `TrainConfig` (`train.*`: steps, checkpoints, schedule), `EvalConfig` (`eval.*`) and
 `WandbConfig` (`wandb.*`, used by trainer/wandb_writer.py)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,21 +19,34 @@ class TrainConfig(Block):
     checkpoint_every: int = knob(10, "steps between checkpoints (0 = only at the end)", at_least=0)
     keep_checkpoints: int = knob(3, "newest N checkpoints kept", at_least=1)
     async_checkpoint: bool = knob(True, "write checkpoints in the background")
-    max_nonfinite_steps: int = knob(3, "stop after this many consecutive steps with a skipped non-finite "
-                                    "update (loss, gradient or update NaN/Inf; params kept as they were)",
-                                    at_least=1)
+    max_nonfinite_steps: int = knob(
+        3,
+        "stop after this many consecutive steps with a skipped non-finite "
+        "update (loss, gradient or update NaN/Inf; params kept as they were)",
+        at_least=1,
+    )
     eval_every: int = knob(50, "steps between evaluations (0 = never)", at_least=0)
     warm_start_steps: int = knob(0, "supervised next-token steps before RL (demo task only)", at_least=0)
     progress: bool = knob(True, "tqdm progress bar")
-    allow_config_change: bool = knob(False, "resume although algorithm keys differ from the run's config.json "
-                                     "(logged in its history; shape changes are always refused)")
-    compile_cache: str = knob("{workdir}/compile_cache", "JAX persistent compilation cache: a restart loads "
-                              "compiled programs instead of compiling ({workdir} = the run's workdir; '' = off; "
-                              "several hosts: JAX writes from process 0 only, so use a path every host reads)")
-    save_rollouts: tuple = knob((), "steps (as in metrics.jsonl) whose rollout batch and starting state are saved "
-                                "under WORKDIR/rollouts for `python -m microcoder_jax.replay`")
-    save_rollouts_every: int = knob(0, "also save every N-th step's rollout for replay (0 = only save_rollouts)",
-                                    at_least=0)
+    allow_config_change: bool = knob(
+        False,
+        "resume although algorithm keys differ from the run's config.json "
+        "(logged in its history; shape changes are always refused)",
+    )
+    compile_cache: str = knob(
+        "{workdir}/compile_cache",
+        "JAX persistent compilation cache: a restart loads "
+        "compiled programs instead of compiling ({workdir} = the run's workdir; '' = off; "
+        "several hosts: JAX writes from process 0 only, so use a path every host reads)",
+    )
+    save_rollouts: tuple = knob(
+        (),
+        "steps (as in metrics.jsonl) whose rollout batch and starting state are saved "
+        "under WORKDIR/rollouts for `python -m microcoder_jax.replay`",
+    )
+    save_rollouts_every: int = knob(
+        0, "also save every N-th step's rollout for replay (0 = only save_rollouts)", at_least=0
+    )
 
     def check(self) -> None:
         from microcoder_jax.trainer.compile_cache import template_error
@@ -76,8 +90,12 @@ MODES = ("disabled", "online", "offline")
 class WandbConfig(Block):
     PREFIX = "wandb"
 
-    mode: str = knob("disabled", "Weights & Biases: disabled (never imported), online, or offline (a local "
-                     "run for `wandb sync`); needs pip install 'microcoder_jax[wandb]'", choices=MODES)
+    mode: str = knob(
+        "disabled",
+        "Weights & Biases: disabled (never imported), online, or offline (a local "
+        "run for `wandb sync`); needs pip install 'microcoder_jax[wandb]'",
+        choices=MODES,
+    )
     project: str = knob("microcoder_jax", "W&B project")
     entity: str = knob("", "W&B entity, a team or user ('' = your default)")
     name: str = knob("", "W&B run name ('' = the workdir's name)")

@@ -8,6 +8,7 @@ Face checkpoint directory. The problems are `eval.files` (the demo's own problem
 samples, response cap, sampling and the date window are the `eval.*` config keys.
 The training loop calls `evaluate_at_step` on its eval schedule.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,29 +87,40 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     e = run.eval
     problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)]
     if e.max_problems:
-        problems = problems[:e.max_problems]
+        problems = problems[: e.max_problems]
     prompt_set = make_prompt_set(problems, run.tokenizer, run.data)
     kept, prompts = prompt_set.problems, prompt_set.prompts
     passes: list[list[bool]] = []
     judge_errors = 0
     size, k = e.batch_problems, e.samples
     for start in range(0, len(kept), size):
-        chunk, chunk_prompts = kept[start:start + size], prompts[start:start + size]
+        chunk, chunk_prompts = kept[start : start + size], prompts[start : start + size]
         pad = size - len(chunk)  # a full batch every call: one compiled shape
         # each host judges its share of the real rows (the padding prompts' are dropped) and the
         # verdicts are all-gathered; with the paged engine each problem's samples go to the pool as
         # they finish, overlapping the tail of decoding
         n = len(chunk) * k
         judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=sharding.host_rows(n), mode="all")
-        generate(run, params, chunk_prompts + [chunk_prompts[-1]] * pad, num_samples=k, temperature=e.temperature,
-                 max_new_tokens=e.max_new_tokens, top_p=e.top_p, top_k=0, rng=jax.random.fold_in(rng, start),
-                 on_group_done=judge.add)
+        generate(
+            run,
+            params,
+            chunk_prompts + [chunk_prompts[-1]] * pad,
+            num_samples=k,
+            temperature=e.temperature,
+            max_new_tokens=e.max_new_tokens,
+            top_p=e.top_p,
+            top_k=0,
+            rng=jax.random.fold_in(rng, start),
+            on_group_done=judge.add,
+        )
         rewards, passed, _, _ = verdict_arrays(*judge.results(), "all")
         judged = np.isfinite(rewards)  # a judge_error's reward is NaN: not the answer's fault
         passed, judged = sharding.allgather_rows([passed, judged], n)
         judge_errors += int(n - judged.sum())
-        passes += [[bool(p) for p, j in zip(passed[i * k:(i + 1) * k], judged[i * k:(i + 1) * k]) if j]
-                   for i in range(len(chunk))]
+        passes += [
+            [bool(p) for p, j in zip(passed[i * k : (i + 1) * k], judged[i * k : (i + 1) * k]) if j]
+            for i in range(len(chunk))
+        ]
     report = summarize(kept, passes, judge_errors=judge_errors)
     report["skipped_too_long"] = prompt_set.skipped_too_long
     report["date_window"] = [e.date_from, e.date_to]
@@ -128,15 +140,19 @@ def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) ->
             json.dump(report, f, indent=1)
     log_fn(format_table(report))
     if writer is not None:
-        writer.write(step, {**{f"eval_{k}": v for k, v in report["overall"].items()
-                               if isinstance(v, (int, float))}, "eval_judge_errors": report["judge_errors"]})
+        writer.write(
+            step,
+            {
+                **{f"eval_{k}": v for k, v in report["overall"].items() if isinstance(v, (int, float))},
+                "eval_judge_errors": report["judge_errors"],
+            },
+        )
         writer.write_text(step, "eval", format_table(report))
     return report
 
 
 def _is_hf_dir(path: str) -> bool:
-    return os.path.exists(os.path.join(path, "config.json")) and not os.path.isdir(
-        os.path.join(path, "checkpoints"))
+    return os.path.exists(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, "checkpoints"))
 
 
 def _load_params(run, checkpoint: str, step: int | None):
@@ -148,16 +164,20 @@ def _load_params(run, checkpoint: str, step: int | None):
         from microcoder_jax.models import hf
 
         return hf.load_hf_params(checkpoint, run.model_config, mesh=run.mesh), "hf"
-    directory = os.path.join(checkpoint, "checkpoints") if os.path.isdir(
-        os.path.join(checkpoint, "checkpoints")) else checkpoint
+    directory = (
+        os.path.join(checkpoint, "checkpoints")
+        if os.path.isdir(os.path.join(checkpoint, "checkpoints"))
+        else checkpoint
+    )
     return load_params(directory, abstract_train_state(run).params, step)
 
 
 def _define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("checkpoint", None, "training workdir (or its checkpoints/ dir) or a HF checkpoint dir",
-                        flag_values=fv)
+    flags.DEFINE_string(
+        "checkpoint", None, "training workdir (or its checkpoints/ dir) or a HF checkpoint dir", flag_values=fv
+    )
     flags.DEFINE_integer("step", None, "checkpoint step (default: the newest)", flag_values=fv)
     flags.DEFINE_string("out", None, "JSON report path (default: WORKDIR/eval.json)", flag_values=fv)
 
@@ -168,8 +188,9 @@ def _prepare(args):
     from microcoder_jax.config import validate
 
     if not args.checkpoint or not os.path.exists(args.checkpoint):
-        raise config_lib.ConfigError(f"--checkpoint={args.checkpoint!r}: pass an existing training "
-                                     "workdir or Hugging Face checkpoint directory")
+        raise config_lib.ConfigError(
+            f"--checkpoint={args.checkpoint!r}: pass an existing training workdir or Hugging Face checkpoint directory"
+        )
     config = args.config
     with config.unlocked():
         if _is_hf_dir(args.checkpoint) and not config.model.path:
@@ -194,8 +215,13 @@ def main(argv=None) -> int:
         from microcoder_jax.evaluator.config import open_pool
         from microcoder_jax.trainer.setup import key, problem_files, setup
 
-        args = cli.parse(argv, prog="python -m microcoder_jax.eval", doc=__doc__,
-                         default_file=config_lib.DEFAULT_FILE, define_flags=_define_flags)
+        args = cli.parse(
+            argv,
+            prog="python -m microcoder_jax.eval",
+            doc=__doc__,
+            default_file=config_lib.DEFAULT_FILE,
+            define_flags=_define_flags,
+        )
         config, workdir = _prepare(args)
         d = config.distributed
         sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)

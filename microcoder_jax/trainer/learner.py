@@ -8,6 +8,7 @@ the judge runs; a batch sampled k updates ago gets them at train time, and rl.is
 weighs the sampler's stale log-probs against them. Packing is decided here for both passes
 (rl.packing). `row` builds the metrics row of a trained batch: the loop's and replay's tail.
 """
+
 from __future__ import annotations
 
 import time
@@ -44,8 +45,16 @@ def logprobs(run, params, tokens, attention_mask, temperature):
     reference-log-prob pass of the loop."""
     on_device = sharding.put_batch({"tokens": tokens, "mask": attention_mask, "t": temperature}, run.mesh)
     pack, micro = logprob_packing(run, attention_mask)
-    return compute_logprobs(params, run.model_config, on_device["tokens"], on_device["mask"], on_device["t"],
-                            chunk=run.rl_config.logprob_chunk, micro_batch=micro, packing=pack)
+    return compute_logprobs(
+        params,
+        run.model_config,
+        on_device["tokens"],
+        on_device["mask"],
+        on_device["t"],
+        chunk=run.rl_config.logprob_chunk,
+        micro_batch=micro,
+        packing=pack,
+    )
 
 
 @jax.jit
@@ -81,8 +90,7 @@ def scorer(run, params, ref_params, *, on_host: bool) -> Callable[[dict, Any], S
         ref = one(ref_params) if ref_params is not None else None
 
         def done(sampler_lp) -> tuple[dict, float]:
-            return ({"old_logprobs": old, "ref_logprobs": ref},
-                    logprob_gap(run, old, sampler_lp, seq["response_mask"]))
+            return ({"old_logprobs": old, "ref_logprobs": ref}, logprob_gap(run, old, sampler_lp, seq["response_mask"]))
 
         return done
 
@@ -123,23 +131,51 @@ class Learner:
         t0 = time.perf_counter()
         batch, gap = self.complete(batch)
         pack = step_packing(self.run, batch.attention_mask)
-        self.state, metrics = self.train_step(self.state, sharding.put_batch(batch, self.run.mesh),
-                                              sharding.put_batch(pack, self.run.mesh))
+        self.state, metrics = self.train_step(
+            self.state, sharding.put_batch(batch, self.run.mesh), sharding.put_batch(pack, self.run.mesh)
+        )
         return batch, jax.device_get(metrics), time.perf_counter() - t0, gap
 
 
-def row(run, step_metrics: dict, batch: Rollout, div: dict, *, temperature: float, next_temperature: float,
-        times: dict, verdicts: dict, ds_stats: dict, generations: int, gaps: list, t_step: float,
-        judge_tests, staleness: int = 0, weights_bytes: int = 0) -> dict:
+def row(
+    run,
+    step_metrics: dict,
+    batch: Rollout,
+    div: dict,
+    *,
+    temperature: float,
+    next_temperature: float,
+    times: dict,
+    verdicts: dict,
+    ds_stats: dict,
+    generations: int,
+    gaps: list,
+    t_step: float,
+    judge_tests,
+    staleness: int = 0,
+    weights_bytes: int = 0,
+) -> dict:
     """The metrics row of a trained batch (metrics.step_record), with the sampler/learner
     log-prob gap (mean over its generation batches) and the batch's staleness (updates between
     the policy that sampled it and the one that trained on it)."""
     from microcoder_jax.trainer.metrics import step_record
 
-    record = step_record(step_metrics, batch, div, signal=run.temperature.signal, temperature=temperature,
-                         next_temperature=next_temperature, times=times, verdicts=verdicts, ds_stats=ds_stats,
-                         generations=generations, t_step=t_step, group_size=run.sampling.group_size,
-                         devices=jax.device_count(), judge_tests=judge_tests)
+    record = step_record(
+        step_metrics,
+        batch,
+        div,
+        signal=run.temperature.signal,
+        temperature=temperature,
+        next_temperature=next_temperature,
+        times=times,
+        verdicts=verdicts,
+        ds_stats=ds_stats,
+        generations=generations,
+        t_step=t_step,
+        group_size=run.sampling.group_size,
+        devices=jax.device_count(),
+        judge_tests=judge_tests,
+    )
     record["sampler_logprob_gap"] = sum(gaps) / len(gaps) if gaps else float("nan")
     record["staleness"] = staleness
     if "rollout_wait" in times:  # the learner waiting for the worker's batch

@@ -14,6 +14,7 @@ Multi-host: every process takes the same global prompt batch; sharding.py holds 
 process detail. Without --config it runs the demo (a tiny model learning a
 synthetic task on a CPU in minutes). `--help` lists every config key with its default and meaning.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,9 +64,11 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     blocks = validate(config)
     train_config, rl = blocks["train"], blocks["rl"]
     if blocks["mesh"].rollout_devices and jax.process_count() > 1:
-        raise config_lib.ConfigError(f"mesh.rollout_devices={blocks['mesh'].rollout_devices:g}: a rollout mesh of "
-                                     f"its own runs in one process; this run has {jax.process_count()}. Use 0 "
-                                     "for multi-host runs (both roles on every device).")
+        raise config_lib.ConfigError(
+            f"mesh.rollout_devices={blocks['mesh'].rollout_devices:g}: a rollout mesh of "
+            f"its own runs in one process; this run has {jax.process_count()}. Use 0 "
+            "for multi-host runs (both roles on every device)."
+        )
     workdir = os.path.abspath(workdir)
     compile_cache.enable(train_config.compile_cache, workdir)  # before the first compile
     primary = jax.process_index() == 0
@@ -74,8 +77,9 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     record_config(workdir, config_lib.to_dict(config), write=False, log_fn=lambda message: None)
     run = setup(config, workdir)
     record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
-    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=run.train.keep_checkpoints,
-                        async_save=run.train.async_checkpoint)
+    ckpt = Checkpointer(
+        os.path.join(workdir, "checkpoints"), keep=run.train.keep_checkpoints, async_save=run.train.async_checkpoint
+    )
     scheduler = TemperatureScheduler(run.temperature)
     begin = start_state(run, ckpt, log_fn)
     state, start = begin.state, begin.step
@@ -84,16 +88,29 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     if begin.scheduler_state is not None:
         scheduler.load_state_dict(begin.scheduler_state)
     data = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
-    wandb_run = wandb_writer.open_writer(config, workdir, resume=bool(start),
-                                         extra_config={"rl_resolved": dataclasses.asdict(rl)}) if primary else None
-    writer = MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True,
-                           extra=wandb_run) if primary else None
+    wandb_run = (
+        wandb_writer.open_writer(
+            config, workdir, resume=bool(start), extra_config={"rl_resolved": dataclasses.asdict(rl)}
+        )
+        if primary
+        else None
+    )
+    writer = (
+        MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True, extra=wandb_run)
+        if primary
+        else None
+    )
     pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
     learner = Learner(run, state, begin.ref_params)
     worker = RolloutWorker(run, pool, scheduler, data, state.params, start)
     saver = RolloutSaver(run, workdir)  # train.save_rollouts: batches kept for replay.py
-    bar = tqdm(total=run.train.steps, initial=start, desc="train", disable=not (run.train.progress and primary),
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=run.train.steps,
+        initial=start,
+        desc="train",
+        disable=not (run.train.progress and primary),
+        dynamic_ncols=True,
+    )
     decision = worker.probe(log_fn)
     if decision is not None and writer is not None:
         writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
@@ -101,12 +118,21 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     sharding.assert_same_on_hosts(len(in_flight), f"batches in flight at checkpoint {start} (WORKDIR/inflight*)")
     if in_flight:
         log_fn(f"resuming with {len(in_flight)} batch(es) sampled before the checkpoint (rl.off_policy_steps)")
-    pipeline = Pipeline(worker, k=rl.off_policy_steps, start=start, steps=run.train.steps, params=state.params,
-                        score_for=lambda: scorer(run, learner.params, learner.ref_params, on_host=rl.dynamic_sampling),
-                        ready=tuple(in_flight), inline=jax.process_count() > 1)
+    pipeline = Pipeline(
+        worker,
+        k=rl.off_policy_steps,
+        start=start,
+        steps=run.train.steps,
+        params=state.params,
+        score_for=lambda: scorer(run, learner.params, learner.ref_params, on_host=rl.dynamic_sampling),
+        ready=tuple(in_flight),
+        inline=jax.process_count() > 1,
+    )
     if rl.off_policy_steps and pipeline.inline:
-        log_fn(f"rl.off_policy_steps={rl.off_policy_steps} on {jax.process_count()} processes: batches are made in "
-               "the learner's thread (same batches as one process, no overlap; see trainer/pipeline.py)")
+        log_fn(
+            f"rl.off_policy_steps={rl.off_policy_steps} on {jax.process_count()} processes: batches are made in "
+            "the learner's thread (same batches as one process, no overlap; see trainer/pipeline.py)"
+        )
 
     nonfinite_streak = 0  # consecutive steps with a skipped non-finite update
     guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
@@ -117,17 +143,30 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             times = {**produced.times, "rollout_wait": time.perf_counter() - t_step}
             saver.save_state(step + 1, learner.state)  # before the step donates it
             batch, step_metrics, times["train"], gap = learner.train(produced.batch)
-            got = dataclasses.replace(produced.got, batch=batch, gaps=produced.got.gaps + ([gap] if gap is not None
-                                                                                          else []))
+            got = dataclasses.replace(
+                produced.got, batch=batch, gaps=produced.got.gaps + ([gap] if gap is not None else [])
+            )
             saver.save_rollout(step + 1, got, times, produced.temperature, step - produced.version)  # non-finite too
             # the step skipped its non-finite updates (params untouched); a streak of them stops the run
             nonfinite_streak = nonfinite_streak + 1 if int(step_metrics["nonfinite_skipped"]) else 0
             decision = produced.decision
-            record = row(run, step_metrics, batch, produced.div, temperature=produced.temperature,
-                         next_temperature=produced.next_temperature, times=times, verdicts=got.verdicts,
-                         ds_stats=got.ds_stats, generations=got.generations, gaps=got.gaps, t_step=t_step,
-                         judge_tests=produced.judge_tests, staleness=step - produced.version,
-                         weights_bytes=produced.weights_bytes)
+            record = row(
+                run,
+                step_metrics,
+                batch,
+                produced.div,
+                temperature=produced.temperature,
+                next_temperature=produced.next_temperature,
+                times=times,
+                verdicts=got.verdicts,
+                ds_stats=got.ds_stats,
+                generations=got.generations,
+                gaps=got.gaps,
+                t_step=t_step,
+                judge_tests=produced.judge_tests,
+                staleness=step - produced.version,
+                weights_bytes=produced.weights_bytes,
+            )
             done = step + 1
             if writer is not None:
                 record = writer.write(done, record)
@@ -135,8 +174,9 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                     writer.write_text(done, "temperature", json.dumps(decision.to_dict()))
             saver.save_record(done, record, produced.next_temperature)
             if decision.changed:
-                log_fn(f"temperature {decision.previous:g} -> {decision.temperature:g} at step {done}: "
-                       f"{decision.reason}")
+                log_fn(
+                    f"temperature {decision.previous:g} -> {decision.temperature:g} at step {done}: {decision.reason}"
+                )
             bar.update(1)
             bar.set_postfix(progress_postfix(record))
             if on_step is not None:
@@ -147,19 +187,24 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
                     f"{nonfinite_streak} consecutive steps (to step {done}) had non-finite updates, skipped "
                     f"(train.max_nonfinite_steps={run.train.max_nonfinite_steps}); stopping. The newest "
                     f"checkpoint (step {ckpt.latest_step()}) holds finite params; lower rl.learning_rate or "
-                    f"check the data before resuming.")
+                    f"check the data before resuming."
+                )
             if run.train.eval_every and done % run.train.eval_every == 0 and run.eval_problems:
                 pipeline.drain()  # the worker idle: the pool and the sampler are the evaluation's
                 eval_lib.evaluate_at_step(run, pool, learner.params, done, writer, key(run.seed, 3, done), log_fn)
             stopping = guard.requested
-            if stopping or done == run.train.steps or (run.train.checkpoint_every
-                                                       and done % run.train.checkpoint_every == 0):
+            if (
+                stopping
+                or done == run.train.steps
+                or (run.train.checkpoint_every and done % run.train.checkpoint_every == 0)
+            ):
                 ahead = pipeline.drain()  # sampled, not yet trained on: saved with the state
                 if ahead:
                     save_inflight(workdir, done, ahead)
                 last = ahead[-1] if ahead else produced  # the worker's state after its newest batch
-                ckpt.save(done, learner.state, {"step": done, "data": last.data_state,
-                                                "scheduler": last.scheduler_state})
+                ckpt.save(
+                    done, learner.state, {"step": done, "data": last.data_state, "scheduler": last.scheduler_state}
+                )
                 prune_inflight(workdir, set(ckpt.all_steps()) | {done})
             ckpt.poll()  # a failed background save stops the run here, in one line
             if stopping and done < run.train.steps:
@@ -192,16 +237,22 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
 
     def body() -> int:
-        args = cli.parse(argv, prog="python -m microcoder_jax.train", doc=__doc__,
-                         default_file=config_lib.DEFAULT_FILE, define_flags=_define_flags)
+        args = cli.parse(
+            argv,
+            prog="python -m microcoder_jax.train",
+            doc=__doc__,
+            default_file=config_lib.DEFAULT_FILE,
+            define_flags=_define_flags,
+        )
         if args.args:
             raise config_lib.ConfigError(f"unexpected arguments {args.args}; see --help")
         config = args.config
         validate(config)  # every value, before anything is written
         d = config.distributed
         try:
-            sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id,
-                                            mode=d.initialize)  # before any other JAX call
+            sharding.initialize_distributed(
+                d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize
+            )  # before any other JAX call
         except ValueError as e:
             raise config_lib.ConfigError(str(e)) from None
         workdir = args.workdir or os.path.join("runs", cli.run_name(argv, "demo"))

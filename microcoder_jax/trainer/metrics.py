@@ -14,6 +14,7 @@ judge_tests (programs judged, tests run), their rates per second of their phase
 and `cost/chip_s` = devices x step seconds, per solved problem (a group with a passing response)
 and per passing response (None when there is none).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,14 @@ from typing import Iterable
 import numpy as np
 
 # Shown in the progress bar, in this order (name in the record -> short label).
-PROGRESS_KEYS = (("reward_mean", "reward"), ("pass_rate", "pass"), ("response_length_mean", "len"),
-                 ("temperature", "T"), ("entropy", "ent"), ("grad_norm", "gnorm"))
+PROGRESS_KEYS = (
+    ("reward_mean", "reward"),
+    ("pass_rate", "pass"),
+    ("response_length_mean", "len"),
+    ("temperature", "T"),
+    ("entropy", "ent"),
+    ("grad_norm", "gnorm"),
+)
 
 
 # Step metrics stored under another name in the row: the step's reward_mean is after the
@@ -41,10 +48,23 @@ def read_metrics(path: str) -> list[dict]:
     return [row for _, row in read_jsonl(path, missing_ok=True) if isinstance(row, dict)]
 
 
-def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperature: float,
-                next_temperature: float, times: dict, verdicts: dict, ds_stats: dict,
-                generations: int, t_step: float, group_size: int | None = None, devices: int = 1,
-                judge_tests: int | None = None) -> dict:
+def step_record(
+    step_metrics: dict,
+    rollout,
+    div: dict,
+    *,
+    signal: str,
+    temperature: float,
+    next_temperature: float,
+    times: dict,
+    verdicts: dict,
+    ds_stats: dict,
+    generations: int,
+    t_step: float,
+    group_size: int | None = None,
+    devices: int = 1,
+    judge_tests: int | None = None,
+) -> dict:
     """The metrics.jsonl row of one step, from the step's metrics and the Rollout it trained on;
     with `group_size`, the throughput and cost keys too (`judge_tests`: tests run, all hosts)."""
     m = step_metrics
@@ -76,9 +96,18 @@ def step_record(step_metrics: dict, rollout, div: dict, *, signal: str, temperat
     record.update(ds_stats)
     record["rows"] = len(rollout.rewards)
     if group_size is not None:
-        record.update(throughput(rollout, times, time_step=record["time_step_s"], group_size=group_size,
-                                 devices=devices, programs=sum(verdicts.values()), tests=judge_tests,
-                                 generations=generations))
+        record.update(
+            throughput(
+                rollout,
+                times,
+                time_step=record["time_step_s"],
+                group_size=group_size,
+                devices=devices,
+                programs=sum(verdicts.values()),
+                tests=judge_tests,
+                generations=generations,
+            )
+        )
     return record
 
 
@@ -97,8 +126,17 @@ def _rate(count, seconds):
     return count / seconds if count is not None and seconds > 0 else None
 
 
-def throughput(rollout, times: dict, *, time_step: float, group_size: int, devices: int, programs: int,
-               tests: int | None, generations: int) -> dict:
+def throughput(
+    rollout,
+    times: dict,
+    *,
+    time_step: float,
+    group_size: int,
+    devices: int,
+    programs: int,
+    tests: int | None,
+    generations: int,
+) -> dict:
     """Rates, phase shares and chip-seconds of one step (see the module doc)."""
     lengths = np.asarray(rollout.response_lengths)
     gen_tokens = int(lengths.sum()) if generations <= 1 else int(round(float(lengths.mean()) * programs))
@@ -106,14 +144,21 @@ def throughput(rollout, times: dict, *, time_step: float, group_size: int, devic
     passed = np.asarray(rollout.passed, bool)
     solved = int(passed.reshape(-1, group_size).any(1).sum())
     chip_s = devices * time_step
-    out = {"gen_tokens": gen_tokens, "train_tokens": train_tokens, "judge_programs": programs,
-           "judge_tests": tests, "solved_problems": solved, "passing_responses": int(passed.sum()),
-           "throughput/gen_tokens_per_s": _rate(gen_tokens, times["sample"]),
-           "throughput/train_tokens_per_s": _rate(train_tokens, times["train"]),
-           "throughput/judge_programs_per_s": _rate(programs, times["judge"]),
-           "throughput/judge_tests_per_s": _rate(tests, times["judge"]),
-           "cost/chip_s": chip_s, "cost/chip_s_per_solved_problem": chip_s / solved if solved else None,
-           "cost/chip_s_per_passing_response": chip_s / passed.sum() if passed.any() else None}
+    out = {
+        "gen_tokens": gen_tokens,
+        "train_tokens": train_tokens,
+        "judge_programs": programs,
+        "judge_tests": tests,
+        "solved_problems": solved,
+        "passing_responses": int(passed.sum()),
+        "throughput/gen_tokens_per_s": _rate(gen_tokens, times["sample"]),
+        "throughput/train_tokens_per_s": _rate(train_tokens, times["train"]),
+        "throughput/judge_programs_per_s": _rate(programs, times["judge"]),
+        "throughput/judge_tests_per_s": _rate(tests, times["judge"]),
+        "cost/chip_s": chip_s,
+        "cost/chip_s_per_solved_problem": chip_s / solved if solved else None,
+        "cost/chip_s_per_passing_response": chip_s / passed.sum() if passed.any() else None,
+    }
     phases = {k: times[k] for k in ("sample", "judge", "train")}
     for name, seconds in phases.items():
         out[f"share/{name}"] = seconds / time_step if time_step > 0 else None
@@ -188,8 +233,7 @@ class MetricsWriter:
     """Appends step records to metrics.jsonl and TensorBoard, and to `extra` (a writer with
     write / write_text / close, e.g. W&B); only the writing process should hold one."""
 
-    def __init__(self, workdir: str, *, resume_step: int | None = None, tensorboard: bool = True,
-                 extra=None):
+    def __init__(self, workdir: str, *, resume_step: int | None = None, tensorboard: bool = True, extra=None):
         self._extra = extra
         os.makedirs(workdir, exist_ok=True)
         self.path = os.path.join(workdir, "metrics.jsonl")
@@ -207,8 +251,9 @@ class MetricsWriter:
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"),
-                                     purge_step=0 if resume_step is None else resume_step + 1)
+            self._tb = SummaryWriter(
+                os.path.join(workdir, "tensorboard"), purge_step=0 if resume_step is None else resume_step + 1
+            )
 
     def write(self, step: int, metrics: dict) -> dict:
         """Record one step; returns the plain record written."""

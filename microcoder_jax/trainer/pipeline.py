@@ -21,6 +21,7 @@ writes them beside the checkpoint (`WORKDIR/inflight/step_s/`); the checkpoint h
 worker's data position and scheduler after the last of them. A resume trains on those first, so a
 batch in flight is never lost and never trained on twice.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,18 @@ class Pipeline:
     """The worker's batches in step order (see the module doc). `score_for()` gives the learner's
     scorer for the synchronous path; `ready`: batches restored from a checkpoint."""
 
-    def __init__(self, worker: RolloutWorker, *, k: int, start: int, steps: int, params,
-                 score_for: Callable[[], Callable], ready: tuple[Produced, ...] = (), inline: bool = False):
+    def __init__(
+        self,
+        worker: RolloutWorker,
+        *,
+        k: int,
+        start: int,
+        steps: int,
+        params,
+        score_for: Callable[[], Callable],
+        ready: tuple[Produced, ...] = (),
+        inline: bool = False,
+    ):
         self.worker, self.k, self.start, self.steps, self.score_for = worker, k, start, steps, score_for
         self.inline = inline
         self.ready = {p.step: p for p in ready}
@@ -120,8 +131,9 @@ class Pipeline:
         if self.inline:
             self._produce_inline(step)
             if step not in self.ready:
-                raise RuntimeError(f"step {step}'s batch needs weights version {self.version_for(step)}, "
-                                   "not published (a bug)")
+                raise RuntimeError(
+                    f"step {step}'s batch needs weights version {self.version_for(step)}, not published (a bug)"
+                )
         with self.cond:
             while step not in self.ready and self.error is None:
                 self.cond.wait()
@@ -176,12 +188,24 @@ def save_inflight(root: str, step: int, produced: list[Produced]) -> None:
     os.makedirs(tmp)
     for p, arrays in zip(produced, host):
         np.savez(os.path.join(tmp, f"batch_{p.step:08d}.npz"), **arrays)  # pyright: ignore[reportArgumentType]
-        meta = {"step": p.step, "version": p.version, "temperature": p.temperature,
-                "next_temperature": p.next_temperature, "decision": p.decision.to_dict(), "div": p.div,
-                "times": p.times, "judge_tests": p.judge_tests, "data_state": p.data_state,
-                "scheduler_state": p.scheduler_state, "verdicts": p.got.verdicts, "ds_stats": p.got.ds_stats,
-                "generations": p.got.generations, "gaps": p.got.gaps, "sessions": p.got.sessions,
-                "weights_bytes": p.weights_bytes}
+        meta = {
+            "step": p.step,
+            "version": p.version,
+            "temperature": p.temperature,
+            "next_temperature": p.next_temperature,
+            "decision": p.decision.to_dict(),
+            "div": p.div,
+            "times": p.times,
+            "judge_tests": p.judge_tests,
+            "data_state": p.data_state,
+            "scheduler_state": p.scheduler_state,
+            "verdicts": p.got.verdicts,
+            "ds_stats": p.got.ds_stats,
+            "generations": p.got.generations,
+            "gaps": p.got.gaps,
+            "sessions": p.got.sessions,
+            "weights_bytes": p.weights_bytes,
+        }
         with open(os.path.join(tmp, f"batch_{p.step:08d}.json"), "w") as f:
             json.dump(meta, f, default=_plain)
     shutil.rmtree(final, ignore_errors=True)
@@ -210,9 +234,22 @@ def load_inflight(root: str, step: int) -> list[Produced]:
         with np.load(os.path.join(folder, name[:-5] + ".npz")) as data:
             batch = Rollout(**{k: data[k] for k in data.files})
         got = StepRollout(batch, m["verdicts"], m["ds_stats"], m["generations"], m["gaps"], m["sessions"])
-        out.append(Produced(m["step"], m["version"], got, m["temperature"], m["next_temperature"],
-                            Decision(**m["decision"]), m["div"], m["times"], m["judge_tests"],
-                            m["data_state"], m["scheduler_state"], m.get("weights_bytes", 0)))
+        out.append(
+            Produced(
+                m["step"],
+                m["version"],
+                got,
+                m["temperature"],
+                m["next_temperature"],
+                Decision(**m["decision"]),
+                m["div"],
+                m["times"],
+                m["judge_tests"],
+                m["data_state"],
+                m["scheduler_state"],
+                m.get("weights_bytes", 0),
+            )
+        )
     return out
 
 

@@ -7,6 +7,7 @@ compilation) is left out of the time, throughput, phase-share and cost panels; s
 listed under the title. Reads `metrics.jsonl` (and `warm_start.jsonl` for the demo's supervised
 warm start) from the workdir; writes one PNG per panel plus `overview.png` to `DIR/plots/`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,12 @@ PANELS = (
     ("eval", "evaluation pass@1", "pass@1 (fraction of problems)", ("eval_pass@1",)),
     ("warm_start", "supervised warm start", "next-token loss (nats)", ("loss",)),
     ("length", "response length", "tokens", ("response_length_mean",)),
-    ("truncation", "truncation and masking", "fraction of responses",
-     ("truncation_rate", "masked_fraction", "repetition_rate", "no_code_rate")),
+    (
+        "truncation",
+        "truncation and masking",
+        "fraction of responses",
+        ("truncation_rate", "masked_fraction", "repetition_rate", "no_code_rate"),
+    ),
     ("diversity", "diversity", "fraction of distinct n-grams", ("diversity",)),
     ("entropy", "sampling entropy", "nats per token", ("entropy", "policy_entropy")),
     ("temperature", "sampling temperature", "temperature", ("temperature",)),
@@ -33,24 +38,43 @@ PANELS = (
     ("kl", "approximate KL to the sampling policy", "nats per token", ("approx_kl",)),
     ("grad_norm", "gradient norm (before clipping)", "global L2 norm", ("grad_norm",)),
     ("learning_rate", "learning rate", "learning rate", ("learning_rate",)),
-    ("time", "time per step (step 1, with compilation, left out)", "seconds",
-     ("time_sample_s", "time_judge_s", "time_train_s", "time_step_s")),
-    ("throughput_tokens", "token throughput (step 1 left out)", "tokens per second of the phase",
-     ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s")),
-    ("throughput_judge", "judge throughput (step 1 left out)", "programs or tests per second of judging",
-     ("throughput/judge_programs_per_s", "throughput/judge_tests_per_s")),
-    ("share", "share of the step per phase (step 1 left out)", "fraction of the step's seconds",
-     ("share/sample", "share/judge", "share/train", "share/other")),
-    ("cost", "cost per result (step 1 left out)", "chip-seconds (devices x step seconds)",
-     ("cost/chip_s_per_solved_problem", "cost/chip_s_per_passing_response")),
+    (
+        "time",
+        "time per step (step 1, with compilation, left out)",
+        "seconds",
+        ("time_sample_s", "time_judge_s", "time_train_s", "time_step_s"),
+    ),
+    (
+        "throughput_tokens",
+        "token throughput (step 1 left out)",
+        "tokens per second of the phase",
+        ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s"),
+    ),
+    (
+        "throughput_judge",
+        "judge throughput (step 1 left out)",
+        "programs or tests per second of judging",
+        ("throughput/judge_programs_per_s", "throughput/judge_tests_per_s"),
+    ),
+    (
+        "share",
+        "share of the step per phase (step 1 left out)",
+        "fraction of the step's seconds",
+        ("share/sample", "share/judge", "share/train", "share/other"),
+    ),
+    (
+        "cost",
+        "cost per result (step 1 left out)",
+        "chip-seconds (devices x step seconds)",
+        ("cost/chip_s_per_solved_problem", "cost/chip_s_per_passing_response"),
+    ),
 )
 _SKIP_FIRST = {"time", "throughput_tokens", "throughput_judge", "share", "cost"}  # step 1 compiles
 _NO_SMOOTHING = {"eval", "temperature", "learning_rate"}  # sparse points or stepwise by design
 
 
 def _series(rows, key, skip_first=False):
-    points = [(r["step"], r[key]) for r in rows
-              if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     if skip_first and points:
         points = points[1:]
     return [p[0] for p in points], [p[1] for p in points]
@@ -117,8 +141,7 @@ def _draw(ax, name, title, ylabel, curves, window):
             ax.plot(x, y, color=color, marker="o" if len(x) < 30 else None, markersize=3, label=key)
         else:
             ax.plot(x, y, color=color, alpha=0.3, linewidth=0.8, label=f"{key} (raw)")
-            ax.plot(x, moving_mean(y, window), color=color, linewidth=2,
-                    label=f"{key} (mean of {window} steps)")
+            ax.plot(x, moving_mean(y, window), color=color, linewidth=2, label=f"{key} (mean of {window} steps)")
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("warm-start step" if name == "warm_start" else "RL step")
     ax.set_ylabel(ylabel)
@@ -179,12 +202,17 @@ def plot_run(workdir: str, out_dir: str | None = None, smooth: int = 0) -> list[
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m microcoder_jax.plot", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m microcoder_jax.plot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workdir", required=True, help="run directory holding metrics.jsonl")
     parser.add_argument("--out", default=None, help="output directory (default: WORKDIR/plots)")
-    parser.add_argument("--smooth", type=int, default=0,
-                        help="moving-mean window in steps (default 0: about a tenth of the run; 1: raw only)")
+    parser.add_argument(
+        "--smooth",
+        type=int,
+        default=0,
+        help="moving-mean window in steps (default 0: about a tenth of the run; 1: raw only)",
+    )
     args = parser.parse_args(argv)
     try:
         paths = plot_run(args.workdir, args.out, args.smooth)

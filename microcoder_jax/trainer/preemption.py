@@ -5,6 +5,7 @@ checkpoint and raises `Preempted`, so the pool and the checkpointer close normal
 exits with the conventional status 128 + signal number. A second signal exits at once (status
 128 + signal number) without waiting for anything: the newest complete checkpoint stays usable.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,10 @@ class Preempted(Exception):
         self.signum, self.step, self.checkpoint_dir = signum, step, checkpoint_dir
         self.exit_code = 128 + signum
         where = f" in {checkpoint_dir}" if checkpoint_dir else ""
-        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint of "
-                         f"step {step} written{where}; rerun the same command to resume")
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint of "
+            f"step {step} written{where}; rerun the same command to resume"
+        )
 
 
 class Guard:
@@ -71,12 +74,16 @@ class Guard:
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
-            self._log(f"second {signal.Signals(signum).name}: exiting now without a checkpoint "
-                      "(the newest complete one stays usable)")
+            self._log(
+                f"second {signal.Signals(signum).name}: exiting now without a checkpoint "
+                "(the newest complete one stays usable)"
+            )
             os._exit(128 + signum)
         self.signum = signum
-        self._log(f"{signal.Signals(signum).name} received: finishing this step, then writing a "
-                  "checkpoint and exiting (send it again to exit at once)")
+        self._log(
+            f"{signal.Signals(signum).name} received: finishing this step, then writing a "
+            "checkpoint and exiting (send it again to exit at once)"
+        )
 
     def stop(self, step: int, checkpoint_dir: str = "") -> Preempted:
         """The exception the loop raises once its checkpoint of `step` is started."""

@@ -18,6 +18,7 @@ prints the row as one JSON line and which keys differ; exit status 0 when none d
 otherwise. A step in which no group's rewards differ (all 0, say) has zero advantages: the
 command says so, and names saved steps with signal.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,9 +87,18 @@ class RolloutSaver:
             npz, meta_path = _paths(os.path.dirname(self.dir), step)
             os.makedirs(self.dir, exist_ok=True)
             np.savez(npz, **arrays)  # pyright: ignore[reportArgumentType] (no array is named allow_pickle)
-            meta = {"step": step, "policy_step": step - 1, "staleness": staleness, "temperature": temperature,
-                    "times": dict(times), "verdicts": got.verdicts, "ds_stats": got.ds_stats,
-                    "generations": got.generations, "gaps": [float(g) for g in got.gaps], "devices": jax.device_count()}
+            meta = {
+                "step": step,
+                "policy_step": step - 1,
+                "staleness": staleness,
+                "temperature": temperature,
+                "times": dict(times),
+                "verdicts": got.verdicts,
+                "ds_stats": got.ds_stats,
+                "generations": got.generations,
+                "gaps": [float(g) for g in got.gaps],
+                "devices": jax.device_count(),
+            }
             _write_json(meta_path, meta)
 
     def save_record(self, step: int, record: dict, next_temperature: float) -> None:
@@ -162,11 +172,16 @@ def _signal_note(workdir: str, step: int) -> str | None:
         return None
     others = [s for s in saved_steps(workdir) if s != step and _has_signal(workdir, s, group_size)]
     rewards = "all " + ", ".join(f"{v:g}" for v in distinct) if len(distinct) == 1 else "equal within each group"
-    hint = (f"saved steps with signal: {', '.join(map(str, others))}" if others else
-            "save a step whose metrics row has frac_groups_all_equal < 1 (train.save_rollouts)")
-    return (f"note: step {step} has no learning signal (no group's rewards differ: {rewards}): every "
-            f"advantage is 0, so the policy-gradient term is 0 and the update is the optimizer's momentum, "
-            f"weight decay and any KL term; the comparison checks little of the loss and its gradients; {hint}")
+    hint = (
+        f"saved steps with signal: {', '.join(map(str, others))}"
+        if others
+        else "save a step whose metrics row has frac_groups_all_equal < 1 (train.save_rollouts)"
+    )
+    return (
+        f"note: step {step} has no learning signal (no group's rewards differ: {rewards}): every "
+        f"advantage is 0, so the policy-gradient term is 0 and the update is the optimizer's momentum, "
+        f"weight decay and any KL term; the comparison checks little of the loss and its gradients; {hint}"
+    )
 
 
 def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
@@ -187,8 +202,10 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     npz, meta_path = _paths(workdir, step)
     if not os.path.exists(npz) or not os.path.exists(meta_path):
         saved = ", ".join(map(str, saved_steps(workdir))) or "none"
-        raise config_lib.ConfigError(f"--step={step}: no saved rollout in {os.path.join(workdir, ROLLOUTS_DIR)} "
-                                     f"(saved steps: {saved}); set train.save_rollouts or train.save_rollouts_every")
+        raise config_lib.ConfigError(
+            f"--step={step}: no saved rollout in {os.path.join(workdir, ROLLOUTS_DIR)} "
+            f"(saved steps: {saved}); set train.save_rollouts or train.save_rollouts_every"
+        )
     with open(meta_path) as f:
         meta = json.load(f)
     compile_cache.enable(validate(config)["train"].compile_cache, workdir)
@@ -196,8 +213,9 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     states = Checkpointer(os.path.join(workdir, ROLLOUTS_DIR, "states"), async_save=False)
     try:
         if step - 1 not in states.all_steps():
-            raise config_lib.ConfigError(f"--step={step}: the state of step {step - 1} is missing in "
-                                         f"{states.directory}")
+            raise config_lib.ConfigError(
+                f"--step={step}: the state of step {step - 1} is missing in {states.directory}"
+            )
         state, _, _ = states.restore(abstract_train_state(run), step - 1)
     finally:
         states.close()
@@ -208,11 +226,22 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     times = {**meta["times"], "train": train_s}
     logged = meta.get("record")  # absent when the step's loss was not finite
     step_s = (logged or {}).get("time_step_s", sum(meta["times"].values()))
-    record = step_row(run, metrics, batch, diversity(run, batch), temperature=meta["temperature"],
-                      next_temperature=meta.get("next_temperature", meta["temperature"]), times=times,
-                      verdicts=meta["verdicts"], ds_stats=meta["ds_stats"], generations=meta["generations"],
-                      gaps=meta["gaps"], t_step=time.perf_counter() - (step_s - meta["times"]["train"] + train_s),
-                      judge_tests=(logged or {}).get("judge_tests"), staleness=meta.get("staleness", 0))
+    record = step_row(
+        run,
+        metrics,
+        batch,
+        diversity(run, batch),
+        temperature=meta["temperature"],
+        next_temperature=meta.get("next_temperature", meta["temperature"]),
+        times=times,
+        verdicts=meta["verdicts"],
+        ds_stats=meta["ds_stats"],
+        generations=meta["generations"],
+        gaps=meta["gaps"],
+        t_step=time.perf_counter() - (step_s - meta["times"]["train"] + train_s),
+        judge_tests=(logged or {}).get("judge_tests"),
+        staleness=meta.get("staleness", 0),
+    )
     row = plain_row(step, record)
     diffs = {}
     if logged is not None:
@@ -225,8 +254,11 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
 def main(argv=None) -> int:
     from microcoder_jax import cli
 
-    parser = argparse.ArgumentParser(prog="python -m microcoder_jax.replay", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m microcoder_jax.replay",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--workdir", required=True, help="the training run's directory")
     parser.add_argument("--step", type=int, required=True, help="the step to replay (as in metrics.jsonl)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -239,8 +271,10 @@ def main(argv=None) -> int:
         if note:
             print(note, file=sys.stderr)
         if not diffs:
-            print(f"step {args.step}: the replay equals the logged row on all {compared} keys that do not "
-                  f"depend on time", file=sys.stderr)
+            print(
+                f"step {args.step}: the replay equals the logged row on all {compared} keys that do not depend on time",
+                file=sys.stderr,
+            )
             return 0
         for key, (before, after) in diffs.items():
             print(f"  {key}: logged {before!r}, replayed {after!r}", file=sys.stderr)

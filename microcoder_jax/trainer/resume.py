@@ -9,6 +9,7 @@ changes (steps, checkpoint and eval schedules, workers, mesh, evaluation) do not
 state and are just logged. Every change is appended to the history in `config.json`, whose
 entries keep the old values, so the original config can always be rebuilt (`original_config`).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -24,17 +25,44 @@ ALLOW_KEY = "train.allow_config_change"
 _ABSENT = "<absent>"
 
 # Keys whose change makes the saved state unusable: shapes, vocabulary, state dtype.
-FATAL_KEYS = frozenset({
-    "model.preset", "model.vocab_size", "model.hidden_size", "model.intermediate_size",
-    "model.num_layers", "model.num_heads", "model.num_kv_heads", "model.head_dim",
-    "model.param_dtype", "tokenizer.path", "data.task", "demo.vocab_size",
-})
+FATAL_KEYS = frozenset(
+    {
+        "model.preset",
+        "model.vocab_size",
+        "model.hidden_size",
+        "model.intermediate_size",
+        "model.num_layers",
+        "model.num_heads",
+        "model.num_kv_heads",
+        "model.head_dim",
+        "model.param_dtype",
+        "tokenizer.path",
+        "data.task",
+        "demo.vocab_size",
+    }
+)
 # Keys (or whole groups, ending in ".") that leave the saved state and the algorithm alone.
-FREE_KEYS = ("train.steps", "train.checkpoint_every", "train.keep_checkpoints",
-             "train.async_checkpoint", "train.max_nonfinite_steps", "train.eval_every", "train.progress", ALLOW_KEY,
-             "evaluator.workers", "evaluator.server_retries", "model.attention", "model.remat", "mesh.",
-             "distributed.", "eval.",
-             "train.compile_cache", "train.save_rollouts", "train.save_rollouts_every", "wandb.")
+FREE_KEYS = (
+    "train.steps",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.async_checkpoint",
+    "train.max_nonfinite_steps",
+    "train.eval_every",
+    "train.progress",
+    ALLOW_KEY,
+    "evaluator.workers",
+    "evaluator.server_retries",
+    "model.attention",
+    "model.remat",
+    "mesh.",
+    "distributed.",
+    "eval.",
+    "train.compile_cache",
+    "train.save_rollouts",
+    "train.save_rollouts_every",
+    "wandb.",
+)
 
 
 class ConfigChangeError(ConfigError):
@@ -87,13 +115,15 @@ def check_config(saved: dict, new: dict, allow_change: bool) -> list[dict]:
         raise ConfigChangeError(
             "this config cannot resume the run: the checkpoint was written with other model shapes, "
             f"vocabulary or state dtype:\n{_lines(fatal)}\nUse the run's values, or start a new run "
-            "with another --workdir.")
+            "with another --workdir."
+        )
     algorithm = [c for c in changes if c["kind"] == "algorithm"]
     if algorithm and not allow_change:
         raise ConfigChangeError(
             f"the config differs from the run's saved config.json in:\n{_lines(algorithm)}\n"
             f"Resume with the saved values, or pass --config.{ALLOW_KEY}=True to continue the run "
-            "with the new ones (the change is logged in config.json).")
+            "with the new ones (the change is logged in config.json)."
+        )
     return changes
 
 
@@ -104,11 +134,18 @@ def _lines(changes: list[dict]) -> str:
 def has_checkpoint(directory: str) -> bool:
     """Whether `directory` holds a complete Orbax step (a directory named by its step number)."""
     return os.path.isdir(directory) and any(
-        name.isdigit() and os.path.isdir(os.path.join(directory, name)) for name in os.listdir(directory))
+        name.isdigit() and os.path.isdir(os.path.join(directory, name)) for name in os.listdir(directory)
+    )
 
 
-def record_config(workdir: str, config: dict, *, checkpoint_dir: str | None = None, write: bool = True,
-                  log_fn: Callable[[str], Any] = print) -> list[dict]:
+def record_config(
+    workdir: str,
+    config: dict,
+    *,
+    checkpoint_dir: str | None = None,
+    write: bool = True,
+    log_fn: Callable[[str], Any] = print,
+) -> list[dict]:
     """Check `config` against the workdir's saved one when a checkpoint exists, then save it.
 
     Call before anything else is written to the workdir. A fresh run (no checkpoint) writes
@@ -128,8 +165,9 @@ def record_config(workdir: str, config: dict, *, checkpoint_dir: str | None = No
         for c in changes:
             log_fn(f"config change on resume ({c['kind']}): {c['key']} {c['from']!r} -> {c['to']!r}")
         if changes:
-            history.append({"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                            "changes": changes})
+            history.append(
+                {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "changes": changes}
+            )
     if write:
         os.makedirs(workdir, exist_ok=True)
         tmp = path + ".tmp"

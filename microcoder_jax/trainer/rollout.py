@@ -10,6 +10,7 @@ every host holds the same global rows. `GroupJudge` and `finish` are those two h
 callers that drive the sampler themselves (step_batch.py: DAPO refills pushed into one running
 paged session).
 """
+
 from __future__ import annotations
 
 import time
@@ -31,10 +32,11 @@ def sequences(sample) -> dict[str, np.ndarray]:
     lengths = np.asarray(sample.lengths, np.int32)
     prompt_mask = np.asarray(sample.prompt_mask, np.int32)
     response = (np.arange(sample.tokens.shape[1])[None, :] < lengths[:, None]).astype(np.int32)
-    return {"tokens": np.concatenate([np.asarray(sample.prompt_tokens, np.int32),
-                                      np.asarray(sample.tokens, np.int32)], 1),
-            "attention_mask": np.concatenate([prompt_mask, response], 1),
-            "response_mask": np.concatenate([np.zeros_like(prompt_mask), response], 1)}
+    return {
+        "tokens": np.concatenate([np.asarray(sample.prompt_tokens, np.int32), np.asarray(sample.tokens, np.int32)], 1),
+        "attention_mask": np.concatenate([prompt_mask, response], 1),
+        "response_mask": np.concatenate([np.zeros_like(prompt_mask), response], 1),
+    }
 
 
 def sampler_logprobs(sample, response_mask) -> np.ndarray:
@@ -46,23 +48,50 @@ def sampler_logprobs(sample, response_mask) -> np.ndarray:
 
 def sampler_for(run):
     """The run's sampler (`sampling.engine`) on its model, stop ids, prompt buckets and mesh."""
-    return make_sampler(run.sampling, run.model_config, stop_ids=run.stop_ids, pad_id=run.pad_id,
-                        prompt_buckets=run.data.prompt_buckets, mesh=run.mesh, sample_mesh=run.sample_mesh)
+    return make_sampler(
+        run.sampling,
+        run.model_config,
+        stop_ids=run.stop_ids,
+        pad_id=run.pad_id,
+        prompt_buckets=run.data.prompt_buckets,
+        mesh=run.mesh,
+        sample_mesh=run.sample_mesh,
+    )
 
 
-def generate(run, params, prompts, *, num_samples: int, temperature: float, max_new_tokens: int,
-             top_p: float, top_k: int, rng, on_group_done=None):
+def generate(
+    run,
+    params,
+    prompts,
+    *,
+    num_samples: int,
+    temperature: float,
+    max_new_tokens: int,
+    top_p: float,
+    top_k: int,
+    rng,
+    on_group_done=None,
+):
     """The run's sampler on these prompts, one temperature for all rows; `on_group_done(first_prompt,
     SamplerOutput of whole groups)` is called as groups finish (see sampling/samplers.py)."""
-    return sampler_for(run).generate(params, prompts, num_samples=num_samples, temperature=temperature,
-                                     max_new_tokens=max_new_tokens, top_p=top_p, top_k=top_k, rng=rng,
-                                     on_group_done=on_group_done)
+    return sampler_for(run).generate(
+        params,
+        prompts,
+        num_samples=num_samples,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        top_p=top_p,
+        top_k=top_k,
+        rng=rng,
+        on_group_done=on_group_done,
+    )
 
 
 def submit(run, pool, problems, tokens, lengths, mode: str):
     """Extract the programs of these rows and start judging them (non-blocking): (handle, codes)."""
-    texts = run.tokenizer.batch_decode([row[:n].tolist() for row, n in zip(tokens, lengths)],
-                                       skip_special_tokens=True)  # the end-of-turn token is no code
+    texts = run.tokenizer.batch_decode(
+        [row[:n].tolist() for row, n in zip(tokens, lengths)], skip_special_tokens=True
+    )  # the end-of-turn token is no code
     codes = [extract_code(t) for t in texts]
     return pool.submit(problems, codes, mode=mode), codes
 
@@ -88,8 +117,7 @@ class GroupJudge:
     (default `evaluator.reward`; evaluation judges "all" tests).
     """
 
-    def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None,
-                 mode: Optional[str] = None):
+    def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None, mode: Optional[str] = None):
         self.run, self.pool, self.problems, self.G = run, pool, list(problems), group_size
         self.mode = mode or run.evaluator.reward
         self.n = len(self.problems) * group_size
@@ -105,8 +133,14 @@ class GroupJudge:
         self.groups_added += len(sample.lengths) // self.G
         a, b = max(lo, self.rows.start), min(hi, self.rows.stop)
         if a < b:
-            handle, codes = submit(self.run, self.pool, [self.problems[r // self.G] for r in range(a, b)],
-                                   sample.tokens[a - lo:b - lo], sample.lengths[a - lo:b - lo], self.mode)
+            handle, codes = submit(
+                self.run,
+                self.pool,
+                [self.problems[r // self.G] for r in range(a, b)],
+                sample.tokens[a - lo : b - lo],
+                sample.lengths[a - lo : b - lo],
+                self.mode,
+            )
             self.parts.append((a, handle, codes))
 
     @property
@@ -121,8 +155,8 @@ class GroupJudge:
         for a, handle, codes in self.parts:
             if handle.done():
                 i = a - self.rows.start
-                rewards[i:i + len(codes)] = [reward(r, mode=self.mode) for r in handle.result()]
-                known[i:i + len(codes)] = True
+                rewards[i : i + len(codes)] = [reward(r, mode=self.mode) for r in handle.result()]
+                known[i : i + len(codes)] = True
         return known, rewards
 
     def results(self) -> tuple[list, list]:
@@ -139,8 +173,9 @@ class GroupJudge:
         return results, codes
 
 
-def finish(run, judge: GroupJudge, sample, *, times: dict,
-           score: Optional[Callable] = None) -> tuple[Rollout, dict, Optional[float]]:
+def finish(
+    run, judge: GroupJudge, sample, *, times: dict, score: Optional[Callable] = None
+) -> tuple[Rollout, dict, Optional[float]]:
     """The rollout of a sampled batch whose rows `judge` holds: the learner's `score` (if given)
     dispatched to the device, then the verdicts waited for and all-gathered.
     Returns (rollout, verdict counts over all hosts, the sampler/learner log-prob gap or None)."""
@@ -158,15 +193,23 @@ def finish(run, judge: GroupJudge, sample, *, times: dict,
     rewards, passed, no_code, counts = verdict_arrays(results, codes, run.evaluator.reward)
     rewards, passed, no_code = sharding.allgather_rows((rewards, passed, no_code), n)
     rollout = Rollout(
-        **seq, response_lengths=np.asarray(sample.lengths, np.int32),
-        truncated=np.asarray(sample.truncated, bool), temperature=temps,
-        sample_entropy=np.asarray(sample.entropy, np.float32), rewards=rewards, passed=passed,
-        no_code=no_code, sampler_logprobs=sampler_lp, **logprobs)
+        **seq,
+        response_lengths=np.asarray(sample.lengths, np.int32),
+        truncated=np.asarray(sample.truncated, bool),
+        temperature=temps,
+        sample_entropy=np.asarray(sample.entropy, np.float32),
+        rewards=rewards,
+        passed=passed,
+        no_code=no_code,
+        sampler_logprobs=sampler_lp,
+        **logprobs,
+    )
     return rollout, sharding.allgather_counts(counts, VERDICTS), gap
 
 
-def collect(run, pool, params, problems, prompts, *, temperature: float, rng, times: dict,
-            score: Optional[Callable] = None) -> tuple[Rollout, dict, Optional[float]]:
+def collect(
+    run, pool, params, problems, prompts, *, temperature: float, rng, times: dict, score: Optional[Callable] = None
+) -> tuple[Rollout, dict, Optional[float]]:
     """Sample, judge and assemble one Rollout for these prompts; returns (rollout, verdict
     counts, the log-prob gap when `score` is given). The sampler's own log-probs go in the
     Rollout (rl.corrections, and the learner's gap).
@@ -179,8 +222,18 @@ def collect(run, pool, params, problems, prompts, *, temperature: float, rng, ti
     s, G = run.sampling, run.sampling.group_size
     judge = GroupJudge(run, pool, problems, G)
     t0 = time.perf_counter()
-    sample = generate(run, params, prompts, num_samples=G, temperature=temperature, max_new_tokens=s.max_new_tokens,
-                      top_p=s.top_p, top_k=s.top_k, rng=rng, on_group_done=judge.add)
+    sample = generate(
+        run,
+        params,
+        prompts,
+        num_samples=G,
+        temperature=temperature,
+        max_new_tokens=s.max_new_tokens,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        rng=rng,
+        on_group_done=judge.add,
+    )
     times["sample"] += time.perf_counter() - t0
     return finish(run, judge, sample, times=times, score=score)
 
@@ -189,8 +242,12 @@ def diversity(run, batch: Rollout) -> dict:
     """The temperature scheduler's diversity metrics of a batch's responses."""
     from microcoder_jax.sampling.diversity import diversity_metrics
 
-    return diversity_metrics(batch.tokens[:, -run.sampling.max_new_tokens:], batch.response_lengths,
-                             run.sampling.group_size, entropy=batch.sample_entropy)
+    return diversity_metrics(
+        batch.tokens[:, -run.sampling.max_new_tokens :],
+        batch.response_lengths,
+        run.sampling.group_size,
+        entropy=batch.sample_entropy,
+    )
 
 
 def probe_temperature(run, scheduler, params, prompts, key):
@@ -198,9 +255,17 @@ def probe_temperature(run, scheduler, params, prompts, key):
     s = run.sampling
 
     def sample_fn(temperature):
-        out = generate(run, params, prompts, num_samples=s.group_size, temperature=temperature,
-                       max_new_tokens=s.max_new_tokens, top_p=s.top_p, top_k=s.top_k,
-                       rng=jax.random.fold_in(key, int(temperature * 1000)))
+        out = generate(
+            run,
+            params,
+            prompts,
+            num_samples=s.group_size,
+            temperature=temperature,
+            max_new_tokens=s.max_new_tokens,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            rng=jax.random.fold_in(key, int(temperature * 1000)),
+        )
         return out.tokens, out.lengths, out.entropy
 
     return scheduler.probe(sample_fn, s.group_size)

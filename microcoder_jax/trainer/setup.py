@@ -4,6 +4,7 @@ mesh, RL config, and the state to start from (fresh params, or the newest checkp
 `setup(config, workdir)` returns a `Run`; `start_state(run, ckpt)` the train state, data position
 and scheduler state to continue from. Training and evaluation share both.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -83,8 +84,7 @@ def _demo_data(config, workdir):
     demo.votes, the truncation task's (data/truncation_task.py)."""
     d = config.demo
     task = truncation_task if d.votes else demo_task
-    problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, config.seed,
-                                       d.phrasings)
+    problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, config.seed, d.phrasings)
     path = os.path.join(workdir, "tokenizer")
     exists = os.path.exists(os.path.join(path, "tokenizer.json"))
     if jax.process_count() > 1:  # every host looks before process 0 writes (shared or local disks)
@@ -112,9 +112,16 @@ def problem_files(config, *extra) -> list[str]:
 def block_fields(config) -> dict:
     """The Run's typed-block fields from a config (`config.blocks`): what consumers read."""
     typed = config_lib.blocks(config)
-    return dict(rl_config=typed["rl"], data=typed["data"], sampling=typed["sampling"],
-                temperature=typed["temperature"], evaluator=typed["evaluator"], train=typed["train"],
-                eval=typed["eval"], seed=config.seed)
+    return dict(
+        rl_config=typed["rl"],
+        data=typed["data"],
+        sampling=typed["sampling"],
+        temperature=typed["temperature"],
+        evaluator=typed["evaluator"],
+        train=typed["train"],
+        eval=typed["eval"],
+        seed=config.seed,
+    )
 
 
 def setup(config, workdir: str) -> Run:
@@ -126,8 +133,7 @@ def setup(config, workdir: str) -> Run:
         mesh = sharding.mesh_from_sizes(m.data, m.fsdp, m.tensor, devices=learner if rollout else None)
         sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, shape.num_kv_heads)
         rollout_mesh = sharding.make_mesh(1, len(rollout), 1, devices=rollout) if rollout else None
-        rollout_sample_mesh = sharding.sampler_mesh(rollout_mesh, config.sampling.decode_tensor,
-                                                    shape.num_kv_heads)
+        rollout_sample_mesh = sharding.sampler_mesh(rollout_mesh, config.sampling.decode_tensor, shape.num_kv_heads)
     except ValueError as e:
         raise config_lib.ConfigError(str(e)) from None
     os.makedirs(workdir, exist_ok=True)
@@ -142,10 +148,21 @@ def setup(config, workdir: str) -> Run:
     log.info("training prompts: %s", prompt_set.report())
     vocab = None if config.model.path else len(tokenizer)
     model_config = shape if vocab is None else models.model_config_from(config, vocab)
-    return Run(config=config, workdir=workdir, model_config=model_config, tokenizer=tokenizer,
-               prompt_set=prompt_set, eval_problems=eval_problems, mesh=mesh, sample_mesh=sample_mesh,
-               rollout_mesh=rollout_mesh, rollout_sample_mesh=rollout_sample_mesh,
-               stop_ids=stop_token_ids(tokenizer), pad_id=pad_token_id(tokenizer), **block_fields(config))
+    return Run(
+        config=config,
+        workdir=workdir,
+        model_config=model_config,
+        tokenizer=tokenizer,
+        prompt_set=prompt_set,
+        eval_problems=eval_problems,
+        mesh=mesh,
+        sample_mesh=sample_mesh,
+        rollout_mesh=rollout_mesh,
+        rollout_sample_mesh=rollout_sample_mesh,
+        stop_ids=stop_token_ids(tokenizer),
+        pad_id=pad_token_id(tokenizer),
+        **block_fields(config),
+    )
 
 
 def initial_params(run: Run, log_fn=print):
@@ -157,10 +174,19 @@ def initial_params(run: Run, log_fn=print):
     if config.train.warm_start_steps:
         with open(os.path.join(run.workdir, "warm_start.jsonl"), "w") as curve:  # plotted by plot.py
             params = warm_start.warm_start(
-                params, run.model_config, run.tokenizer, run.prompt_set.problems, config.demo, config.data,
-                steps=config.train.warm_start_steps, max_new_tokens=config.sampling.max_new_tokens,
-                seed=config.seed, progress=config.train.progress, log=log_fn,
-                on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"))
+                params,
+                run.model_config,
+                run.tokenizer,
+                run.prompt_set.problems,
+                config.demo,
+                config.data,
+                steps=config.train.warm_start_steps,
+                max_new_tokens=config.sampling.max_new_tokens,
+                seed=config.seed,
+                progress=config.train.progress,
+                log=log_fn,
+                on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"),
+            )
     return params
 
 
@@ -171,14 +197,14 @@ def abstract_train_state(run: Run):
 
 def train_state_shapes(model_config: models.DecoderConfig, rl_config: RLConfig, mesh):
     """`abstract_train_state` from its parts; `mesh` may be an AbstractMesh (the planner's)."""
-    shapes = jax.eval_shape(lambda: rl_step.init_train_state(
-        models.init_params(model_config, jax.random.PRNGKey(0)), rl_config))
+    shapes = jax.eval_shape(
+        lambda: rl_step.init_train_state(models.init_params(model_config, jax.random.PRNGKey(0)), rl_config)
+    )
     if mesh is None:
         one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=one), shapes)
     shardings = rl_step.state_shardings(model_config, rl_config, mesh)
-    return jax.tree.map(lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h),
-                        shapes, shardings)
+    return jax.tree.map(lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h), shapes, shardings)
 
 
 @dataclasses.dataclass
@@ -201,8 +227,7 @@ def start_state(run: Run, ckpt, log_fn=print) -> Start:
     if restored is None:
         params = initial_params(run, log_fn)
         ref = jax.tree.map(jnp.copy, params) if rl.uses_reference else None  # the state's copy is donated
-        state = rl_step.init_train_state(params, rl, run.mesh, model_config=run.model_config,
-                                         seed=run.config.seed)
+        state = rl_step.init_train_state(params, rl, run.mesh, model_config=run.model_config, seed=run.config.seed)
         return Start(state, ref, None, None, 0)
     state, meta, _ = restored
     ref = initial_params(run, log_fn) if rl.uses_reference else None  # deterministic: rebuilt

@@ -22,6 +22,7 @@ left-padded when batches meet. Keys: a session samples with `key_for(k)` of its 
 row r of it draws token t with fold_in(fold_in(key, r), t), r counting on over its pushes, so
 every refill gets fresh draws.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,8 +58,17 @@ class StepRollout:
     sessions: int = 0
 
 
-def collect_step(run, pool, params, next_prompts: Callable[[], tuple[list, list]], *, temperature: float,
-                 key_for: Callable[[int], object], times: dict, score: Optional[Callable] = None) -> StepRollout:
+def collect_step(
+    run,
+    pool,
+    params,
+    next_prompts: Callable[[], tuple[list, list]],
+    *,
+    temperature: float,
+    key_for: Callable[[int], object],
+    times: dict,
+    score: Optional[Callable] = None,
+) -> StepRollout:
     """The step's batch; `next_prompts()` gives the next generation batch's (problems, prompts),
     `key_for(k)` the sampling key of generation batch k (see the module doc); `score` the
     learner's (learner.scorer) for each generation batch, or None."""
@@ -68,15 +78,29 @@ def collect_step(run, pool, params, next_prompts: Callable[[], tuple[list, list]
     buffer, verdicts, gaps, generations = GroupBuffer(), {}, [], 0
     while True:
         problems, prompts = next_prompts()
-        rollout, counts, gap = collect(run, pool, params, problems, prompts, temperature=temperature,
-                                       rng=key_for(generations), times=times, score=score)
+        rollout, counts, gap = collect(
+            run,
+            pool,
+            params,
+            problems,
+            prompts,
+            temperature=temperature,
+            rng=key_for(generations),
+            times=times,
+            score=score,
+        )
         generations += 1
         _add_counts(verdicts, counts)
         gaps += [gap] if gap is not None else []
         if not rl.dynamic_sampling:
             return StepRollout(rollout, verdicts, {}, 1, gaps)
-        buffer, full, ds_stats = add_rollouts(buffer, rollout.as_dict(), group_size=run.sampling.group_size,
-                                              num_prompts=len(prompts), max_refills=rl.max_refills)
+        buffer, full, ds_stats = add_rollouts(
+            buffer,
+            rollout.as_dict(),
+            group_size=run.sampling.group_size,
+            num_prompts=len(prompts),
+            max_refills=rl.max_refills,
+        )
         if full is not None:
             return StepRollout(Rollout(**full), verdicts, ds_stats, generations, gaps)
 
@@ -140,8 +164,11 @@ class RefillLoop:
         run, s = self.run, self.run.sampling
         width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
         session = self.session
-        if session is None or width > session.shape.prompt_width or (
-                session.num_prompts + len(prompts) > session.shape.max_prompts):
+        if (
+            session is None
+            or width > session.shape.prompt_width
+            or (session.num_prompts + len(prompts) > session.shape.max_prompts)
+        ):
             while session is not None and not session.done:  # drain it: one session decodes at a time
                 self.run_session(None)
             if session is not None:
@@ -149,8 +176,12 @@ class RefillLoop:
             self.session = None  # freed before the next one is made
             room = session_prompts(len(prompts), run.rl_config)  # one shape for every session: no recompile
             self.session = session = self.sampler.open_session(
-                self.params, max_prompts=room, prompt_width=width, rng=self.key_for(self.pushed),
-                rows=run.data.num_prompts * s.group_size)
+                self.params,
+                max_prompts=room,
+                prompt_width=width,
+                rng=self.key_for(self.pushed),
+                rows=run.data.num_prompts * s.group_size,
+            )
             self.sessions += 1
         t0 = time.perf_counter()
         first = session.push(prompts, temperature=self.temperature, top_p=s.top_p, top_k=s.top_k).start
@@ -166,8 +197,9 @@ class RefillLoop:
         while True:
             # every host decides on the same all-gathered verdicts, so all push and finish in lockstep
             known = [sharding.allgather_rows(b.judge.known(), b.judge.n) for b in self.pending]
-            if self.pushed < total and refill_certain(self.buffer, known, group_size=G,
-                                                      num_prompts=run.data.num_prompts):
+            if self.pushed < total and refill_certain(
+                self.buffer, known, group_size=G, num_prompts=run.data.num_prompts
+            ):
                 self.push(*next_prompts())
                 continue
             session = self.session
@@ -179,16 +211,19 @@ class RefillLoop:
                 _add_counts(self.verdicts, counts)
                 self.added += 1
                 self.gaps += [gap] if gap is not None else []
-                self.buffer, full, ds_stats = add_rollouts(self.buffer, rollout.as_dict(), group_size=G,
-                                                           num_prompts=run.data.num_prompts,
-                                                           max_refills=rl.max_refills)
+                self.buffer, full, ds_stats = add_rollouts(
+                    self.buffer,
+                    rollout.as_dict(),
+                    group_size=G,
+                    num_prompts=run.data.num_prompts,
+                    max_refills=rl.max_refills,
+                )
                 if full is not None:
                     if self.pending or not session.done:
                         raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
                     session.close()
                     ds_stats = {**ds_stats, "ds_early_refills": self.early, "ds_sessions": self.sessions}
-                    return StepRollout(Rollout(**full), self.verdicts, ds_stats, self.added, self.gaps,
-                                       self.sessions)
+                    return StepRollout(Rollout(**full), self.verdicts, ds_stats, self.added, self.gaps, self.sessions)
             if not session.done:
                 self.run_session(every)
             elif not self.pending and self.pushed >= total:  # add_rollouts fills the last one: never here

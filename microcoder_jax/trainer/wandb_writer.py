@@ -10,6 +10,7 @@ the previous process logged past its last checkpoint are not sent again (trainer
 keep their first values there; metrics.jsonl and TensorBoard hold the re-run ones. (W&B's rewind,
 which could replace them, is a private preview.)
 """
+
 from __future__ import annotations
 
 import html
@@ -41,15 +42,24 @@ class WandbWriter:
         os.replace(path + ".tmp", path)
         self.run_id = run_id
         self.run = wandb.init(
-            project=cfg.project, entity=cfg.entity or None, name=cfg.name or os.path.basename(workdir),
-            group=cfg.group or None, tags=list(cfg.tags) or None, notes=cfg.notes or None,
+            project=cfg.project,
+            entity=cfg.entity or None,
+            name=cfg.name or os.path.basename(workdir),
+            group=cfg.group or None,
+            tags=list(cfg.tags) or None,
+            notes=cfg.notes or None,
             mode=cast(Literal["online", "offline", "disabled"], cfg.mode),  # one of MODES (checked)
-            dir=cfg.dir or workdir, id=run_id, resume="allow", config=config,
-            settings=wandb.Settings(console="off"))  # metrics only: stdout stays untouched
+            dir=cfg.dir or workdir,
+            id=run_id,
+            resume="allow",
+            config=config,
+            settings=wandb.Settings(console="off"),
+        )  # metrics only: stdout stays untouched
 
     def write(self, step: int, record: dict) -> None:
-        numbers = {k: v for k, v in record.items()
-                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers = {
+            k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         self.run.log(numbers, step=int(step))
 
     def write_text(self, step: int, tag: str, text: str) -> None:

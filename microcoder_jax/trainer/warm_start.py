@@ -2,6 +2,7 @@
 demo's programs, or the truncation task's scratchpad of votes then a program), so that RL starts
 from a model whose programs the judge can run. The tasks (data/demo_task.py, data/truncation_task.py)
 only lay out the batches; the training loop is here, where the model is."""
+
 from __future__ import annotations
 
 import functools
@@ -53,12 +54,30 @@ def sft_step(params, opt_state, tokens, attention, loss_mask, *, model_config, o
 def _fingerprint(params, tokenizer, problems, *args) -> tuple:
     """What a warm start depends on: its inputs, and the initial params (their shapes and sums)."""
     leaves = [(x.shape, float(np.asarray(x, np.float64).sum())) for x in jax.tree.leaves(params)]
-    return (tuple(leaves), len(tokenizer), tokenizer.backend_tokenizer.to_str(),
-            tuple(p.question_id for p in problems), args)
+    return (
+        tuple(leaves),
+        len(tokenizer),
+        tokenizer.backend_tokenizer.to_str(),
+        tuple(p.question_id for p in problems),
+        args,
+    )
 
 
-def warm_start(params, model_config, tokenizer, problems, demo_config, data_config, *, steps: int,
-               max_new_tokens: int, seed: int, progress: bool = True, log=print, on_loss=None):
+def warm_start(
+    params,
+    model_config,
+    tokenizer,
+    problems,
+    demo_config,
+    data_config,
+    *,
+    steps: int,
+    max_new_tokens: int,
+    seed: int,
+    progress: bool = True,
+    log=print,
+    on_loss=None,
+):
     """Supervised training on the task's answers (the truncation task's when `demo_config.votes`
     is set, else the demo's); returns new params. `on_loss(step, loss)` receives every step's loss
     (the warm-start curve in the plots). Under `reuse_warm_starts`, a warm start already computed in
@@ -74,8 +93,20 @@ def warm_start(params, model_config, tokenizer, problems, demo_config, data_conf
         make_batch, label = demo_task.warm_start_batch, "warm start"
     key = None
     if _reused is not None:
-        key = _fingerprint(params, tokenizer, problems, repr(data_config), repr(model_config), tuple(d.ops), steps,
-                           d.warm_start_batch, d.warm_start_lr, max_new_tokens, seed, label)
+        key = _fingerprint(
+            params,
+            tokenizer,
+            problems,
+            repr(data_config),
+            repr(model_config),
+            tuple(d.ops),
+            steps,
+            d.warm_start_batch,
+            d.warm_start_lr,
+            max_new_tokens,
+            seed,
+            label,
+        )
         if key in _reused:
             done, losses = _reused[key]
             for i, value in enumerate(losses):

@@ -16,6 +16,7 @@ leaf by leaf (its previous copy freed as each leaf lands), and logs the bytes an
 that transfer with the batch (`weights_bytes`, `time_weights_s`).
 Every process runs both roles; multi-host split runs are refused for now.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,8 +63,9 @@ class RolloutWorker:
         self.shardings = None
         if run.rollout_mesh is not None:  # the stored params' layout on the worker's own devices
             mc = run.model_config
-            self.shardings = sharding.logical_to_sharding(models.param_logical_axes(mc), run.rollout_mesh,
-                                                          models.param_shapes(mc))
+            self.shardings = sharding.logical_to_sharding(
+                models.param_logical_axes(mc), run.rollout_mesh, models.param_shapes(mc)
+            )
         self.moved_bytes, self.moved_s, self.params = 0, 0.0, None
         self.update_weights(params, version)
 
@@ -88,10 +90,12 @@ class RolloutWorker:
         run = self.run
         if not (run.temperature.policy == "diversity" and run.temperature.probe and not self.scheduler.probed):
             return None
-        first = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed,
-                                       self.data.get_state())
-        decision = probe_temperature(run, self.scheduler, self.params,
-                                     [run.prompt_set.prompts[i] for i in next(first)], key(run.seed, 2))
+        first = loader.prompt_iterator(
+            len(run.prompt_set.problems), run.data.num_prompts, run.seed, self.data.get_state()
+        )
+        decision = probe_temperature(
+            run, self.scheduler, self.params, [run.prompt_set.prompts[i] for i in next(first)], key(run.seed, 2)
+        )
         log_fn(f"temperature probe: {decision.temperature:g} ({decision.reason})")
         return decision
 
@@ -103,15 +107,35 @@ class RolloutWorker:
         times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
         temperature = self.scheduler.temperature
         self.pool.take()  # tests an evaluation ran are not this batch's
-        got = collect_step(run, self.pool, self.params, self.next_prompts, temperature=temperature,
-                           key_for=functools.partial(key, run.seed, 1, step), times=times, score=score)
+        got = collect_step(
+            run,
+            self.pool,
+            self.params,
+            self.next_prompts,
+            temperature=temperature,
+            key_for=functools.partial(key, run.seed, 1, step),
+            times=times,
+            score=score,
+        )
         tests = sharding.allgather_counts({"tests": self.pool.take()}, ("tests",)).get("tests", 0)
         div = diversity(run, got.batch)
         decision = self.scheduler.update(step, div)
         if self.shardings is not None:
             times["weights"] = self.moved_s
-        return Produced(step, self.version, got, temperature, self.scheduler.temperature, decision, div, times,
-                        tests, self.data.get_state(), self.scheduler.state_dict(), self.moved_bytes)
+        return Produced(
+            step,
+            self.version,
+            got,
+            temperature,
+            self.scheduler.temperature,
+            decision,
+            div,
+            times,
+            tests,
+            self.data.get_state(),
+            self.scheduler.state_dict(),
+            self.moved_bytes,
+        )
 
 
 def transfer(params, shardings, replaces=None) -> tuple[Any, int, float]:

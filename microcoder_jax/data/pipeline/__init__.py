@@ -10,6 +10,7 @@ DeepCoder, problem folders; JSONL/JSON/Parquet/HF-cache Arrow), `process` (one s
     cfg = config.default_config()           # or get_config() of configs/data_pipeline.py
     run_pipeline(cfg, pass_rate_fn=my_fn)
 """
+
 from microcoder_jax.data.pipeline.stages import STAGES, run_pipeline, run_stage, shard_paths
 
 __all__ = ["STAGES", "run_pipeline", "run_stage", "shard_paths"]

@@ -22,6 +22,7 @@ duplicate, contaminated, interactive ... problems), verify (judge reference solu
 (shuffle into shards); `all` runs them in order, skipping those already done with the same config
 and inputs. A single stage needs the one before it done; --force rebuilds.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,9 +43,12 @@ def _define_flags(fv) -> None:
 
     flags.DEFINE_string("workdir", None, "overrides config.workdir", flag_values=fv)
     flags.DEFINE_boolean("force", False, "rebuild the stage(s) even if done", flag_values=fv)
-    flags.DEFINE_multi_string("source", [], "add (or replace) an input source: "
-                              "NAME=PATH[,format=F][,priority=N][,limit=N][,harness=H]; repeatable",
-                              flag_values=fv)
+    flags.DEFINE_multi_string(
+        "source",
+        [],
+        "add (or replace) an input source: NAME=PATH[,format=F][,priority=N][,limit=N][,harness=H]; repeatable",
+        flag_values=fv,
+    )
 
 
 def add_source(cfg, spec: str) -> None:
@@ -74,8 +78,13 @@ def _help(argv: list[str]) -> str:
         keys = f"  (cannot list the config keys: {problem})"
     else:
         try:
-            parsed = cli.parse([a for a in argv if a not in HELPS], prog="", doc="", default_file=DEFAULT_CONFIG,
-                               define_flags=_define_flags)
+            parsed = cli.parse(
+                [a for a in argv if a not in HELPS],
+                prog="",
+                doc="",
+                default_file=DEFAULT_CONFIG,
+                define_flags=_define_flags,
+            )
             keys = pipeline_config.describe(parsed.config)
         except ConfigError as e:
             keys = f"  (cannot list the config keys: {e})"
@@ -85,9 +94,19 @@ def _help(argv: list[str]) -> str:
     _define_flags(fv)
     own = [f"  --{name}: {fl.help}" for name, fl in sorted(fv._flags().items()) if name == fl.name]
     source = value or "the defaults, microcoder_jax/data/pipeline/config.py"
-    return "\n".join([f"usage: {(__doc__ or '').strip()}", "", "flags:", "  --config=FILE: a pipeline config file "
-                      "(default: the defaults; configs/data_pipeline.py starts from them)", *own, "",
-                      f"config keys (values from {source}; override with --config.KEY=VALUE):", keys])
+    return "\n".join(
+        [
+            f"usage: {(__doc__ or '').strip()}",
+            "",
+            "flags:",
+            "  --config=FILE: a pipeline config file "
+            "(default: the defaults; configs/data_pipeline.py starts from them)",
+            *own,
+            "",
+            f"config keys (values from {source}; override with --config.KEY=VALUE):",
+            keys,
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,8 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     def body() -> int:
-        args = cli.parse(argv, prog="python -m microcoder_jax.data.pipeline", doc=__doc__,
-                         default_file=DEFAULT_CONFIG, define_flags=_define_flags)
+        args = cli.parse(
+            argv,
+            prog="python -m microcoder_jax.data.pipeline",
+            doc=__doc__,
+            default_file=DEFAULT_CONFIG,
+            define_flags=_define_flags,
+        )
         if len(args.args) != 1 or args.args[0] not in (*STAGES, "all"):
             raise ConfigError(f"expected one STAGE out of {', '.join((*STAGES, 'all'))}, got {args.args}")
         stages = STAGES if args.args[0] == "all" else (args.args[0],)
@@ -117,18 +141,25 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(str(e)) from None
         first = STAGES.index(stages[0])
         if first and stage_done(cfg.workdir, STAGES[first - 1]) is None:
-            raise ConfigError(f"{stages[0]}: needs stage {STAGES[first - 1]} done in {cfg.workdir} first; "
-                              f"run `{STAGES[first - 1]}` (or `all`)")
-        logging.basicConfig(level=getattr(logging, str(cfg.log_level).upper(), logging.INFO),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+            raise ConfigError(
+                f"{stages[0]}: needs stage {STAGES[first - 1]} done in {cfg.workdir} first; "
+                f"run `{STAGES[first - 1]}` (or `all`)"
+            )
+        logging.basicConfig(
+            level=getattr(logging, str(cfg.log_level).upper(), logging.INFO),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
         records = run_pipeline(cfg, stages, force=args.force)
         for stage, record in records.items():
             counts = {k: v for k, v in record.items() if k not in ("stage", "fingerprint", "per_source", "shards")}
             print(f"{stage:8s} {counts}")
         if "export" in records:
             export = os.path.join(cfg.workdir, "export")
-            print(f"shards: {export} ({len(records['export']['shards'])} files); "
-                  f"report: {os.path.join(export, 'report.md')}")
+            print(
+                f"shards: {export} ({len(records['export']['shards'])} files); "
+                f"report: {os.path.join(export, 'report.md')}"
+            )
         return 0
 
     return cli.main_guard(body)

@@ -5,6 +5,7 @@ ordinary functional tests (JSON arguments, compared by the judge on plain data, 
 assertion). Anything else (helpers such as `list_node`, several statements per case) stays one
 `assert` test that the sandbox runs with the entry point as `candidate`.
 """
+
 from __future__ import annotations
 
 import ast
@@ -88,9 +89,9 @@ def _case(stmt, candidate: str, params) -> TestCase | None:
     if len(kwargs) != len(call.keywords):
         return None  # **spread
     if kwargs:
-        if params is None or set(kwargs) - set(params[len(args):]):
+        if params is None or set(kwargs) - set(params[len(args) :]):
             return None
-        rest = params[len(args):]
+        rest = params[len(args) :]
         if set(rest) != set(kwargs):
             return None  # a defaulted parameter left out: positions unknown
         args += [kwargs[p] for p in rest]

@@ -6,6 +6,7 @@ needed). Format `dir` instead reads a directory of problem folders (folders.py: 
 Kattis packages). Rows stay raw here; `process` turns them into `Problem`s. A row that cannot be
 read is counted by reason (drops.py) and logged once per source and reason, never fatal.
 """
+
 from __future__ import annotations
 
 import base64
@@ -144,6 +145,7 @@ def iter_source(source: dict, stats: dict, drops: Drops | None = None) -> Iterat
         found = read_problem_dir(source["path"], lambda path, e: drops.error(name, path, e))
         rows = ((path, None, row, row_format) for path, row, row_format in found)
     else:
+
         def file_rows(f):
             for i, row in _guarded(f, stats, lambda i, e: drops.error(name, f"{f}:{i}", e)):
                 yield f, i, row, None

@@ -6,6 +6,7 @@ configs/data_pipeline.py starts from it and adds sources. `describe(cfg)` is the
 source); `check(cfg)` refuses a value outside a knob's choices. The stages read the same
 ConfigDict (`cfg.filter.max_tests`, ...).
 """
+
 from __future__ import annotations
 
 import os
@@ -16,19 +17,35 @@ SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # One input dump, `sources.NAME.FIELD`: (field, default, meaning), in the order source() takes them.
 SOURCE_FIELDS = (
-    ("path", "", "a file, a glob, or a directory (searched for .jsonl/.json/.parquet and the .arrow files "
-                 "of a Hugging Face datasets cache); with format=dir the folder of problem folders"),
-    ("format", "auto", "auto (detected per row) | lcb | apps (APPS/TACO) | codecontests | deepcoder | "
-                       "leetcode (assert tests) | ours | dir (docs/datasets.md)"),
+    (
+        "path",
+        "",
+        "a file, a glob, or a directory (searched for .jsonl/.json/.parquet and the .arrow files "
+        "of a Hugging Face datasets cache); with format=dir the folder of problem folders",
+    ),
+    (
+        "format",
+        "auto",
+        "auto (detected per row) | lcb | apps (APPS/TACO) | codecontests | deepcoder | "
+        "leetcode (assert tests) | ours | dir (docs/datasets.md)",
+    ),
     ("priority", 100, "lower wins when two sources hold the same problem (dedup keeps the first)"),
     ("limit", 0, "read at most this many rows, dropped ones included (0 = all); for smoke runs"),
-    ("harness", "", "how stdin programs run: plain (ours, LiveCodeBench) | apps (a top-level `return` "
-                    "ends the program, as in APPS/TACO's harness) | '' = by format (apps -> apps)"),
+    (
+        "harness",
+        "",
+        "how stdin programs run: plain (ours, LiveCodeBench) | apps (a top-level `return` "
+        "ends the program, as in APPS/TACO's harness) | '' = by format (apps -> apps)",
+    ),
 )
 
 KNOBS = (  # (key, default, meaning) of everything but the sources
-    ("workdir", "data_pipeline", "the pipeline's folder: collect/ process/ filter/ verify/ export/ and the "
-                                 "verify cache (--workdir overrides it)"),
+    (
+        "workdir",
+        "data_pipeline",
+        "the pipeline's folder: collect/ process/ filter/ verify/ export/ and the "
+        "verify cache (--workdir overrides it)",
+    ),
     ("log_level", "INFO", "progress lines on stderr: DEBUG | INFO | WARNING | ERROR"),
     ("process.max_solutions", 4, "Python reference solutions kept per problem (metadata['solutions'])"),
     ("filter.seed", 0, "seeds test-set sampling and MinHash permutations"),
@@ -45,25 +62,43 @@ KNOBS = (  # (key, default, meaning) of everything but the sources
     ("filter.near_duplicate_threshold", 0.7, "MinHash Jaccard for 'near_duplicate' (0 disables)"),
     ("filter.minhash_num_perm", 128, "MinHash signature length"),
     ("filter.minhash_shingle", 5, "word shingle size for MinHash"),
-    ("filter.eval_window_start", "2024-08-01", "problems dated in [eval_window_start, eval_window_end] are "
-                                               "'eval_window' (ISO dates, '' = open; default: LiveCodeBench v5, v6)"),
+    (
+        "filter.eval_window_start",
+        "2024-08-01",
+        "problems dated in [eval_window_start, eval_window_end] are "
+        "'eval_window' (ISO dates, '' = open; default: LiveCodeBench v5, v6)",
+    ),
     ("filter.eval_window_end", "2025-05-01", "end of the eval window, inclusive (both '' = no window)"),
-    ("filter.eval_problems", "", "the evaluation set's problem files, comma-separated: a statement sharing >= "
-                                 "contamination_threshold of its word n-grams with them is 'contaminated'"),
+    (
+        "filter.eval_problems",
+        "",
+        "the evaluation set's problem files, comma-separated: a statement sharing >= "
+        "contamination_threshold of its word n-grams with them is 'contaminated'",
+    ),
     ("filter.contamination_ngram", 13, "n of the word n-grams"),
     ("filter.contamination_threshold", 0.2, "fraction of a statement's n-grams found in the eval set"),
     ("filter.contamination_max_df", 5, "n-grams in more eval statements than this are boilerplate"),
-    ("filter.difficulty.enabled", False, "keep problems the model solves sometimes but not always, by pass "
-                                         "rate ('too_hard' / 'too_easy')"),
+    (
+        "filter.difficulty.enabled",
+        False,
+        "keep problems the model solves sometimes but not always, by pass rate ('too_hard' / 'too_easy')",
+    ),
     ("filter.difficulty.min_pass_rate", 0.0, "below -> 'too_hard'"),
     ("filter.difficulty.max_pass_rate", 0.75, "above -> 'too_easy'"),
-    ("filter.difficulty.pass_rate_cache", "", "JSONL {question_id, pass_rate} of known rates; rates measured "
-                                              "live are appended"),
+    (
+        "filter.difficulty.pass_rate_cache",
+        "",
+        "JSONL {question_id, pass_rate} of known rates; rates measured live are appended",
+    ),
     ("filter.difficulty.missing", "keep", "keep | drop ('no_pass_rate') problems without a rate"),
     ("filter.difficulty.batch_size", 64, "problems per pass_rate_fn call"),
-    ("filter.difficulty.pass_rate_fn", "", "'module:factory' measuring missing rates live: "
-                                           "factory(**pass_rate_fn_kwargs) returns fn(problems) -> rates in "
-                                           "[0, 1], e.g. filters.pass_rate_fn_from_generate ('' = cache only)"),
+    (
+        "filter.difficulty.pass_rate_fn",
+        "",
+        "'module:factory' measuring missing rates live: "
+        "factory(**pass_rate_fn_kwargs) returns fn(problems) -> rates in "
+        "[0, 1], e.g. filters.pass_rate_fn_from_generate ('' = cache only)",
+    ),
     ("filter.difficulty.pass_rate_fn_kwargs", {}, "keyword arguments of the pass_rate_fn factory"),
     ("verify.enabled", True, "judge reference solutions with the evaluator"),
     ("verify.max_references", 2, "references judged per problem"),
@@ -115,9 +150,13 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
 DEFAULT_FILE = __file__
 
 
-CHOICES = {"log_level": ("DEBUG", "INFO", "WARNING", "ERROR"), "filter.oversized": ("drop_problem", "drop_tests"),
-           "filter.difficulty.missing": ("keep", "drop"), "verify.require": ("any", "all"),
-           "verify.on_failure": ("drop", "flag")}
+CHOICES = {
+    "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
+    "filter.oversized": ("drop_problem", "drop_tests"),
+    "filter.difficulty.missing": ("keep", "drop"),
+    "verify.require": ("any", "all"),
+    "verify.on_failure": ("drop", "flag"),
+}
 
 
 def check(cfg: ml_collections.ConfigDict) -> None:

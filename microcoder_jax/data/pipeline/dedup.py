@@ -6,6 +6,7 @@
 - `NGramIndex`: word n-grams of an evaluation set; `overlap(text)` is the fraction of a statement's
   n-grams found there (the contamination score).
 """
+
 from __future__ import annotations
 
 import functools

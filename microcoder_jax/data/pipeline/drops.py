@@ -1,5 +1,6 @@
 """Dropped rows: every row a stage skips gets a reason code, is counted per source and reason,
 and is logged once per (source, reason) with the count and the first example, never per row."""
+
 from __future__ import annotations
 
 import logging
@@ -25,12 +26,22 @@ REASONS = {
 
 # Messages the schema's own readers (data/problems.py) raise, mapped to their reason.
 _MESSAGES = (
-    ("no test", "no_tests"), ("no_tests", "no_tests"), ("func_name", "no_func_name"),
-    ("mixed test kinds", "mixed_test_kinds"), ("neither an id nor", "no_id"), ("has no question_id", "no_id"),
-    ("inputs but", "bad_tests"), ("test case must", "bad_tests"), ("unknown test type", "bad_tests"),
-    ("input_output needs", "bad_tests"), ("expected a list of tests", "bad_tests"),
-    ("test cases are neither", "bad_tests"), ("test kind must", "bad_tests"), ("stdin test must", "bad_tests"),
-    ("call-based inputs must", "bad_tests"), ("unknown row format", "unknown_format"),
+    ("no test", "no_tests"),
+    ("no_tests", "no_tests"),
+    ("func_name", "no_func_name"),
+    ("mixed test kinds", "mixed_test_kinds"),
+    ("neither an id nor", "no_id"),
+    ("has no question_id", "no_id"),
+    ("inputs but", "bad_tests"),
+    ("test case must", "bad_tests"),
+    ("unknown test type", "bad_tests"),
+    ("input_output needs", "bad_tests"),
+    ("expected a list of tests", "bad_tests"),
+    ("test cases are neither", "bad_tests"),
+    ("test kind must", "bad_tests"),
+    ("stdin test must", "bad_tests"),
+    ("call-based inputs must", "bad_tests"),
+    ("unknown row format", "unknown_format"),
 )
 
 
@@ -78,5 +89,12 @@ class Drops:
         """One warning line per (source, reason): the count and the first example."""
         for (src, reason), first in sorted(self._first.items()):
             if source is None or src == source:
-                log.warning("%s %s: dropped %d rows: %s (%s; first: %s)", self.stage, src, self.counts[src][reason],
-                            reason, REASONS[reason], first)
+                log.warning(
+                    "%s %s: dropped %d rows: %s (%s; first: %s)",
+                    self.stage,
+                    src,
+                    self.counts[src][reason],
+                    reason,
+                    REASONS[reason],
+                    first,
+                )

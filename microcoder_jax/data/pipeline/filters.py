@@ -6,6 +6,7 @@ caps large test sets); the rules that compare problems with each other or with t
 run after (`dedup`, `contamination`, `eval_window`), and the difficulty band runs last, because it
 is the expensive one (`difficulty_band`). A problem is counted under the first rule that removes it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,17 @@ log = logging.getLogger(__name__)
 PassRateFn = Callable[[Sequence[Problem]], Sequence[float]]
 
 # Phrases of interactive statements (matched in the lower-cased text).
-_INTERACTIVE = ("interactive problem", "problem is interactive", "is an interactive", "interactor",
-                "flush the output", "flush output", "fflush(stdout)", "stdout.flush(", "system.out.flush")
+_INTERACTIVE = (
+    "interactive problem",
+    "problem is interactive",
+    "is an interactive",
+    "interactor",
+    "flush the output",
+    "flush output",
+    "fflush(stdout)",
+    "stdout.flush(",
+    "system.out.flush",
+)
 # Each alternative of the regex contains one of these substrings; the regex runs only then.
 _MULTI_HINTS = ("if there", "print any", "output any", "of them", "in any order")
 _MULTI_ANSWER = re.compile(
@@ -84,8 +94,11 @@ def check_problem(problem: Problem, cfg) -> str | None:
         return "interactive"
     if cfg.drop_file_io and problem.metadata.get("file_io"):
         return "file_io"
-    if cfg.drop_multi_answer_without_checker and problem.checker is None and (
-            problem.metadata.get("custom_validation") or is_multi_answer(problem)):
+    if (
+        cfg.drop_multi_answer_without_checker
+        and problem.checker is None
+        and (problem.metadata.get("custom_validation") or is_multi_answer(problem))
+    ):
         return "multi_answer_no_checker"
     if len(problem.tests) < cfg.min_tests:
         return "too_few_tests"
@@ -208,9 +221,7 @@ def pass_rate_fn_from_generate(
     return pass_rate_fn
 
 
-def difficulty_band(
-    problems: Sequence[Problem], cfg, pass_rate_fn: PassRateFn | None = None
-) -> dict[int, str]:
+def difficulty_band(problems: Sequence[Problem], cfg, pass_rate_fn: PassRateFn | None = None) -> dict[int, str]:
     """Index -> "too_easy" | "too_hard" | "no_pass_rate" for problems outside [min_pass_rate,
     max_pass_rate]. Rates come from the cache file; with `pass_rate_fn` the missing ones are
     measured in batches of `batch_size` and appended to the cache. Kept problems get

@@ -13,6 +13,7 @@
 A folder that is none of these is searched for problem folders one level down (an APPS checkout's
 train/ and test/), else ignored.
 """
+
 from __future__ import annotations
 
 import glob
@@ -107,6 +108,7 @@ def _tests_folder(path: str) -> dict:
 
 def _apps_folder(path: str) -> dict:
     """An APPS row from its folder (codeparrot/apps' train/NNNN and test/NNNN)."""
+
     def text(name):
         full = os.path.join(path, name)
         return _read(full) if os.path.isfile(full) else None
@@ -115,9 +117,13 @@ def _apps_folder(path: str) -> dict:
     if not io_spec or not io_spec.strip():
         raise RowError("no_tests", "no input_output.json")
     meta = json.loads(text("metadata.json") or "{}")
-    row = {"problem_id": os.path.basename(path), "question": text("question.txt") or "",
-           "input_output": io_spec, "solutions": text("solutions.json"),
-           "starter_code": text("starter_code.py") or ""}
+    row = {
+        "problem_id": os.path.basename(path),
+        "question": text("question.txt") or "",
+        "input_output": io_spec,
+        "solutions": text("solutions.json"),
+        "starter_code": text("starter_code.py") or "",
+    }
     if isinstance(meta, dict):
         row.update({k: meta[k] for k in ("difficulty", "url", "name", "source") if meta.get(k) is not None})
     return row
@@ -147,8 +153,12 @@ def _kattis_folder(path: str) -> dict:
             raise ValueError("problem.yaml is not a mapping")
     tests = _tests(os.path.join(path, "data"), answers=(".ans",)) if os.path.isdir(os.path.join(path, "data")) else []
     tex = _statement_tex(path)
-    row: dict[str, Any] = {"question_id": os.path.basename(path), "tests": tests,
-                           "statement": tex_to_text(_read(tex)) if tex else "", "kattis_package": True}
+    row: dict[str, Any] = {
+        "question_id": os.path.basename(path),
+        "tests": tests,
+        "statement": tex_to_text(_read(tex)) if tex else "",
+        "kattis_package": True,
+    }
     accepted = sorted(glob.glob(os.path.join(path, "submissions", "accepted", "*.py")))
     row["solutions"] = [_read(s) for s in accepted]
     limits = config.get("limits")

@@ -6,6 +6,7 @@ code" boilerplate removed, so the prompt template alone states the I/O contract)
 difficulty to easy/medium/hard and dates to ISO, and make every call-based problem carry starter
 code. Question ids get the source name as prefix so ids from different dumps never collide.
 """
+
 from __future__ import annotations
 
 import html
@@ -21,8 +22,17 @@ from microcoder_jax.data.problems import STDIN_HARNESSES, Problem
 HARNESS_BY_FORMAT = {"apps": "apps"}
 # CodeContests difficulty enums: EASY..HARDEST = 1..5, EXTERNAL = 6, then Codeforces letters A = 7,
 # B = 8, ...: A-B easy, C-D medium.
-CC_DIFFICULTY = {1: "easy", 2: "medium", 3: "hard", 4: "hard", 5: "hard",
-                 7: "easy", 8: "easy", 9: "medium", 10: "medium"}
+CC_DIFFICULTY = {
+    1: "easy",
+    2: "medium",
+    3: "hard",
+    4: "hard",
+    5: "hard",
+    7: "easy",
+    8: "easy",
+    9: "medium",
+    10: "medium",
+}
 _DIFFICULTY_WORDS = {
     "easy": "easy", "introductory": "easy", "very_easy": "easy",
     "medium": "medium", "interview": "medium",
@@ -32,14 +42,21 @@ _DIFFICULTY_WORDS = {
 # Source-specific instructions that would contradict or duplicate the prompt template's own, each
 # with a lower-case phrase it contains (the regex runs only when the phrase is there: cheap).
 _BOILERPLATE = [
-    ("solve the following coding problem",
-     r"^\s*Solve the following coding problem using the programming language python3?:?\s*"),
-    ("printed to stdout", r"\s*The input will be (?:given via|read from) stdin and the output (?:should|will) be "
-                          r"printed to stdout by your code\.?"),
+    (
+        "solve the following coding problem",
+        r"^\s*Solve the following coding problem using the programming language python3?:?\s*",
+    ),
+    (
+        "printed to stdout",
+        r"\s*The input will be (?:given via|read from) stdin and the output (?:should|will) be "
+        r"printed to stdout by your code\.?",
+    ),
     ("as argument", r"\s*The input will be given as arguments? to the function.*?\.\s*"),
     ("providing the code", r"\s*Now solve the problem by providing the code\.?\s*$"),
-    ("read the inputs from stdin",
-     r"\s*Read the inputs from stdin,? solve the problem,? and write the answer to stdout.*$"),
+    (
+        "read the inputs from stdin",
+        r"\s*Read the inputs from stdin,? solve the problem,? and write the answer to stdout.*$",
+    ),
     ("to solve the problem", r"\s*Write (?:a )?Python (?:code|program|function) to solve the problem\..*$"),
     ("following starter code", r"\s*You will use the following starter code to write the solution.*$"),
 ]

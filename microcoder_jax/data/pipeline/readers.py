@@ -4,6 +4,7 @@
 read by `parse_solutions`, which never raises: a bad solutions field loses the references, never
 the tests. A row that cannot become a problem raises (drops.RowError carries its reason).
 """
+
 from __future__ import annotations
 
 import ast
@@ -262,9 +263,15 @@ def read_leetcode(row: dict) -> tuple[Problem, Any]:
         if row.get(key) not in (None, ""):
             metadata[key] = row[key]
     problem = Problem(
-        question_id=row_id(row), tests=tests, func_name=func_name, starter_code=starter,
-        question_content=statement, platform="leetcode", difficulty=str(row.get("difficulty") or ""),
-        contest_date=str(row.get("estimated_date") or row.get("contest_date") or ""), metadata=metadata,
+        question_id=row_id(row),
+        tests=tests,
+        func_name=func_name,
+        starter_code=starter,
+        question_content=statement,
+        platform="leetcode",
+        difficulty=str(row.get("difficulty") or ""),
+        contest_date=str(row.get("estimated_date") or row.get("contest_date") or ""),
+        metadata=metadata,
     )
     solutions = row.get("solutions") or ([reference] if reference.strip() else None)
     return problem, solutions

@@ -1,4 +1,5 @@
 """The pipeline report: counts per source and per filter rule, and a difficulty histogram PNG."""
+
 from __future__ import annotations
 
 import json
@@ -61,9 +62,11 @@ def _markdown(summary: dict, stages: dict) -> str:
             lines.append(f"| {name} | {json.dumps(counts, sort_keys=True)} |")
     collected = (stages.get("collect") or {}).get("per_source", {})
     processed = (stages.get("process") or {}).get("per_source", {})
-    lines += ["", "| source | rows collected | unreadable files | dropped at collect | problems "
-                  "| dropped at process | kept |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| source | rows collected | unreadable files | dropped at collect | problems | dropped at process | kept |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for source in sorted(set(collected) | set(processed) | set(summary["per_source"])):
         c, p = collected.get(source, {}), processed.get(source, {})
         lines.append(
@@ -74,8 +77,10 @@ def _markdown(summary: dict, stages: dict) -> str:
     lines += ["", "| stage | source | drop reason | rows |", "|---|---|---|---|"]
     for stage, per_source in (("collect", collected), ("process", processed)):
         for source in sorted(per_source):
-            lines += [f"| {stage} | {source} | {reason} | {n} |"
-                      for reason, n in sorted(per_source[source].get("dropped", {}).items())]
+            lines += [
+                f"| {stage} | {source} | {reason} | {n} |"
+                for reason, n in sorted(per_source[source].get("dropped", {}).items())
+            ]
     removed = (stages.get("filter") or {}).get("removed", {})
     lines += ["", "| filter rule | problems |", "|---|---|"]
     lines += [f"| {rule} | {n} |" for rule, n in sorted(removed.items())]

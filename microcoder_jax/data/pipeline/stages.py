@@ -6,6 +6,7 @@ renames it into place, so a stage directory either is complete or does not exist
 stage whose `_DONE.json` carries the same fingerprint; a changed config or input changes the
 fingerprint and rebuilds that stage and everything after it; `force` rebuilds regardless.
 """
+
 from __future__ import annotations
 
 import hashlib

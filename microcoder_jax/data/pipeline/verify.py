@@ -9,6 +9,7 @@ Verdicts are appended to a cache file as they arrive, keyed by a digest of every
 them (program, tests, entry point, checker, tolerance, limits), so an interrupted or re-configured
 verify judges only what it has not judged before.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,15 @@ class Verdict(NamedTuple):
 
 def verdict_key(problem: Problem, code: str, limits: tuple) -> str:
     """Digest of the inputs that decide a verdict; equal keys give equal verdicts."""
-    spec = [code, [(t.input, t.output, t.kind) for t in problem.tests], problem.func_name, problem.checker,
-            problem.float_tolerance, problem.metadata.get("timeout"), list(limits)]
+    spec = [
+        code,
+        [(t.input, t.output, t.kind) for t in problem.tests],
+        problem.func_name,
+        problem.checker,
+        problem.float_tolerance,
+        problem.metadata.get("timeout"),
+        list(limits),
+    ]
     if problem.metadata.get("stdin_harness"):  # (absent from older keys, so their cache stays valid)
         spec.append(problem.metadata["stdin_harness"])
     return hashlib.sha1(json.dumps(spec).encode()).hexdigest()
@@ -52,21 +60,33 @@ def _load_cache(path: str | None) -> dict[str, Verdict]:
     return cache
 
 
-def judge_references(problems: Sequence[Problem], max_references: int, pool, *, cache_path: str | None = None,
-                     limits: tuple = (), chunk: int = 512) -> list[list[Verdict]]:
+def judge_references(
+    problems: Sequence[Problem],
+    max_references: int,
+    pool,
+    *,
+    cache_path: str | None = None,
+    limits: tuple = (),
+    chunk: int = 512,
+) -> list[list[Verdict]]:
     """Verdicts of up to `max_references` reference solutions of each problem (in order), judging
     only the pairs missing from the cache and appending their verdicts to it chunk by chunk."""
     cache = _load_cache(cache_path)
-    pairs = [(i, code, verdict_key(p, code, limits)) for i, p in enumerate(problems)
-             for code in solutions_of(p)[:max_references]]
+    pairs = [
+        (i, code, verdict_key(p, code, limits))
+        for i, p in enumerate(problems)
+        for code in solutions_of(p)[:max_references]
+    ]
     todo = [pair for pair in pairs if pair[2] not in cache]
     if len(todo) < len(pairs):
         log.info("verify: %d of %d verdicts cached", len(pairs) - len(todo), len(pairs))
     for start in range(0, len(todo), chunk):
         part = todo[start : start + chunk]
         judged = pool.judge([problems[i] for i, _, _ in part], [code for _, code, _ in part])
-        fresh = {key: Verdict(r.passed, r.verdict, str(r.reason)[:500], r.first_failure)
-                 for (_, _, key), r in zip(part, judged)}
+        fresh = {
+            key: Verdict(r.passed, r.verdict, str(r.reason)[:500], r.first_failure)
+            for (_, _, key), r in zip(part, judged)
+        }
         cache.update(fresh)
         if cache_path:
             with open(cache_path, "a", encoding="utf-8") as f:
@@ -78,8 +98,9 @@ def judge_references(problems: Sequence[Problem], max_references: int, pool, *, 
     return results
 
 
-def verify_problems(problems: Sequence[Problem], cfg, pool, *, cache_path: str | None = None,
-                    limits: tuple = ()) -> tuple[list[Problem], dict[str, int], list[dict]]:
+def verify_problems(
+    problems: Sequence[Problem], cfg, pool, *, cache_path: str | None = None, limits: tuple = ()
+) -> tuple[list[Problem], dict[str, int], list[dict]]:
     """Judge the references and apply the policy in `cfg` (the config's `verify` block).
 
     Sets `metadata["verified"]` to True (passed), False (failed) or None (no reference).
