@@ -92,7 +92,7 @@ def bench_jax(path, prompts, lengths, args, paged: bool, compile_s: list, slots:
     """Compile and warm up; return (row without timings, a timed full call -> (seconds, useful tokens))."""
     from microcoder_jax.models import DecoderConfig
     from microcoder_jax.models.hf import load_hf_params
-    from microcoder_jax.sampling import sampler
+    from microcoder_jax.sampling import static_sampler as sampler
     from microcoder_jax.sampling.paged_sampler import generate_paged
 
     config = DecoderConfig.from_hf(path, dtype=args.dtype)

@@ -142,13 +142,13 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
 def test_the_layering_check_sees_an_upward_and_a_forbidden_import():
     graph = {
         "microcoder_jax.models.qwen3": {"microcoder_jax.trainer.loop"},
-        "microcoder_jax.rl.step": {"microcoder_jax.sampling.engine"},
+        "microcoder_jax.rl.step": {"microcoder_jax.sampling.paged_engine"},
         "microcoder_jax.trainer.loop": {"microcoder_jax.models.qwen3"},
         "microcoder_jax.config": {"microcoder_jax.trainer.config"},
     }
     assert layering_violations(graph) == [
         "microcoder_jax.models.qwen3 (floor 1) imports microcoder_jax.trainer.loop (floor 4)",
-        "microcoder_jax.rl.step imports microcoder_jax.sampling.engine: rl/ and sampling/ must not import each other",
+        "microcoder_jax.rl.step imports microcoder_jax.sampling.paged_engine: rl/ and sampling/ must not import each other",
     ]
 
 

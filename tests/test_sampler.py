@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 
 from microcoder_jax.models import forward
-from microcoder_jax.sampling import sampler
-from microcoder_jax.sampling.sampler import default_stop_token_ids, generate, phase_ends, prompt_bucket, sample_tokens
+from microcoder_jax.sampling import static_sampler as sampler
+from microcoder_jax.sampling.static_sampler import (
+    default_stop_token_ids,
+    generate,
+    phase_ends,
+    prompt_bucket,
+    sample_tokens,
+)
 
 # Left-padded to the 32-token bucket: prompts 0 and 1 are padded, prompt 2 fills it exactly.
 PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [(7 * j + 3) % 125 + 3 for j in range(32)]]

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from microcoder_jax.models import forward
-from microcoder_jax.sampling import engine, pages as pg
+from microcoder_jax.sampling import paged_engine as engine, pages as pg
 from microcoder_jax.sampling.paged_sampler import PagedSession, generate_paged
-from microcoder_jax.sampling.sampler import generate, sample_tokens
+from microcoder_jax.sampling.static_sampler import generate, sample_tokens
 
 PROMPTS = [
     [5, 17, 99],

@@ -34,7 +34,7 @@ from microcoder_jax.models import get_preset, init_params, param_logical_axes, p
 from microcoder_jax.rl.logprobs import compute_logprobs  # noqa: E402
 from microcoder_jax.rl.presets import make_rl_config  # noqa: E402
 from microcoder_jax.rl.step import TrainState, make_optimizer, make_train_step, state_shardings  # noqa: E402
-from microcoder_jax.sampling import sampler  # noqa: E402
+from microcoder_jax.sampling import static_sampler as sampler  # noqa: E402
 
 TOPOLOGIES = ("v5e:2x2", "v4:2x2x1")
 TINY = get_preset("tiny", dtype="bfloat16")  # head_dim 16: attention=auto takes the XLA path

@@ -5,7 +5,7 @@ what a step costs. ``decoding_params`` casts the matrices to the compute dtype, 
 (out, in) and splits the stacked layers into a tuple (a loop of cached ``forward`` steps then
 never re-casts, re-slices or re-lays-out a weight). ``decoding_layout`` names every dim of the
 result with the training params' logical axes, so a mesh can place it; the sampler places it with
-the FSDP dim replicated (``sampling.sampler.DECODE_AXIS_RULES``), which leaves a step no weight to
+the FSDP dim replicated (``sampling.static_sampler.DECODE_AXIS_RULES``), which leaves a step no weight to
 gather.
 """
 

@@ -167,7 +167,7 @@ def decode(
 ) -> Estimate:
     """`gathers_weights`: the compiled loop all-gathers FSDP-sharded weights every step (else
     the sampler holds a decode copy replicated over the data axes)."""
-    from microcoder_jax.sampling.sampler import phase_ends
+    from microcoder_jax.sampling.static_sampler import phase_ends
 
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)

@@ -16,7 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from microcoder_jax.sampling import engine, paged_sampler
+from microcoder_jax.sampling import paged_engine as engine, paged_sampler
 
 
 @dataclasses.dataclass

@@ -2,7 +2,7 @@
 
 One sampler call of the paged engine reshards the weights into the decode layout once (the
 "decode layout" program, shared with the static sampler) and runs two jitted programs
-(sampling/engine.py): `admit` (prefill a block of up to 64 prompts into the page pool) and `run`
+(sampling/paged_engine.py): `admit` (prefill a block of up to 64 prompts into the page pool) and `run`
 (the decode loop over S slots).
 They are planned at the sizes `paged_sampler.PagedSession` would pick: S = `sampling.slots` (or its
 default), a pool of every prompt's pages plus S sequences at the cap. The engine's state (pool,
@@ -24,7 +24,7 @@ MAX_ADMIT = 64  # PagedSession's default admit block (prompts prefilled per admi
 
 def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
     """The EngineShape PagedSession builds for one call of `prompts` x `group` rows (its defaults)."""
-    from microcoder_jax.sampling import engine, paged_sampler
+    from microcoder_jax.sampling import paged_engine as engine, paged_sampler
 
     s = config.sampling
     rows = prompts * group
@@ -52,7 +52,7 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
 def _state(mc, shape, mesh):
     """The engine state as abstract arrays: pool KV heads over `tensor`, everything else replicated."""
     from microcoder_jax.models import paged_attention as pa
-    from microcoder_jax.sampling import engine
+    from microcoder_jax.sampling import paged_engine as engine
 
     state = jax.eval_shape(lambda: engine.init_state(mc, shape, 0))
     rep = sharding.replicated(mesh)
@@ -65,7 +65,7 @@ def _state(mc, shape, mesh):
 
 def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new) -> list[Program]:
     """`engine.admit` (one block of min(prompts, 64) prompts) and `engine.run` of one paged call."""
-    from microcoder_jax.sampling.samplers import PagedSampler
+    from microcoder_jax.sampling.interface import PagedSampler
 
     shape = engine_shape(config, prompts, group, width, max_new)
     state, params, rep = _state(mc, shape, mesh), sampler_params(mc, mesh), sharding.replicated(mesh)
@@ -127,7 +127,7 @@ def pool_bytes(mc, shape, tensor: int) -> int:
 
 def slots_in_same_pool(mc, shape, kv_dtype: str) -> int:
     """The most slots a ``kv_dtype`` pool holds in the bytes of ``shape``'s pool (prompt pages kept)."""
-    from microcoder_jax.sampling import engine
+    from microcoder_jax.sampling import paged_engine as engine
 
     budget = pool_bytes(mc, shape, 1)
     per_page = shape.page_size * mc.num_layers * 2 * mc.num_kv_heads * token_head_bytes(mc, kv_dtype)

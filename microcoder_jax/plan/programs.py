@@ -143,7 +143,7 @@ def abstract_state(model_config, rl_config, mesh):
 def decode_layout_program(mc, mesh, to_mesh=None) -> Program:
     """The sampler's once-per-call reshard of the stored params into its decode layout,
     onto ``to_mesh`` (the paged sampler's, same devices; default ``mesh``)."""
-    from microcoder_jax.sampling.samplers import StaticSampler
+    from microcoder_jax.sampling.interface import StaticSampler
 
     to_mesh = mesh if to_mesh is None else to_mesh
     reshard = StaticSampler.programs["decode layout"](mc, to_mesh, None)
@@ -152,15 +152,15 @@ def decode_layout_program(mc, mesh, to_mesh=None) -> Program:
 
 def sampler_params(mc, mesh):
     """What prefill and decode read: the stored params in the decode layout."""
-    from microcoder_jax.sampling import sampler
+    from microcoder_jax.sampling import static_sampler as sampler
 
     return sampler.decode_param_specs(mc, mesh)
 
 
 def sampler_programs(tag, config, mc, mesh, prompts, group, width, max_new, phases):
     """Prefill and decode of one `sampler.generate` call (its two jitted programs)."""
-    from microcoder_jax.sampling import sampler
-    from microcoder_jax.sampling.samplers import StaticSampler
+    from microcoder_jax.sampling import static_sampler as sampler
+    from microcoder_jax.sampling.interface import StaticSampler
 
     params = sampler_params(mc, mesh)
     rows = prompts * group

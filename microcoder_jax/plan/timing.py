@@ -237,7 +237,7 @@ def _decode_with(plan, config, profile, row, **changes) -> float:
     p = row.program
     shape = dataclasses.replace(p.kwargs["shape"], **changes)
     if "slots" in changes:
-        from microcoder_jax.sampling import engine
+        from microcoder_jax.sampling import paged_engine as engine
 
         shape = dataclasses.replace(
             shape,

@@ -20,9 +20,9 @@ import numpy as np
 
 from microcoder_jax import sharding as shd
 from microcoder_jax.models import DecoderConfig, param_logical_axes, param_shapes
-from microcoder_jax.sampling import engine
+from microcoder_jax.sampling import paged_engine as engine
 from microcoder_jax.models.decoding import free
-from microcoder_jax.sampling.sampler import SamplerOutput, _per_row, left_pad, prompt_bucket, to_decode_layout
+from microcoder_jax.sampling.static_sampler import SamplerOutput, _per_row, left_pad, prompt_bucket, to_decode_layout
 
 NO_LIMIT = np.iinfo(np.int32).max
 

@@ -22,7 +22,7 @@ import numpy as np
 from microcoder_jax import sharding
 from microcoder_jax.evaluator import VERDICTS, extract_code, reward
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.sampling.samplers import make_sampler
+from microcoder_jax.sampling.interface import make_sampler
 
 __all__ = ["Rollout", "GroupJudge", "collect", "finish", "generate", "sampler_for", "sequences"]
 
@@ -73,7 +73,7 @@ def generate(
     on_group_done=None,
 ):
     """The run's sampler on these prompts, one temperature for all rows; `on_group_done(first_prompt,
-    SamplerOutput of whole groups)` is called as groups finish (see sampling/samplers.py)."""
+    SamplerOutput of whole groups)` is called as groups finish (see sampling/interface.py)."""
     return sampler_for(run).generate(
         params,
         prompts,

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 from microcoder_jax import sharding
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill_certain
 from microcoder_jax.sampling.paged_sampler import PagedSession
-from microcoder_jax.sampling.sampler import SamplerOutput, prompt_bucket
+from microcoder_jax.sampling.static_sampler import SamplerOutput, prompt_bucket
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.trainer.rollout import GroupJudge, collect, finish, sampler_for
 
@@ -128,7 +128,7 @@ class RefillLoop:
 
     run: Any
     pool: Any
-    sampler: Any  # a sampler with sessions (sampling/samplers.py)
+    sampler: Any  # a sampler with sessions (sampling/interface.py)
     params: Any
     score: Optional[Callable]  # the learner's (learner.scorer), or None
     temperature: float

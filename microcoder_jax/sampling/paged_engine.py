@@ -34,7 +34,7 @@ from microcoder_jax.models import DecoderConfig, decoding_params, forward, init_
 from microcoder_jax.models.decoding import is_decoding
 from microcoder_jax.models import paged_attention as pa
 from microcoder_jax.sampling import pages as pg
-from microcoder_jax.sampling.sampler import sample_tokens
+from microcoder_jax.sampling.static_sampler import sample_tokens
 from microcoder_jax.sharding import constrain
 
 

@@ -15,9 +15,9 @@ import dataclasses
 from typing import Callable, Optional, Sequence
 
 from microcoder_jax.models import DecoderConfig
-from microcoder_jax.sampling import paged_sampler, sampler
+from microcoder_jax.sampling import paged_sampler, static_sampler as sampler
 from microcoder_jax.sampling.config import SamplingConfig
-from microcoder_jax.sampling.sampler import SamplerOutput
+from microcoder_jax.sampling.static_sampler import SamplerOutput
 
 REPORTS_PER_RESPONSE = 16  # paged: the host checks for finished groups ~16 times per response at the cap
 
@@ -51,7 +51,7 @@ class _Common:
 
 
 class StaticSampler(_Common):
-    """One batch of every row over a dense KV cache (`sampling/sampler.py`)."""
+    """One batch of every row over a dense KV cache (`sampling/static_sampler.py`)."""
 
     sessions = False
     programs = {"decode layout": sampler.decode_layout_fn, "prefill": sampler.prefill, "decode": sampler.decode}
