@@ -1,7 +1,5 @@
-"""`python -m microcoder_jax.evaluate`: judge a file of solutions against problems.
-
-The code is `microcoder_jax.evaluator.cli`.
-"""
+"""`python -m microcoder_jax.evaluate`: the old name of `python -m microcoder_jax.evaluator` (judge a
+file of solutions), kept working for one release; `eval` scores a checkpoint, `evaluator` judges."""
 
 import sys
 

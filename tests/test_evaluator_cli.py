@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from microcoder_jax.evaluator import cli as evaluate
 from microcoder_jax.data.problems import Problem, TestCase
 
@@ -131,3 +133,13 @@ def test_cli_warns_about_an_empty_problem_file_and_problems_without_tests(tmp_pa
     assert any(str(problems) in m and "1 problems have no tests" in m and "hollow" in m for m in messages)
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["verdict"] == "judge_error" and "no tests" in row["reason"]
+
+
+@pytest.mark.parametrize("module", ["microcoder_jax.evaluator", "microcoder_jax.evaluate"])
+def test_the_judge_command_and_its_old_name_both_run(module):
+    """`python -m microcoder_jax.evaluator` is the judge's command; the old `evaluate` still runs it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m microcoder_jax.evaluator "), done.stderr

@@ -1,6 +1,6 @@
 """Judge a file of solutions against a file of problems.
 
-    python -m microcoder_jax.evaluate --problems P.jsonl --solutions S.jsonl --out R.jsonl \\
+    python -m microcoder_jax.evaluator --problems P.jsonl --solutions S.jsonl --out R.jsonl \\
         [--workers N] [--timeout S] [--reward all|fraction]
 
 S.jsonl rows are {"question_id", "code"} or {"question_id", "response"} (the program is then
@@ -28,7 +28,7 @@ from microcoder_jax.data.problems import load_problems
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluate", description=(__doc__ or "").split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluator", description=(__doc__ or "").split("\n")[0])
     p.add_argument(
         "--problems", required=True, help="JSONL, JSON or Parquet rows: LiveCodeBench, APPS/TACO or our own schema"
     )
