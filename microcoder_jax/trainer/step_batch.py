@@ -1,26 +1,13 @@
 """One RL step's training batch: one judged generation batch, or DAPO's until enough groups differ.
 
-`collect_step` is what the train loop calls. Without dynamic sampling it is one `rollout.collect`.
-With it, generation batches of `data.num_prompts` prompts are judged and fed to
-`rl.dynamic_sampling.add_rollouts` until it returns a full batch:
-- static engine: one `collect` per generation batch; batch k samples with key `key_for(k)`;
-- a sampler with sessions (the paged engine): generation batches are pushed into a running session
-  (`RefillLoop`), each group judged
-  as it finishes, and a refill is pushed as soon as `refill_certain` says the groups in hand
-  cannot fill the batch, so it decodes beside the tail of the batch before it. Same batches in
-  the same order as refilling after each batch is judged. `ds_early_refills` in the stats counts
-  the refills pushed before the batches before them were added, `ds_sessions` the sessions.
-
-Sessions (paged): a session has room for `SESSION_BATCHES` generation batches (fewer when
-1 + rl.max_refills is less), so its page pool holds that many batches' prompt pages at the bucket
-width; `PagedSession` reserves prompt pages for every prompt it can queue, so room for all
-1 + max_refills batches (11 under the dapo preset) would multiply the pool that the planner sizes
-for one batch. A refill that finds the session full, or needing a wider prompt bucket than the
-session's (the bucket of its first push), waits for it to drain and opens the next session, of
-the same shape when the bucket is the same (no new compile). Rows of different widths are
-left-padded when batches meet. Keys: a session samples with `key_for(k)` of its first batch k;
-row r of it draws token t with fold_in(fold_in(key, r), t), r counting on over its pushes, so
-every refill gets fresh draws.
+`collect_step` is what the worker calls. Under DAPO on the static engine it collects generation
+batch after batch (batch k sampled with `key_for(k)`); on a sampler with sessions (the paged
+engine) `RefillLoop` pushes generation batches into a running session, judges each group as it
+finishes and pushes a refill as soon as the groups in hand cannot fill the batch: the same batches
+in the same order as refilling after each batch is judged, with the refill decoding beside the
+tail of the batch before it. A session holds `SESSION_BATCHES` generation batches (one shape for
+every session, so no recompile); a refill that does not fit waits for the next session. Row r of a
+session draws token t with fold_in(fold_in(key, r), t), r counting on over its pushes.
 """
 
 from __future__ import annotations
