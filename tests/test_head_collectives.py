@@ -23,6 +23,7 @@ def _params(mc, seed=0):
     return numpy_params(mc, 0.3, seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tied", [True, False])
 def test_vocab_parallel_logprobs_and_grads_equal_one_device(tied):
     mc = dataclasses.replace(MC, tie_word_embeddings=tied)

@@ -99,6 +99,7 @@ CASES = [  # every aggregation and truncation rule, KL on and off, accumulation,
 ]  # (the slow ones: compile-heavy, run by the full suite; the quick tier keeps one 1-device case of each kind)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aggregation,truncation,kl,micro,width,where,given_old", CASES)
 def test_packed_step_equals_padded(params, aggregation, truncation, kl, micro, width, where, given_old):
     cfg = cfg_for(aggregation, truncation, kl, micro, width)

@@ -38,6 +38,7 @@ def tiny():
     return config, init_params(config, jax.random.key(0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine_shape", ENGINES)
 def test_simulated_decode_steps_equal_the_engines(tiny, engine_shape):
     """The same slots, refill rule and lengths: the simulator's step count and slot-steps equal the

@@ -172,6 +172,7 @@ def test_cache_ignores_invalid_slots(tiny):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_remat_policies_give_same_gradients(tiny):
     _, config, params = tiny
     ids, mask = _inputs(batch=2, length=16, pad=(0, 4))
@@ -242,6 +243,7 @@ def test_flash_kernel_interpreted_matches_xla(heads, kv_heads):
     assert not np.asarray(got)[0, :37].any()  # and zero from the kernel
 
 
+@pytest.mark.slow
 def test_flash_kernel_interpreted_gradients_match_xla():
     """The kernel's backward pass (the train step's) = the XLA path's, on the real tokens."""
     from jax.experimental.pallas import tpu as pltpu

@@ -121,6 +121,7 @@ ORDER_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ORDER_CASES))
 def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool, case):
     c = ORDER_CASES[case]
@@ -220,6 +221,7 @@ def check_full_batch(got, width):
 NEVERS = ([NEVER, NEVER], [[5, 6], [7, 8]])  # groups that can never differ: a refill is certain
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["one_session", "session_full", "wider_refill"])
 def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, monkeypatch, case):
     monkeypatch.setattr(paged_sampler, "PagedSession", CountingSession)
@@ -268,6 +270,7 @@ def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, po
     check_full_batch(got, 16)
 
 
+@pytest.mark.slow
 def test_eval_judges_each_problem_as_its_samples_finish(params, pool, monkeypatch):
     """Evaluation on the paged engine sends each problem's samples to the pool as they finish (never
     the padding prompt's), the static one a batch at once; both judge the rows they sampled."""

@@ -84,6 +84,7 @@ def greedy_reference(tiny):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine_shape", ENGINES)
 def test_greedy_matches_todays_sampler_with_mixed_caps(tiny, greedy_reference, engine_shape):
     out = _paged(tiny, engine_shape, temperature=0.0, caps=CAPS)
@@ -287,6 +288,7 @@ def test_argument_checks(tiny):
         _paged(tiny, ENGINES[0], num_pages=5)
 
 
+@pytest.mark.slow
 def test_sharded_matches_single_device(tiny):
     from microcoder_jax.sharding import make_mesh
 

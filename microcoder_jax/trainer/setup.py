@@ -21,9 +21,10 @@ from jax.sharding import Mesh
 from microcoder_jax import config as config_lib
 from microcoder_jax import models, sharding
 from microcoder_jax.data import demo_task, loader, truncation_task
-from microcoder_jax.data.config import DataConfig
+from microcoder_jax.data.config import DataConfig, DemoConfig
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
 from microcoder_jax.evaluator.config import EvaluatorConfig
+from microcoder_jax.models.presets import ModelConfig
 from microcoder_jax.data.problems import Problem
 from microcoder_jax.rl.config import RLConfig
 from microcoder_jax.sampling.config import SamplingConfig
@@ -50,6 +51,8 @@ class Run:
     evaluator: EvaluatorConfig
     train: TrainConfig
     eval: EvalConfig
+    model: ModelConfig  # the model block (checkpoint path, preset); its shape is `model_config`
+    demo: DemoConfig
     tokenizer: Any  # a transformers tokenizer
     prompt_set: loader.PromptSet
     eval_problems: list[Problem]
@@ -79,12 +82,11 @@ def key(seed: int, *path: int):
     return k
 
 
-def _demo_data(config, workdir):
+def _demo_data(d: DemoConfig, data: DataConfig, seed: int, workdir: str):
     """The demo's problems and tokenizer (trained once, then reloaded from the workdir); with
     demo.votes, the truncation task's (data/truncation_task.py)."""
-    d = config.demo
     task = truncation_task if d.votes else demo_task
-    problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, config.seed, d.phrasings)
+    problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, seed, d.phrasings)
     path = os.path.join(workdir, "tokenizer")
     exists = os.path.exists(os.path.join(path, "tokenizer.json"))
     if jax.process_count() > 1:  # every host looks before process 0 writes (shared or local disks)
@@ -94,7 +96,7 @@ def _demo_data(config, workdir):
     if exists:
         tokenizer = load_tokenizer(path)
     else:
-        tokenizer = task.build_tokenizer(problems, d.ops, config.data, d.vocab_size)
+        tokenizer = task.build_tokenizer(problems, d.ops, data, d.vocab_size)
         if jax.process_index() == 0:
             tokenizer.save_pretrained(path)
     return problems, tokenizer
@@ -109,9 +111,9 @@ def problem_files(config, *extra) -> list[str]:
     return sorted(set(paths))
 
 
-def block_fields(config) -> dict:
-    """The Run's typed-block fields from a config (`config.blocks`): what consumers read."""
-    typed = config_lib.blocks(config)
+def block_fields(config, typed: dict | None = None) -> dict:
+    """The Run's typed-block fields from a config (`typed`: its `config.blocks`): what consumers read."""
+    typed = config_lib.blocks(config) if typed is None else typed
     return dict(
         rl_config=typed["rl"],
         data=typed["data"],
@@ -120,34 +122,39 @@ def block_fields(config) -> dict:
         evaluator=typed["evaluator"],
         train=typed["train"],
         eval=typed["eval"],
+        model=typed["model"],
+        demo=typed["demo"],
         seed=config.seed,
     )
 
 
 def setup(config, workdir: str) -> Run:
     """Tokenizer, problems and prompts, model shape, typed blocks and meshes (config already validated)."""
-    shape = models.model_config_from(config, None)  # the vocabulary may come from the tokenizer below
+    typed = config_lib.blocks(config)
+    fields = block_fields(config, typed)
+    data, sampling, model, m = fields["data"], fields["sampling"], fields["model"], typed["mesh"]
+    shape = models.model_config_from(model, None)  # the vocabulary may come from the tokenizer below
     try:  # before anything is written: the devices split, the KV heads split over the sampler's chips
-        rollout, learner = sharding.split_devices(config.mesh.rollout_devices, jax.devices())
-        m = config.mesh
+        rollout, learner = sharding.split_devices(m.rollout_devices, jax.devices())
         mesh = sharding.mesh_from_sizes(m.data, m.fsdp, m.tensor, devices=learner if rollout else None)
-        sample_mesh = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, shape.num_kv_heads)
+        sample_mesh = sharding.sampler_mesh(mesh, sampling.decode_tensor, shape.num_kv_heads)
         rollout_mesh = sharding.make_mesh(1, len(rollout), 1, devices=rollout) if rollout else None
-        rollout_sample_mesh = sharding.sampler_mesh(rollout_mesh, config.sampling.decode_tensor, shape.num_kv_heads)
+        rollout_sample_mesh = sharding.sampler_mesh(rollout_mesh, sampling.decode_tensor, shape.num_kv_heads)
     except ValueError as e:
         raise config_lib.ConfigError(str(e)) from None
     os.makedirs(workdir, exist_ok=True)
-    if config.data.task == "demo":
-        problems, tokenizer = _demo_data(config, workdir)
+    if data.task == "demo":
+        problems, tokenizer = _demo_data(fields["demo"], data, fields["seed"], workdir)
         skipped, eval_problems = 0, problems
     else:
-        tokenizer = load_tokenizer(config.tokenizer.path or config.model.path)
-        problems, skipped = loader.read_problems(config.data.train_files)
-        eval_problems = loader.read_problems(config.eval.files)[0] if config.eval.files else []
-    prompt_set = loader.make_prompt_set(problems, tokenizer, config.data, skipped)
+        tokenizer = load_tokenizer(typed["tokenizer"].path or model.path)
+        problems, skipped = loader.read_problems(data.train_files)
+        eval_files = fields["eval"].files
+        eval_problems = loader.read_problems(eval_files)[0] if eval_files else []
+    prompt_set = loader.make_prompt_set(problems, tokenizer, data, skipped)
     log.info("training prompts: %s", prompt_set.report())
-    vocab = None if config.model.path else len(tokenizer)
-    model_config = shape if vocab is None else models.model_config_from(config, vocab)
+    vocab = None if model.path else len(tokenizer)
+    model_config = shape if vocab is None else models.model_config_from(model, vocab)
     return Run(
         config=config,
         workdir=workdir,
@@ -161,29 +168,28 @@ def setup(config, workdir: str) -> Run:
         rollout_sample_mesh=rollout_sample_mesh,
         stop_ids=stop_token_ids(tokenizer),
         pad_id=pad_token_id(tokenizer),
-        **block_fields(config),
+        **fields,
     )
 
 
 def initial_params(run: Run, log_fn=print):
     """Fresh params: a HF checkpoint, or a seeded random init (+ the demo's warm start)."""
-    config = run.config
-    if config.model.path:
-        return models.load_hf_params(config.model.path, run.model_config, mesh=run.mesh)
-    params = models.init_params(run.model_config, jax.random.PRNGKey(config.seed))
-    if config.train.warm_start_steps:
+    if run.model.path:
+        return models.load_hf_params(run.model.path, run.model_config, mesh=run.mesh)
+    params = models.init_params(run.model_config, jax.random.PRNGKey(run.seed))
+    if run.train.warm_start_steps:
         with open(os.path.join(run.workdir, "warm_start.jsonl"), "w") as curve:  # plotted by plot.py
             params = warm_start.warm_start(
                 params,
                 run.model_config,
                 run.tokenizer,
                 run.prompt_set.problems,
-                config.demo,
-                config.data,
-                steps=config.train.warm_start_steps,
-                max_new_tokens=config.sampling.max_new_tokens,
-                seed=config.seed,
-                progress=config.train.progress,
+                run.demo,
+                run.data,
+                steps=run.train.warm_start_steps,
+                max_new_tokens=run.sampling.max_new_tokens,
+                seed=run.seed,
+                progress=run.train.progress,
                 log=log_fn,
                 on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"),
             )
