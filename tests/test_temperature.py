@@ -128,3 +128,43 @@ def test_config_dict_is_accepted():
     ml_collections = pytest.importorskip("ml_collections")
     s = TemperatureScheduler(ml_collections.ConfigDict(KNOBS))
     assert s.temperature == 1.0 and s.cfg["window"] == 5
+
+
+RELATIVE = {**KNOBS, "band": "relative", "target_low": 0.8, "target_high": 1.3}
+
+
+def test_relative_band_follows_the_start_diversity_not_the_papers_values():
+    """band=relative: a model whose groups start at 0.2 (far below the paper's 0.55) is heated only
+    when its diversity falls below 0.8 x 0.2, and the absolute band would have heated it at once."""
+    start = [0.2, 0.2, 0.2, 0.2, 0.2]
+    absolute = TemperatureScheduler({**KNOBS, "target_low": 0.55, "target_high": 0.75})
+    assert _run(absolute, start)[-1].action == "up"  # below the absolute band and not rising: heats
+    s = TemperatureScheduler(RELATIVE)
+    assert all(d.action == "keep" for d in _run(s, start)) and s.reference == 0.2
+    assert s.band() == pytest.approx((0.16, 0.26))
+    decisions = _run(s, [0.15, 0.14, 0.13, 0.12, 0.11], start=5)  # below 0.16 and falling
+    assert decisions[-1].action == "up" and "below 0.16" in decisions[-1].reason
+
+
+def test_relative_probe_measures_the_start_temperature_and_survives_a_resume():
+    calls = []
+
+    def sample_fn(temperature):
+        calls.append(temperature)
+        rng = np.random.default_rng(0)
+        row = rng.integers(0, 1000, size=(1, 16))
+        return np.concatenate([row, row]), np.array([16, 16]), np.array([0.1, 0.1])  # group distinct-4 0.5
+
+    s = TemperatureScheduler(RELATIVE)
+    d = s.probe(sample_fn, group_size=2)
+    assert calls == [1.0] and d.temperature == 1.0 and s.reference == pytest.approx(0.5)
+    assert "relative band [0.400, 0.650]" in d.reason
+    back = TemperatureScheduler(RELATIVE)
+    back.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert back.reference == s.reference and back.band() == s.band()
+
+
+@pytest.mark.parametrize("low,high", [(1.1, 1.3), (0.8, 0.9), (0.0, 1.2)])
+def test_a_relative_band_must_contain_the_start(low, high):
+    with pytest.raises(ValueError, match=r"temperature.target_low=.*band=relative.*0 < target_low <= 1 <= target_high"):
+        TemperatureScheduler({**RELATIVE, "target_low": low, "target_high": high})

@@ -12,6 +12,8 @@ Rules of the "diversity" policy, after each step's `update(step, metrics)`:
 - up one stage when every value in the window is below `target_low` and the trend is falling;
 - down one stage when the window's mean is above `target_high` and it swings (std > swing_std);
 - otherwise keep. Observations are cleared after a change: they describe the old temperature.
+With `band=relative` the band is target_low/high times the diversity at the start temperature
+(measured by the probe, or the first batch), for models whose groups never reach the paper's band.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from microcoder_jax.sampling.diversity import diversity_metrics
 logger = logging.getLogger(__name__)
 
 POLICIES = ("constant", "staged", "diversity")
+BANDS = ("absolute", "relative")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +53,13 @@ class TemperatureConfig(Block):
     )
     target_low: float = knob(0.55, "diversity: up a stage below this on a falling trend")
     target_high: float = knob(0.75, "diversity: down a stage on swings above this")
+    band: str = knob(
+        "absolute",
+        "diversity: target_low/high as values of the signal (absolute: the paper's band) or as multiples of "
+        "the diversity measured at the start temperature (relative: for models whose groups start below "
+        "the paper's band at every temperature)",
+        choices=BANDS,
+    )
     window: int = knob(10, "diversity: steps a trend / swing is measured over")
     min_interval: int = knob(20, "diversity: fewest steps between two changes")
     min_slope: float = knob(0.0, "diversity: 'up' needs a slope below -min_slope")
@@ -70,6 +80,13 @@ class TemperatureConfig(Block):
             self.fail("temperature", self.temperature, f"is not one of the stages {stages}")
         if not self.target_low <= self.target_high:
             self.fail("target_low", self.target_low, f"must be <= target_high={self.target_high}")
+        if self.band == "relative" and not 0 < self.target_low <= 1 <= self.target_high:
+            self.fail(
+                "target_low",
+                self.target_low,
+                f"with band=relative the band is multiples of the start diversity: need 0 < target_low <= 1 <= "
+                f"target_high (got target_high={self.target_high}), e.g. 0.9 and 1.3",
+            )
         if self.window < 2 or self.min_interval < 1:
             self.fail("window", self.window, "window must be >= 2 and min_interval >= 1")
 
@@ -112,6 +129,7 @@ class TemperatureScheduler:
         self.observations: list[tuple[int, float]] = []  # (step, signal) since the last change
         self.history: list[dict] = []  # every change, as Decision.to_dict()
         self.probed = False
+        self.reference: float | None = None  # band=relative: the start diversity the band multiplies
 
     # ---------------------------------------------------------------- decisions
     def _decide(self, step: int, action: str, temperature: float, reason: str, signal=None) -> Decision:
@@ -158,6 +176,8 @@ class TemperatureScheduler:
         if value is None or not math.isfinite(float(value)):
             return self._decide(step, "keep", self.temperature, f"no finite {name} this step")
         value = float(value)
+        if c["band"] == "relative" and self.reference is None:
+            self.reference = value  # the first batch's, at the start temperature (unless the probe measured it)
         self.observations = (self.observations + [(int(step), value)])[-c["window"] :]
         if self.last_change_step is not None and step - self.last_change_step < c["min_interval"]:
             return self._decide(
@@ -174,25 +194,26 @@ class TemperatureScheduler:
         values = np.array([v for _, v in self.observations])
         index = self.stages.index(self.temperature)
         slope, std, mean = _slope(values), float(values.std()), float(values.mean())
-        if values.max() < c["target_low"] and slope < -c["min_slope"]:
+        low, high = self.band()
+        if values.max() < low and slope < -c["min_slope"]:
             if index + 1 < len(self.stages):
                 return self._decide(
                     step,
                     "up",
                     self.stages[index + 1],
-                    f"{name} below {c['target_low']} for {c['window']} steps and falling (slope {slope:.4f})",
+                    f"{name} below {low:.4g} for {c['window']} steps and falling (slope {slope:.4f})",
                     value,
                 )
             return self._decide(
                 step, "keep", self.temperature, f"{name} low and falling but already at the top stage", value
             )
-        if mean > c["target_high"] and std > c["swing_std"]:
+        if mean > high and std > c["swing_std"]:
             if index > 0:
                 return self._decide(
                     step,
                     "down",
                     self.stages[index - 1],
-                    f"{name} mean {mean:.3f} above {c['target_high']} and swinging (std {std:.3f} > {c['swing_std']})",
+                    f"{name} mean {mean:.3f} above {high:.4g} and swinging (std {std:.3f} > {c['swing_std']})",
                     value,
                 )
             return self._decide(
@@ -206,6 +227,13 @@ class TemperatureScheduler:
             value,
         )
 
+    def band(self) -> tuple[float, float]:
+        """The (low, high) diversity band in the signal's units: the knobs, or under band=relative
+        the knobs times the start diversity (before that is measured: the knobs' multiples of 1)."""
+        c = self.cfg
+        scale = (self.reference or 1.0) if c["band"] == "relative" else 1.0
+        return c["target_low"] * scale, c["target_high"] * scale
+
     def probe(self, sample_fn: Callable[[float], tuple], group_size: int, step: int = 0) -> Decision:
         """Picks the start temperature: the lowest stage whose diversity reaches the target band.
 
@@ -217,6 +245,19 @@ class TemperatureScheduler:
         if self.cfg["policy"] != "diversity":
             raise ValueError("probe() belongs to the 'diversity' policy")
         name, low = self.cfg["signal"], self.cfg["target_low"]
+        if self.cfg["band"] == "relative":  # no absolute target: measure the start temperature's diversity
+            tokens, lengths, entropy = sample_fn(self.temperature)
+            self.reference = float(
+                diversity_metrics(np.asarray(tokens), np.asarray(lengths), group_size, entropy=np.asarray(entropy))[
+                    name
+                ]
+            )
+            self.probed = True
+            low, high = self.band()
+            reason = (
+                f"probe {name} at {self.temperature:g}: {self.reference:.3f}; relative band [{low:.3f}, {high:.3f}]"
+            )
+            return self._decide(step, "probe", self.temperature, reason, self.reference)
         seen = []
         for temperature in self.stages:
             tokens, lengths, entropy = sample_fn(temperature)
@@ -247,6 +288,7 @@ class TemperatureScheduler:
             observations=[[s, v] for s, v in self.observations],
             history=[dict(d) for d in self.history],
             probed=self.probed,
+            reference=self.reference,
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -259,3 +301,4 @@ class TemperatureScheduler:
         self.observations = [(int(s), float(v)) for s, v in state["observations"]]
         self.history = [dict(d) for d in state["history"]]
         self.probed = bool(state["probed"])
+        self.reference = state.get("reference")  # absent in states saved before band=relative existed
