@@ -203,3 +203,28 @@ def test_overlong_filter_keeps_longer_and_more_truncated_answers_than_grpo(tmp_p
     gap = {k: late["overlong_filter"][k] - late["grpo"][k] for k in late["grpo"]}
     assert gap["response_length_mean"] > LENGTH_MARGIN, (late, gap)
     assert gap["truncation_rate"] > TRUNCATION_MARGIN, (late, gap)
+
+
+def test_paired_differences_count_seeds_and_give_a_t_interval():
+    """Arms are compared seed by seed with the first arm: the count of seeds each way and a 95%
+    Student-t interval of the mean difference (scipy's t quantile, df = seeds - 1)."""
+
+    def arm_seeds(ends):
+        return {str(s): {"end": {"length": v}, "start": {"length": 0.0}} for s, v in enumerate(ends)}
+
+    summary = {
+        "arms": {
+            "grpo": {"seeds": arm_seeds([30.0, 32.0, 31.0, 29.0])},
+            "filter": {"seeds": arm_seeds([33.0, 33.0, 35.0, 29.0])},
+        }
+    }
+    r = common.paired(summary, "filter", "grpo", "length")
+    assert (r["seeds"], r["positive"], r["negative"]) == (4, 3, 0) and r["mean"] == 2.0
+    d = np.array([3.0, 1.0, 4.0, 0.0])
+    half = 3.182446305284263 * d.std(ddof=1) / 2  # t(0.975, 3) x sd / sqrt(4)
+    assert r["ci95"] == pytest.approx([2.0 - half, 2.0 + half])
+    assert common.paired(summary, "grpo", "grpo", "length")["ci95"] == [0.0, 0.0]
+    one = {"arms": {k: {"seeds": {"0": v["seeds"]["0"]}} for k, v in summary["arms"].items()}}
+    assert common.paired(one, "filter", "grpo", "length")["ci95"] is None
+    text = common.paired_table(summary, ("length",))
+    assert "| filter - grpo | +2 [" in text and ">0 in 3/4, <0 in 0" in text

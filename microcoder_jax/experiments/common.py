@@ -177,6 +177,43 @@ def summarize(arms, results, steps: int, meta: dict) -> dict:
     return summary
 
 
+def paired(summary: dict, arm: str, baseline: str, quantity: str, part: str = "end") -> dict:
+    """`arm` minus `baseline` in one quantity, seed by seed (the same seed: the same warm start and
+    prompts): how many seeds the difference is positive / negative in, its mean, and a 95%
+    Student-t confidence interval of the mean difference (None below 2 seeds)."""
+    from scipy import stats
+
+    a, b = summary["arms"][arm]["seeds"], summary["arms"][baseline]["seeds"]
+    common = sorted(set(a) & set(b), key=int)
+    d = np.array([a[s][part][quantity] - b[s][part][quantity] for s in common], float)
+    out: dict = {"seeds": len(d), "positive": int((d > 0).sum()), "negative": int((d < 0).sum())}
+    out["mean"] = float(d.mean()) if len(d) else float("nan")
+    out["ci95"] = None
+    if len(d) >= 2:
+        half = float(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
+        out["ci95"] = [out["mean"] - half, out["mean"] + half]
+    return out
+
+
+def comparisons(summary: dict, columns) -> dict:
+    """Every arm against the first (the baseline), paired by seed, in each of `columns` (end values)."""
+    names = list(summary["arms"])
+    return {f"{arm} - {names[0]}": {c: paired(summary, arm, names[0], c) for c in columns} for arm in names[1:]}
+
+
+def paired_table(summary: dict, columns) -> str:
+    """A markdown table of `comparisons`: mean difference [95% CI], and in how many seeds it is > 0 / < 0."""
+    lines = ["| difference (end) | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
+    for name, row in comparisons(summary, columns).items():
+        cells = []
+        for c in columns:
+            r = row[c]
+            ci = f" [{r['ci95'][0]:.3g}, {r['ci95'][1]:.3g}]" if r["ci95"] else ""
+            cells.append(f"{r['mean']:+.3g}{ci}, >0 in {r['positive']}/{r['seeds']}, <0 in {r['negative']}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def spread(mean: float, std: float, seeds: int) -> str:
     """' ± STD' of an end value over seeds: none for one seed, '± 0' where the seeds agree to float
     rounding (np.std of equal values can be 2e-16), else two significant digits."""
@@ -185,7 +222,10 @@ def spread(mean: float, std: float, seeds: int) -> str:
     return " ± 0" if std <= 1e-9 * max(1.0, abs(mean)) else f" ± {std:.2g}"
 
 
-def table(summary: dict, columns=("reward", "length", "truncation", "masked", "diversity")) -> str:
+TABLE_COLUMNS = ("reward", "length", "truncation", "masked", "diversity")
+
+
+def table(summary: dict, columns=TABLE_COLUMNS) -> str:
     """A markdown table: start -> end means over seeds (± std of the end value over seeds, with 2+ seeds)."""
     head = "| arm | " + " | ".join(f"{c} start → end" for c in columns) + " |"
     lines = [head, "|" + "---|" * (len(columns) + 1)]
@@ -201,11 +241,15 @@ def table(summary: dict, columns=("reward", "length", "truncation", "masked", "d
 
 
 def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=None) -> None:
+    """summary.json (with every arm's paired differences from the first arm), table.md (the arms,
+    then the paired differences) and the curves."""
     os.makedirs(out, exist_ok=True)
+    shown = columns or TABLE_COLUMNS
+    summary = {**summary, "paired": comparisons(summary, shown)}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     with open(os.path.join(out, "table.md"), "w") as f:
-        f.write((table(summary, columns) if columns else table(summary)) + "\n")
+        f.write(table(summary, shown) + "\n\n" + paired_table(summary, shown) + "\n")
     figure_fn(results, arms, os.path.join(out, "curves.png"), summary)
 
 
