@@ -217,6 +217,30 @@ def test_two_process_demo_run_matches_one_process(tmp_path):
     assert evals == ref_evals
 
 
+def _two_processes_and_one(tmp_path, extra, keys, steps: int):
+    """The demo with `extra` by 2 localhost processes x 2 devices and by one process x 4 devices;
+    asserts their params agree (`_assert_same_params`) and returns both runs' metrics rows as
+    lists of `keys` (process 0's for the 2-process run)."""
+    import json
+    import socket
+
+    import numpy as np
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cluster = [f"distributed.coordinator_address=127.0.0.1:{port}", "distributed.num_processes=2"]
+    multi, procs = _launch(tmp_path, "multi", 2, 2, [*extra, *cluster, "distributed.process_id={i}"])
+    single, ref_procs = _launch(tmp_path, "single", 1, 4, extra)
+    _wait(procs + ref_procs)
+    _assert_same_params([np.load(f"{multi}.{pid}.npz") for pid in range(2)], np.load(single + ".0.npz"), steps)
+
+    def rows(run):
+        return [[r[k] for k in keys] for r in map(json.loads, open(tmp_path / run / "metrics.jsonl"))]
+
+    return rows("multi_run"), rows("single_run")
+
+
 @pytest.mark.slow
 def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
     """The paged engine under DAPO across two processes: every host pushes refills and finishes
@@ -224,10 +248,6 @@ def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
     the run gives the rollouts and params of one process driving the same 4 devices. The sampler
     runs on its own mesh (decode_tensor=-1: the demo's 2 KV heads over 2 devices, slots over 2)
     while training keeps FSDP over all 4."""
-    import json
-    import socket
-
-    import numpy as np
 
     extra = [
         "sampling.engine=paged",
@@ -237,28 +257,9 @@ def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
         "train.steps=1",
         "sampling.decode_tensor=-1",
     ]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    multi, procs = _launch(
-        tmp_path,
-        "multi",
-        2,
-        2,
-        extra
-        + [
-            f"distributed.coordinator_address=127.0.0.1:{port}",
-            "distributed.num_processes=2",
-            "distributed.process_id={i}",
-        ],
-    )
-    single, ref_procs = _launch(tmp_path, "single", 1, 4, extra)
-    _wait(procs + ref_procs)
     keys = ("reward_mean", "no_code_rate", "rows", "generations", "ds_informative_groups")
-    rows = [[r[k] for k in keys] for r in map(json.loads, open(tmp_path / "multi_run" / "metrics.jsonl"))]
-    ref_rows = [[r[k] for k in keys] for r in map(json.loads, open(tmp_path / "single_run" / "metrics.jsonl"))]
+    rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=1)
     assert rows == ref_rows and all(r[2] == 16 for r in rows)
-    _assert_same_params([np.load(f"{multi}.{pid}.npz") for pid in range(2)], np.load(single + ".0.npz"), steps=1)
 
 
 @pytest.mark.slow
@@ -267,37 +268,14 @@ def test_two_process_off_policy_run_matches_one_process_with_its_thread(tmp_path
     launch their collectives in one order) gives one process's run with its background thread:
     the same batches at the same staleness, the same params to float tolerance, and the batch in
     flight at the step-2 checkpoint saved by each process."""
-    import json
     import os
-    import socket
-
-    import numpy as np
 
     extra = ["train.steps=3", "train.checkpoint_every=2", "rl.off_policy_steps=1", "rl.is_correction=tis"]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    multi, procs = _launch(
-        tmp_path,
-        "multi",
-        2,
-        2,
-        extra
-        + [
-            f"distributed.coordinator_address=127.0.0.1:{port}",
-            "distributed.num_processes=2",
-            "distributed.process_id={i}",
-        ],
-    )
-    single, ref_procs = _launch(tmp_path, "single", 1, 4, extra)
-    _wait(procs + ref_procs)
     keys = ("step", "staleness", "reward_mean", "no_code_rate", "rows")
-    rows = [[r[k] for k in keys] for r in map(json.loads, open(tmp_path / "multi_run" / "metrics.jsonl"))]
-    ref_rows = [[r[k] for k in keys] for r in map(json.loads, open(tmp_path / "single_run" / "metrics.jsonl"))]
+    rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=3)
     assert [r[:2] for r in rows] == [[1, 0], [2, 1], [3, 1]]
     assert rows[:2] == ref_rows[:2]  # both sampled by the warm start: the same rollouts
     assert rows[2][:2] == ref_rows[2][:2] and rows[2][4] == ref_rows[2][4]
     for folder in ("inflight", "inflight.p1"):  # batch 2 (sampled with version 1) beside checkpoint 2
         saved = sorted(os.listdir(tmp_path / "multi_run" / folder / "step_00000002"))
         assert saved == ["batch_00000002.json", "batch_00000002.npz"], (folder, saved)
-    _assert_same_params([np.load(f"{multi}.{pid}.npz") for pid in range(2)], np.load(single + ".0.npz"), steps=3)
