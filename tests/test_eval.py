@@ -72,3 +72,27 @@ def test_date_window():
     assert not in_window(d, "", "2024-08-14")
     assert not in_window("", "2024-01-01")  # undated: outside any window
     assert in_window("March 3, 2021", "2021-03-01", "2021-03-31")  # the data readers' spellings too
+
+
+def test_pass_rate_by_length_bins_the_judged_answers():
+    lengths = [3, 5, 8, 8, 16, 16, 16]  # cap 16: the last three are at the cap
+    passed = [True, False, True, True, False, False, True]
+    bins = ev.by_length(lengths, passed, cap=16, bins=4)  # (0, 4], (4, 8], (8, 12], (12, 16]
+    assert bins == [
+        {"from": 1, "to": 4, "answers": 1, "pass_rate": 1.0},
+        {"from": 5, "to": 8, "answers": 3, "pass_rate": 2 / 3},
+        {"from": 13, "to": 16, "answers": 3, "pass_rate": 1 / 3},
+    ]  # the empty bin is left out
+    assert ev.by_length([], [], cap=16) == []
+
+
+def test_held_out_demo_problems_are_one_set_apart_from_training():
+    from microcoder_jax.data import demo_task
+
+    ops = ("sum", "product")
+    held = demo_task.held_out_problems(ops, 3, 2)
+    again = demo_task.held_out_problems(ops, 3, 2)
+    assert [(p.question_id, p.tests) for p in held] == [(p.question_id, p.tests) for p in again]
+    train_ids = {p.question_id for s in (0, 1) for p in demo_task.make_problems(ops, 3, 2, s)}
+    assert len(held) == 6 and not train_ids & {p.question_id for p in held}
+    assert {p.metadata["op"] for p in held} == set(ops)

@@ -3,6 +3,7 @@ commands (microcoder_jax.experiments): the task's answers, its config, and short
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -45,6 +46,25 @@ def test_more_votes_make_the_majority_right_more_often():
         for k in (1, 10, 40)
     }
     assert right[1] < right[10] < right[40] and right[40] - right[1] > 0.25
+
+
+def test_chained_votes_settle_so_the_last_vote_is_right_more_often_with_length():
+    """The task's vote rule (configs/truncation_task.py): a chain whose last vote names the prompt's
+    operation with the chance `last_vote_right` gives, which grows with the number of votes."""
+    rng = np.random.default_rng(2)
+    chain = (0.03, 0.98)
+    for k in (1, 12, 25):
+        right = np.mean([tt.draw_chain("sum", OPS, k, 0.2, chain, rng)[-1] == "sum" for _ in range(3000)])
+        assert abs(right - tt.last_vote_right(k, 0.2, chain)) < 0.03, (k, right)
+    assert (
+        tt.last_vote_right(1, 0.2, chain)
+        == 0.2
+        < tt.last_vote_right(12, 0.2, chain)
+        < tt.last_vote_right(25, 0.2, chain)
+    )
+    text = tt.answer_for(tt.make_problems(OPS, 1, 1, 0)[0], OPS, (3, 3), 0.2, rng, chain)
+    votes = text.split("</think>")[0].split()[1:]
+    assert len(votes) == 3 and extract_code(text) == tt.demo_task.program(votes[-1])  # the last vote's program
 
 
 def test_answers_are_judged_only_when_whole(task):
@@ -139,6 +159,39 @@ def test_summary_and_table_from_rows():
     assert "| A | 0.75 → 1.1 ± 0.3 | 31 → 38 ± 0 |" in common.table(summary)
 
 
+def test_held_out_start_and_end_come_from_the_evaluations_around_the_run():
+    """Held-out values: start = the evaluation before RL step 1, end = the one after the last step;
+    training quantities ignore the evaluations' rows; the length curve counts each seed once."""
+    train = [{"step": s, "reward_mean": 0.1 * s, "response_length_mean": 30.0} for s in range(1, 9)]
+    evals = [
+        {"step": s, "eval_pass@1": p, "eval_pass@8": q, "eval_greedy_pass@1": g}
+        for s, p, q, g in ((0, 0.2, 0.5, 0.2), (4, 0.3, 0.6, 0.4), (8, 0.35, 0.7, 0.6))
+    ]
+    rows = sorted(train + evals, key=lambda r: r["step"])
+    curve = [
+        {"from": 1, "to": 7, "answers": 10, "pass_rate": 0.2},
+        {"from": 50, "to": 56, "answers": 30, "pass_rate": 0.5},
+    ]
+    run = common.run_summary(rows, 8, {0: {"lengths": {"by_length": curve}}})
+    assert run["start"]["greedy_pass1"] == 0.2 and run["end"]["greedy_pass1"] == 0.6
+    assert run["start"]["pass8"] == 0.5 and run["end"]["pass1"] == 0.35
+    assert run["start"]["reward"] == 0.1 and run["end"]["reward"] == 0.8 and np.isnan(run["end"]["eval_length"])
+    arm_a, arm_b = common.Arm("a", "grpo"), common.Arm("b", "grpo")
+    results = {
+        "a": {
+            0: (rows, {}, {0: {"lengths": {"by_length": curve}}}),
+            1: (rows, {}, {0: {"lengths": {"by_length": curve[:1]}}}),
+        },
+        "b": {0: (rows, {}, {0: {"lengths": {"by_length": curve}}})},  # seed 0 again: not counted twice
+    }
+    pooled = common.length_curve(common.summarize([arm_a, arm_b], results, 8, {}))
+    assert pooled == [
+        {"from": 1, "to": 7, "answers": 20, "pass_rate": 0.2, "seeds": 2},
+        {"from": 50, "to": 56, "answers": 30, "pass_rate": 0.5, "seeds": 2},
+    ]
+    assert "| 50-56 | 30 | 0.500 |" in common.length_table(pooled)
+
+
 def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experiments parse with parse_args
     name = "python -m microcoder_jax.experiments.truncation"
     assert common.parse_args(["--out", "x", "--short"], name, None, 3, 40).seeds == 1
@@ -167,6 +220,9 @@ def test_experiment_command_short(tmp_path, name):
     assert list(summary["arms"]) == [a.name for a in module.ARMS] and summary["steps"] == 3
     for arm in summary["arms"].values():
         assert set(arm["seeds"]) == {"0"} and arm["seeds"]["0"]["temperature_path"]
+        for part in ("start", "end"):  # held out: before RL and after the last step
+            assert 0 <= arm["seeds"]["0"][part]["greedy_pass1"] <= 1 and 0 <= arm["seeds"]["0"][part]["pass8"] <= 1
+    assert summary["start_length_curve"] and "paired" in summary
     assert os.path.getsize(os.path.join(out, "curves.png")) > 10_000
     if name == "truncation":  # the rules differ where they should, on the same warm start
         arms = summary["arms"]
@@ -192,11 +248,16 @@ TRUNCATION_MARGIN = 0.129 - 3 * 0.030  # fraction of answers
 def test_overlong_filter_keeps_longer_and_more_truncated_answers_than_grpo(tmp_path):
     from microcoder_jax.experiments import truncation
 
-    arms = [a for a in truncation.ARMS if a.name in ("grpo", "overlong_filter")]
+    no_eval = ("train.eval_every=0", "train.eval_at_start=False")  # training is the same with or without
+    arms = [
+        dataclasses.replace(a, overrides=a.overrides + no_eval)
+        for a in truncation.ARMS
+        if a.name in ("grpo", "overlong_filter")
+    ]
     results = common.run_all(arms, [0], DIRECTION_STEPS, str(tmp_path), log=lambda m: None)
     late = {}
     for arm in arms:
-        rows = results[arm.name][0][0][DIRECTION_STEPS // 2 :]
+        rows = common.training_rows(results[arm.name][0][0])[DIRECTION_STEPS // 2 :]
         late[arm.name] = {
             k: float(np.mean(common.series(rows, k))) for k in ("response_length_mean", "truncation_rate")
         }

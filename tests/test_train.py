@@ -104,15 +104,30 @@ def test_eval_cli_and_plot_on_the_run(demo_run, tmp_path, capsys):
     out = str(tmp_path / "eval.json")
     assert (
         eval_lib.main(
-            ["--checkpoint", workdir, "--out", out, "--config.eval.samples=2", "--config.eval.temperature=1.0"]
+            [
+                "--checkpoint",
+                workdir,
+                "--out",
+                out,
+                "--config.eval.samples=2",
+                "--config.eval.temperature=1.0",
+                "--config.eval.greedy=True",
+                "--config.demo.held_out_per_op=3",
+            ]
         )
         == 0
     )
     report = json.load(open(out))
-    assert report["step"] == 30 and report["samples_per_problem"] == 2
+    assert report["step"] == 30 and report["samples_per_problem"] == 2 and report["temperature"] == 1.0
     assert set(report["overall"]) == {"problems", "pass@1", "pass@2"}
-    assert report["overall"]["problems"] == 40 and "demo" in report["by_platform"]
-    assert "overall" in capsys.readouterr().out
+    assert report["overall"]["problems"] == 15 and "demo" in report["by_platform"]  # 5 ops x 3 held out
+    assert all(q.startswith("demo-heldout-") for q in report["per_problem"])
+    finished = (30 - report["judge_errors"]) * (1 - report["lengths"]["truncated"])  # by_length: finished answers
+    assert sum(b["answers"] for b in report["lengths"]["by_length"]) == pytest.approx(finished)
+    greedy = report["greedy"]["overall"]
+    assert greedy["problems"] == 15 and 0 <= greedy["pass@1"] <= 1 and "pass@2" not in greedy
+    printed = capsys.readouterr().out
+    assert "overall" in printed and "greedy (T = 0) pass@1" in printed
     assert os.path.exists(plot.plot_run(workdir)[-1])
 
 

@@ -64,6 +64,12 @@ class DemoConfig(Block):
     problems_per_op: int = knob(8, "synthetic problems per operation", at_least=1)
     phrasings: int = knob(1, "statement variants per operation", at_least=1)
     tests_per_problem: int = knob(3, "stdin tests per problem", at_least=1)
+    held_out_per_op: int = knob(
+        0,
+        "evaluation problems per operation, with tests of their own, the same for every seed "
+        "(0 = evaluate on the training problems)",
+        at_least=0,
+    )
     vocab_size: int = knob(384, "BPE vocabulary trained on the task text", at_least=1)
     warm_start_lr: float = knob(3e-3, "warm-start learning rate", at_least=0.0)
     warm_start_batch: int = knob(32, "warm-start rows per step", at_least=1)
@@ -74,7 +80,15 @@ class DemoConfig(Block):
         "the plain demo, else the truncation task",
     )
     vote_accuracy: float = knob(
-        0.3, "truncation task: chance a warm-start vote names the prompt's operation", probability=True
+        0.3,
+        "truncation task: chance a warm-start vote (with vote_chain: the first) names the prompt's operation",
+        probability=True,
+    )
+    vote_chain: tuple = knob(
+        (),
+        "truncation task: (enter, stay) makes the warm-start votes a chain that settles on the prompt's "
+        "operation (next vote right with chance stay after a right one, enter after a wrong one) and the "
+        "program the last vote's; () = independent votes and the majority's program",
     )
 
     def check(self) -> None:
@@ -83,6 +97,9 @@ class DemoConfig(Block):
         unknown = [op for op in self.ops if op not in demo_task.OPS]
         if unknown:
             self.fail("ops", self.ops, f"unknown {unknown}; known: {', '.join(demo_task.OPS)}")
+        c = self.vote_chain
+        if c and not (len(c) == 2 and all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in c)):
+            self.fail("vote_chain", c, "expected () or (enter, stay), two probabilities, e.g. (0.06, 0.97)")
         v = self.votes
         if v and not (
             len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and 0 <= v[0] <= v[1]

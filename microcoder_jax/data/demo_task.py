@@ -87,11 +87,16 @@ def response_text(op: str) -> str:
     return f"```python\n{program(op)}\n```"
 
 
-def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int, phrasings: int = 1) -> list[Problem]:
+HELD_OUT_SEED = 1_000_003  # the held-out problems' tests: one fixed set, whatever the run's seed
+
+
+def make_problems(
+    ops, problems_per_op: int, tests_per_problem: int, seed: int, phrasings: int = 1, name: str = "demo"
+) -> list[Problem]:
     """Synthetic problems with stdin tests on which every listed operation gives a different answer.
 
     `phrasings` statement variants per operation are used in turn (the first ones share one
-    template that differs only in the operation's name).
+    template that differs only in the operation's name); ids are `NAME-OP-I`.
     """
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
@@ -108,7 +113,7 @@ def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int, 
                     tests.append(TestCase(input=f"{a} {b}\n", output=f"{fn(a, b)}\n", kind="stdin"))
             problems.append(
                 Problem(
-                    question_id=f"demo-{op}-{i}",
+                    question_id=f"{name}-{op}-{i}",
                     tests=tests,
                     question_content=statements[i % min(phrasings, len(statements))],
                     platform="demo",
@@ -119,6 +124,12 @@ def make_problems(ops, problems_per_op: int, tests_per_problem: int, seed: int, 
                 )
             )
     return problems
+
+
+def held_out_problems(ops, per_op: int, tests_per_problem: int, phrasings: int = 1) -> list[Problem]:
+    """Evaluation problems: the training statements (the prompt names only the operation) with
+    tests of their own, drawn from a fixed seed so every run is scored on the same set."""
+    return make_problems(ops, per_op, tests_per_problem, HELD_OUT_SEED, phrasings, name="demo-heldout")
 
 
 def tokenizer_corpus(problems, ops, data_config) -> list[str]:

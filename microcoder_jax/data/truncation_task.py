@@ -43,10 +43,38 @@ def response_text(votes, op: str) -> str:
     return f"{THINK}{''.join(' ' + v for v in votes)}{END_THINK}\n" + demo_task.response_text(op)
 
 
-def answer_for(problem, ops, votes_range, accuracy: float, rng) -> str:
-    """A warm-start answer to `problem`: K ~ U[votes_range], noisy votes, the majority's program."""
+def draw_chain(op: str, ops, k: int, accuracy: float, chain, rng) -> list[str]:
+    """K votes that settle on `op`: the first names it with probability `accuracy`; each next one
+    names it with probability `stay` after a vote for it, `enter` after another (chain = (enter,
+    stay)); a vote not for `op` is one of the other operations uniformly. The share of right votes
+    at position j tends to enter / (1 - stay + enter), so the last of many votes is right more often."""
+    enter, stay = chain
+    others = [o for o in ops if o != op]
+    votes = [op if rng.random() < accuracy or not others else str(rng.choice(others))]
+    while len(votes) < k:
+        p = stay if votes[-1] == op else enter
+        votes.append(op if rng.random() < p or not others else str(rng.choice(others)))
+    return votes
+
+
+def last_vote_right(k: int, accuracy: float, chain) -> float:
+    """The chance that the K-th vote of `draw_chain` names the prompt's operation."""
+    enter, stay = chain
+    p = accuracy
+    for _ in range(k - 1):
+        p = p * stay + (1 - p) * enter
+    return p
+
+
+def answer_for(problem, ops, votes_range, accuracy: float, rng, chain=()) -> str:
+    """A warm-start answer to `problem`: K ~ U[votes_range] noisy votes and the program of their
+    majority, or with `chain` (enter, stay) votes that settle (draw_chain) and the last one's program."""
     lo, hi = votes_range
-    votes = draw_votes(problem.metadata["op"], ops, int(rng.integers(lo, hi + 1)), accuracy, rng)
+    op, k = problem.metadata["op"], int(rng.integers(lo, hi + 1))
+    if chain:
+        votes = draw_chain(op, ops, k, accuracy, chain, rng)
+        return response_text(votes, votes[-1])
+    votes = draw_votes(op, ops, k, accuracy, rng)
     return response_text(votes, majority(votes, rng))
 
 
@@ -57,23 +85,29 @@ def build_tokenizer(problems, ops, data_config, vocab_size: int):
     return train_bpe_tokenizer(corpus, vocab_size)
 
 
-def warm_start_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, rng, *, votes_range, accuracy: float):
+def warm_start_batch(
+    tokenizer, problems, ops, data_config, max_new_tokens: int, rng, *, votes_range, accuracy: float, chain=()
+):
     """Prompts with scratchpad answers, laid out as the RL batch (see demo_task.warm_start_batch).
 
     An answer longer than `max_new_tokens` is cut there without its end token, as the sampler
     cuts it: the warm start teaches lengths on both sides of the cap.
     """
-    texts = [answer_for(p, ops, votes_range, accuracy, rng) for p in problems]
+    texts = [answer_for(p, ops, votes_range, accuracy, rng, chain) for p in problems]
     return demo_task.sft_layout(tokenizer, problems, texts, data_config, max_new_tokens, cut=True)
 
 
-def answer_lengths(tokenizer, problems, ops, votes_range, accuracy: float, n: int, seed: int = 0):
+def answer_lengths(tokenizer, problems, ops, votes_range, accuracy: float, n: int, seed: int = 0, chain=()):
     """Token lengths (with the end token) of `n` warm-start answers: where the cap cuts them."""
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(problems), size=n)
     return np.array(
         [
-            len(tokenizer.encode(answer_for(problems[j], ops, votes_range, accuracy, rng), add_special_tokens=False))
+            len(
+                tokenizer.encode(
+                    answer_for(problems[j], ops, votes_range, accuracy, rng, chain), add_special_tokens=False
+                )
+            )
             + 1
             for j in picks
         ]

@@ -31,8 +31,23 @@ QUANTITIES = {
     "diversity": "diversity",
     "temperature": "temperature",
 }
+# held-out evaluation (configs/truncation_task.py: at the start and every few steps) -> metrics key;
+# start is the evaluation before RL step 1, end the one after the last step
+HELD_OUT = {
+    "greedy_pass1": "eval_greedy_pass@1",
+    "pass1": "eval_pass@1",
+    "pass8": "eval_pass@8",
+    "eval_length": "eval_response_length",
+    "eval_truncation": "eval_truncation_rate",
+}
 # --short: a few steps of everything, to check the command end to end (not a result)
-SHORT = ("train.warm_start_steps=10", "data.num_prompts=4", "demo.problems_per_op=2")
+SHORT = (
+    "train.warm_start_steps=10",
+    "data.num_prompts=4",
+    "demo.problems_per_op=2",
+    "demo.held_out_per_op=1",
+    "train.eval_every=3",  # the held-out evaluation before and after the 3 steps
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +58,7 @@ class Arm:
     rule: str
     overrides: tuple = ()
     label: str = ""
+    seeds: int | None = None  # run only the first this many seeds (None: all)
 
 
 def window_size(steps: int) -> int:
@@ -66,31 +82,53 @@ def run_config(arm: Arm, seed: int, steps: int, short: bool, out: str):
     return config
 
 
+def training_rows(rows) -> list[dict]:
+    """The RL steps' rows of a metrics.jsonl (without the evaluations' rows)."""
+    return [r for r in rows if "reward_mean" in r]
+
+
+def eval_rows(rows) -> list[dict]:
+    """The evaluations' rows of a metrics.jsonl, in step order."""
+    return sorted((r for r in rows if "eval_pass@1" in r), key=lambda r: r["step"])
+
+
+def held_out_reports(workdir: str) -> dict:
+    """{step: report} of the run's evaluations (WORKDIR/eval/step_N.json)."""
+    folder, out = os.path.join(workdir, "eval"), {}
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        if name.startswith("step_") and name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                out[int(name[5:-5])] = json.load(f)
+    return dict(sorted(out.items()))
+
+
 def _finished(workdir: str, steps: int) -> list[dict] | None:
     from microcoder_jax.trainer.metrics import read_metrics
 
     rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     done = os.path.exists(os.path.join(workdir, "run_done.json"))
-    return rows if done and len(rows) == steps else None
+    return rows if done and len(training_rows(rows)) == steps else None
 
 
 def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print) -> dict:
-    """Train every arm for every seed (seed-major); returns {arm: {seed: (rows, timing)}}."""
+    """Train every arm for every seed (seed-major; an arm with `seeds` set runs only the first that
+    many); returns {arm: {seed: (rows, timing, {step: held-out report})}}."""
     from microcoder_jax.trainer import warm_start
     from microcoder_jax.trainer.loop import train
 
     warm_start.reuse_warm_starts(True)
     results = {a.name: {} for a in arms}
-    total, t_all, trained = len(arms) * len(seeds), time.perf_counter(), 0
+    plan = [(s, a) for s in seeds for a in arms if a.seeds is None or s < a.seeds]
+    total, t_all, trained = len(plan), time.perf_counter(), 0
     every = max(1, steps // 8)
-    for i, (seed, arm) in enumerate((s, a) for s in seeds for a in arms):
+    for i, (seed, arm) in enumerate(plan):
         workdir = os.path.join(out, "runs", arm.name, f"seed{seed}")
         tag = f"[{i + 1}/{total}] {arm.name} seed {seed}"
         rows = _finished(workdir, steps)
         if rows is not None:
             timing = json.load(open(os.path.join(workdir, "run_done.json")))
             log(f"{tag}: done before, read back")
-            results[arm.name][seed] = (rows, timing)
+            results[arm.name][seed] = (rows, timing, held_out_reports(workdir))
             continue
         shutil.rmtree(workdir, ignore_errors=True)
         config = run_config(arm, seed, steps, short, out)
@@ -110,7 +148,7 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
         with open(os.path.join(workdir, "run_done.json"), "w") as f:
             json.dump(timing, f)
         rows = _finished(workdir, steps)
-        results[arm.name][seed] = (rows, timing)
+        results[arm.name][seed] = (rows, timing, held_out_reports(workdir))
         elapsed, trained = time.perf_counter() - t_all, trained + 1  # ETA from the runs trained here
         log(
             f"{tag}: finished in {timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU; "
@@ -135,13 +173,25 @@ def temperature_path(rows) -> list:
     return path
 
 
-def run_summary(rows, steps: int) -> dict:
+def run_summary(rows, steps: int, reports=None) -> dict:
+    """One run's start / end values: training quantities averaged over the first / last
+    window_size steps, held-out ones from the evaluations before the first and after the last step
+    (NaN without them); with `reports`, the start evaluation's pass rate by answer length."""
     w = window_size(steps)
     out: dict = {"start": {}, "end": {}}
+    train_rows, evals = training_rows(rows), eval_rows(rows)
     for name, key in QUANTITIES.items():
-        values = series(rows, key)
+        values = series(train_rows, key)
         out["start"][name] = float(np.nanmean(values[:w]))
         out["end"][name] = float(np.nanmean(values[-w:]))
+    first = [r for r in evals if r["step"] == 0]
+    last = [r for r in evals if r["step"] == steps]
+    for name, key in HELD_OUT.items():
+        out["start"][name] = float(series(first, key)[0]) if first else float("nan")
+        out["end"][name] = float(series(last, key)[0]) if last else float("nan")
+    if reports and 0 in reports:
+        out["start_by_length"] = reports[0]["lengths"]["by_length"]
+    rows = train_rows
     reward = series(rows, "reward_mean")
     out["peak_reward"] = float(np.nanmax(reward))
     out["peak_reward_step"] = int(rows[int(np.nanargmax(reward))]["step"])
@@ -155,12 +205,12 @@ def summarize(arms, results, steps: int, meta: dict) -> dict:
     summary = {**meta, "steps": steps, "window_steps": window_size(steps), "arms": {}}
     for arm in arms:
         per_seed = {}
-        for seed, (rows, timing) in sorted(results[arm.name].items()):
-            per_seed[str(seed)] = {**run_summary(rows, steps), **timing}
+        for seed, (rows, timing, *reports) in sorted(results[arm.name].items()):
+            per_seed[str(seed)] = {**run_summary(rows, steps, *reports), **timing}
         agg = {}
         for part in ("start", "end"):
-            for name in QUANTITIES:
-                v = [s[part][name] for s in per_seed.values()]
+            for name in (*QUANTITIES, *HELD_OUT):
+                v = np.array([s[part][name] for s in per_seed.values()], float)
                 agg[f"{part}_{name}"] = {
                     "mean": float(np.mean(v)),
                     "std": float(np.std(v)),
@@ -222,7 +272,36 @@ def spread(mean: float, std: float, seeds: int) -> str:
     return " ± 0" if std <= 1e-9 * max(1.0, abs(mean)) else f" ± {std:.2g}"
 
 
-TABLE_COLUMNS = ("reward", "length", "truncation", "masked", "diversity")
+TABLE_COLUMNS = ("reward", "length", "truncation", "masked", "diversity", "greedy_pass1", "pass1", "pass8")
+PAIRED_COLUMNS = ("greedy_pass1", "pass1", "pass8", "length", "truncation", "diversity")
+
+
+def length_curve(summary: dict) -> list[dict]:
+    """Held-out pass rate by answer length of the starting (warm-started) policy, pooled over seeds:
+    every arm of a seed starts from the same params and is evaluated with the same key, so each
+    seed is counted once (from the first arm that has it)."""
+    pooled: dict = {}
+    seen = set()
+    for arm in summary["arms"].values():
+        for seed, run in arm["seeds"].items():
+            if seed in seen or "start_by_length" not in run:
+                continue
+            seen.add(seed)
+            for b in run["start_by_length"]:
+                p = pooled.setdefault((b["from"], b["to"]), [0, 0.0])
+                p[0] += b["answers"]
+                p[1] += b["answers"] * b["pass_rate"]
+    return [
+        {"from": lo, "to": hi, "answers": n, "pass_rate": passed / n, "seeds": len(seen)}
+        for (lo, hi), (n, passed) in sorted(pooled.items())
+    ]
+
+
+def length_table(curve) -> str:
+    """A markdown table of `length_curve`."""
+    lines = ["| answer length (tokens) | answers | held-out pass rate |", "|---|---|---|"]
+    lines += [f"| {b['from']}-{b['to']} | {b['answers']} | {b['pass_rate']:.3f} |" for b in curve]
+    return "\n".join(lines)
 
 
 def table(summary: dict, columns=TABLE_COLUMNS) -> str:
@@ -240,17 +319,22 @@ def table(summary: dict, columns=TABLE_COLUMNS) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=None) -> None:
-    """summary.json (with every arm's paired differences from the first arm), table.md (the arms,
-    then the paired differences) and the curves."""
+def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=None, paired_columns=None) -> dict:
+    """summary.json (with every arm's paired differences from the first arm and the starting
+    policy's pass rate by length), table.md (the arms, the paired differences, the length curve)
+    and the curves; returns the summary written."""
     os.makedirs(out, exist_ok=True)
-    shown = columns or TABLE_COLUMNS
-    summary = {**summary, "paired": comparisons(summary, shown)}
+    shown, diffs = columns or TABLE_COLUMNS, paired_columns or PAIRED_COLUMNS
+    summary = {**summary, "paired": comparisons(summary, diffs), "start_length_curve": length_curve(summary)}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
+    parts = [table(summary, shown), paired_table(summary, diffs)]
+    if summary["start_length_curve"]:
+        parts.append(length_table(summary["start_length_curve"]))
     with open(os.path.join(out, "table.md"), "w") as f:
-        f.write(table(summary, shown) + "\n\n" + paired_table(summary, shown) + "\n")
+        f.write("\n\n".join(parts) + "\n")
     figure_fn(results, arms, os.path.join(out, "curves.png"), summary)
+    return summary
 
 
 def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_steps: int):
@@ -272,10 +356,25 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
     return args
 
 
-def run_experiment(name: str, doc: str | None, argv, arms, *, draw, keys, title: str, meta=None, columns=None) -> int:
+def run_experiment(
+    name: str,
+    doc: str | None,
+    argv,
+    arms,
+    *,
+    draw,
+    keys,
+    title: str,
+    meta=None,
+    columns=None,
+    paired_columns=None,
+    default_seeds: int = 3,
+) -> int:
     """One experiment command: parse the flags, train every arm x seed, then write and print the
     summary, table and curves. `draw` is figure.draw; `title` may use {cap} and {seeds}."""
-    args = parse_args(argv, f"python -m microcoder_jax.experiments.{name}", doc, default_seeds=3, default_steps=40)
+    args = parse_args(
+        argv, f"python -m microcoder_jax.experiments.{name}", doc, default_seeds=default_seeds, default_steps=40
+    )
     seeds = list(range(args.seeds))
     results = run_all(arms, seeds, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
     cap = run_config(arms[0], 0, args.steps, args.short, args.out).sampling.max_new_tokens
@@ -289,7 +388,7 @@ def run_experiment(name: str, doc: str | None, argv, arms, *, draw, keys, title:
     def fig(results, arms, path, summary):
         draw(results, arms, path, keys=keys, cap=cap, title=title.format(cap=cap, seeds=len(seeds)))
 
-    write_outputs(args.out, summary, results, arms, fig, columns)
+    write_outputs(args.out, summary, results, arms, fig, columns, paired_columns)
     print(table(summary, columns) if columns else table(summary))
     print(f"wrote {args.out}/summary.json, table.md, curves.png")
     return 0

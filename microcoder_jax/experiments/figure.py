@@ -2,13 +2,15 @@
 
 Per arm: the mean over seeds per step (thin, raw), its moving mean (thick), and a band from the
 lowest to the highest seed's moving mean (the temperature, which moves in stages, unsmoothed).
+Held-out panels (`eval_*` keys) show the evaluations only: mean over seeds with markers, band
+lowest to highest seed, unsmoothed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from microcoder_jax.experiments.common import series
+from microcoder_jax.experiments.common import eval_rows, series, training_rows
 from microcoder_jax.trainer.plot import auto_window, moving_mean
 
 # (metrics key, title, y-axis label with unit)
@@ -19,13 +21,15 @@ PANELS = {
     "diversity": ("group diversity", "distinct 4-grams / all 4-grams in a group"),
     "masked_fraction": ("masked or filtered answers", "fraction of answers"),
     "temperature": ("sampling temperature", "temperature"),
+    "eval_greedy_pass@1": ("held-out pass@1, greedy (T = 0)", "fraction of problems solved"),
+    "eval_pass@1": ("held-out pass@1 at the eval temperature", "fraction of answers passing"),
 }
 
 STEPWISE = {"temperature"}  # drawn unsmoothed
 
 
 def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, smooth: int = 0) -> None:
-    """Write the figure to `path` (PNG). `results`: {arm: {seed: (rows, timing)}}."""
+    """Write the figure to `path` (PNG). `results`: {arm: {seed: (rows, timing, ...)}}."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,25 +42,32 @@ def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, 
     for ax, key in zip(axes.flat, keys):
         panel_title, ylabel = PANELS[key]
         for colour, arm in zip(colours * 3, arms):
-            runs = [rows for rows, _ in results[arm.name].values()]
-            if not runs:
+            held_out = key.startswith("eval_")
+            pick = eval_rows if held_out else training_rows
+            runs = [pick(rows) for rows, *_ in results[arm.name].values()]
+            if not runs or not min(len(r) for r in runs):
                 continue
             n = min(len(r) for r in runs)
             steps = np.array([r["step"] for r in runs[0][:n]])
             values = np.stack([series(r[:n], key) for r in runs])  # [seeds, steps]
-            w = 1 if key in STEPWISE else smooth or auto_window(n)  # a smoothed stage change looks like a ramp
+            w = (
+                1 if key in STEPWISE or held_out else smooth or auto_window(n)
+            )  # a smoothed stage change looks like a ramp
             smoothed = np.stack([moving_mean(v, w) for v in values])
             mean = np.nanmean(values, 0)
             label = f"{arm.label or arm.name} ({len(runs)} seeds)"
-            ax.plot(steps, mean, color=colour, lw=0.8, alpha=0.45)
-            ax.plot(steps, np.nanmean(smoothed, 0), color=colour, lw=2.2, label=label)
+            if held_out:
+                ax.plot(steps, mean, color=colour, lw=2.2, marker="o", label=label)
+            else:
+                ax.plot(steps, mean, color=colour, lw=0.8, alpha=0.45)
+                ax.plot(steps, np.nanmean(smoothed, 0), color=colour, lw=2.2, label=label)
             if len(runs) > 1:
                 ax.fill_between(steps, np.nanmin(smoothed, 0), np.nanmax(smoothed, 0), color=colour, alpha=0.15, lw=0)
         if key == "response_length_mean" and cap:
             ax.axhline(cap, color="black", ls="--", lw=1)
             ax.text(0.01, cap, f" cap {cap}", transform=ax.get_yaxis_transform(), va="bottom", fontsize=8)
         ax.set_title(panel_title)
-        ax.set_xlabel("RL step (rollout batches)")
+        ax.set_xlabel("RL step (rollout batches; 0 = before RL)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(keys) :]:

@@ -26,6 +26,7 @@ class TrainConfig(Block):
         at_least=1,
     )
     eval_every: int = knob(50, "steps between evaluations (0 = never)", at_least=0)
+    eval_at_start: bool = knob(False, "also evaluate the starting params before RL step 1 (eval/step_0.json)")
     warm_start_steps: int = knob(0, "supervised next-token steps before RL (demo task only)", at_least=0)
     progress: bool = knob(True, "tqdm progress bar")
     allow_config_change: bool = knob(
@@ -68,6 +69,7 @@ class EvalConfig(Block):
     samples: int = knob(1, "samples per problem; pass@k for every k <= samples", at_least=1)
     temperature: float = knob(0.6, "evaluation sampling temperature (Qwen3's recommendation)", at_least=0.0)
     top_p: float = knob(0.95, "evaluation nucleus filter", probability=True)
+    greedy: bool = knob(False, "also decode one greedy answer (T = 0) per problem: greedy pass@1 (eval_greedy_pass@1)")
     batch_problems: int = knob(16, "problems per sampler call (one compiled shape)", at_least=1)
     max_problems: int = knob(0, "cap on evaluated problems (0 = all)", at_least=0)
     date_from: str = knob("", "contest-date window start, ISO date, inclusive ('' = open)")

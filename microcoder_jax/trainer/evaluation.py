@@ -73,11 +73,37 @@ def format_table(report: dict) -> str:
     for section in ("by_difficulty", "by_platform"):
         for name, g in report[section].items():
             row(f"{section[3:]}={name}", g)
+    if "greedy" in report:
+        lines.append(f"greedy (T = 0) pass@1: {100 * report['greedy']['overall']['pass@1']:.1f}%")
     return "\n".join(lines)
 
 
-def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
-    """Sample `eval.samples` answers per problem in the date window, judge them, summarize pass@k."""
+LENGTH_BINS = 16
+
+
+def by_length(lengths, passed, cap: int, bins: int = LENGTH_BINS) -> list[dict]:
+    """Pass rate of answers in `bins` equal-width response-length bins over 1..cap (tokens, the end
+    token included): where length pays. Empty bins are left out."""
+    lengths, passed = np.asarray(lengths), np.asarray(passed, bool)
+    edges = np.linspace(0, cap, bins + 1)
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        inside = (lengths > lo) & (lengths <= hi)
+        if inside.any():
+            out.append(
+                {
+                    "from": int(lo) + 1,
+                    "to": int(hi),
+                    "answers": int(inside.sum()),
+                    "pass_rate": float(passed[inside].mean()),
+                }
+            )
+    return out
+
+
+def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, samples=None) -> dict:
+    """Sample `eval.samples` answers per problem in the date window (at `eval.temperature`; the
+    keyword arguments override both), judge them, summarize pass@k and the answers' lengths."""
     import jax
 
     from microcoder_jax import sharding
@@ -85,6 +111,7 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     from microcoder_jax.trainer.rollout import GroupJudge, generate, verdict_arrays
 
     e = run.eval
+    temperature = e.temperature if temperature is None else temperature
     problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)]
     if e.max_problems:
         problems = problems[: e.max_problems]
@@ -92,7 +119,8 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     kept, prompts = prompt_set.problems, prompt_set.prompts
     passes: list[list[bool]] = []
     judge_errors = 0
-    size, k = e.batch_problems, e.samples
+    size, k = e.batch_problems, samples or e.samples
+    lengths, truncated, judged_passes = [], [], []  # per judged answer
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start : start + size], prompts[start : start + size]
         pad = size - len(chunk)  # a full batch every call: one compiled shape
@@ -101,12 +129,12 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
         # they finish, overlapping the tail of decoding
         n = len(chunk) * k
         judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=sharding.host_rows(n), mode="all")
-        generate(
+        out = generate(
             run,
             params,
             chunk_prompts + [chunk_prompts[-1]] * pad,
             num_samples=k,
-            temperature=e.temperature,
+            temperature=temperature,
             max_new_tokens=e.max_new_tokens,
             top_p=e.top_p,
             top_k=0,
@@ -117,6 +145,9 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
         judged = np.isfinite(rewards)  # a judge_error's reward is NaN: not the answer's fault
         passed, judged = sharding.allgather_rows([passed, judged], n)
         judge_errors += int(n - judged.sum())
+        lengths += np.asarray(out.lengths[:n])[judged].tolist()
+        truncated += np.asarray(out.truncated[:n])[judged].tolist()
+        judged_passes += np.asarray(passed)[judged].tolist()
         passes += [
             [bool(p) for p, j in zip(passed[i * k : (i + 1) * k], judged[i * k : (i + 1) * k]) if j]
             for i in range(len(chunk))
@@ -125,6 +156,27 @@ def evaluate_problems(run, pool, params, problems, *, rng) -> dict:
     report["skipped_too_long"] = prompt_set.skipped_too_long
     report["date_window"] = [e.date_from, e.date_to]
     report["max_new_tokens"] = e.max_new_tokens
+    report["temperature"] = float(temperature)
+    report["lengths"] = {
+        "mean": float(np.mean(lengths)) if lengths else float("nan"),
+        "truncated": float(np.mean(truncated)) if truncated else float("nan"),
+        # the finished answers only: a truncated one is at the cap whatever it would have written
+        "by_length": by_length(
+            np.asarray(lengths)[~np.asarray(truncated, bool)],
+            np.asarray(judged_passes, bool)[~np.asarray(truncated, bool)],
+            e.max_new_tokens,
+        ),
+    }
+    return report
+
+
+def evaluate_run(run, pool, params, rng) -> dict:
+    """The run's evaluation problems at `eval.*`; with `eval.greedy` also one greedy answer each
+    (report["greedy"]): pass@1 of the policy itself, free of the sampling temperature."""
+    report = evaluate_problems(run, pool, params, run.eval_problems, rng=rng)
+    if run.eval.greedy:
+        greedy = evaluate_problems(run, pool, params, run.eval_problems, rng=rng, temperature=0.0, samples=1)
+        report["greedy"] = {"overall": greedy["overall"], "lengths": greedy["lengths"]}
     return report
 
 
@@ -132,7 +184,7 @@ def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) ->
     """The training loop's eval: the report in WORKDIR/eval/step_N.json, its numbers in the metrics."""
     import jax
 
-    report = evaluate_problems(run, pool, params, run.eval_problems, rng=rng)
+    report = evaluate_run(run, pool, params, rng)
     if jax.process_index() == 0:
         path = os.path.join(run.workdir, "eval", f"step_{step}.json")
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -145,6 +197,9 @@ def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) ->
             {
                 **{f"eval_{k}": v for k, v in report["overall"].items() if isinstance(v, (int, float))},
                 "eval_judge_errors": report["judge_errors"],
+                "eval_response_length": report["lengths"]["mean"],
+                "eval_truncation_rate": report["lengths"]["truncated"],
+                **({"eval_greedy_pass@1": report["greedy"]["overall"]["pass@1"]} if "greedy" in report else {}),
             },
         )
         writer.write_text(step, "eval", format_table(report))
@@ -229,7 +284,7 @@ def main(argv=None) -> int:
         params, step = _load_params(run, args.checkpoint, args.step)
         pool = open_pool(run.evaluator, hide=problem_files(run))
         try:  # the judge hides every problem file: programs cannot read the answers
-            report = evaluate_problems(run, pool, params, run.eval_problems, rng=key(run.seed, 4))
+            report = evaluate_run(run, pool, params, key(run.seed, 4))
         finally:
             pool.close()
         report["checkpoint"], report["step"] = os.path.abspath(args.checkpoint), step

@@ -118,6 +118,8 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
     sharding.assert_same_on_hosts(len(in_flight), f"batches in flight at checkpoint {start} (WORKDIR/inflight*)")
     if in_flight:
         log_fn(f"resuming with {len(in_flight)} batch(es) sampled before the checkpoint (rl.off_policy_steps)")
+    if run.train.eval_at_start and start == 0 and run.eval_problems:  # the starting policy, as a baseline
+        eval_lib.evaluate_at_step(run, pool, learner.params, 0, writer, key(run.seed, 3, 0), log_fn)
     pipeline = Pipeline(
         worker,
         k=rl.off_policy_steps,

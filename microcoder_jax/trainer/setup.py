@@ -144,8 +144,14 @@ def setup(config, workdir: str) -> Run:
         raise config_lib.ConfigError(str(e)) from None
     os.makedirs(workdir, exist_ok=True)
     if data.task == "demo":
-        problems, tokenizer = _demo_data(fields["demo"], data, fields["seed"], workdir)
-        skipped, eval_problems = 0, problems
+        d = fields["demo"]
+        problems, tokenizer = _demo_data(d, data, fields["seed"], workdir)
+        skipped = 0
+        eval_problems = (
+            demo_task.held_out_problems(d.ops, d.held_out_per_op, d.tests_per_problem, d.phrasings)
+            if d.held_out_per_op
+            else problems
+        )
     else:
         tokenizer = load_tokenizer(typed["tokenizer"].path or model.path)
         problems, skipped = loader.read_problems(data.train_files)

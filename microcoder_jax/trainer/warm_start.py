@@ -86,9 +86,10 @@ def warm_start(
 
     d = demo_config
     if d.votes:
-        votes = dict(votes_range=tuple(d.votes), accuracy=d.vote_accuracy)
+        votes = dict(votes_range=tuple(d.votes), accuracy=d.vote_accuracy, chain=tuple(d.vote_chain))
         make_batch = functools.partial(truncation_task.warm_start_batch, **votes)
-        label = f"warm start (scratchpad votes {tuple(d.votes)}, vote accuracy {d.vote_accuracy:g})"
+        rule = f", chain (enter, stay) {tuple(d.vote_chain)}" if d.vote_chain else ""
+        label = f"warm start (scratchpad votes {tuple(d.votes)}, vote accuracy {d.vote_accuracy:g}{rule})"
     else:
         make_batch, label = demo_task.warm_start_batch, "warm start"
     key = None
