@@ -189,7 +189,10 @@ def test_held_out_start_and_end_come_from_the_evaluations_around_the_run():
         {"from": 1, "to": 7, "answers": 20, "pass_rate": 0.2, "seeds": 2},
         {"from": 50, "to": 56, "answers": 30, "pass_rate": 0.5, "seeds": 2},
     ]
-    assert "| 50-56 | 30 | 0.500 |" in common.length_table(pooled)
+    ends = common.end_length_curves(common.summarize([arm_a, arm_b], results, 8, {}))
+    assert ends["a"] == [] and ends["b"] == []  # no evaluation after step 8 in these reports
+    text = common.length_table({"start": pooled, "other": [dict(pooled[0], answers=3)]})
+    assert "| 50-56 | 0.50 (30) |  |" in text and "| 1-7 | 0.20 (20) |  |" in text  # < 5 answers: blank
 
 
 def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experiments parse with parse_args
@@ -235,13 +238,15 @@ def test_experiment_command_short(tmp_path, name):
 
 
 # The main effect on a shortened run (20 RL steps, seed 0): mean over steps 11-20 of overlong_filter
-# minus grpo. Measured on seeds 0, 1, 2 (experiments.truncation, 40-step runs, their first 20 steps;
-# the runs are deterministic, so the first 20 steps of a 40-step run are a 20-step run):
-# length +5.4, +4.4, +4.1 tokens (mean 4.6, std 0.56); truncation rate +0.103, +0.171, +0.112
-# (mean 0.129, std 0.030). The margins are the mean minus 3 standard deviations over those seeds.
+# minus grpo. Measured on seeds 0-5 (experiments.truncation, 40-step runs, their first 20 steps;
+# the runs are deterministic and the evaluations do not touch training, so the first 20 steps of a
+# 40-step run are a 20-step run without evaluations): length +3.84, +1.49, +3.67, +3.28, +3.63,
+# +3.13 tokens (mean 3.17, std 0.79); truncation rate +0.125, +0.060, +0.111, +0.113, +0.120, +0.073
+# (mean 0.100, std 0.025). Both held on every seed; the margins are the mean minus 3 standard
+# deviations over those seeds.
 DIRECTION_STEPS = 20
-LENGTH_MARGIN = 4.6 - 3 * 0.56  # tokens
-TRUNCATION_MARGIN = 0.129 - 3 * 0.030  # fraction of answers
+LENGTH_MARGIN = 3.17 - 3 * 0.79  # tokens
+TRUNCATION_MARGIN = 0.100 - 3 * 0.025  # fraction of answers
 
 
 @pytest.mark.slow

@@ -1,15 +1,21 @@
 """The truncation task: the demo's "read a b, print a OP b" with a scratchpad of votes before the program.
 
 An answer is `<think> v1 v2 ... vK </think>` and then the demo's fenced program. Each vote is one
-operation name (one BPE token); the program computes the operation most votes name. The supervised
-warm start draws K uniformly from `demo.votes` (spread around the response cap) and each vote names
-the prompt's operation with probability `demo.vote_accuracy`, another one otherwise. So:
+operation name (one BPE token). The supervised warm start draws K uniformly from `demo.votes`
+(spread around the response cap) and the votes by one of two rules:
 
-- the policy controls its length (K), and the cap binds: answers with many votes are cut off;
-- a cut inside the scratchpad or the program leaves no program, so the judge says `no_code`
-  (not judged wrong: what the conditional mask may protect);
-- more votes make the majority right more often, so length helps correctness below the cap, and
-  better votes (reading the operation off the prompt) are learnable from the reward, as in the demo.
+- `demo.vote_chain = (enter, stay)` (configs/truncation_task.py): the votes settle on the prompt's
+  operation (the first is right with probability `demo.vote_accuracy`, the next with `stay` after
+  a right one, `enter` after a wrong one) and the program is the last vote's, so the program is
+  right more often the longer the scratchpad;
+- `()`: each vote names the prompt's operation with probability `demo.vote_accuracy`, independently,
+  and the program is the majority's (a tiny model does not learn to count them: its pass rate is
+  flat in length, docs/experiments.md).
+
+Either way the policy controls its length (K), and the cap binds: answers with many votes are cut
+off; a cut inside the scratchpad or the program leaves no program, so the judge says `no_code`
+(not judged wrong: what the conditional mask may protect); and reading the operation off the
+prompt is learnable from the reward, as in the demo.
 
 The problems and tokenizer corpus are the demo's (`demo_task`), the warm-start loop is
 `trainer/warm_start.py`; the config is `configs/truncation_task.py`.

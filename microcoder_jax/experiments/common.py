@@ -58,7 +58,6 @@ class Arm:
     rule: str
     overrides: tuple = ()
     label: str = ""
-    seeds: int | None = None  # run only the first this many seeds (None: all)
 
 
 def window_size(steps: int) -> int:
@@ -111,14 +110,14 @@ def _finished(workdir: str, steps: int) -> list[dict] | None:
 
 
 def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print) -> dict:
-    """Train every arm for every seed (seed-major; an arm with `seeds` set runs only the first that
-    many); returns {arm: {seed: (rows, timing, {step: held-out report})}}."""
+    """Train every arm for every seed (seed-major); returns {arm: {seed: (rows, timing, {step:
+    held-out report})}}."""
     from microcoder_jax.trainer import warm_start
     from microcoder_jax.trainer.loop import train
 
     warm_start.reuse_warm_starts(True)
     results = {a.name: {} for a in arms}
-    plan = [(s, a) for s in seeds for a in arms if a.seeds is None or s < a.seeds]
+    plan = [(s, a) for s in seeds for a in arms]
     total, t_all, trained = len(plan), time.perf_counter(), 0
     every = max(1, steps // 8)
     for i, (seed, arm) in enumerate(plan):
@@ -189,8 +188,9 @@ def run_summary(rows, steps: int, reports=None) -> dict:
     for name, key in HELD_OUT.items():
         out["start"][name] = float(series(first, key)[0]) if first else float("nan")
         out["end"][name] = float(series(last, key)[0]) if last else float("nan")
-    if reports and 0 in reports:
-        out["start_by_length"] = reports[0]["lengths"]["by_length"]
+    for part, step in (("start", 0), ("end", steps)):
+        if reports and step in reports:
+            out[f"{part}_by_length"] = reports[step]["lengths"]["by_length"]
     rows = train_rows
     reward = series(rows, "reward_mean")
     out["peak_reward"] = float(np.nanmax(reward))
@@ -276,31 +276,59 @@ TABLE_COLUMNS = ("reward", "length", "truncation", "masked", "diversity", "greed
 PAIRED_COLUMNS = ("greedy_pass1", "pass1", "pass8", "length", "truncation", "diversity")
 
 
+def _pool(bins_per_seed) -> list[dict]:
+    pooled: dict = {}
+    for bins in bins_per_seed:
+        for b in bins:
+            p = pooled.setdefault((b["from"], b["to"]), [0, 0.0])
+            p[0] += b["answers"]
+            p[1] += b["answers"] * b["pass_rate"]
+    n = len(bins_per_seed)
+    return [
+        {"from": lo, "to": hi, "answers": a, "pass_rate": passed / a, "seeds": n}
+        for (lo, hi), (a, passed) in sorted(pooled.items())
+    ]
+
+
 def length_curve(summary: dict) -> list[dict]:
     """Held-out pass rate by answer length of the starting (warm-started) policy, pooled over seeds:
     every arm of a seed starts from the same params and is evaluated with the same key, so each
     seed is counted once (from the first arm that has it)."""
-    pooled: dict = {}
-    seen = set()
+    per_seed: dict = {}
     for arm in summary["arms"].values():
         for seed, run in arm["seeds"].items():
-            if seed in seen or "start_by_length" not in run:
-                continue
-            seen.add(seed)
-            for b in run["start_by_length"]:
-                p = pooled.setdefault((b["from"], b["to"]), [0, 0.0])
-                p[0] += b["answers"]
-                p[1] += b["answers"] * b["pass_rate"]
-    return [
-        {"from": lo, "to": hi, "answers": n, "pass_rate": passed / n, "seeds": len(seen)}
-        for (lo, hi), (n, passed) in sorted(pooled.items())
-    ]
+            if seed not in per_seed and "start_by_length" in run:
+                per_seed[seed] = run["start_by_length"]
+    return _pool(list(per_seed.values()))
 
 
-def length_table(curve) -> str:
-    """A markdown table of `length_curve`."""
-    lines = ["| answer length (tokens) | answers | held-out pass rate |", "|---|---|---|"]
-    lines += [f"| {b['from']}-{b['to']} | {b['answers']} | {b['pass_rate']:.3f} |" for b in curve]
+def end_length_curves(summary: dict) -> dict:
+    """{arm: held-out pass rate by answer length after the last step, pooled over the arm's seeds}."""
+    return {
+        name: _pool([run["end_by_length"] for run in arm["seeds"].values() if "end_by_length" in run])
+        for name, arm in summary["arms"].items()
+    }
+
+
+MIN_BIN_ANSWERS = 5  # the length tables and panel leave out bins with fewer answers, all seeds together
+
+
+def length_table(curves: dict) -> str:
+    """A markdown table of pass rate by answer length: one column per curve ({name: curve}), cells
+    'pass rate (answers)'; bins with fewer than MIN_BIN_ANSWERS answers in a curve are blank there."""
+    names = list(curves)
+    bins = sorted({(b["from"], b["to"]) for c in curves.values() for b in c})
+    lines = ["| answer length (tokens) | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+    for lo, hi in bins:
+        cells = []
+        for name in names:
+            b = next((b for b in curves[name] if (b["from"], b["to"]) == (lo, hi)), None)
+            if b is not None and b["answers"] >= MIN_BIN_ANSWERS:
+                cells.append(f"{b['pass_rate']:.2f} ({b['answers']})")
+            else:
+                cells.append("")
+        if any(cells):
+            lines.append(f"| {lo}-{hi} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -325,12 +353,19 @@ def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=Non
     and the curves; returns the summary written."""
     os.makedirs(out, exist_ok=True)
     shown, diffs = columns or TABLE_COLUMNS, paired_columns or PAIRED_COLUMNS
-    summary = {**summary, "paired": comparisons(summary, diffs), "start_length_curve": length_curve(summary)}
+    summary = {
+        **summary,
+        "paired": comparisons(summary, diffs),
+        "start_length_curve": length_curve(summary),
+        "end_length_curves": end_length_curves(summary),
+    }
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     parts = [table(summary, shown), paired_table(summary, diffs)]
     if summary["start_length_curve"]:
-        parts.append(length_table(summary["start_length_curve"]))
+        curves = {"before RL (all arms)": summary["start_length_curve"]}
+        curves.update({f"{name}, end": c for name, c in summary["end_length_curves"].items() if c})
+        parts.append("Held-out pass rate (answers) by answer length, finished answers:\n\n" + length_table(curves))
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n\n".join(parts) + "\n")
     figure_fn(results, arms, os.path.join(out, "curves.png"), summary)
@@ -386,7 +421,12 @@ def run_experiment(
     )
 
     def fig(results, arms, path, summary):
-        draw(results, arms, path, keys=keys, cap=cap, title=title.format(cap=cap, seeds=len(seeds)))
+        curves = (
+            (summary["start_length_curve"], summary["end_length_curves"]) if summary["start_length_curve"] else None
+        )
+        draw(
+            results, arms, path, keys=keys, cap=cap, title=title.format(cap=cap, seeds=len(seeds)), length_curves=curves
+        )
 
     write_outputs(args.out, summary, results, arms, fig, columns, paired_columns)
     print(table(summary, columns) if columns else table(summary))

@@ -28,15 +28,20 @@ PANELS = {
 STEPWISE = {"temperature"}  # drawn unsmoothed
 
 
-def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, smooth: int = 0) -> None:
-    """Write the figure to `path` (PNG). `results`: {arm: {seed: (rows, timing, ...)}}."""
+def draw(
+    results, arms, path: str, *, keys, title: str, cap: int | None = None, smooth: int = 0, length_curves=None
+) -> None:
+    """Write the figure to `path` (PNG). `results`: {arm: {seed: (rows, timing, ...)}}; with
+    `length_curves` = (start curve, {arm: end curve}) (common.length_curve, end_length_curves), one
+    more panel: held-out pass rate against answer length, before RL and after the last step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = 3 if len(keys) > 4 else 2
-    rows_n = -(-len(keys) // cols)
+    panels = len(keys) + (length_curves is not None)
+    cols = 3 if panels > 4 else 2
+    rows_n = -(-panels // cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 3.8 * rows_n), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, key in zip(axes.flat, keys):
@@ -70,7 +75,9 @@ def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, 
         ax.set_xlabel("RL step (rollout batches; 0 = before RL)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys) :]:
+    if length_curves is not None:
+        _length_panel(axes.flat[len(keys)], length_curves, arms, colours, cap)
+    for ax in list(axes.flat)[panels:]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9, frameon=False)
@@ -81,3 +88,25 @@ def draw(results, arms, path: str, *, keys, title: str, cap: int | None = None, 
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _length_panel(ax, length_curves, arms, colours, cap) -> None:
+    """Held-out pass rate by answer length (bin midpoints; bins with few answers left out)."""
+    from microcoder_jax.experiments.common import MIN_BIN_ANSWERS
+
+    start, ends = length_curves
+
+    def plot(curve, **style):
+        kept = [b for b in curve if b["answers"] >= MIN_BIN_ANSWERS]
+        ax.plot([(b["from"] + b["to"]) / 2 for b in kept], [b["pass_rate"] for b in kept], marker="o", **style)
+
+    plot(start, color="black", lw=2.2, ls="--", label="before RL (every arm)")
+    for colour, arm in zip(colours * 3, arms):
+        if ends.get(arm.name):
+            plot(ends[arm.name], color=colour, lw=1.6)
+    if cap:
+        ax.axvline(cap, color="black", ls=":", lw=1)
+    ax.set_title("held-out pass rate by answer length")
+    ax.set_xlabel("answer length (tokens; finished answers; dashed: before RL, colours: end)")
+    ax.set_ylabel("fraction of answers passing")
+    ax.grid(alpha=0.3)

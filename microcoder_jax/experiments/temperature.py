@@ -67,6 +67,7 @@ def main(argv=None) -> int:
         meta={"rule": RULE},
         columns=COLUMNS,
         paired_columns=("greedy_pass1", "pass1", "pass8", "diversity", "length"),
+        default_seeds=6,
     )
 
 
