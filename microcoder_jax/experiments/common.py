@@ -46,6 +46,7 @@ SHORT = (
     "data.num_prompts=4",
     "demo.problems_per_op=2",
     "demo.held_out_per_op=1",
+    "eval.batch_problems=5",  # the 5 held-out problems in one call, no padding rows
     "train.eval_every=3",  # the held-out evaluation before and after the 3 steps
 )
 
