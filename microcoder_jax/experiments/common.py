@@ -192,11 +192,10 @@ def run_summary(rows, steps: int, reports=None) -> dict:
     for part, step in (("start", 0), ("end", steps)):
         if reports and step in reports:
             out[f"{part}_by_length"] = reports[step]["lengths"]["by_length"]
-    rows = train_rows
-    reward = series(rows, "reward_mean")
+    reward = series(train_rows, "reward_mean")
     out["peak_reward"] = float(np.nanmax(reward))
-    out["peak_reward_step"] = int(rows[int(np.nanargmax(reward))]["step"])
-    out["temperature_path"] = temperature_path(rows)
+    out["peak_reward_step"] = int(train_rows[int(np.nanargmax(reward))]["step"])
+    out["temperature_path"] = temperature_path(train_rows)
     return out
 
 
@@ -348,10 +347,10 @@ def table(summary: dict, columns=TABLE_COLUMNS) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=None, paired_columns=None) -> dict:
+def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=None, paired_columns=None) -> None:
     """summary.json (with every arm's paired differences from the first arm and the starting
     policy's pass rate by length), table.md (the arms, the paired differences, the length curve)
-    and the curves; returns the summary written."""
+    and the curves."""
     os.makedirs(out, exist_ok=True)
     shown, diffs = columns or TABLE_COLUMNS, paired_columns or PAIRED_COLUMNS
     summary = {
@@ -370,7 +369,6 @@ def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=Non
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n\n".join(parts) + "\n")
     figure_fn(results, arms, os.path.join(out, "curves.png"), summary)
-    return summary
 
 
 def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_steps: int):
@@ -404,7 +402,7 @@ def run_experiment(
     meta=None,
     columns=None,
     paired_columns=None,
-    default_seeds: int = 3,
+    default_seeds: int = 6,
 ) -> int:
     """One experiment command: parse the flags, train every arm x seed, then write and print the
     summary, table and curves. `draw` is figure.draw; `title` may use {cap} and {seeds}."""

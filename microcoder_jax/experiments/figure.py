@@ -55,9 +55,8 @@ def draw(
             n = min(len(r) for r in runs)
             steps = np.array([r["step"] for r in runs[0][:n]])
             values = np.stack([series(r[:n], key) for r in runs])  # [seeds, steps]
-            w = (
-                1 if key in STEPWISE or held_out else smooth or auto_window(n)
-            )  # a smoothed stage change looks like a ramp
+            # unsmoothed: a stage change (smoothed it looks like a ramp) and the few evaluations
+            w = 1 if key in STEPWISE or held_out else smooth or auto_window(n)
             smoothed = np.stack([moving_mean(v, w) for v in values])
             mean = np.nanmean(values, 0)
             label = f"{arm.label or arm.name} ({len(runs)} seeds)"

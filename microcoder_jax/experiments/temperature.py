@@ -18,9 +18,9 @@ from microcoder_jax.experiments import common, figure
 
 RULE = "conditional_0.1"
 # The diversity policy's ladder is the method's; its window (10) and interval (20) are for 300-step
-# runs and are scaled down to this one's few dozen steps. Both band kinds start at 0.6: the
-# absolute band (the paper's 0.55-0.75 of group distinct-4) probes the ladder and starts at the
-# lowest stage in it; the relative band is 0.8-1.25 times the diversity measured at 0.6.
+# runs and are scaled down to this one's few dozen steps. The absolute band (the paper's 0.55-0.75
+# of group distinct-4) probes the ladder and starts at the lowest stage in it; the relative band
+# starts at 0.6 and is 0.8-1.25 times the diversity measured there.
 DIVERSITY = (
     "temperature.policy=diversity",
     "temperature.window=5",
@@ -67,7 +67,6 @@ def main(argv=None) -> int:
         meta={"rule": RULE},
         columns=COLUMNS,
         paired_columns=("greedy_pass1", "pass1", "pass8", "diversity", "length"),
-        default_seeds=6,
     )
 
 

@@ -43,7 +43,6 @@ def main(argv=None) -> int:
         draw=figure.draw,
         keys=KEYS,
         title="Truncation rules on the CPU truncation task (cap {cap} tokens, {seeds} seeds)",
-        default_seeds=6,
     )
 
 

@@ -175,7 +175,12 @@ def evaluate_run(run, pool, params, rng) -> dict:
     (report["greedy"]): pass@1 of the policy itself, free of the sampling temperature."""
     report = evaluate_problems(run, pool, params, run.eval_problems, rng=rng)
     if run.eval.greedy:
-        greedy = evaluate_problems(run, pool, params, run.eval_problems, rng=rng, temperature=0.0, samples=1)
+        already = run.eval.temperature == 0 and run.eval.samples == 1  # the report is the greedy pass
+        greedy = (
+            report
+            if already
+            else evaluate_problems(run, pool, params, run.eval_problems, rng=rng, temperature=0.0, samples=1)
+        )
         report["greedy"] = {"overall": greedy["overall"], "lengths": greedy["lengths"]}
     return report
 
