@@ -73,3 +73,36 @@ def test_training_dir_without_any_config_warns_about_the_tokenizer(demo_run, tmp
     out = tmp_path / "hf"
     code = convert.main(["--from", str(bare / "checkpoints"), "--to-hf", str(out), "--model-config", str(bare)])
     assert code == 0 and "no tokenizer files" in capsys.readouterr().err
+
+
+def test_export_makes_missing_parents_and_files_readable_as_the_umask_allows(demo_run, tmp_path):
+    """The README's `--to-hf out/demo` on a fresh clone: out/ does not exist. The export is as
+    readable as an ordinary mkdir / open makes it (mkdtemp alone gives 0700 and 0600)."""
+    workdir, _, _ = demo_run
+    out = tmp_path / "out" / "nested" / "demo"
+    old_mask = os.umask(0o022)
+    try:
+        assert convert.main(["--from", workdir, "--to-hf", str(out)]) == 0
+    finally:
+        os.umask(old_mask)
+    modes = {p.relative_to(out).as_posix(): p.stat().st_mode & 0o777 for p in out.rglob("*")}
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert modes and all(m == (0o755 if (out / p).is_dir() else 0o644) for p, m in modes.items()), modes
+    assert "model.safetensors" in modes and "config.json" in modes
+
+
+def test_a_failed_export_keeps_the_previous_one(demo_run, tmp_path, monkeypatch, capsys):
+    """--overwrite builds the new export beside the old one and swaps it in only when complete."""
+    workdir, _, _ = demo_run
+    out = tmp_path / "hf"
+    assert convert.main(["--from", workdir, "--to-hf", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+
+    def fail(root):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(models.hf, "_umask_modes", fail)
+    assert convert.main(["--from", workdir, "--to-hf", str(out), "--overwrite"]) == 1
+    assert "convert: error: disk full" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no temp folder left behind

@@ -210,7 +210,7 @@ def main(argv=None) -> int:
                 dtype=args.param_dtype,
                 extra_files=extras,
             )
-    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:
+    except (ValueError, OSError, KeyError) as e:  # a missing file, a full disk: one line
         print(f"convert: error: {e}", file=sys.stderr)
         return 1
     n = sum(x.size for x in jax.tree.leaves(params))

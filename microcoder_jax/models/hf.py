@@ -261,6 +261,8 @@ def save_hf_params(
     path = os.path.abspath(os.fspath(path))
     is_writer = jax.process_index() == 0
     parent = os.path.dirname(path)
+    if is_writer:
+        os.makedirs(parent, exist_ok=True)  # `--to-hf out/demo` on a fresh clone: out/ is made too
     tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=parent) if is_writer else None
     try:
         shards: list[dict[str, np.ndarray]] = [{}]
@@ -303,6 +305,7 @@ def save_hf_params(
             json.dump(hf_config, f, indent=2)
         for fname, write in (extra_files or {}).items():
             write(os.path.join(tmp, fname))
+        _umask_modes(tmp)
         if os.path.exists(path):
             old = path + ".old"
             shutil.rmtree(old, ignore_errors=True)
@@ -316,6 +319,20 @@ def save_hf_params(
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask_modes(root: str) -> None:
+    """The modes an ordinary mkdir / open gives under this process's umask, for ``root`` and all
+    in it: mkdtemp makes 0700, so without this a server running as another user (vLLM) cannot
+    read the export."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(root, 0o777 & ~mask)
+    for folder, dirs, files in os.walk(root):
+        for d in dirs:
+            os.chmod(os.path.join(folder, d), 0o777 & ~mask)
+        for f in files:
+            os.chmod(os.path.join(folder, f), 0o666 & ~mask)
 
 
 def _flush(shards, tmp, save_file):
