@@ -79,7 +79,7 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     params = local_bytes(state.params)
     mb = _split(sh.micro, shards)
     tokens = mb * sh.seq
-    splash = mc.attention == "splash"
+    splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
     saved = {
         "full": l * tokens * d * 2,
         "none": l * _layer_activations(mc, tokens, splash, t, sh.seq),
@@ -117,7 +117,7 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     params = local_bytes(program.args[0])
     mb = _split(sh.micro, shards)
     tokens = mb * sh.seq
-    splash = mc.attention == "splash"
+    splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
     chunk = min(rl_config.logprob_chunk, sh.seq - 1)
     kw = program.kwargs
     comp = {

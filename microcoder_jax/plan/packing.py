@@ -81,7 +81,7 @@ def compare_mask(config, topology, mask) -> dict:
     mesh = planner.abstract_mesh(config, topology.num_devices)
     progs = {
         p.name: p
-        for p in programs.rl_step_programs(config, rl, mesh, tpu=topology.chip.tpu)
+        for p in programs.rl_step_programs(config, rl, mesh, tpu=topology.platform)
         if p.name in ("old log-probs", "train step")
     }
     sh = programs.shapes_of(config, rl, mesh)

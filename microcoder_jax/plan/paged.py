@@ -135,15 +135,26 @@ def slots_in_same_pool(mc, shape, kv_dtype: str) -> int:
     return max(0, pages // engine.max_own_pages(shape.max_new, shape.page_size))
 
 
-def paged_model_config(config, tpu: bool):
-    """The model config of the paged programs: `auto` resolved for the target chip (splash = the
-    Pallas paged kernel where it serves, else XLA); admit's prefill is XLA either way."""
+def decode_kernel(config, tpu: bool | str) -> str:
+    """What the paged decode runs on the target (models/paged_attention.choose): "kernel" (the TPU
+    Pallas kernel), "gpu_kernel" (the Pallas Triton kernel) or "xla"."""
     from microcoder_jax.models import paged_attention as pa
     from microcoder_jax.plan import programs
 
-    mc = programs.model_config_for(config, False, 0)  # the shape; attention is set below
+    mc = programs.model_config_for(config, False, 0)
     dtype = pa.pool_dtype(config.sampling.kv_dtype, mc)
-    kernel = pa.choose(config.model.attention, mc.head_dim, dtype, on="tpu" if tpu else "gpu") == "kernel"
+    on = programs.target_platform(tpu)
+    return pa.choose(config.model.attention, mc.head_dim, dtype, on=on, page_size=config.sampling.page_size)
+
+
+def paged_model_config(config, tpu: bool | str):
+    """The model config of the paged programs: `auto` resolved for the target chip (splash = a
+    Pallas paged kernel, TPU or GPU, where it serves: pages stream through on-chip memory, no
+    gathered copy; else XLA); admit's prefill is XLA either way."""
+    from microcoder_jax.plan import programs
+
+    mc = programs.model_config_for(config, False, 0)  # the shape; attention is set below
+    kernel = decode_kernel(config, tpu) in ("kernel", "gpu_kernel")
     return mc.replace(attention="splash" if kernel else "xla")
 
 
@@ -224,7 +235,7 @@ def kv_dtype_rows(plan) -> list[dict]:
     return out
 
 
-def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]:
+def rl_step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Program]:
     """`programs.rl_step_programs` for `sampling.engine=paged`: admit + run instead of prefill + decode."""
     from microcoder_jax.plan import programs
     from microcoder_jax.trainer.step_batch import session_prompts

@@ -50,6 +50,7 @@ class Plan:
     shapes: programs.Shapes
     rows: list
     suggestions: list = dataclasses.field(default_factory=list)
+    attention: str = ""  # what `model.attention` resolves to on the target, per phase (attention_label)
 
     def verdict(self, row: Row) -> str:
         if row.error and not (row.compiled is not None and row.compiled.oom):
@@ -114,7 +115,7 @@ def plan(
     compile_ = compile_ and topology.aot_name is not None
     mesh = programs.make_mesh(config, topology.devices()) if compile_ else abstract_mesh(config, topology.num_devices)
     builder = paged.rl_step_programs if config.sampling.engine == "paged" else programs.rl_step_programs
-    progs = builder(config, rl_config, mesh, tpu=topology.chip.tpu)
+    progs = builder(config, rl_config, mesh, tpu=topology.platform)
     open_session = _open_session_bytes(config, rl_config, progs)
     if not config.train.eval_every:  # a run that never evaluates compiles no eval programs
         progs = [p for p in progs if not p.name.startswith("eval ")]
@@ -136,12 +137,26 @@ def plan(
             else analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers)
         )
         rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config, open_session)))
-    result = Plan(topology, dict(mesh.shape), mc, shapes, rows)
+    result = Plan(topology, dict(mesh.shape), mc, shapes, rows, attention=attention_label(config, topology, shapes))
     if search and not result.fits:
         from microcoder_jax.plan import suggest
 
         result.suggestions = suggest.search(config, topology, result, plan=plan, cache_dir=cache_dir, log=log)
     return result
+
+
+_DECODE_NAMES = {"kernel": "the Pallas paged kernel", "gpu_kernel": "the Pallas (Triton) paged kernel"}
+
+
+def attention_label(config, topology: Topology, shapes) -> str:
+    """The attention the run would use on `topology` (models/attention.py's `auto` rules there, not
+    this host's): the training passes' implementation and the sampler's decode."""
+    train = programs.model_config_for(config, topology.platform, shapes.seq).attention
+    if config.sampling.engine == "paged":
+        decode = _DECODE_NAMES.get(paged.decode_kernel(config, topology.platform), "xla")
+    else:
+        decode = "xla"
+    return f"{train} (training), {decode} (decode)"
 
 
 def _gathers_weights(compiled, mc) -> bool:

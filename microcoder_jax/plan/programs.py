@@ -62,14 +62,28 @@ class Program:
     out_mesh: Any = None  # where its output lands, if elsewhere (the decode layout onto the sampler's mesh)
 
 
-def model_config_for(config, tpu: bool, seq_len: int):
+def target_platform(tpu: bool | str) -> str:
+    """`tpu` as the platform the programs are planned for: True / "tpu", "gpu", else "cpu" (False:
+    an unnamed device, planned with the XLA paths)."""
+    return "tpu" if tpu is True else tpu if isinstance(tpu, str) and tpu else "cpu"
+
+
+def model_config_for(config, tpu: bool | str, seq_len: int):
     """The model shape of `config` (models.model_config_from), with `auto` attention resolved for
-    the target chip, not this host's CPU: the Pallas kernel where the shape allows, else XLA."""
+    the target chip, not this host's CPU, by models/attention.py's rules: on TPU the flash kernel
+    where the shape allows, on a GPU cuDNN in half precision (head_dim a multiple of 8 up to 128, an
+    even length), else XLA. `tpu`: True / "tpu", "gpu", or False / "cpu" (see target_platform)."""
     vocab = config.demo.vocab_size if (config.data.task == "demo" and not config.model.path) else None
     mc = models.model_config_from(config, vocab)
     if mc.attention == "auto":
-        kernel = tpu and seq_len % 128 == 0 and mc.head_dim % 128 == 0
-        mc = mc.replace(attention="splash" if kernel else "xla")
+        on = target_platform(tpu)
+        if on == "tpu":
+            kernel = seq_len % 128 == 0 and mc.head_dim % 128 == 0
+            mc = mc.replace(attention="splash" if kernel else "xla")
+        else:
+            half = jnp.dtype(mc.dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+            cudnn = on == "gpu" and half and mc.head_dim % 8 == 0 and mc.head_dim <= 128 and seq_len % 2 == 0
+            mc = mc.replace(attention="cudnn" if cudnn else "xla")
     return mc
 
 
@@ -193,7 +207,7 @@ def sampler_programs(tag, config, mc, mesh, prompts, group, width, max_new, phas
     return [prefill, decode]
 
 
-def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program:
+def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool | str) -> Program:
     from microcoder_jax.rl.logprobs import compute_logprobs
 
     mc = model_config_for(config, tpu, shapes.seq)
@@ -210,7 +224,7 @@ def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Progr
     return Program("old log-probs", compute_logprobs.jitted, args, kwargs, mc)
 
 
-def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program:
+def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool | str) -> Program:
     """The train step on the batch the loop gives it: a `Rollout` (rl/batch.py) with old log-probs,
     the reference's under the KL term, the sampler's under rl.is_correction."""
     from microcoder_jax.rl import batch as rollout_type
@@ -229,7 +243,7 @@ def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool) -> Program
     return Program("train step", jitted, (abstract_state(mc, rl_config, mesh), batch), {}, mc)
 
 
-def rl_step_programs(config, rl_config, mesh, tpu: bool = True) -> list[Program]:
+def rl_step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Program]:
     """Every program of one RL step plus eval sampling, in the order the loop runs them."""
     sh = shapes_of(config, rl_config, mesh)
     mc_prompt = model_config_for(config, tpu, sh.prompt_width)

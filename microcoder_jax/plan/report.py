@@ -151,10 +151,11 @@ def render(plan, config_name: str) -> str:
     if own != plan.mesh_shape:  # the paged sampler on a mesh of its own (sampling.decode_tensor)
         mesh += "; sampler mesh " + " ".join(f"{k}={v}" for k, v in own.items())
     how = "compiled with libtpu (AOT)" if t.aot_name else "analytic only (no TPU compiler for this device)"
+    attention = plan.attention or mc.attention
     out = [
         f"plan: {config_name} on {t.name}: {t.num_devices} x {t.chip.name}, {t.chip.hbm_bytes / GIB:.1f} GiB "
         f"HBM each; mesh {mesh}; {how}",
-        f"model: {params / 1e9:.2f}B params, {mc.num_layers} layers, attention {mc.attention}, remat {mc.remat}; "
+        f"model: {params / 1e9:.2f}B params, {mc.num_layers} layers, attention {attention}, remat {mc.remat}; "
         f"rows {sh.rows} (prompts {sh.prompts} x G {sh.group}), sequence {sh.prompt_width} + {sh.max_new}, "
         f"micro-batch {sh.micro}; eval {sh.eval_prompts} x {sh.eval_samples} at {sh.eval_max_new} new tokens",
         "",

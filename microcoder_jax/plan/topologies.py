@@ -72,6 +72,14 @@ class Topology:
     aot_name: str | None  # libtpu topology, e.g. "v5e:2x4"; None = analytic only
     slices: int = 1  # multi-slice (DCN between slices), e.g. "v5e-8x2"
 
+    @property
+    def platform(self) -> str:
+        """What the run compiles for: "tpu", "gpu" (a named GPU) or "cpu" (an unnamed device:
+        --devices N --hbm-gib X, planned with the XLA paths)."""
+        if self.chip.tpu:
+            return "tpu"
+        return "gpu" if any(c.name == self.chip.name for c in CHIPS.values() if not c.tpu) else "cpu"
+
     def devices(self):
         """libtpu's AOT devices of this topology (JAX_PLATFORMS=cpu is enough; nothing allocated).
         A single chip needs chips_per_host_bounds (1, 1, 1): libtpu's default host is 2x2x1."""
