@@ -1114,7 +1114,8 @@ def render_statement(r: random.Random, inst: Instance, sample_in: str, sample_ou
             parts.append("Constraints\n\n" + "\n".join(f"- {c}" for c in inst.constraints))
         parts += [f"Sample Input 1\n\n{sin}", f"Sample Output 1\n\n{sout}"]
     elif style == 1:
-        head = f"{story}\n\nInput: {spec_in}\nOutput: {spec_out}"
+        gap = "\n\n" if "\n" in spec_in else "\n"  # a format block ends before the Output line
+        head = f"{story}\n\nInput: {spec_in}{gap}Output: {spec_out}"
         if inst.constraints:
             head += "\nConstraints: " + "; ".join(inst.constraints) + "."
         parts = [head, f"Example\n\nInput:\n{sin}\n\nOutput:\n{sout}"]
