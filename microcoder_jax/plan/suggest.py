@@ -25,7 +25,8 @@ def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
         if config.sampling.engine == "paged" and config.sampling.decode_tensor == 0 and shards > 1:
             # the pool and weights split over the chips instead of replicated: training is unchanged
             out.append(("the sampler's KV heads over every chip", {"sampling.decode_tensor": -1}))
-        if name.endswith("decode"):
+        # decode and (paged) admit both hold the page pool: its dtype and its slots size it
+        if name.endswith("decode") or (name.endswith("admit") and config.sampling.engine == "paged"):
             out += _slot_candidates(config, name)
         if config.sampling.engine == "static":
             key = "data.num_prompts" if name.startswith("sample") else "eval.batch_problems"
@@ -52,10 +53,17 @@ def _slot_candidates(config, name: str) -> list[tuple[str, dict]]:
             (f"paged engine, {s} slots", {"sampling.engine": "paged", "sampling.slots": s})
             for s in _halves(slots, include=True)
         ]
-    out: list[tuple[str, dict]] = [(f"{s} slots", {"sampling.slots": s}) for s in _halves(slots, include=False)]
-    if config.sampling.kv_dtype != "int8":  # the same slots in about half the pool, before fewer slots
-        out.insert(0, (f"int8 KV pool, {slots} slots", {"sampling.kv_dtype": "int8"}))
-    return out
+    if config.sampling.kv_dtype == "int8":
+        return [(_slots(s), {"sampling.slots": s}) for s in _halves(slots, include=False)]
+    # int8 holds the same slots in about half the pool (and reads half the pages): before fewer slots
+    return [
+        (f"int8 KV pool, {_slots(s)}", {"sampling.kv_dtype": "int8"} | ({} if s == slots else {"sampling.slots": s}))
+        for s in _halves(slots, include=True)
+    ]
+
+
+def _slots(n: int) -> str:
+    return f"{n} slot" + ("s" if n != 1 else "")
 
 
 def _halves(n: int, include: bool) -> list[int]:
@@ -66,29 +74,51 @@ def _halves(n: int, include: bool) -> list[int]:
     return out
 
 
-def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) -> list[str]:
-    """One line per program that does not fit: the first candidate that compiles and fits.
+def _gib(x) -> str:
+    return f"{x / 2**30:.1f} GiB"
 
-    `plan` is `planner.plan` (passed in, so this module does not import the planner back)."""
+
+def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) -> list[str]:
+    """One line per program that does not fit: the first candidate that fits (compiled on TPU, the
+    analytic model elsewhere), or every candidate tried with why it was ruled out; then, when
+    something was found, one line with every change together and the flags to paste.
+
+    Programs are searched in the loop's order, each on top of the changes found for the ones
+    before it (an int8 pool found for admit may already fit the decode). `plan` is `planner.plan`
+    (passed in, so this module does not import the planner back)."""
+    from microcoder_jax.plan.planner import HEADROOM
+
     lines = []
     hbm = topology.chip.hbm_bytes
+    found_all: dict = {}
     for row in result.rows:
         if result.verdict(row) == "fits":
             continue
-        name, found, compiles = row.program.name, None, 0
-        for label, changes in candidates(config, name, result.mesh_shape):
+        name, found, compiles, tried = row.program.name, None, 0, []
+        base = with_overrides(config, **found_all) if found_all else config
+        options = candidates(base, name, result.mesh_shape)
+        if found_all:  # what fixed the programs before may fix this one too
+            options.insert(0, ("the changes above", {}))
+        for label, changes in options:
             try:
-                cand = with_overrides(config, **changes)
+                cand = with_overrides(base, **changes)
                 guess = plan(cand, topology, only=(name,), search=False, compile_=False)
             except (ValueError, KeyError) as e:  # e.g. rows no longer split into mini-batches
                 log(f"  {name}: {label}: {e}")
+                tried.append(f"{label}: does not build ({str(e).splitlines()[0][:80]})")
                 continue
-            if guess.rows[0].total > hbm * 1.15:  # the model says far over: do not spend a compile
-                continue
-            if compiles == MAX_COMPILES or topology.aot_name is None:
-                if topology.aot_name is None and guess.verdict(guess.rows[0]) == "fits":
-                    found = (label, changes, guess.rows[0].total, "analytic")
+            total = guess.rows[0].total
+            if topology.aot_name is None:
+                if guess.verdict(guess.rows[0]) == "fits":
+                    found = (label, changes, total, "analytic")
                     break
+                tried.append(f"{label}: {_gib(total)} (analytic)")
+                continue
+            if total > hbm * 1.15:  # the model says far over: do not spend a compile
+                tried.append(f"{label}: {_gib(total)} (analytic, not compiled)")
+                continue
+            if compiles == MAX_COMPILES:
+                tried.append(f"{label}: not compiled ({MAX_COMPILES} compiles spent)")
                 continue
             compiles += 1
             log(f"  {name}: trying {label} ...")
@@ -96,18 +126,45 @@ def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) ->
             if real.verdict(real.rows[0]) == "fits":
                 found = (label, changes, real.rows[0].total, "compiled")
                 break
+            tried.append(f"{label}: {_gib(real.rows[0].total)} ({real.verdict(real.rows[0])}, compiled)")
         if found is None:
-            tried = ", ".join(label for label, _ in candidates(config, name, result.mesh_shape))
-            lines.append(f"{name}: no candidate fits ({tried} tried or ruled out); use a larger topology")
-        else:
-            label, changes, total, how = found
-            flags = " ".join(f"--config.{k}={v}" for k, v in changes.items())
-            note = (
-                "  (today's loop samples all of a step's prompts in one call: this is the call size that fits)"
-                if "prompts per sampler call" in label
-                else ""
+            why = (
+                f"tried, against {_gib(HEADROOM * hbm)} ({HEADROOM:.0%} of {_gib(hbm)}): " + "; ".join(tried)
+                if tried
+                else "no knob the search tries (int8 pool, slots, micro-batch, remat, mesh) applies to it"
             )
-            lines.append(
-                f"{name}: {label} fits, {total / 2**30:.1f} GiB of {hbm / 2**30:.1f} GiB ({how}): {flags}{note}"
-            )
+            lines.append(f"{name}: nothing fits ({why}); use a larger topology")
+            continue
+        label, changes, total, how = found
+        found_all.update(changes)
+        flags = _flags(changes)
+        note = (
+            "  (today's loop samples all of a step's prompts in one call: this is the call size that fits)"
+            if "prompts per sampler call" in label
+            else ""
+        )
+        lines.append(
+            f"{name}: {label} fits, {_gib(total)} of {_gib(hbm)} ({how})" + (f": {flags}" if flags else "") + note
+        )
+    if found_all:
+        lines.append(_together(config, topology, found_all, plan))
     return lines
+
+
+def _flags(changes: dict) -> str:
+    return " ".join(f"--config.{k}={v}" for k, v in changes.items())
+
+
+def _together(config, topology, changes: dict, plan) -> str:
+    """Every change found, applied at once and checked on every program (the analytic model)."""
+    flags = _flags(changes)
+    try:
+        every = plan(with_overrides(config, **changes), topology, search=False, compile_=False)
+    except (ValueError, KeyError) as e:
+        return f"together: {flags} does not build ({str(e).splitlines()[0][:100]})"
+    bad = [r.program.name for r in every.rows if every.verdict(r) != "fits"]
+    how = "the analytic model" + (", each change compiled for its program above" if topology.aot_name else "")
+    if bad:
+        return f"together: {', '.join(bad)} still does not fit ({how}) with {flags}"
+    peak = max(r.total for r in every.rows)
+    return f"fits with every change ({how}; peak {_gib(peak)}): add {flags}"
