@@ -236,11 +236,12 @@ def load_config(path: str | None = None, overrides: Sequence[str] = ()):
 
 
 def main_guard(fn: Callable[[], int]) -> int:
-    """Run a CLI body: a ConfigError is `error: ...` on stderr and exit status 2."""
+    """Run a CLI body: a ConfigError is `error: ...` on stderr (one line per problem) and exit status 2."""
     try:
         return fn()
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        for line in str(e).splitlines() or [type(e).__name__]:
+            print(f"error: {line}", file=sys.stderr)
         return 2
 
 

@@ -94,13 +94,16 @@ def all_keys() -> list[tuple[str, object, str]]:
 
 
 def blocks(config: ml_collections.ConfigDict) -> dict:
-    """Block key -> the typed block built from `config`; a bad value raises ConfigError naming it."""
-    typed = {}
+    """Block key -> the typed block built from `config`; bad values raise one ConfigError naming
+    each (one line per block that failed, so a config's problems are reported at once)."""
+    typed, errors = {}, []
     for name, cls in block_types().items():
         try:
             typed[name] = make_rl_config(config) if cls is RLConfig else cls.from_node(config[name])
         except (ValueError, TypeError) as e:
-            raise ConfigError(str(e) if isinstance(e, ValueError) else f"{name}: {e}") from None
+            errors.append(str(e) if isinstance(e, ValueError) else f"{name}: {e}")
+    if errors:
+        raise ConfigError("\n".join(errors))
     return typed
 
 
@@ -259,10 +262,16 @@ def _check_known_keys(config) -> None:
         raise ConfigError(f"unknown config keys {unknown}; `--help` lists every key")
 
 
-def _check_across(config, typed: dict) -> None:
+def _check_across(config, typed: dict) -> list[str]:
+    """The rules joining two blocks: every broken one, as `KEY=VALUE: what is wrong` lines."""
     data, sampling, train = typed["data"], typed["sampling"], typed["train"]
+    errors = []
+
+    def fail(key, value, what):
+        errors.append(f"{key}={value!r}: {what}")
+
     if sampling.engine == "paged" and any(b % sampling.page_size for b in data.prompt_buckets):
-        _fail(
+        fail(
             "data.prompt_buckets",
             data.prompt_buckets,
             f"with sampling.engine=paged every bucket must be a "
@@ -270,19 +279,33 @@ def _check_across(config, typed: dict) -> None:
         )
     if data.task == "problems":
         if not data.train_files:
-            _fail("data.train_files", (), "data.task=problems needs problem files")
+            fail("data.train_files", (), "data.task=problems needs problem files: --config.data.train_files=FILE.jsonl")
         if not (typed["tokenizer"].path or typed["model"].path):
-            _fail("tokenizer.path", "", "set model.path (or tokenizer.path) to load a tokenizer")
+            fail(
+                "tokenizer.path",
+                "",
+                "set --config.model.path=DIR (a Hugging Face checkpoint folder; its tokenizer is used) "
+                "or --config.tokenizer.path",
+            )
         if train.warm_start_steps:
-            _fail("train.warm_start_steps", train.warm_start_steps, "only for data.task=demo")
+            fail(
+                "train.warm_start_steps",
+                train.warm_start_steps,
+                "only for data.task=demo: set --config.train.warm_start_steps=0 "
+                "(configs/problems.py, the config for your own model and problems, has it off)",
+            )
+    return errors
 
 
 def validate(config) -> dict:
-    """Raise ConfigError on the first bad value; returns the typed blocks (`config.blocks`)."""
+    """Raise ConfigError on bad values (every bad block value, or every broken rule across
+    blocks, one line each); returns the typed blocks (`config.blocks`)."""
     seed = get(config, "seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         _fail("seed", seed, "must be an int >= 0")
     _check_known_keys(config)
     typed = blocks(config)
-    _check_across(config, typed)
+    errors = _check_across(config, typed)
+    if errors:
+        raise ConfigError("\n".join(errors))
     return typed

@@ -17,6 +17,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
+from microcoder_jax.blocks import ConfigError
 from microcoder_jax.data.prompts import encode_prompt
 from microcoder_jax.data import problems as problems_lib
 
@@ -39,6 +40,11 @@ class PromptSet:
             f"{self.skipped_no_tests} problems without tests skipped, "
             f"{self.skipped_too_long} prompts over the length cap skipped)"
         )
+
+
+class NoUsableProblemsError(ConfigError):
+    """Every problem was skipped (no tests, or a prompt over the length cap): the message names the
+    knobs to raise and the longest prompt's token count. A ConfigError: one line, exit status 2."""
 
 
 class _CountSkipped(logging.Handler):
@@ -98,11 +104,11 @@ def make_prompt_set(problems, tokenizer, data_config, skipped_malformed: int = 0
     than `data_config.max_prompt_tokens` are skipped and counted."""
     limit = min(data_config.max_prompt_tokens, max(data_config.prompt_buckets))
     no_tests = len(problems_lib.without_tests(problems))
-    kept, prompts, too_long = [], [], 0
+    kept, prompts, too_long, longest = [], [], 0, 0
     for problem in (p for p in problems if p.tests):
         ids = encode_prompt(tokenizer, problem, data_config)
         if len(ids) > limit:
-            too_long += 1
+            too_long, longest = too_long + 1, max(longest, len(ids))
             continue
         kept.append(problem)
         prompts.append(ids)
@@ -110,8 +116,23 @@ def make_prompt_set(problems, tokenizer, data_config, skipped_malformed: int = 0
     if too_long or skipped_malformed or no_tests:
         log.warning("prompt set: %s", out.report())
     if not kept:
-        raise ValueError(f"no usable problems: {out.report()}")
+        raise NoUsableProblemsError(f"no usable problems: {out.report()}{_fix(data_config, limit, longest, no_tests)}")
     return out
+
+
+def _fix(data_config, limit: int, longest: int, no_tests: int) -> str:
+    """What to change when nothing is usable: the knobs, with values that fit the longest prompt."""
+    if not longest:
+        if no_tests:
+            return "; a problem needs tests to be judged (the row format: microcoder_jax/data/problems.py)"
+        return "; the files hold no problem rows (the row format: microcoder_jax/data/problems.py)"
+    need = 1 << (longest - 1).bit_length()  # the next power of two
+    return (
+        f"; the longest prompt is {longest} tokens, the cap min(data.max_prompt_tokens="
+        f"{data_config.max_prompt_tokens}, max(data.prompt_buckets={tuple(data_config.prompt_buckets)})) "
+        f"is {limit}: raise both, e.g. --config.data.max_prompt_tokens={need} "
+        f"--config.data.prompt_buckets='({need},)'"
+    )
 
 
 def prompt_dataset(

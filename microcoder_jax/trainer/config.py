@@ -29,6 +29,11 @@ class TrainConfig(Block):
     eval_at_start: bool = knob(False, "also evaluate the starting params before RL step 1 (eval/step_0.json)")
     warm_start_steps: int = knob(0, "supervised next-token steps before RL (demo task only)", at_least=0)
     progress: bool = knob(True, "tqdm progress bar")
+    ignore_memory_check: bool = knob(
+        False,
+        "start on a CPU although the memory estimate before the first step (the planner's model of one "
+        "step) exceeds the memory available",
+    )
     allow_config_change: bool = knob(
         False,
         "resume although algorithm keys differ from the run's config.json "

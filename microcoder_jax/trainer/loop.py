@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 
@@ -48,11 +49,13 @@ class NonFiniteLossError(RuntimeError):
     every checkpoint holds finite params (the step never applies a non-finite update)."""
 
 
-def train(config, workdir: str, *, log_fn=print, on_step=None):
+def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None):
     """Run (or resume) training to `config.train.steps`; returns the final TrainState.
 
-    `config` is validated first (nothing is written before). `on_step(step, record)`, if given,
-    is called after each step with its metrics record.
+    `config` is validated first (nothing is written before). `preflight(config, log_fn)`, if
+    given, runs next, before anything is written (the CLI's memory check, plan/host.py, which sits
+    above the trainer). `on_step(step, record)`, if given, is called after each step with its
+    metrics record.
     """
     from tqdm import tqdm
 
@@ -69,13 +72,21 @@ def train(config, workdir: str, *, log_fn=print, on_step=None):
             f"its own runs in one process; this run has {jax.process_count()}. Use 0 "
             "for multi-host runs (both roles on every device)."
         )
+    if preflight is not None:
+        preflight(config, log_fn)
     workdir = os.path.abspath(workdir)
     compile_cache.enable(train_config.compile_cache, workdir)  # before the first compile
     primary = jax.process_index() == 0
     # before anything is written: a resume with a changed config is checked against config.json,
     # and set-up (tokenizer, problems, model shape) must succeed before config.json is saved
     record_config(workdir, config_lib.to_dict(config), write=False, log_fn=lambda message: None)
-    run = setup(config, workdir)
+    fresh = not os.path.exists(workdir)
+    try:
+        run = setup(config, workdir)
+    except BaseException:
+        if fresh and primary:  # a failed set-up leaves no half-made workdir behind
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
     record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
     ckpt = Checkpointer(
         os.path.join(workdir, "checkpoints"), keep=run.train.keep_checkpoints, async_save=run.train.async_checkpoint
@@ -232,7 +243,8 @@ def _define_flags(fv) -> None:
     flags.DEFINE_string("workdir", None, "run directory (default: runs/<config name>)", flag_values=fv)
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, preflight=None) -> int:
+    """The CLI; `preflight(config, log_fn)`: run before anything is written (see `train`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax", "tensorboardX"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -259,7 +271,7 @@ def main(argv=None) -> int:
             raise config_lib.ConfigError(str(e)) from None
         workdir = args.workdir or os.path.join("runs", cli.run_name(argv, "demo"))
         try:
-            train(config, workdir)
+            train(config, workdir, preflight=preflight)
         except preemption.Preempted as e:
             print(e, file=sys.stderr)
             return e.exit_code

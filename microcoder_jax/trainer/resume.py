@@ -50,6 +50,7 @@ FREE_KEYS = (
     "train.max_nonfinite_steps",
     "train.eval_every",
     "train.progress",
+    "train.ignore_memory_check",
     ALLOW_KEY,
     "evaluator.workers",
     "evaluator.server_retries",

@@ -142,8 +142,8 @@ def setup(config, workdir: str) -> Run:
         rollout_sample_mesh = sharding.sampler_mesh(rollout_mesh, sampling.decode_tensor, shape.num_kv_heads)
     except ValueError as e:
         raise config_lib.ConfigError(str(e)) from None
-    os.makedirs(workdir, exist_ok=True)
     if data.task == "demo":
+        os.makedirs(workdir, exist_ok=True)  # the demo's tokenizer is saved there
         d = fields["demo"]
         problems, tokenizer = _demo_data(d, data, fields["seed"], workdir)
         skipped = 0
@@ -157,8 +157,9 @@ def setup(config, workdir: str) -> Run:
         problems, skipped = loader.read_problems(data.train_files)
         eval_files = fields["eval"].files
         eval_problems = loader.read_problems(eval_files)[0] if eval_files else []
-    prompt_set = loader.make_prompt_set(problems, tokenizer, data, skipped)
+    prompt_set = loader.make_prompt_set(problems, tokenizer, data, skipped)  # none usable: nothing written
     log.info("training prompts: %s", prompt_set.report())
+    os.makedirs(workdir, exist_ok=True)
     vocab = None if model.path else len(tokenizer)
     model_config = shape if vocab is None else models.model_config_from(model, vocab)
     return Run(
