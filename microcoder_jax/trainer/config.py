@@ -28,7 +28,18 @@ class TrainConfig(Block):
     eval_every: int = knob(50, "steps between evaluations (0 = never)", at_least=0)
     eval_at_start: bool = knob(False, "also evaluate the starting params before RL step 1 (eval/step_0.json)")
     warm_start_steps: int = knob(0, "supervised next-token steps before RL (demo task only)", at_least=0)
-    progress: bool = knob(True, "tqdm progress bar")
+    progress: bool = knob(True, "tqdm progress bar on a terminal")
+    log_every: int = knob(
+        1,
+        "a plain log line (step, reward, pass rate, length, truncation, temperature, seconds) every N steps "
+        "instead of the progress bar when stdout or stderr is not a terminal, or progress=False (0 = never)",
+        at_least=0,
+    )
+    tensorboard: bool = knob(
+        True,
+        "TensorBoard event files in WORKDIR/tensorboard (view: pip install tensorboard; "
+        "tensorboard --logdir WORKDIR/tensorboard)",
+    )
     ignore_memory_check: bool = knob(
         False,
         "start on a CPU although the memory estimate before the first step (the planner's model of one "

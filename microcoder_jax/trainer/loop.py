@@ -34,7 +34,7 @@ from microcoder_jax.models.checkpoint import Checkpointer, CheckpointReadError, 
 from microcoder_jax.config import validate
 from microcoder_jax.data import loader
 from microcoder_jax.trainer.learner import Learner, row, scorer
-from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix
+from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix, run_summary, step_line
 from microcoder_jax.trainer.pipeline import Pipeline, load_inflight, prune_inflight, save_inflight
 from microcoder_jax.trainer.replay import RolloutSaver
 from microcoder_jax.trainer.resume import record_config
@@ -49,13 +49,14 @@ class NonFiniteLossError(RuntimeError):
     every checkpoint holds finite params (the step never applies a non-finite update)."""
 
 
-def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None):
+def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, eval_command=None):
     """Run (or resume) training to `config.train.steps`; returns the final TrainState.
 
     `config` is validated first (nothing is written before). `preflight(config, log_fn)`, if
     given, runs next, before anything is written (the CLI's memory check, plan/host.py, which sits
     above the trainer). `on_step(step, record)`, if given, is called after each step with its
-    metrics record.
+    metrics record. A finished run logs its summary (`metrics.run_summary`; `eval_command`:
+    the eval command it shows).
     """
     from tqdm import tqdm
 
@@ -107,7 +108,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None):
         else None
     )
     writer = (
-        MetricsWriter(workdir, resume_step=start if start else None, tensorboard=True, extra=wandb_run)
+        MetricsWriter(workdir, resume_step=start if start else None, tensorboard=run.train.tensorboard, extra=wandb_run)
         if primary
         else None
     )
@@ -115,11 +116,14 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None):
     learner = Learner(run, state, begin.ref_params)
     worker = RolloutWorker(run, pool, scheduler, data, state.params, start)
     saver = RolloutSaver(run, workdir)  # train.save_rollouts: batches kept for replay.py
+    # a log file (not a terminal) gets one plain line per train.log_every steps, not tqdm's \r updates
+    terminal = sys.stdout.isatty() and sys.stderr.isatty()
+    line_mode = primary and run.train.log_every > 0 and not (run.train.progress and terminal)
     bar = tqdm(
         total=run.train.steps,
         initial=start,
         desc="train",
-        disable=not (run.train.progress and primary),
+        disable=not (run.train.progress and primary) or line_mode,
         dynamic_ncols=True,
     )
     decision = worker.probe(log_fn)
@@ -192,6 +196,8 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None):
                 )
             bar.update(1)
             bar.set_postfix(progress_postfix(record))
+            if line_mode and (done % run.train.log_every == 0 or done == run.train.steps):
+                log_fn(step_line(done, run.train.steps, record))
             if on_step is not None:
                 on_step(done, record)
             if nonfinite_streak >= run.train.max_nonfinite_steps:
@@ -234,7 +240,28 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None):
                 writer.close()
         finally:
             guard.uninstall()
+    if primary:
+        for line in run_summary(workdir, evaluate=eval_command, checkpoints=_kept_steps(ckpt.directory)):
+            log_fn(line)
     return learner.state
+
+
+def _kept_steps(directory: str) -> list[int]:
+    """The checkpoint steps in `directory`, oldest first."""
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def _evaluate_command(argv, workdir: str) -> str:
+    """The eval command for this run: its own --config arguments and the workdir as the checkpoint."""
+    import shlex
+
+    args, take = [], False
+    for a in argv:
+        if take or a.startswith("--config"):
+            args.append(a)
+        take = a == "--config"
+    return shlex.join(["python", "-m", "microcoder_jax.eval", *args, f"--checkpoint={workdir}"])
 
 
 def _define_flags(fv) -> None:
@@ -270,8 +297,9 @@ def main(argv=None, *, preflight=None) -> int:
         except ValueError as e:
             raise config_lib.ConfigError(str(e)) from None
         workdir = args.workdir or os.path.join("runs", cli.run_name(argv, "demo"))
+        cmd = _evaluate_command(argv, workdir)  # shown in the run's summary
         try:
-            train(config, workdir, preflight=preflight)
+            train(config, workdir, preflight=preflight, eval_command=cmd)
         except preemption.Preempted as e:
             print(e, file=sys.stderr)
             return e.exit_code
@@ -281,7 +309,6 @@ def main(argv=None, *, preflight=None) -> int:
         except (NonFiniteLossError, CheckpointWriteError, CheckpointReadError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        print(f"done: {workdir}")
-        return 0
+        return 0  # the run's summary (it starts "done: WORKDIR") was printed by train
 
     return cli.main_guard(body)

@@ -1,4 +1,5 @@
-"""Per-step metrics: one JSON object per line in `<workdir>/metrics.jsonl`, TensorBoard scalars, tqdm.
+"""Per-step metrics: one JSON object per line in `<workdir>/metrics.jsonl`, TensorBoard scalars, tqdm
+on a terminal or one plain line per step in a log file (`step_line`), and the run's closing summary.
 
 The JSONL file is the record the plots and tests read. On resume, rows logged after the checkpoint
 the run restarts from are dropped first (the file is replaced whole, never half-written), so each
@@ -291,3 +292,66 @@ def progress_postfix(record: dict, keys: Iterable[tuple[str, str]] = PROGRESS_KE
         if isinstance(value, (int, float)):
             out[label] = f"{value:.3g}"
     return out
+
+
+def step_line(step: int, steps: int, record: dict) -> str:
+    """One plain log line of a step (what a log file gets instead of the progress bar)."""
+
+    def num(key, fmt):
+        value = record.get(key)
+        return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+    return (
+        f"step {step}/{steps}: reward {num('reward_mean', '.3f')}  pass {num('pass_rate', '.3f')}  "
+        f"len {num('response_length_mean', '.1f')}  trunc {num('truncation_rate', '.3f')}  "
+        f"T {num('temperature', 'g')}  {num('time_step_s', '.1f')} s"
+    )
+
+
+def _mean(rows: list, key: str):
+    values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return sum(values) / len(values) if values else None
+
+
+def _span(rows: list) -> str:
+    steps = [int(r["step"]) for r in rows]
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+
+
+def run_summary(workdir: str, *, evaluate: str | None = None, checkpoints=(), window: int = 5) -> list[str]:
+    """The lines a finished run ends with: the reward (and pass rate) over its first and last
+    `window` steps, held-out pass@1 at its first and last evaluation, where its files are, and the
+    commands that draw the plots, evaluate and show TensorBoard (`evaluate`: the eval command)."""
+    rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    train_rows = sorted((r for r in rows if "reward_mean" in r), key=_step_of)
+    lines = [f"done: {workdir}"]
+    if train_rows:
+        k = max(1, min(window, len(train_rows) // 2))
+        first, last = train_rows[:k], train_rows[-k:]
+        lines.append(
+            f"  reward {_mean(first, 'reward_mean'):.3f} ({_span(first)}) -> {_mean(last, 'reward_mean'):.3f} "
+            f"({_span(last)}); pass rate {_mean(first, 'pass_rate'):.3f} -> {_mean(last, 'pass_rate'):.3f}"
+        )
+    evals = sorted((r for r in rows if isinstance(r.get("eval_pass@1"), (int, float))), key=_step_of)
+    if evals:
+        a, b = evals[0], evals[-1]
+        lines.append(
+            f"  held-out pass@1 {a['eval_pass@1']:.3f} (step {a['step']}) -> {b['eval_pass@1']:.3f} (step {b['step']})"
+        )
+    lines.append(f"  metrics      {os.path.join(workdir, 'metrics.jsonl')} (one row per step)")
+    if checkpoints:
+        lines.append(
+            f"  checkpoints  {os.path.join(workdir, 'checkpoints')} (steps {', '.join(map(str, checkpoints))})"
+        )
+    if os.path.isdir(os.path.join(workdir, "eval")):
+        lines.append(f"  eval         {os.path.join(workdir, 'eval')}/step_N.json (train.eval_every)")
+    lines.append(
+        f"  plots        python -m microcoder_jax.plot --workdir {workdir}  (-> {os.path.join(workdir, 'plots')}/)"
+    )
+    if evaluate:
+        lines.append(f"  evaluate     {evaluate}")
+    if os.path.isdir(os.path.join(workdir, "tensorboard")):
+        lines.append(
+            f"  tensorboard  pip install tensorboard && tensorboard --logdir {os.path.join(workdir, 'tensorboard')}"
+        )
+    return lines

@@ -51,6 +51,8 @@ FREE_KEYS = (
     "train.eval_every",
     "train.progress",
     "train.ignore_memory_check",
+    "train.log_every",
+    "train.tensorboard",
     ALLOW_KEY,
     "evaluator.workers",
     "evaluator.server_retries",
