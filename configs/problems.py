@@ -19,33 +19,11 @@ or TPU raise data.num_prompts, sampling.group_size and sampling.max_new_tokens, 
 with `python -m microcoder_jax.plan` first (docs/scaling.md).
 """
 
-from microcoder_jax.config import default_config
+from microcoder_jax.config import problems_config
 
 
 def get_config(arg=None):
-    c = default_config()
-    c.data.task = "problems"
-    c.model.path = ""  # --config.model.path=DIR (required)
-    c.tokenizer.path = ""  # '' = the model folder's tokenizer
-    c.data.train_files = ()  # --config.data.train_files=train.jsonl (required; paths or globs)
-    c.eval.files = ()  # optional held-out problems, scored every train.eval_every steps
-    c.data.num_prompts = 4  # 4 prompts x G=4 = 16 responses per step
-    c.sampling.group_size = 4
-    c.sampling.max_new_tokens = 512  # training response cap
-    c.data.max_prompt_tokens = 1024  # longer prompts are skipped (the run says so)
-    c.data.prompt_buckets = (256, 512, 1024)
-    c.model.dtype = "float32"  # CPU: no bfloat16 speed-up
-    c.model.remat = "full"
-    c.rl.micro_batch_size = 2  # rows per forward/backward: the train step's memory
-    c.rl.num_minibatches = 1
-    c.rl.learning_rate = 1e-6
-    c.temperature.temperature = 1.0
-    c.train.steps = 50
-    c.train.checkpoint_every = 10
-    c.train.eval_every = 25  # only when eval.files is set
-    c.train.warm_start_steps = 0  # the supervised warm start is the demo task's
-    c.eval.max_new_tokens = 512
-    c.eval.batch_problems = 4
-    c.evaluator.workers = 0  # one judge process per core
-    c.mesh.fsdp = 1  # one device; on a GPU/TPU slice -1 (every chip) is the default
-    return c
+    """`config.problems_config()`: data.task=problems, model.path='' and data.train_files=() to set,
+    tokenizer.path='' (the model folder's), 4 prompts x 4 samples of up to 512 tokens per step,
+    micro-batch 2, 50 steps, a checkpoint every 10, eval every 25 (with eval.files), no warm start."""
+    return problems_config()

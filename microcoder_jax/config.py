@@ -166,6 +166,31 @@ def demo_config() -> ml_collections.ConfigDict:
     return c
 
 
+def problems_config() -> ml_collections.ConfigDict:
+    """Your model (model.path, required) on your problems (data.train_files, required), sized for a
+    CPU; `configs/problems.py` and `api.train` start from it (the file's docstring explains it)."""
+    c = default_config()
+    c.data.task = "problems"
+    c.data.num_prompts = 4  # 4 prompts x G=4 = 16 responses per step
+    c.sampling.group_size = 4
+    c.sampling.max_new_tokens = 512  # training response cap
+    c.data.max_prompt_tokens = 1024  # longer prompts are skipped (the run says so)
+    c.data.prompt_buckets = (256, 512, 1024)
+    c.model.dtype = "float32"  # CPU: no bfloat16 speed-up
+    c.rl.micro_batch_size = 2  # rows per forward/backward: the train step's memory
+    c.rl.num_minibatches = 1
+    c.rl.learning_rate = 1e-6
+    c.temperature.temperature = 1.0
+    c.train.steps = 50
+    c.train.checkpoint_every = 10
+    c.train.eval_every = 25  # only when eval.files is set
+    c.train.warm_start_steps = 0  # the supervised warm start is the demo task's
+    c.eval.max_new_tokens = 512
+    c.eval.batch_problems = 4
+    c.mesh.fsdp = 1  # one device; on a GPU/TPU slice -1 (every chip) is the default
+    return c
+
+
 def get_config(arg=None) -> ml_collections.ConfigDict:
     """This file as a config file: the demo, what every CLI runs without --config."""
     return demo_config()

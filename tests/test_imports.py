@@ -88,6 +88,7 @@ FLOORS = [
         6,
         (
             "train",
+            "api",
             "eval",
             "plot",
             "evaluate",

@@ -6,8 +6,6 @@ import dataclasses
 
 from microcoder_jax.blocks import Block, knob
 
-REWARDS = ("all", "fraction")
-
 
 @dataclasses.dataclass(frozen=True)
 class EvaluatorConfig(Block):
@@ -16,13 +14,28 @@ class EvaluatorConfig(Block):
     workers: int = knob(0, "judge processes (0 = number of CPU cores)", at_least=0)
     timeout: float = knob(6.0, "CPU seconds per test (wall-clock backstop 3x)", at_least=1e-3)
     memory_mb: int = knob(1024, "address-space limit per program, MiB", at_least=1)
-    reward: str = knob("all", "all (1 iff every test passes) or fraction (tests passed / total)", choices=REWARDS)
+    reward: str = knob(
+        "all",
+        "a registered reward (evaluator/rewards.py): all (1 iff every test passes), fraction (tests "
+        "passed / total), or one added with register_reward",
+    )
     server_retries: int = knob(
         2,
         "fresh fork servers a test is retried on after its server died from "
         "outside (OOM killer, operator); then judge_error, left out of rewards",
         at_least=0,
     )
+
+    def check(self) -> None:
+        from microcoder_jax.evaluator.rewards import REWARDS
+
+        if self.reward not in REWARDS:
+            self.fail(
+                "reward",
+                self.reward,
+                f"registered rewards: {', '.join(sorted(REWARDS))} (register one with "
+                "microcoder_jax.evaluator.rewards.register_reward, imported before the config is checked)",
+            )
 
 
 def open_pool(cfg: EvaluatorConfig, hide=()):

@@ -20,7 +20,8 @@ import jax
 import numpy as np
 
 from microcoder_jax import sharding
-from microcoder_jax.evaluator import VERDICTS, extract_code, reward
+from microcoder_jax.evaluator import VERDICTS, extract_code
+from microcoder_jax.evaluator.rewards import lookup as lookup_reward
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.sampling.interface import make_sampler
 
@@ -88,17 +89,22 @@ def generate(
 
 
 def submit(run, pool, problems, tokens, lengths, mode: str):
-    """Extract the programs of these rows and start judging them (non-blocking): (handle, codes)."""
+    """Extract the programs of these rows and start judging them (non-blocking) in the judge mode
+    `mode`: (handle, codes, texts), texts being the decoded responses."""
     texts = run.tokenizer.batch_decode(
         [row[:n].tolist() for row, n in zip(tokens, lengths)], skip_special_tokens=True
     )  # the end-of-turn token is no code
     codes = [extract_code(t) for t in texts]
-    return pool.submit(problems, codes, mode=mode), codes
+    return pool.submit(problems, codes, mode=mode), codes, texts
 
 
-def verdict_arrays(results, codes, mode: str):
-    """(rewards, passed, no_code) arrays and verdict counts from JudgeResults."""
-    rewards = np.array([reward(r, mode=mode) for r in results], np.float32)
+def verdict_arrays(results, codes, mode: str, problems=None, texts=None):
+    """(rewards, passed, no_code) arrays and verdict counts from JudgeResults; `mode` names the
+    reward (evaluator/rewards.py), given each row's problem and response text when it reads them."""
+    score = lookup_reward(mode)
+    problems = problems if problems is not None else [None] * len(results)
+    texts = texts if texts is not None else [""] * len(results)
+    rewards = np.array([score(p, t, r) for p, t, r in zip(problems, texts, results)], np.float32)
     passed = np.array([bool(r.passed) for r in results])
     no_code = np.array([c is None or r.verdict == "no_code" for r, c in zip(results, codes)])
     counts: dict[str, int] = {}
@@ -113,16 +119,18 @@ class GroupJudge:
     `add(first_prompt, sample)` submits the rows of those prompts that fall in this host's share
     (`rows`, default `sharding.host_rows(n)`: a group split between two hosts is judged half on
     each), at once and without blocking; `results()` waits and returns the share's JudgeResults
-    and programs in row order, as `sharding.allgather_rows` expects them. `mode`: the reward mode
-    (default `evaluator.reward`; evaluation judges "all" tests).
+    and programs in row order, as `sharding.allgather_rows` expects them. `mode`: the reward
+    (default `evaluator.reward`, a name in evaluator/rewards.py; evaluation scores "all"); the
+    judge runs the tests that reward needs.
     """
 
     def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None, mode: Optional[str] = None):
         self.run, self.pool, self.problems, self.G = run, pool, list(problems), group_size
         self.mode = mode or run.evaluator.reward
+        self.reward = lookup_reward(self.mode)
         self.n = len(self.problems) * group_size
         self.rows = sharding.host_rows(self.n) if rows is None else rows
-        self.parts: list[tuple[int, Any, list]] = []  # (first global row, handle, codes)
+        self.parts: list[tuple[int, Any, list, list]] = []  # (first global row, handle, codes, texts)
         self.groups_added = 0
 
     def add(self, first_prompt: int, sample) -> None:
@@ -133,15 +141,15 @@ class GroupJudge:
         self.groups_added += len(sample.lengths) // self.G
         a, b = max(lo, self.rows.start), min(hi, self.rows.stop)
         if a < b:
-            handle, codes = submit(
+            handle, codes, texts = submit(
                 self.run,
                 self.pool,
                 [self.problems[r // self.G] for r in range(a, b)],
                 sample.tokens[a - lo : b - lo],
                 sample.lengths[a - lo : b - lo],
-                self.mode,
+                self.reward.judge_mode,
             )
-            self.parts.append((a, handle, codes))
+            self.parts.append((a, handle, codes, texts))
 
     @property
     def complete(self) -> bool:
@@ -152,17 +160,27 @@ class GroupJudge:
         """(known, rewards) over this host's share, without blocking: rows whose verdicts are in."""
         size = self.rows.stop - self.rows.start
         known, rewards = np.zeros(size, bool), np.zeros(size, np.float32)
-        for a, handle, codes in self.parts:
+        for a, handle, codes, texts in self.parts:
             if handle.done():
                 i = a - self.rows.start
-                rewards[i : i + len(codes)] = [reward(r, mode=self.mode) for r in handle.result()]
+                rewards[i : i + len(codes)] = [
+                    self.reward(self.problems[(a + j) // self.G], t, r)
+                    for j, (t, r) in enumerate(zip(texts, handle.result()))
+                ]
                 known[i : i + len(codes)] = True
         return known, rewards
+
+    def row_inputs(self) -> tuple[list, list]:
+        """This host's rows' problems and response texts, in row order (as `results`)."""
+        parts = sorted(self.parts, key=lambda part: part[0])
+        texts = [t for part in parts for t in part[3]]
+        first = self.rows.start
+        return [self.problems[(first + i) // self.G] for i in range(len(texts))], texts
 
     def results(self) -> tuple[list, list]:
         """This host's JudgeResults and programs in row order (blocks until all are judged)."""
         results, codes, at = [], [], self.rows.start
-        for a, handle, part_codes in sorted(self.parts, key=lambda part: part[0]):
+        for a, handle, part_codes, _ in sorted(self.parts, key=lambda part: part[0]):
             if a != at:
                 raise RuntimeError(f"rows {at}..{a} of this host's share were never submitted")
             results += handle.result()
@@ -190,7 +208,7 @@ def finish(
     times["judge"] += time.perf_counter() - t0
     sampler_lp = sampler_logprobs(sample, seq["response_mask"])
     logprobs, gap = scored(sampler_lp) if scored is not None else ({}, None)
-    rewards, passed, no_code, counts = verdict_arrays(results, codes, run.evaluator.reward)
+    rewards, passed, no_code, counts = verdict_arrays(results, codes, judge.mode, *judge.row_inputs())
     rewards, passed, no_code = sharding.allgather_rows((rewards, passed, no_code), n)
     rollout = Rollout(
         **seq,

@@ -1,0 +1,91 @@
+"""Rewards: named functions from one judged response to a float, each saying which judge results it
+needs, so the list of rewards is this registry and nothing else.
+
+A reward is ``fn(problem, response, result) -> float``: the `Problem`, the response's decoded text
+(special tokens dropped) and its `JudgeResult` (verdict, tests_passed / tests_total,
+first_failure, times). `every_test` says how much judging it needs: False lets the judge stop at
+a problem's first failed test (cheaper; `tests_passed` then counts up to there), True runs every
+test. A judge_error row gets no reward whatever the function (NaN: the judge failed, not the
+program; the advantages and metrics leave it out). A new reward is one decorated function::
+
+    from microcoder_jax.evaluator.rewards import register_reward
+
+    @register_reward("no_prompt_text")
+    def no_prompt_text(problem, response, result):  # pass, and no input("Enter ...") prompts
+        return float(result.passed and "Enter" not in response)
+
+    --config.evaluator.reward=no_prompt_text   (or api.train(..., reward=no_prompt_text))
+
+The module that registers it must be imported before the run's config is checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+from microcoder_jax.evaluator.judge import JudgeResult
+from microcoder_jax.evaluator.judge import reward as judged_reward
+
+RewardFn = Callable[..., float]  # (problem, response text, JudgeResult) -> float
+
+
+@dataclasses.dataclass(frozen=True)
+class Reward:
+    name: str
+    fn: RewardFn
+    every_test: bool = False  # False: the judge may stop at the first failed test
+
+    @property
+    def judge_mode(self) -> str:
+        """The judge's mode (evaluator.judge.REWARD_MODES) that gives this reward what it reads."""
+        return "fraction" if self.every_test else "all"
+
+    def __call__(self, problem, response: str, result: JudgeResult) -> float:
+        if result.verdict == "judge_error":
+            return float("nan")
+        value = float(self.fn(problem, response, result))
+        if math.isnan(value):
+            raise ValueError(f"reward {self.name!r} returned NaN (NaN is kept for judge errors)")
+        return value
+
+
+REWARDS: dict[str, Reward] = {}
+
+
+def register_reward(name: str, *, every_test: bool = False):
+    """Decorator: register `fn(problem, response, result) -> float` as the reward called `name`."""
+
+    def decorator(fn: RewardFn) -> RewardFn:
+        old = REWARDS.get(name)
+        if old is not None and (old.fn is not fn or old.every_test != every_test):
+            raise ValueError(
+                f"reward {name!r} is already registered ({old.fn.__module__}.{old.fn.__name__}); pick another name"
+            )
+        REWARDS[name] = Reward(name, fn, every_test)
+        return fn
+
+    return decorator
+
+
+def lookup(name: str) -> Reward:
+    """The reward registered as `name`, or a ValueError listing the registered ones."""
+    if name not in REWARDS:
+        raise ValueError(
+            f"unknown reward {name!r}; registered: {', '.join(sorted(REWARDS))} "
+            "(microcoder_jax.evaluator.rewards.register_reward adds one)"
+        )
+    return REWARDS[name]
+
+
+@register_reward("all")
+def all_tests(problem, response, result) -> float:
+    """1 iff every test passes (the paper's reward)."""
+    return judged_reward(result, "all")
+
+
+@register_reward("fraction", every_test=True)
+def fraction(problem, response, result) -> float:
+    """Tests passed / tests run, every test run."""
+    return judged_reward(result, "fraction")

@@ -1,0 +1,84 @@
+"""The Python entry point and the reward registry (issue 46): a custom reward, by callable or by
+name, replaces the judge's reward and flows into the advantages of a one-step run."""
+
+import math
+
+import pytest
+
+from microcoder_jax import api
+from microcoder_jax import config as config_lib
+from microcoder_jax.data.problems import Problem, TestCase
+from microcoder_jax.evaluator.judge import JudgeResult
+from microcoder_jax.evaluator.rewards import REWARDS, lookup, register_reward
+from short_demo import short_demo
+
+
+def test_builtin_rewards_and_what_they_need_from_the_judge():
+    problem = Problem("p", [TestCase("1\n", "1\n")] * 4)
+    partial = JudgeResult(False, "wrong_answer", 3, 4, first_failure=1)
+    assert lookup("all")(problem, "", partial) == 0.0 and lookup("all").judge_mode == "all"
+    assert lookup("fraction")(problem, "", partial) == 0.75 and lookup("fraction").judge_mode == "fraction"
+    assert math.isnan(lookup("all")(problem, "", JudgeResult(False, "judge_error", 0, 4)))
+    with pytest.raises(ValueError, match="registered: all, fraction"):
+        lookup("nope")
+
+
+def test_a_registered_reward_is_a_config_value_and_an_unknown_one_is_refused():
+    @register_reward("no_prompt_text")
+    def no_prompt_text(problem, response, result):
+        return float(result.passed and "Enter" not in response)
+
+    try:
+        c = config_lib.demo_config()
+        c.evaluator.reward = "no_prompt_text"
+        config_lib.validate(c)
+        ok = JudgeResult(True, "passed", 1, 1)
+        assert lookup("no_prompt_text")(None, "print(input('Enter a: '))", ok) == 0.0
+        assert lookup("no_prompt_text")(None, "print(input())", ok) == 1.0
+        c.evaluator.reward = "nope"
+        with pytest.raises(config_lib.ConfigError, match="evaluator.reward='nope'.*register_reward"):
+            config_lib.validate(c)
+        with pytest.raises(ValueError, match="already registered"):
+            register_reward("no_prompt_text")(lambda p, r, j: 0.0)
+    finally:
+        REWARDS.pop("no_prompt_text", None)
+
+
+@pytest.mark.slow
+def test_a_custom_reward_flows_into_the_advantages_of_a_one_step_run(tmp_path):
+    calls = []
+
+    def odd_length(problem, response, result):  # varies inside groups, unlike the judge's reward here
+        value = float(len(response) % 2)
+        calls.append((problem.question_id, response, result.verdict, value))
+        return value
+
+    try:
+        rows = api.train(
+            short_demo(1),
+            workdir=str(tmp_path / "run"),
+            reward=odd_length,
+            memory_check=False,
+            log_fn=lambda message: None,
+        )
+    finally:
+        REWARDS.pop("odd_length", None)
+    (row,) = [r for r in rows if "reward_mean" in r]
+    assert len(calls) == row["rows"] == 64  # 8 prompts x G=8, each judged once
+    assert all(isinstance(text, str) and verdict for _, text, verdict, _ in calls)
+    assert row["reward_mean"] == pytest.approx(sum(v for *_, v in calls) / len(calls))
+    # per group: the advantage is nonzero exactly where the custom rewards differ
+    groups = [[v for *_, v in calls[g * 8 : (g + 1) * 8]] for g in range(8)]
+    spread = sum(len(set(g)) > 1 for g in groups)
+    assert row["frac_groups_all_equal"] == pytest.approx(1 - spread / 8)
+    assert (row["adv_abs_max"] > 0) == (spread > 0) and spread > 0
+
+
+def test_problems_given_as_objects_are_written_into_the_workdir(tmp_path):
+    from microcoder_jax.api import _files
+    from microcoder_jax.data.problems import load_problems
+
+    problems = [Problem("add", [TestCase("1 2\n", "3\n")], question_content="Read a and b; print a + b.")]
+    (path,) = _files(problems, str(tmp_path), "problems.jsonl")
+    assert [p.question_id for p in load_problems(path)] == ["add"]
+    assert _files("train.jsonl", str(tmp_path), "x") == ("train.jsonl",)
