@@ -6,9 +6,14 @@ model of one step against the memory available; `train.ignore_memory_check=True`
 
 import sys
 
-from microcoder_jax.plan import host
-from microcoder_jax.trainer.loop import main as loop_main
-from microcoder_jax.trainer.loop import train  # noqa: F401 (re-exported)
+if __name__ == "__main__":  # from the first moment, before JAX loads: a signal in set-up is one line
+    from microcoder_jax.trainer import preemption
+
+    preemption.exit_at_once()
+
+from microcoder_jax.plan import host  # noqa: E402
+from microcoder_jax.trainer.loop import main as loop_main  # noqa: E402
+from microcoder_jax.trainer.loop import train  # noqa: E402, F401 (re-exported)
 
 
 def main(argv=None) -> int:

@@ -111,3 +111,43 @@ def test_guard_sets_the_flag_and_restores_handlers():
     assert signal.getsignal(signal.SIGTERM) is before
     assert isinstance(stop, Preempted) and stop.exit_code == 143 and "\n" not in str(stop)
     assert "after step 7" in str(stop) and "SIGTERM received" in messages[0]
+
+
+def _signal_during_set_up(workdir, signum, marker):
+    """Start the train command, send `signum` once `marker` shows on its stderr (the warm start's
+    bar appears just before its first compile), return (exit status, stderr)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "microcoder_jax.train", f"--workdir={workdir}", "--config.evaluator.workers=1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    err, deadline = b"", time.time() + 120
+    while marker not in err:  # tqdm writes '\r', not lines: read what is there
+        chunk = os.read(proc.stderr.fileno(), 4096)
+        assert chunk and time.time() < deadline, (proc.poll(), err.decode()[-3000:])
+        err += chunk
+    proc.send_signal(signum)
+    _, rest = proc.communicate(timeout=60)
+    return proc.returncode, (err + rest).decode(errors="replace")
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_signal_during_set_up_exits_in_one_line(tmp_path, signum):
+    """Before the first RL step (here: while the warm start compiles) a signal used to end in a
+    SIGSEGV and a core dump (SIGINT: XLA's compile thread outliving the interpreter) or absl's
+    stack trace (SIGTERM). Now: one line, status 128 + signum."""
+    code, err = _signal_during_set_up(tmp_path / "run", signum, b"warm start")
+    assert code == 128 + signum, err[-3000:]
+    for bad in ("Traceback", "Fatal Python error", "Segmentation", "SIGSEGV", "core", "stack trace"):
+        assert bad not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert (
+        last
+        == f"{signal.Signals(signum).name} received during set-up, before the first RL step: nothing to save; exiting"
+    )

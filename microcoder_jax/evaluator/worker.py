@@ -278,7 +278,8 @@ def main() -> None:
     (bool), cgroups (bool), hide (paths). It comes on the socket, not argv, where /proc shows it."""
     sock = socket.socket(fileno=os.dup(0))
     config = recv_msg(sock)
-    assert config is not None, "the pool sends the config first"
+    if config is None:  # the pool's process ended before sending it (a signal during set-up)
+        return
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)

@@ -299,7 +299,7 @@ def main(argv=None, *, preflight=None) -> int:
         workdir = args.workdir or os.path.join("runs", cli.run_name(argv, "demo"))
         cmd = _evaluate_command(argv, workdir)  # shown in the run's summary
         try:
-            train(config, workdir, preflight=preflight, eval_command=cmd)
+            train(config, workdir, preflight=preflight, eval_command=cmd)  # its Guard takes the signals over
         except preemption.Preempted as e:
             print(e, file=sys.stderr)
             return e.exit_code
@@ -309,6 +309,12 @@ def main(argv=None, *, preflight=None) -> int:
         except (NonFiniteLossError, CheckpointWriteError, CheckpointReadError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        finally:
+            preemption.exit_at_once("{name} received while the run exits: exiting now")
         return 0  # the run's summary (it starts "done: WORKDIR") was printed by train
 
-    return cli.main_guard(body)
+    previous = preemption.exit_at_once()  # set-up: a signal exits at once, in one line (preemption.py)
+    try:
+        return cli.main_guard(body)
+    finally:
+        preemption.restore(previous)

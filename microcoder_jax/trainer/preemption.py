@@ -1,9 +1,12 @@
 """Stopping cleanly on SIGTERM (TPU preemption, `kill`) and SIGINT (Ctrl-C).
 
-The first signal only sets a flag: the training loop finishes the step it is in, writes a
-checkpoint and raises `Preempted`, so the pool and the checkpointer close normally and the run
-exits with the conventional status 128 + signal number. A second signal exits at once (status
-128 + signal number) without waiting for anything: the newest complete checkpoint stays usable.
+Before the loop starts (imports, weights, compiles, the warm start: `exit_at_once`), a signal
+ends the process at once with one line and status 128 + signal number: there is nothing to save.
+Once the loop runs (`Guard`), the first signal only sets a flag: the training loop finishes the
+step it is in, writes a checkpoint and raises `Preempted`, so the pool and the checkpointer close
+normally and the run exits with the conventional status 128 + signal number. A second signal
+exits at once (status 128 + signal number) without waiting for anything: the newest complete
+checkpoint stays usable.
 """
 
 from __future__ import annotations
@@ -15,6 +18,42 @@ import threading
 from typing import Any, Callable
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+SETUP_MESSAGE = "{name} received during set-up, before the first RL step: nothing to save; exiting"
+
+
+def exit_at_once(message: str = SETUP_MESSAGE, signals=SIGNALS) -> dict:
+    """From now until a `Guard` takes over: SIGTERM / SIGINT print `message` (`{name}`: the
+    signal's) and end the process with status 128 + signum, no traceback (main thread only).
+
+    It exits with os._exit, not an exception: a KeyboardInterrupt cancels JAX's wait for a
+    compile but not the compile, whose thread then crashed into the interpreter's shutdown (a
+    SIGSEGV and a core dump); and a SIGTERM nobody took over printed absl's stack trace.
+    Returns the handlers it replaced, for `restore`."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handle(signum, frame) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # closed or broken: nothing more to show there
+                pass
+        bars = getattr(sys.modules.get("tqdm"), "tqdm", None)  # a progress bar's line ends first
+        newline = "\n" if getattr(bars, "_instances", None) else ""
+        try:
+            print(newline + message.format(name=signal.Signals(signum).name), file=sys.stderr, flush=True)
+        finally:
+            os._exit(128 + signum)
+
+    return {s: signal.signal(s, handle) for s in signals}
+
+
+def restore(previous: dict) -> None:
+    """Put back the handlers `exit_at_once` returned."""
+    for s, handler in previous.items():
+        signal.signal(s, handler)
 
 
 class Preempted(Exception):
