@@ -14,7 +14,7 @@ def parse_date(value: Any) -> datetime.date | None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = value / 1000 if value > 1e11 else value  # milliseconds in some dumps
-        return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).date()
+        return datetime.datetime.fromtimestamp(seconds, datetime.UTC).date()
     text = str(value).strip()
     try:
         return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).date()

@@ -169,7 +169,7 @@ def record_config(
             log_fn(f"config change on resume ({c['kind']}): {c['key']} {c['from']!r} -> {c['to']!r}")
         if changes:
             history.append(
-                {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "changes": changes}
+                {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "changes": changes}
             )
     if write:
         os.makedirs(workdir, exist_ok=True)
