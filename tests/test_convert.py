@@ -86,12 +86,12 @@ def test_bad_input(hf_dir, tmp_path, capsys):
     assert "needs 3 devices" in capsys.readouterr().err
     assert convert.main(["--from-hf", str(hf_dir), "--to", str(tmp_path / "c"), "--mesh", "pipeline=2"]) == 1
 
-    llama = tmp_path / "llama"
+    llama = tmp_path / "mistral"
     llama.mkdir()
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))
-    json.dump({**cfg, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}, open(llama / "config.json", "w"))
+    json.dump({**cfg, "architectures": ["MistralForCausalLM"], "model_type": "mistral"}, open(llama / "config.json", "w"))
     assert convert.main(["--from-hf", str(llama), "--to", str(tmp_path / "c")]) == 1
-    assert "LlamaForCausalLM" in capsys.readouterr().err
+    assert "MistralForCausalLM" in capsys.readouterr().err
 
     existing = tmp_path / "exists"
     existing.mkdir()

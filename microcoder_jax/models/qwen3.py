@@ -1,5 +1,5 @@
-"""Dense Qwen3 (and Qwen2, its q/k/v-bias sibling: ``DecoderConfig.family``) as pure functions over a
-plain params dict.
+"""Dense Qwen3 (and Qwen2, its q/k/v-bias sibling, and Llama, with neither q/k norms nor biases:
+``DecoderConfig.family``) as pure functions over a plain params dict.
 
 The decoder layers are stacked on a leading ``layers`` axis and run with one ``lax.scan`` (28 layers
 compile as one body) under ``jax.checkpoint`` with a configurable remat policy. Plain functions
@@ -10,7 +10,8 @@ NNX module in ``flax_qwen3`` wraps these functions and arrays for Flax and Tunix
 Math follows transformers' ``modeling_qwen3.py``: pre-norm blocks, RMSNorm in fp32, per-head
 RMSNorm on q and k before rotary embeddings (``rotate_half`` layout), grouped-query attention with
 scale ``head_dim ** -0.5``, SwiGLU MLP, tied or untied LM head. Qwen2 (``modeling_qwen2.py``) has
-biases on the q, k and v projections instead of the q/k norms; nothing else differs.
+biases on the q, k and v projections instead of the q/k norms, Llama (``modeling_llama.py``) has
+neither; nothing else differs.
 """
 
 from __future__ import annotations
@@ -160,6 +161,15 @@ def rope_frequencies(config: DecoderConfig) -> tuple[np.ndarray, float]:
     factor = float(scaling["factor"])
     if rope_type == "linear":
         return (inv_freq / np.float32(factor)).astype(np.float32), 1.0
+    if rope_type == "llama3":  # Llama 3.1's band-wise scaling, as in transformers' _compute_llama3_parameters
+        old_len = float(scaling["original_max_position_embeddings"])
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        wavelen = 2 * math.pi / inv_freq
+        scaled = np.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        return np.where(medium, smoothed, scaled).astype(np.float32), 1.0
     # YaRN (https://arxiv.org/abs/2309.00071), as in transformers' _compute_yarn_parameters.
     orig_max = scaling["original_max_position_embeddings"]
     attention_factor = scaling.get("attention_factor")
