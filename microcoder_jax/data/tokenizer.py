@@ -104,8 +104,8 @@ def stop_token_ids(tokenizer) -> list[int]:
     ids = {tokenizer.eos_token_id}
     for token in (IM_END, ENDOFTEXT):
         tid = tokenizer.convert_tokens_to_ids(token)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
-            ids.add(tid)
+        if isinstance(tid, int) and (tid != tokenizer.unk_token_id or tokenizer.unk_token == token):
+            ids.add(tid)  # (SmolLM2's unknown token is <|endoftext|> itself: still a stop token)
     return sorted(i for i in ids if i is not None)
 
 

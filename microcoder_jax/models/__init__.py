@@ -1,4 +1,4 @@
-"""The model families (Qwen3, Qwen2) as pure functions over a params pytree, presets, Hugging Face
+"""The model families (Qwen3, Qwen2, Llama) as pure functions over a params pytree, presets, Hugging Face
 conversion and Orbax checkpoints: everything outside models/ reaches a model through these names.
 
 The Flax NNX module over the same params is ``microcoder_jax.models.flax_qwen3.Qwen3`` (imported
@@ -8,6 +8,7 @@ on demand, so the functional path does not load flax).
 from microcoder_jax.models.hf import Qwen3ForCausalLM, load_hf_params, save_hf_params
 from microcoder_jax.models.config import Qwen3Config
 from microcoder_jax.models.decoding import DecodingParams
+from microcoder_jax.models.gguf import gguf_to_hf, resolve_model_path
 from microcoder_jax.models.presets import PRESETS, get_preset, model_config_from
 from microcoder_jax.models.qwen3 import (
     KVCache,
@@ -26,6 +27,8 @@ from microcoder_jax.models.qwen3 import (
 )
 
 __all__ = [
+    "gguf_to_hf",
+    "resolve_model_path",
     "DecoderConfig",
     "DecodingParams",
     "KVCache",

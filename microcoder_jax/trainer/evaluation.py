@@ -236,7 +236,10 @@ def _define_flags(fv) -> None:
     from absl import flags
 
     flags.DEFINE_string(
-        "checkpoint", None, "training workdir (or its checkpoints/ dir) or a HF checkpoint dir", flag_values=fv
+        "checkpoint",
+        None,
+        "training workdir (or its checkpoints/ dir), a HF checkpoint dir, or a .gguf file / 'smollm2'",
+        flag_values=fv,
     )
     flags.DEFINE_integer("step", None, "checkpoint step (default: the newest)", flag_values=fv)
     flags.DEFINE_string("out", None, "JSON report path (default: WORKDIR/eval.json)", flag_values=fv)
@@ -247,6 +250,13 @@ def _prepare(args):
     from microcoder_jax import config as config_lib
     from microcoder_jax.config import validate
 
+    from microcoder_jax.models import resolve_model_path
+
+    if args.checkpoint:  # a .gguf file or 'smollm2': the HF folder it converts into (cached)
+        try:
+            args.checkpoint = resolve_model_path(args.checkpoint)
+        except (FileNotFoundError, ValueError) as e:
+            raise config_lib.ConfigError(f"--checkpoint={args.checkpoint!r}: {e}") from None
     if not args.checkpoint or not os.path.exists(args.checkpoint):
         raise config_lib.ConfigError(
             f"--checkpoint={args.checkpoint!r}: pass an existing training workdir or Hugging Face checkpoint directory"

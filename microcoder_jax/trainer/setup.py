@@ -132,6 +132,9 @@ def setup(config, workdir: str) -> Run:
     """Tokenizer, problems and prompts, model shape, typed blocks and meshes (config already validated)."""
     typed = config_lib.blocks(config)
     fields = block_fields(config, typed)
+    # A GGUF model.path (a .gguf file, 'smollm2') is converted once into a cached HF folder: from
+    # here on the run reads that folder, the tokenizer too when tokenizer.path is ''.
+    fields["model"] = dataclasses.replace(fields["model"], path=models.resolve_model_path(fields["model"].path))
     data, sampling, model, m = fields["data"], fields["sampling"], fields["model"], typed["mesh"]
     shape = models.model_config_from(model, None)  # the vocabulary may come from the tokenizer below
     try:  # before anything is written: the devices split, the KV heads split over the sampler's chips
@@ -153,7 +156,7 @@ def setup(config, workdir: str) -> Run:
             else problems
         )
     else:
-        tokenizer = load_tokenizer(typed["tokenizer"].path or model.path)
+        tokenizer = load_tokenizer(models.resolve_model_path(typed["tokenizer"].path) or model.path)
         problems, skipped = loader.read_problems(data.train_files)
         eval_files = fields["eval"].files
         eval_problems = loader.read_problems(eval_files)[0] if eval_files else []
