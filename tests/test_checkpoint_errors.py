@@ -98,3 +98,52 @@ def test_only_orbax_coroutines_are_dropped_from_unraisable_reports():
     finally:
         ours.close()
         theirs.close()
+
+
+@pytest.fixture(scope="module")
+def run_4_8(tmp_path_factory):
+    """A demo-shaped workdir with checkpoints at steps 4 and 8 (random params, no training)."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from demo_workdir import make_demo_workdir
+
+    workdir = str(tmp_path_factory.mktemp("run"))
+    make_demo_workdir(workdir, steps=(4, 8))
+    return workdir
+
+
+def _one_line(capsys, code, expected_code):
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == expected_code and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+def test_eval_of_a_pruned_step_lists_the_kept_ones(run_4_8, capsys):
+    """`eval --step=7` on a run that kept steps 4 and 8: one line, not Orbax's traceback."""
+    from microcoder_jax.trainer.evaluation import main as eval_main
+
+    line = _one_line(capsys, eval_main([f"--checkpoint={run_4_8}", "--step=7"]), 2)
+    assert line.startswith("error: --step=7: no checkpoint of step 7 in ") and "kept steps: 4, 8" in line, line
+
+
+def test_convert_of_a_pruned_step_lists_the_kept_ones(run_4_8, tmp_path, capsys):
+    from microcoder_jax.models.convert import main as convert_main
+
+    line = _one_line(capsys, convert_main(["--from", run_4_8, "--to-hf", str(tmp_path / "hf"), "--step", "7"]), 1)
+    assert line.startswith("convert: error: no checkpoint of step 7 in ") and "kept steps: 4, 8" in line, line
+    assert not os.path.exists(tmp_path / "hf")
+
+
+def test_replay_errors_are_one_line_with_what_exists(run_4_8, tmp_path, capsys):
+    from microcoder_jax.trainer import replay
+
+    line = _one_line(capsys, replay.main(["--workdir", str(tmp_path / "nope"), "--step", "3"]), 2)
+    assert line == f"error: --workdir={tmp_path / 'nope'}: no such folder; pass a training run's --workdir"
+    line = _one_line(capsys, replay.main(["--workdir", run_4_8, "--step", "3"]), 2)
+    assert line.startswith("error: --step=3: no saved rollout in ") and "(none saved); set train.save_rollouts" in line
+    os.makedirs(os.path.join(run_4_8, "rollouts"))  # the batch of step 3 but not the state it starts from
+    for path in replay._paths(run_4_8, 3):
+        with open(path, "w") as f:
+            f.write("{}")
+    line = _one_line(capsys, replay.main(["--workdir", run_4_8, "--step", "3"]), 2)
+    assert "the state it starts from (after step 2) is missing" in line and "state saved: none" in line, line

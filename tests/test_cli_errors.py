@@ -81,6 +81,11 @@ def test_the_config_files_own_check_is_kept_as_it_is(capsys, tmp_path):
         ("rl.repeat_m=0", "rl.repeat_m=0: must be a number >= 1"),
         ("train.steps=-3", "train.steps=-3: must be a number >= 0"),
         ("sampling.top_p=0", "sampling.top_p=0.0: must lie in (0, 1]"),
+        (  # accepted, it would save nothing
+            "train.save_rollouts=(120,)",
+            "train.save_rollouts=(120,): step 120 beyond train.steps=50 would never be saved; "
+            "use steps 1..50 or raise train.steps",
+        ),
     ],
 )
 def test_bad_values_are_key_value_what_is_wrong(override, line, capsys):

@@ -87,7 +87,26 @@ def test_plot_run_writes_pngs_and_cli_reports_a_bad_workdir(run_dir, tmp_path, c
     assert "warm_start.png" in map(os.path.basename, paths)
     with pytest.raises(SystemExit) as e:
         plot.main(["--workdir", str(tmp_path / "empty")])
-    assert e.value.code == 1 and "is --workdir a training run" in capsys.readouterr().err
+    assert e.value.code == 1 and "no such folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda p: None, "no such folder; pass the --workdir of a training run"),
+        (lambda p: os.makedirs(p), "the folder has no metrics.jsonl; pass the --workdir of a training run"),
+        (lambda p: os.makedirs(p) or open(os.path.join(p, "metrics.jsonl"), "w").close(), "has no rows yet"),
+    ],
+    ids=["missing", "no-metrics", "no-rows"],
+)
+def test_a_workdir_without_metrics_is_one_line_with_the_fix(tmp_path, capsys, make, says):
+    """`plot --workdir runs/nope`: exit 1 and one line saying what is missing and what to pass."""
+    workdir = str(tmp_path / "nope")
+    make(workdir)
+    with pytest.raises(SystemExit) as e:
+        plot.main(["--workdir", workdir])
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and err.count("\n") == 1 and err.startswith("plot: error: ") and says in err, err
 
 
 def test_moving_mean_and_window():

@@ -57,7 +57,7 @@ def test_algorithm_change_needs_the_flag():
     new["data"]["num_prompts"] = 8
     with pytest.raises(resume.ConfigChangeError) as e:
         resume.check_config(_demo(), new, allow_change=False)
-    assert "rl.rho: None -> 0.3" in str(e.value) and "data.num_prompts: 16 -> 8" in str(e.value)
+    assert "rl.rho: 0.1 (None: the preset's) -> 0.3" in str(e.value) and "data.num_prompts: 16 -> 8" in str(e.value)
     assert "--config.train.allow_config_change=True" in str(e.value)
     changes = resume.check_config(_demo(), new, allow_change=True)
     assert {c["key"]: c["kind"] for c in changes} == {"data.num_prompts": "algorithm", "rl.rho": "algorithm"}
@@ -126,7 +126,7 @@ def test_allowed_changes_are_logged_and_the_original_survives(tmp_path):
     third["rl"]["rho"] = 0.5
     third["train"]["steps"] = 80
     resume.record_config(workdir, third, log_fn=logs.append)
-    assert any("rl.rho None -> 0.3" in line and "algorithm" in line for line in logs)
+    assert any("rl.rho: 0.1 (None: the preset's) -> 0.3" in line and "algorithm" in line for line in logs)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["rl"]["rho"] == 0.5 and len(saved["_history"]) == 2
     original = resume.original_config(saved)
@@ -145,3 +145,24 @@ def test_train_cli_refuses_a_shape_change_before_writing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot resume" in err and "model.hidden_size: 64 -> 128" in err
     assert (sorted(os.listdir(workdir)), (tmp_path / "config.json").read_text()) == before
+
+
+def test_a_none_rl_key_set_to_the_presets_own_value_is_no_algorithm_change():
+    new = _demo()
+    new["rl"]["rho"] = 0.1  # what None resolved to under the microcoder preset
+    (change,) = resume.check_config(_demo(), new, allow_change=False)
+    assert change["kind"] == "free" and resume.describe_change(change) == "rl.rho: 0.1 (None: the preset's) -> 0.1"
+
+
+def test_the_train_command_refuses_a_resume_showing_the_presets_values(tmp_path, capsys):
+    """`train --config.rl.rho=0.3` on a run that used the preset's rho (0.1): both sides are the
+    values the run would use, not the config's None."""
+    from microcoder_jax.trainer.loop import main as train_main
+
+    resume.record_config(str(tmp_path), _demo(), log_fn=lambda m: None)
+    _fake_checkpoint(tmp_path)
+    code = train_main([f"--workdir={tmp_path}", "--config.rl.rho=0.3", "--config.rl.eps_high=0.3"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: the config differs from the run's saved config.json"), err
+    assert "  rl.eps_high: 0.28 (None: the preset's) -> 0.3\n" in err, err
+    assert "  rl.rho: 0.1 (None: the preset's) -> 0.3\n" in err and "Traceback" not in err, err

@@ -243,9 +243,17 @@ def load_params(directory: str, target_params: Any, step: int | None = None) -> 
         item_names=("state", "meta"),
         options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0),
     )
+    kept = sorted(manager.all_steps())
     step = manager.latest_step() if step is None else step
     if step is None:
+        manager.close()
         raise FileNotFoundError(f"no checkpoint in {directory}")
+    if step not in kept:
+        manager.close()
+        raise FileNotFoundError(
+            f"no checkpoint of step {step} in {directory}; kept steps: {', '.join(map(str, kept))} "
+            "(train.keep_checkpoints prunes the older ones)"
+        )
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_params)
     restored = manager.restore(
         step,

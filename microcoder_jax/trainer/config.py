@@ -74,6 +74,14 @@ class TrainConfig(Block):
         for step in self.save_rollouts:
             if isinstance(step, bool) or not isinstance(step, int) or step < 1:
                 self.fail("save_rollouts", self.save_rollouts, "expected steps, ints >= 1, e.g. (1, 120)")
+        beyond = sorted(step for step in self.save_rollouts if step > self.steps)
+        if beyond:  # accepted, these would save nothing
+            self.fail(
+                "save_rollouts",
+                self.save_rollouts,
+                f"step{'s' if len(beyond) > 1 else ''} {', '.join(map(str, beyond))} beyond train.steps={self.steps} "
+                f"would never be saved; use steps 1..{self.steps} or raise train.steps",
+            )
 
 
 @dataclasses.dataclass(frozen=True)

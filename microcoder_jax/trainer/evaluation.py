@@ -296,7 +296,14 @@ def main(argv=None) -> int:
         d = config.distributed
         sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)
         run = setup(config, workdir)
-        params, step = _load_params(run, args.checkpoint, args.step)
+        if args.step is not None and _is_hf_dir(args.checkpoint):
+            raise config_lib.ConfigError(
+                f"--step={args.step}: {args.checkpoint} is a Hugging Face folder (one set of weights); drop --step"
+            )
+        try:
+            params, step = _load_params(run, args.checkpoint, args.step)
+        except FileNotFoundError as e:  # a pruned or never-saved step: the kept ones, in one line
+            raise config_lib.ConfigError(f"--step={args.step}: {e}" if args.step is not None else str(e)) from None
         pool = open_pool(run.evaluator, hide=problem_files(run))
         try:  # the judge hides every problem file: programs cannot read the answers
             report = evaluate_run(run, pool, params, key(run.seed, 4))

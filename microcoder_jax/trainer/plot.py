@@ -176,9 +176,15 @@ def plot_run(workdir: str, out_dir: str | None = None, smooth: int = 0) -> list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    path = os.path.join(workdir, "metrics.jsonl")
+    fix = "pass the --workdir of a training run (python -m microcoder_jax.train --workdir=DIR writes DIR/metrics.jsonl)"
+    if not os.path.isdir(workdir):
+        raise FileNotFoundError(f"--workdir {workdir}: no such folder; {fix}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--workdir {workdir}: the folder has no metrics.jsonl; {fix}")
+    rows = read_metrics(path)
     if not rows:
-        raise FileNotFoundError(f"no metrics in {workdir}/metrics.jsonl; is --workdir a training run?")
+        raise FileNotFoundError(f"{path} has no rows yet: the run has not finished a step; plot again after it has")
     steps = max(r["step"] for r in rows)  # eval results are rows of their own at the same steps
     window = smooth or auto_window(len({r["step"] for r in rows}))
     panels, constants = collect_panels(rows, read_warm_start(workdir))

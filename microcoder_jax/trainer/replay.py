@@ -128,6 +128,8 @@ def saved_config(workdir: str):
     from microcoder_jax.trainer.resume import CONFIG_FILE, flatten
 
     path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.isdir(workdir):
+        raise config_lib.ConfigError(f"--workdir={workdir}: no such folder; pass a training run's --workdir")
     if not os.path.exists(path):
         raise config_lib.ConfigError(f"--workdir={workdir}: no {CONFIG_FILE}; is it a training run?")
     with open(path) as f:
@@ -201,10 +203,11 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     config = saved_config(workdir)  # first: a folder that is no training run is named as such
     npz, meta_path = _paths(workdir, step)
     if not os.path.exists(npz) or not os.path.exists(meta_path):
-        saved = ", ".join(map(str, saved_steps(workdir))) or "none"
+        saved = ", ".join(map(str, saved_steps(workdir)))
         raise config_lib.ConfigError(
             f"--step={step}: no saved rollout in {os.path.join(workdir, ROLLOUTS_DIR)} "
-            f"(saved steps: {saved}); set train.save_rollouts or train.save_rollouts_every"
+            + (f"(saved steps: {saved}); replay one of those, or " if saved else "(none saved); ")
+            + "set train.save_rollouts or train.save_rollouts_every and run the steps again"
         )
     with open(meta_path) as f:
         meta = json.load(f)
@@ -213,8 +216,10 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     states = Checkpointer(os.path.join(workdir, ROLLOUTS_DIR, "states"), async_save=False)
     try:
         if step - 1 not in states.all_steps():
+            kept = ", ".join(str(s + 1) for s in sorted(states.all_steps())) or "none"
             raise config_lib.ConfigError(
-                f"--step={step}: the state of step {step - 1} is missing in {states.directory}"
+                f"--step={step}: the state it starts from (after step {step - 1}) is missing in "
+                f"{states.directory}; steps with their state saved: {kept}"
             )
         state, _, _ = states.restore(abstract_train_state(run), step - 1)
     finally:

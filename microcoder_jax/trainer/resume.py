@@ -12,6 +12,7 @@ entries keep the old values, so the original config can always be rebuilt (`orig
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -106,13 +107,19 @@ def check_config(saved: dict, new: dict, allow_change: bool) -> list[dict]:
 
     old_flat, new_flat = flatten(saved), flatten(new)
     defaults = flatten(to_dict(default_config()))
+    old_rl, new_rl = effective_rl(saved), effective_rl(new)
     changes = []
     for key in sorted(set(old_flat) | set(new_flat)):
         before, after = old_flat.get(key, _ABSENT), new_flat.get(key, _ABSENT)
         if before is _ABSENT and key in defaults and after == defaults[key]:
             continue  # a knob newer than the run, at its default: the run ran as it says
         if before != after:
-            changes.append({"key": key, "from": before, "to": after, "kind": kind_of(key, new_flat)})
+            change = {"key": key, "from": before, "to": after, "kind": kind_of(key, new_flat)}
+            if key in old_rl and key in new_rl and (before is None or after is None):
+                change["effective"] = [old_rl[key], new_rl[key]]  # None: the preset's value, shown
+                if old_rl[key] == new_rl[key]:
+                    change["kind"] = "free"  # None -> the preset's own value: the run is unchanged
+            changes.append(change)
     fatal = [c for c in changes if c["kind"] == "fatal"]
     if fatal:
         raise ConfigChangeError(
@@ -130,8 +137,32 @@ def check_config(saved: dict, new: dict, allow_change: bool) -> list[dict]:
     return changes
 
 
+def effective_rl(config: dict) -> dict[str, Any]:
+    """{'rl.rho': 0.1, ...}: the run's RL values with the preset resolved (a None key takes the
+    preset's value); {} when the config cannot be resolved (a config from another version)."""
+    import ml_collections
+
+    from microcoder_jax.config import make_rl_config
+
+    try:
+        rl = make_rl_config(ml_collections.ConfigDict({k: v for k, v in config.items() if k != HISTORY_KEY}))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}
+    return {f"rl.{k}": list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(rl).items()}
+
+
+def describe_change(c: dict) -> str:
+    """`rl.rho: 0.1 (None: the preset's) -> 0.3`: a None rl key shows the value it resolved to."""
+
+    def side(raw, effective):
+        return f"{effective!r} (None: the preset's)" if raw is None and effective is not None else repr(raw)
+
+    before, after = c.get("effective", (c["from"], c["to"]))
+    return f"{c['key']}: {side(c['from'], before)} -> {side(c['to'], after)}"
+
+
 def _lines(changes: list[dict]) -> str:
-    return "\n".join(f"  {c['key']}: {c['from']!r} -> {c['to']!r}" for c in changes)
+    return "\n".join(f"  {describe_change(c)}" for c in changes)
 
 
 def has_checkpoint(directory: str) -> bool:
@@ -166,7 +197,7 @@ def record_config(
         allow = bool(flatten(config).get(ALLOW_KEY, False))
         changes = check_config(saved, config, allow)
         for c in changes:
-            log_fn(f"config change on resume ({c['kind']}): {c['key']} {c['from']!r} -> {c['to']!r}")
+            log_fn(f"config change on resume ({c['kind']}): {describe_change(c)}")
         if changes:
             history.append(
                 {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "changes": changes}
