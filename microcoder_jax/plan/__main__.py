@@ -96,14 +96,15 @@ def _plan(argv) -> int:
                     summary["step_serial_s"] - summary["phases"].get("eval", {}).get("serial_s", 0.0),
                 )
             )
-    cuts = timing.cuts(result, config, profile, times, summary, splits)
+    dropped: list = []
+    cuts = timing.cuts(result, config, profile, times, summary, splits, dropped)
     if fv.json:
         import json
 
-        print(json.dumps(report.to_json(result, times, summary, cuts, profile, splits), indent=1, default=str))
+        print(json.dumps(report.to_json(result, times, summary, cuts, profile, splits, dropped), indent=1, default=str))
         return 0 if result.fits else 1
     print(report.render(result, config_name))
-    print("\n== step time", *report.step_table(times, summary, cuts, profile, splits), sep="\n")
+    print("\n== step time", *report.step_table(times, summary, cuts, profile, splits, dropped), sep="\n")
     if fv.compare:
         print("\n== planned vs measured", *report.compare_lines(summary, profile, topology), sep="\n")
     return 0 if result.fits else 1

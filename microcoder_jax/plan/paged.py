@@ -13,8 +13,11 @@ head); `kv_dtype_rows` gives each decode program's bytes and roofline time at bo
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from microcoder_jax import sharding
 from microcoder_jax.plan.programs import Program, _sds, local_bytes, sampler_params
@@ -180,22 +183,58 @@ def estimate(program: Program, mesh):
         comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * width * width * 6
         flops = 2.0 * l * layer * a * width + analytic._attention_flops(mc, a, width, width, False)
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
-    s, reads = shape.slots, shape.table_width * shape.page_size
-    kvh, token = max(k // t, 1), token_head_bytes(mc, shape.kv_dtype)
+    s = shape.slots
+    kvh = max(k // t, 1)
     # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
     if mc.attention != "splash":
         comp["one layer's gathered pages (f32 keys and values)"] = (
             s * 2 * kvh * shape.block_pages * shape.page_size * hd * 4 * 2
         )
     comp["sampling temporaries (logits, probs x4)"] = s * v * 4 * 4
-    steps = -(-shape.rows // s) * shape.max_new  # every slot busy to the cap: the worst case
-    flops = steps * (2.0 * (l * layer + v * d) * s + analytic._attention_flops(mc, s, 1, reads // 2, False))
-    local = analytic._split(s, mesh.shape["data"] * mesh.shape["fsdp"])  # each device reads its slots' pages
-    # the live pages (half the table on average) at the pool's bytes per token and head (the int8
-    # kernel DMAs each live page's scales with it: the 4 bytes of `token`)
-    kv_step = local * l * 2 * kvh * token * reads / 2
-    hbm = steps * ((l * layer + v * d) * 2 / t + kv_step)
+    # every row to the cap, every prompt filling its bucket: the worst case, as the engine schedules it
+    flops, hbm = decode_terms(program, cap_schedule(shape))
     return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=shape.rows * shape.max_new)
+
+
+@functools.lru_cache(maxsize=32)
+def cap_schedule(shape):
+    """The engine's schedule of one call of `shape` with every row at the cap and every prompt
+    filling its bucket (decode_sim replays the engine's loop)."""
+    from microcoder_jax.plan import decode_sim
+
+    prompts = shape.rows // shape.samples
+    return decode_sim.simulate(
+        np.full(shape.rows, shape.max_new),
+        np.full(prompts, shape.prompt_width),
+        group=shape.samples,
+        slots=shape.slots,
+        page_size=shape.page_size,
+        refill_every=shape.refill_every,
+        max_new=shape.max_new,
+        prompt_width=shape.prompt_width,
+    )
+
+
+def decode_terms(program, schedule):
+    """FLOPs and per-device HBM bytes of a paged decode call that ran `schedule` (a
+    decode_sim.Schedule): each step reads the chip's share of the weights and, for each of its
+    slots, the pages of the keys attention reads (whole blocks up to the longest live sequence,
+    prompt pages included, at the pool's bytes per token and head: an int8 pool's scales too)."""
+    from microcoder_jax.plan import analytic
+
+    mc, shape, mesh = program.model_config, program.kwargs["shape"], program.mesh
+    d, _, k, _, _, v, l, layer = analytic._dims(mc)
+    t = mesh.shape["tensor"]
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    kvh, token = max(k // t, 1), token_head_bytes(mc, shape.kv_dtype)
+    block = shape.block_pages * shape.page_size
+    keys = -(-schedule.keys // block) * block  # attention reads whole blocks up to the longest live slot
+    local = np.where(schedule.widths % shards == 0, schedule.widths // shards, schedule.widths)
+    flops = float((2.0 * (l * layer + v * d) * schedule.widths).sum()) + float(
+        sum(analytic._attention_flops(mc, int(s), 1, int(n), False) for s, n in zip(schedule.widths, keys))
+    )
+    hbm = float(schedule.steps * (l * layer + v * d) * 2 / t + (local * l * 2 * kvh * token * keys).sum())
+    return flops, hbm
 
 
 def pa_dtype(mc, shape):

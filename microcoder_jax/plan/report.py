@@ -95,50 +95,26 @@ def breakdown_lines(plan) -> list[str]:
     return lines
 
 
-def time_lines(plan) -> list[str]:
-    chip, n = plan.topology.chip, plan.topology.num_devices
-    if not chip.peak_flops:
-        return ["(no peak FLOP/s or bandwidth for this device: name a chip with --topology to estimate time)"]
-    lines = [f"{'program':<15}{'TFLOP':>10}{'HBM GB/dev':>12}{'est. s':>9}  bound"]
-    for row in plan.rows:
-        est = row.estimate
-        secs = est.seconds(chip, n)
-        bound = "compute" if est.flops / (n * chip.peak_flops) >= est.hbm_bytes / chip.hbm_bandwidth else "HBM"
-        extra = ""
-        if row.program.name == "train step":
-            extra = f"; implied MFU <= {est.model_flops / (secs * n * chip.peak_flops):.0%}"
-        if est.tokens:
-            extra = f"; <= {est.tokens / secs:,.0f} tokens/s if every row runs to the cap"
-        lines.append(
-            f"{row.program.name:<15}{est.flops / 1e12:10.1f}{est.hbm_bytes / 1e9:12.1f}{secs:9.2f}  {bound}{extra}"
-        )
-    lines.append(
-        "(roofline: max(FLOPs / peak, HBM bytes / bandwidth) with every loop's trips counted, every "
-        "row at the cap; collectives and length profiles: the == step time section)"
-    )
-    return lines
-
-
 def kv_dtype_lines(plan) -> list[str]:
-    """The paged decode programs at both pool dtypes (`sampling.kv_dtype`), from the analytic model."""
+    """The paged decode programs at both pool dtypes (`sampling.kv_dtype`), from the analytic model:
+    pool bytes, HBM traffic and slots; the time saved is the int8 line under `== step time`."""
     from microcoder_jax.plan.paged import kv_dtype_rows
 
     rows = kv_dtype_rows(plan)
     if not rows:
         return []
     lines = [
-        f"{'program':<15}{'pool GiB':>17}{'HBM GB/dev':>22}{'est. s':>17}{'slots':>13}",
-        f"{'':<15}{'model':>9}{'int8':>8}{'model':>12}{'int8':>10}{'model':>9}{'int8':>8}{'model':>7}{'int8':>6}",
+        f"{'program':<15}{'pool GiB':>17}{'HBM GB/dev':>22}{'slots':>13}",
+        f"{'':<15}{'model':>9}{'int8':>8}{'model':>12}{'int8':>10}{'model':>7}{'int8':>6}",
     ]
     for r in rows:
         lines.append(
             f"{r['name']:<15}{r['pool_model'] / GIB:9.2f}{r['pool_int8'] / GIB:8.2f}"
-            f"{r['hbm_model'] / 1e9:12.1f}{r['hbm_int8'] / 1e9:10.1f}{r['seconds_model']:9.2f}"
-            f"{r['seconds_int8']:8.2f}{r['slots']:7d}{r['int8_slots']:6d}"
+            f"{r['hbm_model'] / 1e9:12.1f}{r['hbm_int8'] / 1e9:10.1f}{r['slots']:7d}{r['int8_slots']:6d}"
         )
     lines.append(
-        "(int8: keys and values in int8 plus a float32 scale per token and head; slots int8 = the "
-        "slots an int8 pool holds in the model-dtype pool's bytes; a roofline until measured on a TPU)"
+        "(HBM GB/dev: one call, every row at the cap; int8: keys and values in int8 plus a float32 scale "
+        "per token and head; slots int8 = the slots an int8 pool holds in the model-dtype pool's bytes)"
     )
     return lines
 
@@ -173,7 +149,9 @@ def render(plan, config_name: str) -> str:
     ]
     if copies:
         out += ["", "== large copies", *copies]
-    out += ["", "== analytic breakdown", *breakdown_lines(plan), "", "== time", *time_lines(plan), ""]
+    out += ["", "== analytic breakdown", *breakdown_lines(plan), ""]
+    if not t.chip.peak_flops:
+        out += ["(no peak FLOP/s or bandwidth for this device: name a chip with --topology to estimate time)", ""]
     kv = kv_dtype_lines(plan)
     if kv:
         out += ["== paged decode at each KV pool dtype (sampling.kv_dtype)", *kv, ""]
@@ -186,9 +164,10 @@ def render(plan, config_name: str) -> str:
     return "\n".join(out)
 
 
-def step_table(times, summary, cut_list, profile, splits=()) -> list[str]:
+def step_table(times, summary, cut_list, profile, splits=(), dropped=()) -> list[str]:
     """Per program: compute / HBM / collective seconds, the bound, the serial and overlapped time;
-    then the step, each phase's share, the ranked cuts and the split layouts."""
+    then the step, each phase's share, the ranked cuts (and those not offered: `dropped`, each with
+    its `why`) and the split layouts."""
     lines = [
         f"lengths: {profile.describe()}",
         f"{'program':<15}{'calls':>6}{'compute s':>11}{'HBM s':>9}{'coll. s':>9}{'coll. GB':>10}"
@@ -207,11 +186,15 @@ def step_table(times, summary, cut_list, profile, splits=()) -> list[str]:
     )
     lines.append("  " + ", ".join(f"{k} {v['share']:.0%}" for k, v in summary["phases"].items()))
     if cut_list:
-        lines.append("what would cut the step most (estimated, this profile):")
+        lines.append("what would cut the step most (estimated, this profile; each fits):")
         for c in cut_list:
             lines.append(
-                f"  {c['change']}: {c['saving_s']:+.1f} s ({c['share_of_step']:+.0%} of the step)  {c['flags']}"
+                f"  {c['change']}: saves {c['saving_s']:.1f} s ({c['share_of_step']:.0%} of the step)  {c['flags']}"
             )
+    else:
+        lines.append("what would cut the step most: nothing the planner models both fits and saves time")
+    for c in dropped:
+        lines.append(f"  not offered: {c['change']} ({c['why']})")
     for s in splits:
         lines.append(
             f"split {s['layout']}: rollout {s['rollout']['seconds']:.1f} s on {s['rollout']['chips']} chips"
@@ -222,8 +205,10 @@ def step_table(times, summary, cut_list, profile, splits=()) -> list[str]:
             f"{s['pipelined_s']:.1f} s vs synchronous {s['synchronous_s']:.1f} s: {s['recommend']}"
         )
     lines.append(
-        "(a roofline: an upper bound on speed. Left out: kernel efficiency, collectives outside loops, "
-        "the judge's CPU time, host work, the data pipeline, compiles)"
+        "(one time per program, this profile: a roofline, max(FLOPs / peak, HBM bytes / bandwidth) per "
+        "call, every loop's trips counted and paged decode at the engine's simulated schedule, plus the "
+        "collectives inside loops over the link; an upper bound on speed. Left out: kernel efficiency, "
+        "collectives outside loops, the judge's CPU time, host work, the data pipeline, compiles)"
     )
     return lines
 
@@ -252,7 +237,7 @@ def compare_lines(summary, profile, topology) -> list[str]:
     return lines
 
 
-def to_json(plan, times, summary, cut_list, profile, splits=()) -> dict:
+def to_json(plan, times, summary, cut_list, profile, splits=(), dropped=()) -> dict:
     """The plan as one JSON object (schema: tests/test_plan_lengths.py)."""
     return {
         "topology": {
@@ -286,6 +271,7 @@ def to_json(plan, times, summary, cut_list, profile, splits=()) -> dict:
         ],
         "step": summary,
         "cuts": cut_list,
+        "cuts_not_offered": list(dropped),
         "splits": list(splits),
         "suggestions": plan.suggestions,
     }

@@ -64,21 +64,7 @@ def _collective_bytes(row, mesh, shapes, train: bool | None) -> float:
     return collective_bytes(row.program.model_config, mesh, max(shapes.rows // shapes.micro, 1), train)
 
 
-def decode_terms(program, schedule: decode_sim.Schedule):
-    """FLOPs and per-device HBM bytes of a paged decode call that ran `schedule`."""
-    mc, shape, mesh = program.model_config, program.kwargs["shape"], program.mesh
-    d, _, k, _, _, v, l, layer = analytic._dims(mc)
-    t = mesh.shape["tensor"]
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    kvh, token = max(k // t, 1), paged.token_head_bytes(mc, shape.kv_dtype)
-    block = shape.block_pages * shape.page_size
-    keys = -(-schedule.keys // block) * block  # attention reads whole blocks up to the longest live slot
-    local = np.where(schedule.widths % shards == 0, schedule.widths // shards, schedule.widths)
-    flops = float((2.0 * (l * layer + v * d) * schedule.widths).sum()) + float(
-        sum(analytic._attention_flops(mc, int(s), 1, int(n), False) for s, n in zip(schedule.widths, keys))
-    )
-    hbm = float(schedule.steps * (l * layer + v * d) * 2 / t + (local * l * 2 * kvh * token * keys).sum())
-    return flops, hbm
+decode_terms = paged.decode_terms  # one model of a paged decode call, shared with paged.estimate
 
 
 def _seconds(flops, hbm, topology):
@@ -98,6 +84,7 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
     for row in plan.rows:
         p, est = row.program, row.estimate
         name, tag = p.name, p.name.split(" ")[0]
+        tokens = 0
         coll = _collective_bytes(row, mesh, sh, {"train step": True, "old log-probs": False}.get(name))
         compute, hbm = _seconds(est.flops, est.hbm_bytes, topo)
         calls, note = 1, ""
@@ -121,13 +108,15 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
                 prompt_width=shape.prompt_width,
             )
             worst = -(-shape.rows // shape.slots) * cap
+            tokens = int(profile.responses(prompts_n * group, cap, seed).sum())
             flops, bytes_ = decode_terms(p, sched)
             compute, hbm = _seconds(flops, bytes_, topo)
             coll *= sched.steps / max(worst, 1)
             note = f"{sched.steps} decode steps simulated ({worst} if every row ran to the cap)"
         elif name.endswith("decode"):  # the static sampler: every row until the longest is done
             cap = sh.max_new if tag == "sample" else sh.eval_max_new
-            longest = int(profile.responses(sh.rows, cap, seed).max())
+            lengths = profile.responses(sh.rows if tag == "sample" else sh.eval_prompts * sh.eval_samples, cap, seed)
+            longest, tokens = int(lengths.max()), int(lengths.sum())
             compute, hbm, coll = compute * longest / cap, hbm * longest / cap, coll * longest / cap
             note = f"static sampler: all rows decode {longest} steps"
         elif name in ("train step", "old log-probs") and rl_config.packing and not profile.is_cap:
@@ -135,7 +124,13 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
             compute = packed[name]["compute_s"]
             hbm, coll = 0.0, packed[name]["ici_s"] * topo.chip.ici_bandwidth
             note = "packed (rl.packing)"
-        out.append(ProgramTime(name, calls, compute, hbm, _link(topo, coll), coll, note))
+        t = ProgramTime(name, calls, compute, hbm, _link(topo, coll), coll, note)
+        if name == "train step" and t.serial_s > 0:
+            mfu = est.model_flops / (t.serial_s * topo.num_devices * topo.chip.peak_flops)
+            t.note = "; ".join(x for x in (t.note, f"implied MFU <= {mfu:.0%}") if x)
+        elif name.endswith("decode") and tokens and t.serial_s > 0:
+            t.note = "; ".join(x for x in (t.note, f"<= {tokens / t.serial_s:,.0f} tokens/s") if x)
+        out.append(t)
     return out
 
 
@@ -188,8 +183,11 @@ def step_summary(plan, config, times: list[ProgramTime]) -> dict:
     return dict(phases=phases, step_serial_s=total, step_overlapped_s=low, eval_every=every)
 
 
-def cuts(plan, config, profile, times, summary, splits=None) -> list[dict]:
-    """What would cut the step most, ranked by the estimated saving (serial step seconds)."""
+def cuts(plan, config, profile, times, summary, splits=None, dropped: list | None = None) -> list[dict]:
+    """What would cut the step most, ranked by the estimated saving (serial step seconds). Only
+    changes that save time and fit are offered: a config change is planned (analytic) and kept when
+    no program grows past the chip (a program may grow, if it still fits); a split when both sides
+    fit. The rest go to `dropped` (when given), each with `why`."""
     from microcoder_jax import config as config_lib
 
     out = []
@@ -200,7 +198,14 @@ def cuts(plan, config, profile, times, summary, splits=None) -> list[dict]:
         packed = packed_times(plan, config, profile)
         now = sum(by[n].serial_s for n in ("train step", "old log-probs") if n in by)
         new = sum(packed[n]["compute_s"] + packed[n]["ici_s"] for n in ("train step", "old log-probs"))
-        out.append(dict(change="pack the training passes", flags="--config.rl.packing=true", saving_s=now - new))
+        out.append(
+            dict(
+                change="pack the training passes",
+                flags="--config.rl.packing=true",
+                saving_s=now - new,
+                overrides={"rl.packing": True},
+            )
+        )
     decode = by.get("sample decode")
     dec_row = next((r for r in plan.rows if r.program.name == "sample decode"), None)
     if decode is not None and dec_row is not None and paged.is_paged(dec_row.program):
@@ -208,28 +213,68 @@ def cuts(plan, config, profile, times, summary, splits=None) -> list[dict]:
         if shape.kv_dtype != "int8":
             alt = _decode_with(plan, config, profile, dec_row, kv_dtype="int8")
             out.append(
-                dict(change="int8 KV pool", flags="--config.sampling.kv_dtype=int8", saving_s=decode.serial_s - alt)
+                dict(
+                    change="int8 KV pool",
+                    flags="--config.sampling.kv_dtype=int8",
+                    saving_s=decode.serial_s - alt,
+                    overrides={"sampling.kv_dtype": "int8"},
+                )
             )
         if shape.slots * 2 <= shape.rows:
             alt = _decode_with(plan, config, profile, dec_row, slots=shape.slots * 2)
             out.append(
                 dict(
-                    change=f"a larger decode batch ({shape.slots * 2} slots; check memory with plan)",
+                    change=f"a larger decode batch ({shape.slots * 2} slots)",
                     flags=f"--config.sampling.slots={shape.slots * 2}",
                     saving_s=decode.serial_s - alt,
+                    overrides={"sampling.slots": shape.slots * 2},
                 )
             )
     for s in splits or []:
+        sides = [side for side in ("rollout", "learner") if not s[side]["fits"]]
         out.append(
             dict(
                 change=f"split {s['layout']} (one-step off-policy)",
                 flags=s["flags"],
                 saving_s=s["synchronous_s"] - s["pipelined_s"],
+                does_not_fit=" and ".join(f"the {side} side" for side in sides) + " does not fit" if sides else "",
             )
         )
+    offered = []
     for c in out:
         c["share_of_step"] = c["saving_s"] / total if total else float("nan")
-    return sorted(out, key=lambda c: -c["saving_s"])
+        why = c.pop("does_not_fit", "") or _grows_past_the_chip(plan, config, c.pop("overrides", {}))
+        if c["saving_s"] <= 0:
+            why = (why + "; " if why else "") + f"slower by {-c['saving_s']:.1f} s"
+        if why:
+            c["why"] = why
+            if dropped is not None:
+                dropped.append(c)
+        else:
+            offered.append(c)
+    return sorted(offered, key=lambda c: -c["saving_s"])
+
+
+def _grows_past_the_chip(plan, config, overrides: dict) -> str:
+    """ "" when `overrides` keep every program within the chip (the analytic model: a program's
+    estimate fits, or does not grow), else which programs would not fit."""
+    if not overrides:
+        return ""
+    from microcoder_jax.plan import planner
+    from microcoder_jax.plan.programs import with_overrides
+
+    try:
+        alt = planner.plan(with_overrides(config, **overrides), plan.topology, search=False, compile_=False)
+    except (ValueError, KeyError) as e:
+        return f"does not build ({str(e).splitlines()[0][:80]})"
+    before = {r.program.name: r.estimate.total + r.resident for r in plan.rows}
+    limit = planner.HEADROOM * plan.topology.chip.hbm_bytes
+    over = [
+        r.program.name
+        for r in alt.rows
+        if r.program.name in before and r.estimate.total + r.resident > max(limit, before[r.program.name])
+    ]
+    return f"{', '.join(over)} would not fit (analytic)" if over else ""
 
 
 def _decode_with(plan, config, profile, row, **changes) -> float:
