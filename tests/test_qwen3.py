@@ -348,7 +348,7 @@ def test_config_round_trips_and_rejects_unsupported():
     with pytest.raises(ValueError, match="rope_type='dynamic'"):
         DecoderConfig.from_hf({**config.to_hf(), "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
     with pytest.raises(ValueError, match="architecture"):
-        DecoderConfig.from_hf({**config.to_hf(), "architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+        DecoderConfig.from_hf({**config.to_hf(), "architectures": ["MistralForCausalLM"], "model_type": "mistral"})
     bad = config.to_hf()
     del bad["hidden_size"]
     with pytest.raises(ValueError, match="hidden_size"):
