@@ -143,14 +143,92 @@ def test_setup_copies_only_the_code(tmp_path):
     }
 
 
-def test_gpu_dry_run_prints_the_train_command(tmp_path):
-    env = dict(os.environ, MODEL_DIR="/models/Qwen3-1.7B", DATA="data/train-*.jsonl")
+def _fake_gpu_host(tmp_path, gpu="NVIDIA A100-SXM4-80GB, 81920", count=1, plan_exit=0, plan_out=""):
+    """`nvidia-smi` (one GPU model, `count` of them) and a `python` that records its arguments and
+    answers `-m microcoder_jax.plan` with `plan_out` and `plan_exit` (train: exit 0)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    calls = tmp_path / "calls"
+    listing = "\n".join(f"GPU {i}: {gpu.split(',')[0]} (UUID: GPU-{i})" for i in range(count))
+    (bin_dir / "nvidia-smi").write_text(
+        f'#!/bin/sh\ncase "$*" in *--query-gpu*) echo "{gpu}" ;; *-L*) printf "{listing}\\n" ;; esac\n'
+    )
+    (tmp_path / "plan_out").write_text(plan_out)
+    (bin_dir / "python").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        f'case "$*" in *microcoder_jax.plan*) cat {tmp_path / "plan_out"}; exit {plan_exit} ;; esac\nexit 0\n'
+    )
+    for f in ("nvidia-smi", "python"):
+        (bin_dir / f).chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", MODEL_DIR="/models/Qwen3-1.7B", DATA="train.jsonl")
+    return env, calls
+
+
+def test_gpu_dry_run_plans_then_prints_the_train_command(tmp_path):
+    env, calls = _fake_gpu_host(tmp_path, count=2)
+    env["DATA"] = "data/train-*.jsonl"
     out = _run([GPU, "--dry-run", "--config.train.steps=3"], env).stdout.splitlines()
-    assert out[0].startswith("export XLA_FLAGS=")
-    assert out[1] == (
+    assert out[0] == (
+        "python '-m' 'microcoder_jax.plan' '--config=configs/paper.py:qwen3-1.7b,microcoder' "
+        "'--topology=a100-80gb' '--devices=2' '--config.model.path=/models/Qwen3-1.7B' '--config.train.steps=3'"
+    )
+    assert out[1].startswith("export XLA_FLAGS=")
+    assert out[2] == (
         "python -m microcoder_jax.train '--config=configs/paper.py:qwen3-1.7b,microcoder' "
         "'--workdir=runs/paper_qwen3-1.7b_microcoder' '--config.model.path=/models/Qwen3-1.7B' "
         "'--config.data.train_files=data/train-*.jsonl' '--config.train.steps=3'"
     )
+    assert not calls.exists()  # a dry run runs nothing
     proc = _run([GPU], {k: v for k, v in os.environ.items() if k != "MODEL_DIR"}, check=False)
     assert proc.returncode != 0 and "set MODEL_DIR" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "gpu, where",
+    [
+        ("NVIDIA H100 80GB HBM3, 81559", "--topology=h100"),
+        ("NVIDIA A100-PCIE-40GB, 40960", "--topology=a100-40gb"),
+        ("NVIDIA RTX A6000, 49140", "--hbm-gib=48.0"),  # a GPU the planner does not name: its memory
+    ],
+)
+def test_gpu_plan_topology_from_nvidia_smi(tmp_path, gpu, where):
+    env, _ = _fake_gpu_host(tmp_path, gpu=gpu)
+    out = _run([GPU, "--dry-run"], env).stdout.splitlines()
+    assert f"'{where}' '--devices=1'" in out[0], out[0]
+
+
+def test_gpu_refuses_to_start_when_the_plan_does_not_fit(tmp_path):
+    plan_out = (
+        "verdict: does not fit 1xa100-80gb: sample admit\n"
+        "  suggestion: sample admit: int8 KV pool, 64 slots fits, 70.3 GiB of 74.5 GiB (analytic): "
+        "--config.sampling.kv_dtype=int8\n"
+        "  suggestion: fits with every change (the analytic model): add --config.sampling.kv_dtype=int8\n"
+    )
+    env, calls = _fake_gpu_host(tmp_path, plan_exit=1, plan_out=plan_out)
+    proc = _run([GPU, "--config.train.steps=3"], env, check=False)
+    assert proc.returncode == 1
+    assert "verdict: does not fit" in proc.stdout  # the plan is shown
+    assert "the planner found flags that fit" in proc.stderr
+    assert proc.stderr.strip().endswith("--config.train.steps=3 --config.sampling.kv_dtype=int8"), proc.stderr
+    ran = calls.read_text().splitlines()
+    assert len(ran) == 1 and "microcoder_jax.plan" in ran[0] and "--config.train.steps=3" in ran[0]  # never trains
+    # nothing fits: the planner's own lines explain; the script names the way out
+    env, calls = _fake_gpu_host(tmp_path / "b", plan_exit=1, plan_out="  suggestion: x: nothing fits (...)\n")
+    proc = _run([GPU], env, check=False)
+    assert proc.returncode == 1 and "the plan check failed" in proc.stderr and "SKIP_PLAN=1" in proc.stderr
+
+
+def test_gpu_trains_after_a_plan_that_fits(tmp_path):
+    env, calls = _fake_gpu_host(tmp_path, plan_out="verdict: every program fits 1xa100-80gb\n")
+    _run([GPU, "--config.sampling.kv_dtype=int8", "--config.train.steps=3"], env)
+    plan, train = calls.read_text().splitlines()
+    assert "microcoder_jax.plan" in plan and "--config.sampling.kv_dtype=int8" in plan
+    assert train.startswith("-m microcoder_jax.train --config=configs/paper.py:qwen3-1.7b,microcoder")
+    assert train.endswith("--config.sampling.kv_dtype=int8 --config.train.steps=3")
+    # SKIP_PLAN=1 trains without planning; no GPU and no TOPOLOGY: a clear error
+    (tmp_path / "calls").unlink()
+    _run([GPU], dict(env, SKIP_PLAN="1"))
+    assert calls.read_text().startswith("-m microcoder_jax.train")
+    (tmp_path / "bin" / "nvidia-smi").unlink()
+    proc = _run([GPU], env, check=False)
+    assert proc.returncode == 1 and "set TOPOLOGY" in proc.stderr
