@@ -7,8 +7,9 @@
 #   CONFIG     config file (configs/paper.py:qwen3-1.7b,microcoder)
 #   WORKDIR    run directory (runs/<config name>); rerun the same command to resume
 #   DATA       training problem files, globs or commas (e.g. "data/train-*.jsonl")
-#   TOPOLOGY   what the planner is given (default: from nvidia-smi, e.g. a100-80gb; an unknown
-#              GPU is planned by its memory); GPUS the number of GPUs (default: nvidia-smi's count)
+#   TOPOLOGY   what the planner is given (default: from nvidia-smi, e.g. a100-80gb, with the memory
+#              JAX may take: XLA_PYTHON_CLIENT_MEM_FRACTION of the GPU's; a GPU the planner does not
+#              name is planned by its memory alone); GPUS the number of GPUs (default: nvidia-smi's)
 #   SKIP_PLAN=1  start without planning
 #   TRAIN FLAGS are passed on (the --config.* ones to the planner too), e.g. --config.train.steps=100
 #   --dry-run  print the environment and the commands instead of running them
@@ -46,25 +47,29 @@ export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
 args=(--config="$CONFIG" --workdir="$WORKDIR" --config.model.path="$MODEL_DIR")
 [ -n "${DATA:-}" ] && args+=("--config.data.train_files=$DATA")
 
-# The planner's topology for the GPUs here: a chip it knows by name, else --hbm-gib from the memory.
+# The planner's topology for the GPUs here: a chip it knows by name (its FLOP/s and bandwidth), and
+# the memory JAX may take of it (XLA_PYTHON_CLIENT_MEM_FRACTION of nvidia-smi's total).
 gpu_topology() {
-  local name mib
+  local name mib gib
   IFS=, read -r name mib <<<"$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits | head -n 1)"
   mib=${mib//[!0-9]/}
+  [ -n "$mib" ] || return 1
+  gib=$(awk "BEGIN {printf \"%.1f\", $mib * $XLA_PYTHON_CLIENT_MEM_FRACTION / 1024}")
   case "$name" in
-    *A100*) if [ "${mib:-0}" -gt 50000 ]; then echo "--topology=a100-80gb"; else echo "--topology=a100-40gb"; fi ;;
+    *A100*) if [ "$mib" -gt 50000 ]; then echo "--topology=a100-80gb"; else echo "--topology=a100-40gb"; fi ;;
     *H100*) echo "--topology=h100" ;;
     *H200*) echo "--topology=h200" ;;
     *L4*) echo "--topology=l4" ;;
     *4090*) echo "--topology=rtx4090" ;;
-    *) [ -n "$mib" ] || return 1; echo "--hbm-gib=$(awk "BEGIN {printf \"%.1f\", $mib / 1024}")" ;;
   esac
+  echo "--hbm-gib=$gib"
 }
 
 if [ "${SKIP_PLAN:-0}" != 1 ]; then
   if [ -n "${TOPOLOGY:-}" ]; then
-    where="--topology=$TOPOLOGY"
-  elif command -v nvidia-smi >/dev/null 2>&1 && where=$(gpu_topology); then :
+    where=("--topology=$TOPOLOGY")
+  elif command -v nvidia-smi >/dev/null 2>&1 && gpu=$(gpu_topology); then
+    mapfile -t where <<<"$gpu"
   else
     echo "gpu.sh: nvidia-smi found no GPU to plan for; set TOPOLOGY (e.g. a100-80gb) and GPUS, or SKIP_PLAN=1" >&2
     exit 1
@@ -73,7 +78,7 @@ if [ "${SKIP_PLAN:-0}" != 1 ]; then
   [ "${GPUS:-0}" -ge 1 ] || { echo "gpu.sh: no GPU counted; set GPUS=N (or SKIP_PLAN=1)" >&2; exit 1; }
   overrides=()
   for a in "$@"; do [[ "$a" == --config.* ]] && overrides+=("$a"); done
-  plan=(python -m microcoder_jax.plan --config="$CONFIG" "$where" --devices="$GPUS"
+  plan=(python -m microcoder_jax.plan --config="$CONFIG" "${where[@]}" --devices="$GPUS"
         --config.model.path="$MODEL_DIR" "${overrides[@]}")
   if [ "$DRY_RUN" = 1 ]; then
     printf '%s' "${plan[0]}"; printf " '%s'" "${plan[@]:1}"; echo
@@ -88,7 +93,7 @@ if [ "${SKIP_PLAN:-0}" != 1 ]; then
         echo "gpu.sh: $CONFIG does not fit ${GPUS} GPU(s) as configured; the planner found flags that fit:" >&2
         echo "  $0 $* $fix" >&2
       else
-        echo "gpu.sh: the plan check failed (exit $status): $CONFIG does not fit ${GPUS} GPU(s) ($where);" \
+        echo "gpu.sh: the plan check failed (exit $status): $CONFIG does not fit ${GPUS} GPU(s) (${where[*]});" \
              "see the suggestions above, or SKIP_PLAN=1 to start anyway" >&2
       fi
       exit 1

@@ -170,7 +170,8 @@ def test_gpu_dry_run_plans_then_prints_the_train_command(tmp_path):
     out = _run([GPU, "--dry-run", "--config.train.steps=3"], env).stdout.splitlines()
     assert out[0] == (
         "python '-m' 'microcoder_jax.plan' '--config=configs/paper.py:qwen3-1.7b,microcoder' "
-        "'--topology=a100-80gb' '--devices=2' '--config.model.path=/models/Qwen3-1.7B' '--config.train.steps=3'"
+        "'--topology=a100-80gb' '--hbm-gib=72.0' '--devices=2' '--config.model.path=/models/Qwen3-1.7B' "
+        "'--config.train.steps=3'"
     )
     assert out[1].startswith("export XLA_FLAGS=")
     assert out[2] == (
@@ -186,15 +187,15 @@ def test_gpu_dry_run_plans_then_prints_the_train_command(tmp_path):
 @pytest.mark.parametrize(
     "gpu, where",
     [
-        ("NVIDIA H100 80GB HBM3, 81559", "--topology=h100"),
-        ("NVIDIA A100-PCIE-40GB, 40960", "--topology=a100-40gb"),
-        ("NVIDIA RTX A6000, 49140", "--hbm-gib=48.0"),  # a GPU the planner does not name: its memory
+        ("NVIDIA H100 80GB HBM3, 81559", "'--topology=h100' '--hbm-gib=71.7'"),  # 0.9 of it: JAX's share
+        ("NVIDIA A100-PCIE-40GB, 40960", "'--topology=a100-40gb' '--hbm-gib=36.0'"),
+        ("NVIDIA RTX A6000, 49140", "'--hbm-gib=43.2'"),  # a GPU the planner does not name: its memory
     ],
 )
 def test_gpu_plan_topology_from_nvidia_smi(tmp_path, gpu, where):
     env, _ = _fake_gpu_host(tmp_path, gpu=gpu)
     out = _run([GPU, "--dry-run"], env).stdout.splitlines()
-    assert f"'{where}' '--devices=1'" in out[0], out[0]
+    assert f"{where} '--devices=1'" in out[0], out[0]
 
 
 def test_gpu_refuses_to_start_when_the_plan_does_not_fit(tmp_path):
