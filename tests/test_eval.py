@@ -96,3 +96,71 @@ def test_held_out_demo_problems_are_one_set_apart_from_training():
     train_ids = {p.question_id for s in (0, 1) for p in demo_task.make_problems(ops, 3, 2, s)}
     assert len(held) == 6 and not train_ids & {p.question_id for p in held}
     assert {p.metadata["op"] for p in held} == set(ops)
+
+
+def _fake_run(task="problems", held_out_per_op=0, train_ids=(), eval_ids=()):
+    import types
+
+    from microcoder_jax import config as config_lib
+
+    c = config_lib.demo_config()
+    c.data.task, c.demo.held_out_per_op = task, held_out_per_op
+    problems = lambda ids: [Problem(question_id=i, tests=[]) for i in ids]  # noqa: E731
+    return types.SimpleNamespace(
+        config=c, eval_problems=problems(eval_ids), prompt_set=types.SimpleNamespace(problems=problems(train_ids))
+    )
+
+
+def test_the_problem_set_says_held_out_or_training():
+    demo = ev.problem_set(_fake_run("demo", eval_ids=["a"] * 40))
+    assert demo["held_out"] is False and demo["description"].startswith("the 40 training problems (demo.held_out")
+    held = ev.problem_set(_fake_run("demo", held_out_per_op=2, eval_ids=["x"] * 10))
+    assert held["held_out"] is True and held["description"].startswith("10 held out")
+    files = ev.problem_set(_fake_run(train_ids=["a", "b"], eval_ids=["c", "d"]))
+    assert files["held_out"] is True and "no question_id in data.train_files" in files["description"]
+    assert ev.problem_set(_fake_run(train_ids=["a", "b"], eval_ids=["a", "b"]))["held_out"] is False
+    assert (
+        "1 of them training problems" in ev.problem_set(_fake_run(train_ids=["a"], eval_ids=["a", "c"]))["description"]
+    )
+    assert ev.problem_set(_fake_run(eval_ids=["a"]), compared=False)["held_out"] is None
+
+
+def test_eval_names_its_step_and_problems_and_writes_only_under_its_folder(tmp_path, monkeypatch, capsys):
+    """The run's eval: the table and eval.json say which step and which problems (the demo's are
+    its training problems) and where the start's score is; an exported HF folder DIR is scored into
+    DIR-eval/, never into the current directory; --step=0 is refused in one line."""
+    import json
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from demo_workdir import make_demo_workdir
+
+    from microcoder_jax.models import convert
+
+    run = tmp_path / "run"
+    make_demo_workdir(str(run), steps=(4, 8))
+    os.makedirs(run / "eval")
+    (run / "eval" / "step_0.json").write_text(json.dumps({"overall": {"problems": 40, "pass@1": 0.2}}))
+    few = ["--config.eval.max_problems=4"]
+    assert ev.main([f"--checkpoint={run}", *few]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"scored: step 8 of {run}", out
+    assert out[1].startswith("problems: the 4 training problems (demo.held_out_per_op=0"), out
+    assert f"the start (step 0, before RL; the run's own eval): pass@1 20.0% ({run}/eval/step_0.json)" in out
+    report = json.loads((run / "eval.json").read_text())
+    assert report["step"] == 8 and report["problem_set"]["held_out"] is False and report["start"]["pass@1"] == 0.2
+
+    assert ev.main([f"--checkpoint={run}", "--step=0"]) == 2
+    assert capsys.readouterr().err.startswith("error: --step=0: a run keeps no checkpoint of its starting params")
+
+    hf = tmp_path / "out" / "demo"
+    assert convert.main(["--from", str(run), "--to-hf", str(hf)]) == 0
+    cwd = tmp_path / "cwd"
+    os.makedirs(cwd)
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    assert ev.main([f"--checkpoint={hf}", *few]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"scored: the Hugging Face folder {hf}" and out[-1] == f"wrote {hf}-eval/eval.json", out
+    assert os.listdir(cwd) == [] and sorted(os.listdir(f"{hf}-eval")) == ["eval.json", "tokenizer"]

@@ -5,7 +5,11 @@ pass@1, and pass@k for every k up to the samples per problem (the unbiased estim
 al. 2021), overall and by difficulty and platform, printed as a table and written as JSON.
 `--checkpoint` is a training workdir (its newest checkpoint; `--step` picks another) or a Hugging
 Face checkpoint directory. The problems are `eval.files` (the demo's own problems for the demo);
-samples, response cap, sampling and the date window are the `eval.*` config keys.
+samples, response cap, sampling and the date window are the `eval.*` config keys. The table and
+the report name the step scored and whether the problems are held out or training problems; the
+report goes to WORKDIR/eval.json (for a Hugging Face folder DIR: DIR-eval/eval.json; or `--out`),
+and the eval writes nothing outside that folder. `--step=0` is refused: the start's score is the
+run's own (train.eval_at_start: WORKDIR/eval/step_0.json), shown under the table when it exists.
 The training loop calls `evaluate_at_step` on its eval schedule.
 """
 
@@ -62,9 +66,13 @@ def summarize(problems, passes: list[list[bool]], ks=None, judge_errors: int = 0
 
 
 def format_table(report: dict) -> str:
-    """A plain-text table: one row per group, one column per pass@k."""
+    """A plain-text table: what was scored (the step, the problems: held out or the training
+    ones), then one row per group, one column per pass@k."""
     keys = [k for k in report["overall"] if k.startswith("pass@")]
-    lines = [f"{'group':<28}{'problems':>9}" + "".join(f"{k:>10}" for k in keys)]
+    lines = [f"scored: {report['scored']}"] if "scored" in report else []
+    if "problem_set" in report:
+        lines.append(f"problems: {report['problem_set']['description']}")
+    lines.append(f"{'group':<28}{'problems':>9}" + "".join(f"{k:>10}" for k in keys))
 
     def row(name, g):
         lines.append(f"{name:<28}{g['problems']:>9}" + "".join(f"{100 * g[k]:>9.1f}%" for k in keys))
@@ -170,6 +178,52 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
     return report
 
 
+def problem_set(run, compared: bool = True, scored: int | None = None) -> dict:
+    """Which problems an eval scores, against the training problems: {"held_out": True / False /
+    None (not known), "description": one line}. `compared`: whether the run names its training
+    data (the eval CLI without data.train_files has only eval.files); `scored`: how many were
+    scored (the date window, eval.max_problems), default all."""
+    config, n = run.config, len(run.eval_problems) if scored is None else scored
+    if config.data.task == "demo":
+        per_op = config.demo.held_out_per_op
+        if per_op:
+            return {
+                "held_out": True,
+                "description": f"{n} held out: the demo's evaluation problems, with tests of their own "
+                f"(demo.held_out_per_op={per_op})",
+            }
+        return {
+            "held_out": False,
+            "description": f"the {n} training problems (demo.held_out_per_op=0; set it to score held-out tests)",
+        }
+    if not compared:
+        return {"held_out": None, "description": f"{n} from eval.files (data.train_files unset: not compared)"}
+    trained = {p.question_id for p in run.prompt_set.problems}
+    shared = sum(p.question_id in trained for p in run.eval_problems)
+    if not shared:
+        return {"held_out": True, "description": f"{n} held out (eval.files: no question_id in data.train_files)"}
+    if shared == n:
+        return {
+            "held_out": False,
+            "description": f"the {n} training problems (every eval.files id is in data.train_files)",
+        }
+    return {
+        "held_out": False,
+        "description": f"{n} from eval.files, {shared} of them training problems (data.train_files)",
+    }
+
+
+def start_score(workdir: str) -> dict | None:
+    """The run's own score of its starting params (train.eval_at_start: WORKDIR/eval/step_0.json)."""
+    path = os.path.join(workdir, "eval", "step_0.json")
+    try:
+        with open(path) as f:
+            overall = json.load(f)["overall"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return {"file": path, **{k: v for k, v in overall.items() if k.startswith("pass@")}}
+
+
 def evaluate_run(run, pool, params, rng) -> dict:
     """The run's evaluation problems at `eval.*`; with `eval.greedy` also one greedy answer each
     (report["greedy"]): pass@1 of the policy itself, free of the sampling temperature."""
@@ -190,6 +244,8 @@ def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) ->
     import jax
 
     report = evaluate_run(run, pool, params, rng)
+    report["step"], report["problem_set"] = step, problem_set(run, scored=report["overall"]["problems"])
+    report["scored"] = f"step {step}" + (" (the starting params, before RL step 1)" if step == 0 else "")
     if jax.process_index() == 0:
         path = os.path.join(run.workdir, "eval", f"step_{step}.json")
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -242,7 +298,13 @@ def _define_flags(fv) -> None:
         flag_values=fv,
     )
     flags.DEFINE_integer("step", None, "checkpoint step (default: the newest)", flag_values=fv)
-    flags.DEFINE_string("out", None, "JSON report path (default: WORKDIR/eval.json)", flag_values=fv)
+    flags.DEFINE_string(
+        "out",
+        None,
+        "JSON report path (default: WORKDIR/eval.json; for a Hugging Face folder DIR, DIR-eval/eval.json); "
+        "whatever the eval writes goes into its folder",
+        flag_values=fv,
+    )
 
 
 def _prepare(args):
@@ -272,8 +334,11 @@ def _prepare(args):
     validate(config)
     if os.path.isdir(os.path.join(args.checkpoint, "checkpoints")):
         return config, args.checkpoint  # a training workdir
-    if _is_hf_dir(args.checkpoint):
-        return config, os.getcwd()
+    if _is_hf_dir(args.checkpoint):  # not the current directory: the report (and the demo's tokenizer) go
+        # next to the export, or beside --out
+        if args.out:
+            return config, os.path.dirname(os.path.abspath(args.out))
+        return config, os.path.abspath(args.checkpoint).rstrip(os.sep) + "-eval"
     return config, os.path.dirname(os.path.abspath(args.checkpoint))  # its checkpoints/ dir
 
 
@@ -292,6 +357,12 @@ def main(argv=None) -> int:
             default_file=config_lib.DEFAULT_FILE,
             define_flags=_define_flags,
         )
+        if args.step == 0:
+            raise config_lib.ConfigError(
+                "--step=0: a run keeps no checkpoint of its starting params; with train.eval_at_start=True "
+                "the run scores them itself (WORKDIR/eval/step_0.json, and the eval rows of step 0 in metrics.jsonl)"
+            )
+        compared = bool(args.config.data.train_files)  # before _prepare fills it in from eval.files
         config, workdir = _prepare(args)
         d = config.distributed
         sharding.initialize_distributed(d.coordinator_address, d.num_processes, d.process_id, mode=d.initialize)
@@ -310,8 +381,24 @@ def main(argv=None) -> int:
         finally:
             pool.close()
         report["checkpoint"], report["step"] = os.path.abspath(args.checkpoint), step
+        report["problem_set"] = problem_set(
+            run, compared=compared or config.data.task == "demo", scored=report["overall"]["problems"]
+        )
+        where = report["checkpoint"]
+        report["scored"] = f"the Hugging Face folder {where}" if step == "hf" else f"step {step} of {workdir}"
+        report["start"] = start_score(workdir) if step != "hf" else None
         print(format_table(report))
+        if step != "hf":
+            start = report["start"]
+            print(
+                f"the start (step 0, before RL; the run's own eval): pass@1 {100 * start['pass@1']:.1f}% "
+                f"({start['file']})"
+                if start and "pass@1" in start
+                else "the start (step 0): not scored by this run; train.eval_at_start=True scores the starting "
+                "params before RL step 1 (WORKDIR/eval/step_0.json)"
+            )
         out = args.out or os.path.join(workdir, "eval.json")
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
             json.dump(report, f, indent=1)
         print(f"wrote {out}")
