@@ -159,6 +159,17 @@ def test_summary_and_table_from_rows():
     assert "| A | 0.75 → 1.1 ± 0.3 | 31 → 38 ± 0 |" in common.table(summary)
 
 
+def test_a_short_runs_table_says_it_is_not_a_result(tmp_path):
+    rows = [{"step": s, "reward_mean": 0.0, "response_length_mean": 30.0} for s in range(1, 4)]
+    arm = common.Arm("a", "grpo", label="A")
+    results = {"a": {0: (rows, {"wall_s": 1.0, "cpu_s": 1.0})}}
+    for short in (True, False):
+        summary = common.summarize([arm], results, 3, {"short": short})
+        common.write_outputs(str(tmp_path), summary, results, [arm], lambda *a: None)
+        text = (tmp_path / "table.md").read_text()
+        assert text.startswith(f"**{common.SHORT_NOTE}**") == short and ("not a result" in text) == short
+
+
 def test_held_out_start_and_end_come_from_the_evaluations_around_the_run():
     """Held-out values: start = the evaluation before RL step 1, end = the one after the last step;
     training quantities ignore the evaluations' rows; the length curve counts each seed once."""
@@ -212,13 +223,16 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["truncation", "temperature"])
-def test_experiment_command_short(tmp_path, name):
-    """--short end to end: every arm trains a few steps, summary.json, table and figure written."""
+def test_experiment_command_short(tmp_path, name, capsys):
+    """--short end to end: every arm trains a few steps, summary.json, table and figure written;
+    the table and stdout say it is a check of the command, not a result."""
     import importlib
 
     module = importlib.import_module(f"microcoder_jax.experiments.{name}")
     out = str(tmp_path / name)
     assert module.main(["--out", out, "--short"]) == 0  # one seed
+    assert common.SHORT_NOTE in capsys.readouterr().out
+    assert open(os.path.join(out, "table.md")).read().startswith(f"**{common.SHORT_NOTE}**")
     summary = json.load(open(os.path.join(out, "summary.json")))
     assert list(summary["arms"]) == [a.name for a in module.ARMS] and summary["steps"] == 3
     for arm in summary["arms"].values():

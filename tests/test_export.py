@@ -106,3 +106,27 @@ def test_a_failed_export_keeps_the_previous_one(demo_run, tmp_path, monkeypatch,
     assert "convert: error: disk full" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no temp folder left behind
+
+
+def test_convert_without_torch_prints_no_transformers_notice(demo_run, tmp_path):
+    """Command 1 of the README installs no torch: transformers' import notice "PyTorch was not
+    found" is filtered where the package loads, so no command prints it."""
+    import subprocess
+    import sys
+
+    workdir, _, _ = demo_run
+    code = (
+        "import sys, runpy; sys.modules['torch'] = None; "  # as if torch were not installed
+        f"sys.argv = ['convert', '--from', {workdir!r}, '--to-hf', {str(tmp_path / 'hf')!r}]; "
+        "runpy.run_module('microcoder_jax.convert', run_name='__main__')"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert out.returncode == 0 and "wrote" in out.stdout, out.stderr[-3000:]
+    assert "PyTorch was not found" not in out.stderr and "[transformers]" not in out.stderr, out.stderr[-3000:]

@@ -81,3 +81,39 @@ def test_train_cli_start_is_quiet_when_jax_tries_every_backend(tmp_path):
         env=_env(),
     )
     _assert_quiet(out)
+
+
+@pytest.fixture(scope="module")
+def demo_workdir(tmp_path_factory):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from demo_workdir import make_demo_workdir
+
+    workdir = str(tmp_path_factory.mktemp("run"))
+    make_demo_workdir(workdir, steps=(2,))
+    return workdir
+
+
+def _cli(*args, timeout=300):
+    """A `python -m microcoder_jax.<name>` command with JAX_PLATFORMS unset (every backend tried)."""
+    return subprocess.run(
+        [sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=_env()
+    )
+
+
+def test_convert_loads_libtpu_quietly(demo_workdir, tmp_path):
+    out = _cli("microcoder_jax.convert", "--from", demo_workdir, "--to-hf", str(tmp_path / "hf"))
+    _assert_quiet(out)
+    assert "wrote" in out.stdout
+
+
+def test_replay_loads_libtpu_quietly(demo_workdir):
+    """The replay of a step whose starting state was not saved: set-up runs (JAX's backends load),
+    then the one error line, and nothing from libtpu."""
+    os.makedirs(os.path.join(demo_workdir, "rollouts"), exist_ok=True)
+    for suffix in ("npz", "json"):
+        with open(os.path.join(demo_workdir, "rollouts", f"step_000003.{suffix}"), "w") as f:
+            f.write("{}")
+    out = _cli("microcoder_jax.replay", "--workdir", demo_workdir, "--step", "3")
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
+    assert "the state it starts from (after step 2) is missing" in lines[0], lines

@@ -347,6 +347,12 @@ def table(summary: dict, columns=TABLE_COLUMNS) -> str:
     return "\n".join(lines)
 
 
+SHORT_NOTE = (
+    "--short: a few steps of every arm, one seed, a short warm start: a check of the command end to end, "
+    "not a result (rewards and pass rates near 0 are expected)"
+)
+
+
 def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=None, paired_columns=None) -> None:
     """summary.json (with every arm's paired differences from the first arm and the starting
     policy's pass rate by length), table.md (the arms, the paired differences, the length curve)
@@ -362,6 +368,8 @@ def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=Non
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     parts = [table(summary, shown), paired_table(summary, diffs)]
+    if summary.get("short"):  # its zeros must not be read as the experiment's numbers
+        parts.insert(0, f"**{SHORT_NOTE}**")
     if summary["start_length_curve"]:
         curves = {"before RL (all arms)": summary["start_length_curve"]}
         curves.update({f"{name}, end": c for name, c in summary["end_length_curves"].items() if c})
@@ -428,6 +436,8 @@ def run_experiment(
         )
 
     write_outputs(args.out, summary, results, arms, fig, columns, paired_columns)
+    if args.short:
+        print(SHORT_NOTE)
     print(table(summary, columns) if columns else table(summary))
     print(f"wrote {args.out}/summary.json, table.md, curves.png")
     return 0

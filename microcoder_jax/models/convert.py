@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    shd.describe_host_without_tpu()  # before any backend loads libtpu: no metadata-server noise off a TPU VM
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.from_hf and args.to_hf:

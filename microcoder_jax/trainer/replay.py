@@ -258,7 +258,9 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
 
 def main(argv=None) -> int:
     from microcoder_jax import cli
+    from microcoder_jax.sharding import describe_host_without_tpu
 
+    describe_host_without_tpu()  # before any backend loads libtpu: no metadata-server noise off a TPU VM
     parser = argparse.ArgumentParser(
         prog="python -m microcoder_jax.replay",
         description=__doc__,
