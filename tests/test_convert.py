@@ -89,7 +89,9 @@ def test_bad_input(hf_dir, tmp_path, capsys):
     llama = tmp_path / "mistral"
     llama.mkdir()
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))
-    json.dump({**cfg, "architectures": ["MistralForCausalLM"], "model_type": "mistral"}, open(llama / "config.json", "w"))
+    json.dump(
+        {**cfg, "architectures": ["MistralForCausalLM"], "model_type": "mistral"}, open(llama / "config.json", "w")
+    )
     assert convert.main(["--from-hf", str(llama), "--to", str(tmp_path / "c")]) == 1
     assert "MistralForCausalLM" in capsys.readouterr().err
 
