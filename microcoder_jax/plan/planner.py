@@ -10,9 +10,7 @@ import jax
 
 from microcoder_jax import config as config_lib
 from microcoder_jax.plan import analytic, paged, programs
-from microcoder_jax.plan.topologies import Topology
-
-HEADROOM = 0.95  # a program "fits" below this share of HBM (runtime buffers, fragmentation)
+from microcoder_jax.plan.topologies import HEADROOM, Topology
 
 
 @dataclasses.dataclass

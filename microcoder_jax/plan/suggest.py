@@ -86,7 +86,7 @@ def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) ->
     Programs are searched in the loop's order, each on top of the changes found for the ones
     before it (an int8 pool found for admit may already fit the decode). `plan` is `planner.plan`
     (passed in, so this module does not import the planner back)."""
-    from microcoder_jax.plan.planner import HEADROOM
+    from microcoder_jax.plan.topologies import HEADROOM
 
     lines = []
     hbm = topology.chip.hbm_bytes

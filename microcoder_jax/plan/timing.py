@@ -262,13 +262,14 @@ def _grows_past_the_chip(plan, config, overrides: dict) -> str:
         return ""
     from microcoder_jax.plan import planner
     from microcoder_jax.plan.programs import with_overrides
+    from microcoder_jax.plan.topologies import HEADROOM
 
     try:
         alt = planner.plan(with_overrides(config, **overrides), plan.topology, search=False, compile_=False)
     except (ValueError, KeyError) as e:
         return f"does not build ({str(e).splitlines()[0][:80]})"
     before = {r.program.name: r.estimate.total + r.resident for r in plan.rows}
-    limit = planner.HEADROOM * plan.topology.chip.hbm_bytes
+    limit = HEADROOM * plan.topology.chip.hbm_bytes
     over = [
         r.program.name
         for r in alt.rows

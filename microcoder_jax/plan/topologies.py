@@ -19,6 +19,7 @@ import dataclasses
 import re
 
 GIB = 1024**3
+HEADROOM = 0.95  # a program "fits" below this share of HBM (runtime buffers, fragmentation)
 
 
 class TopologyError(ValueError):
