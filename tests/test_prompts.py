@@ -73,3 +73,27 @@ def _data(thinking):
     d = default_config().data
     d.enable_thinking = thinking
     return d
+
+
+def test_system_prompt_and_few_shot_turns(qwen, tmp_path):
+    """A system turn and worked exchanges from a problem file come before the problem, in order."""
+    import json
+
+    from microcoder_jax.data.config import DataConfig
+
+    path = tmp_path / "shots.jsonl"
+    row = {"question_id": "s1", "question_content": "Print 5.", "tests": [{"input": "", "output": "5\n"}]}
+    path.write_text(json.dumps({**row, "solutions": ["print(5)\n"]}) + "\n")
+    d = default_config().data
+    turns = prompts.few_shot_turns(str(path), d.instruction_stdin, d.instruction_call)
+    text = prompts.render_prompt(qwen, STDIN, system_prompt="Be terse.", few_shot=turns)
+    order = [text.index(s) for s in ("Be terse.", "Print 5.", "```python\nprint(5)\n```", "Add two numbers.")]
+    assert order == sorted(order) and text.count("<|im_start|>user") == 2
+    assert prompts.render_prompt(qwen, STDIN).count("<|im_start|>user") == 1
+    # a file whose problem has no solution to show is refused in one line, naming the problem
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=r"data.few_shot_file=.*'s1' has no solution"):
+        DataConfig(few_shot_file=str(bad)).check()
+    with pytest.raises(ValueError, match=r"data.few_shot_file="):
+        DataConfig(few_shot_file=str(tmp_path / "missing.jsonl")).check()

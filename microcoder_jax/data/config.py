@@ -32,11 +32,24 @@ class DataConfig(Block):
     enable_thinking: bool = knob(False, "Qwen3 chat template thinking switch")
     instruction_stdin: str = knob(INSTRUCTION_STDIN, "appended to stdin problems' statements")
     instruction_call: str = knob(INSTRUCTION_CALL, "appended to call-based ones (then the starter code)")
+    system_prompt: str = knob("", "a system turn before the problem ('' = none: the chat template's own default)")
+    few_shot_file: str = knob(
+        "",
+        "problems whose first solution is shown as a worked exchange (user: statement + "
+        "instruction, assistant: the fenced program) before every prompt; '' = none",
+    )
 
     def check(self) -> None:
         b = self.prompt_buckets
         if not b or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in b):
             self.fail("prompt_buckets", b, "expected a non-empty tuple of positive ints")
+        if self.few_shot_file:
+            from microcoder_jax.data.prompts import few_shot_turns
+
+            try:
+                few_shot_turns(self.few_shot_file, self.instruction_stdin, self.instruction_call)
+            except (OSError, ValueError) as e:
+                self.fail("few_shot_file", self.few_shot_file, str(e).splitlines()[0])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -150,6 +150,7 @@ def tokenizer_corpus(problems, ops, data_config) -> list[str]:
             enable_thinking=data_config.enable_thinking,
             instruction_stdin=data_config.instruction_stdin,
             instruction_call=data_config.instruction_call,
+            system_prompt=data_config.system_prompt,
         )
         for p in problems
     ]

@@ -7,6 +7,7 @@ thinking switch (`enable_thinking`) behaves exactly as the model was trained wit
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -33,6 +34,27 @@ def user_message(
     return f"{statement}\n\n{instruction_stdin}"
 
 
+@functools.lru_cache(maxsize=8)
+def few_shot_turns(path: str, instruction_stdin: str, instruction_call: str) -> tuple[dict, ...]:
+    """Chat messages of worked examples from a problem file: per problem a user turn (as any
+    prompt's) and an assistant turn with its first solution in a python fence."""
+    from microcoder_jax.data.problems import load_problems
+
+    problems = load_problems(path)
+    if not problems:
+        raise ValueError(f"{path}: no problems")
+    turns = []
+    for p in problems:
+        if not p.solutions or not p.solutions[0].strip():
+            raise ValueError(f"{path}: problem {p.question_id!r} has no solution to show (solutions[0])")
+        user = user_message(p, instruction_stdin=instruction_stdin, instruction_call=instruction_call)
+        turns += [
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": f"```python\n{p.solutions[0].strip()}\n```"},
+        ]
+    return tuple(turns)
+
+
 def render_prompt(
     tokenizer,
     problem,
@@ -40,11 +62,16 @@ def render_prompt(
     enable_thinking: bool = False,
     instruction_stdin: str = INSTRUCTION_STDIN,
     instruction_call: str = INSTRUCTION_CALL,
+    system_prompt: str = "",
+    few_shot: Sequence[dict] = (),
 ) -> str:
-    """The full prompt text, ending where the assistant's answer starts."""
+    """The full prompt text, ending where the assistant's answer starts; a non-empty `system_prompt`
+    is a system turn before the problem (else the template's own default, if it has one), and
+    `few_shot` (few_shot_turns) are worked exchanges between the two."""
     content = user_message(problem, instruction_stdin=instruction_stdin, instruction_call=instruction_call)
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return tokenizer.apply_chat_template(
-        [{"role": "user", "content": content}],
+        system + [dict(t) for t in few_shot] + [{"role": "user", "content": content}],
         tokenize=False,
         add_generation_prompt=True,
         enable_thinking=enable_thinking,
@@ -59,6 +86,10 @@ def encode_prompt(tokenizer, problem, data_config) -> list[int]:
         enable_thinking=data_config.enable_thinking,
         instruction_stdin=data_config.instruction_stdin,
         instruction_call=data_config.instruction_call,
+        system_prompt=data_config.system_prompt,
+        few_shot=few_shot_turns(data_config.few_shot_file, data_config.instruction_stdin, data_config.instruction_call)
+        if data_config.few_shot_file
+        else (),
     )
     return tokenizer.encode(text, add_special_tokens=False)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -83,10 +84,45 @@ def format_table(report: dict) -> str:
             row(f"{section[3:]}={name}", g)
     if "greedy" in report:
         lines.append(f"greedy (T = 0) pass@1: {100 * report['greedy']['overall']['pass@1']:.1f}%")
+    if report.get("reasons"):
+        total = sum(report["reasons"].values()) or 1
+        lines.append(
+            "answers: " + ", ".join(f"{name} {100 * c / total:.0f}%" for name, c in report["reasons"].items() if c)
+        )
     return "\n".join(lines)
 
 
 LENGTH_BINS = 16
+
+# Why an answer failed, in the order the first that applies is taken: the answer hit the response
+# cap, had no code block, read its input with a prompt (`input("Enter a: ")`, which a judge
+# reading stdout takes as part of the answer), or else the judge's verdict.
+FAILURE_REASONS = (
+    "passed",
+    "truncated",
+    "no_code",
+    "prompt_text",
+    "wrong_answer",
+    "runtime_error",
+    "compile_error",
+    "timeout",
+    "memory_limit",
+)
+_PROMPTED_INPUT = re.compile(r"""\binput\(\s*[rRbBfFuU]{0,2}(['"])(?!\1)""")
+EXAMPLES_PER_REASON = 2
+
+
+def failure_reason(result, code: str | None, truncated: bool) -> str:
+    """The first of FAILURE_REASONS that applies to a judged answer (not a judge_error)."""
+    if result.passed:
+        return "passed"
+    if truncated:
+        return "truncated"
+    if code is None or result.verdict == "no_code":
+        return "no_code"
+    if _PROMPTED_INPUT.search(code):
+        return "prompt_text"
+    return result.verdict if result.verdict in FAILURE_REASONS else "runtime_error"
 
 
 def by_length(lengths, passed, cap: int, bins: int = LENGTH_BINS) -> list[dict]:
@@ -128,7 +164,8 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
     passes: list[list[bool]] = []
     judge_errors = 0
     size, k = e.batch_problems, samples or e.samples
-    lengths, truncated, judged_passes = [], [], []  # per judged answer
+    lengths, truncated, judged_passes, reasons = [], [], [], []  # per judged answer
+    examples: dict[str, list[str]] = {}  # this host's first answers per failure reason
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start : start + size], prompts[start : start + size]
         pad = size - len(chunk)  # a full batch every call: one compiled shape
@@ -149,9 +186,23 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
             rng=jax.random.fold_in(rng, start),
             on_group_done=judge.add,
         )
-        rewards, passed, _, _ = verdict_arrays(*judge.results(), "all")
+        results, codes = judge.results()
+        rewards, passed, _, _ = verdict_arrays(results, codes, "all")
         judged = np.isfinite(rewards)  # a judge_error's reward is NaN: not the answer's fault
-        passed, judged = sharding.allgather_rows([passed, judged], n)
+        mine = np.asarray(out.truncated[:n])[judge.rows]
+        texts = judge.row_inputs()[1]
+        reason = np.array(
+            [
+                FAILURE_REASONS.index(failure_reason(r, c, bool(t))) if j else -1
+                for r, c, t, j in zip(results, codes, mine, judged)
+            ],
+            np.int32,
+        )
+        for r, text in zip(reason, texts):
+            if r >= 0 and len(examples.setdefault(FAILURE_REASONS[r], [])) < EXAMPLES_PER_REASON:
+                examples[FAILURE_REASONS[r]].append(text)
+        passed, judged, reason = sharding.allgather_rows([passed, judged, reason], n)
+        reasons += np.asarray(reason)[np.asarray(judged, bool)].tolist()
         judge_errors += int(n - judged.sum())
         lengths += np.asarray(out.lengths[:n])[judged].tolist()
         truncated += np.asarray(out.truncated[:n])[judged].tolist()
@@ -175,6 +226,8 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
             e.max_new_tokens,
         ),
     }
+    report["reasons"] = {name: reasons.count(i) for i, name in enumerate(FAILURE_REASONS)}
+    report["examples"] = examples
     return report
 
 
@@ -235,8 +288,14 @@ def evaluate_run(run, pool, params, rng) -> dict:
             if already
             else evaluate_problems(run, pool, params, run.eval_problems, rng=rng, temperature=0.0, samples=1)
         )
-        report["greedy"] = {"overall": greedy["overall"], "lengths": greedy["lengths"]}
+        report["greedy"] = {k: greedy[k] for k in ("overall", "lengths", "reasons", "examples")}
     return report
+
+
+def reason_shares(report: dict) -> dict:
+    """{"eval_reason/<name>": share of the judged answers} for the metrics rows."""
+    total = sum(report.get("reasons", {}).values())
+    return {f"eval_reason/{k}": v / total for k, v in report.get("reasons", {}).items()} if total else {}
 
 
 def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) -> dict:
@@ -260,6 +319,7 @@ def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) ->
                 "eval_judge_errors": report["judge_errors"],
                 "eval_response_length": report["lengths"]["mean"],
                 "eval_truncation_rate": report["lengths"]["truncated"],
+                **reason_shares(report),
                 **({"eval_greedy_pass@1": report["greedy"]["overall"]["pass@1"]} if "greedy" in report else {}),
             },
         )

@@ -15,6 +15,7 @@ import json
 import math
 import os
 
+from microcoder_jax.trainer.evaluation import FAILURE_REASONS
 from microcoder_jax.trainer.metrics import read_metrics
 
 WARM_START_FILE = "warm_start.jsonl"
@@ -23,6 +24,12 @@ WARM_START_FILE = "warm_start.jsonl"
 PANELS = (
     ("reward", "training reward and pass rate", "fraction of responses", ("reward_mean", "pass_rate")),
     ("eval", "evaluation pass@1", "pass@1 (fraction of problems)", ("eval_pass@1",)),
+    (
+        "eval_reasons",
+        "why evaluation answers fail (evaluation/FAILURE_REASONS)",
+        "fraction of judged answers",
+        tuple(f"eval_reason/{r}" for r in FAILURE_REASONS),
+    ),
     ("warm_start", "supervised warm start", "next-token loss (nats)", ("loss",)),
     ("length", "response length", "tokens", ("response_length_mean",)),
     (
@@ -70,7 +77,7 @@ PANELS = (
     ),
 )
 _SKIP_FIRST = {"time", "throughput_tokens", "throughput_judge", "share", "cost"}  # step 1 compiles
-_NO_SMOOTHING = {"eval", "temperature", "learning_rate"}  # sparse points or stepwise by design
+_NO_SMOOTHING = {"eval", "eval_reasons", "temperature", "learning_rate"}  # sparse points or stepwise by design
 
 
 def _series(rows, key, skip_first=False):
