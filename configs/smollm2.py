@@ -44,9 +44,10 @@ def get_config(arg=None):
     c.data.num_prompts = 4  # 4 prompts x G=8 = 32 responses per step
     c.sampling.group_size = 8  # a group large enough that one answer in it differs
     c.sampling.max_new_tokens = 192  # a right answer is 15-60 tokens; past 192 it is rambling
-    c.rl.micro_batch_size = 8
+    c.rl.micro_batch_size = 4  # rows per forward/backward: 8 needs more than 24 GiB
     c.rl.learning_rate = 1e-5  # one update per batch (rl.num_minibatches=1) over a short run
     c.evaluator.reward = "fraction"  # share of tests passed: a signal before any answer passes them all
+    c.evaluator.timeout = 2.0  # seconds per test: a right answer takes milliseconds; a loop costs tests x this
     c.temperature.temperature = 0.7  # T = 1 writes mostly broken code (docs/experiments.md)
     c.train.steps = 20
     c.train.checkpoint_every = 5

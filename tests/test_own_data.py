@@ -113,3 +113,18 @@ def test_memory_over_the_available_is_refused_naming_the_knobs(own, tmp_path, ca
     config = config_lib.get_config()
     config.train.ignore_memory_check = True
     host.check(config, log_fn=lambda message: None)  # logged, not refused
+
+
+def test_the_cpu_margin_refuses_an_estimate_that_only_just_fits(monkeypatch):
+    """XLA on a CPU peaks above the planner's model (SmolLM2: 15.4 GiB resident for 11.1
+    estimated), so an estimate within the memory but not within it times the margin is refused."""
+    from microcoder_jax.blocks import ConfigError
+
+    gib = host.GIB
+    monkeypatch.setattr(host, "estimate", lambda config, devices: (10 * gib, "train step"))
+    config = config_lib.get_config()
+    monkeypatch.setattr(host, "available_bytes", lambda: 12 * gib)
+    with pytest.raises(ConfigError, match="CPU margin"):
+        host.check(config, log_fn=lambda message: None)
+    monkeypatch.setattr(host, "available_bytes", lambda: int(host.CPU_MARGIN * 10 * gib) + gib)
+    host.check(config, log_fn=lambda message: None)
