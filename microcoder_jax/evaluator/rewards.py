@@ -89,3 +89,15 @@ def all_tests(problem, response, result) -> float:
 def fraction(problem, response, result) -> float:
     """Tests passed / tests run, every test run."""
     return judged_reward(result, "fraction")
+
+
+@register_reward("fraction_runs", every_test=True)
+def fraction_runs(problem, response, result) -> float:
+    """0.9 x the share of tests passed, plus 0.1 when the program ran cleanly: everything passed,
+    or its first failing test ran to the end and printed a wrong answer (no crash, timeout, compile
+    error or missing code). A shaped reward for a model too weak to pass tests at first (SmolLM2
+    on easy problems): reading the input the way the statement says is rewarded before the answer
+    is right. Evaluation still scores all-tests pass@1."""
+    runs = result.passed or result.verdict == "wrong_answer"
+    share = result.tests_passed / result.tests_total if result.tests_total else 0.0
+    return 0.9 * share + 0.1 * float(runs)
