@@ -20,6 +20,11 @@ shared machine hits all alike; the load average is printed with the table.
 
     python benchmarks/sample.py                       # CPU, fp32 on all sides
     python benchmarks/sample.py --dtype bfloat16 --vocab 151936 --layers 28 --skip-torch  # accelerator
+    python benchmarks/sample.py --model smollm2 --samples 8 --uniform-prompts 4 --skewed-prompts 4 \
+        --new-tokens 192      # the real SmolLM2-135M-Instruct at configs/smollm2.py's RL batch shape
+
+`--model` (a Hugging Face folder, a .gguf file or `smollm2`) runs real weights instead of the
+random Qwen3 shape, on both sides; prompts stay random token ids of the model's vocabulary.
 """
 
 from __future__ import annotations
@@ -210,6 +215,7 @@ def run_workload(name, model, path, args, num_prompts, lengths, slots, compile_s
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="", help="real weights: a HF folder, a .gguf file or 'smollm2'")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--samples", type=int, default=4)
@@ -229,15 +235,25 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
-    model = _hf_model(args.layers, args.vocab)
     compile_s = _compile_listener()
-    print(
-        f"Qwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}; jax {jax.__version__} on "
-        f"{jax.devices()[0].platform}, {os.cpu_count()} CPUs"
-    )
-    results = {}
-    with tempfile.TemporaryDirectory() as path:
-        model.save_pretrained(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model:
+            from transformers import AutoModelForCausalLM
+
+            from microcoder_jax.models.gguf import resolve_model_path
+
+            path = resolve_model_path(args.model)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            args.vocab = model.config.vocab_size
+            shape = (
+                f"{os.path.basename(path.rstrip('/'))} ({model.config.num_hidden_layers} layers, vocab {args.vocab})"
+            )
+        else:
+            path, model = tmp, _hf_model(args.layers, args.vocab)
+            model.save_pretrained(path)
+            shape = f"Qwen3-0.6B shape, {args.layers} layers, vocab {args.vocab}"
+        print(f"{shape}; jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs")
+        results = {}
         for name in args.workloads.split(","):
             if name == "uniform":
                 n = args.uniform_prompts
