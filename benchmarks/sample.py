@@ -21,7 +21,7 @@ shared machine hits all alike; the load average is printed with the table.
     python benchmarks/sample.py                       # CPU, fp32 on all sides
     python benchmarks/sample.py --dtype bfloat16 --vocab 151936 --layers 28 --skip-torch  # accelerator
     python benchmarks/sample.py --model smollm2 --samples 8 --uniform-prompts 4 --skewed-prompts 4 \
-        --new-tokens 192      # the real SmolLM2-135M-Instruct at configs/smollm2.py's RL batch shape
+        --new-tokens 160      # the real SmolLM2-135M-Instruct at configs/smollm2.py's RL batch shape
 
 `--model` (a Hugging Face folder, a .gguf file or `smollm2`) runs real weights instead of the
 random Qwen3 shape, on both sides; prompts stay random token ids of the model's vocabulary.

