@@ -30,6 +30,7 @@ def block_types() -> dict:
     """Block key -> its typed block class, in the order `--help` lists them (`rl` is `RLConfig`)."""
     from microcoder_jax.data.config import DataConfig, DemoConfig, TokenizerConfig
     from microcoder_jax.evaluator.config import EvaluatorConfig
+    from microcoder_jax.models.lora import LoRAConfig
     from microcoder_jax.models.presets import ModelConfig
     from microcoder_jax.sampling.config import SamplingConfig
     from microcoder_jax.sampling.temperature import TemperatureConfig
@@ -38,6 +39,7 @@ def block_types() -> dict:
 
     return {
         "model": ModelConfig,
+        "lora": LoRAConfig,
         "tokenizer": TokenizerConfig,
         "data": DataConfig,
         "sampling": SamplingConfig,

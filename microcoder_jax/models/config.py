@@ -68,6 +68,12 @@ class DecoderConfig:
     remat: str = "full"
     attention: str = "auto"
     family: str = "qwen3"
+    # LoRA (models/lora.py; the `lora.*` block): adapters of this rank on these projections, the
+    # base frozen in the compute dtype or int8 ("base_dtype"); rank 0 = plain full fine-tuning.
+    lora_rank: int = 0
+    lora_alpha: float = 32.0
+    lora_targets: tuple = ()
+    base_dtype: str = ""
 
     @property
     def features(self) -> FamilyFeatures:
@@ -100,6 +106,15 @@ class DecoderConfig:
         rope_type = dict(self.rope_scaling or ()).get("rope_type", "default")
         if rope_type not in ROPE_TYPES:
             raise ValueError(f"unsupported rope_scaling type {rope_type!r}; supported: {ROPE_TYPES}")
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))  # from_json gives a list
+        from microcoder_jax.models.lora import BASE_DTYPES, PROJECTIONS
+
+        if self.lora_rank < 0 or (self.lora_rank and not self.lora_targets):
+            raise ValueError(f"lora_rank={self.lora_rank} needs rank >= 0 and, when > 0, lora_targets")
+        if any(t not in PROJECTIONS for t in self.lora_targets):
+            raise ValueError(f"lora_targets must be from {PROJECTIONS}, got {self.lora_targets}")
+        if self.base_dtype not in BASE_DTYPES or (self.base_dtype and not self.lora_rank):
+            raise ValueError(f"base_dtype must be one of {BASE_DTYPES} (int8 only with lora_rank > 0)")
 
     def replace(self, **changes) -> "DecoderConfig":
         return dataclasses.replace(self, **changes)
@@ -224,6 +239,20 @@ class DecoderConfig:
         per_layer += hd * (h + 2 * k) if self.attention_bias else 0
         head = 0 if self.tie_word_embeddings else d * self.vocab_size
         return self.vocab_size * d + layers * per_layer + d + head
+
+    def num_adapter_params(self) -> int:
+        """Trainable adapter parameters (0 without LoRA): r * (in + out) per adapted projection and layer."""
+        d, hd, f = self.hidden_size, self.head_dim, self.intermediate_size
+        in_out = {
+            "q_proj": (d, self.num_heads * hd),
+            "k_proj": (d, self.num_kv_heads * hd),
+            "v_proj": (d, self.num_kv_heads * hd),
+            "o_proj": (self.num_heads * hd, d),
+            "gate_proj": (d, f),
+            "up_proj": (d, f),
+            "down_proj": (f, d),
+        }
+        return self.num_layers * self.lora_rank * sum(sum(in_out[t]) for t in self.lora_targets)
 
 
 Qwen3Config = DecoderConfig  # its name before Qwen2 joined; kept for users' code for a release

@@ -62,6 +62,11 @@ def decoding_params(params: dict, config) -> DecodingParams:
     a canonical layout inside the loop. Costs one compute-dtype copy of the weights; same results.
     """
 
+    if config.lora_rank:  # adapters folded in, an int8 base dequantised: decoding reads plain weights
+        from microcoder_jax.models import lora
+
+        params = lora.merge(params, config, config.dtype)
+
     def convert(name, value, stacked):
         if name not in INPUT_DIMS and name != "embed":
             return value  # norms stay in the param dtype, as forward reads them
@@ -89,7 +94,10 @@ def decoding_layout(config, axes: dict, shapes: dict) -> tuple[DecodingParams, D
         n_in = INPUT_DIMS[name]
         return (ax[n_in], ax[0]), (shape[n_in], shape[0])
 
-    layer = {name: convert(name, axes["layers"][name], shapes["layers"][name], True) for name in axes["layers"]}
+    from microcoder_jax.models import lora
+
+    plain = [n for n in axes["layers"] if not lora.is_adapter(n) and not n.endswith(lora.SCALE)]  # merged away
+    layer = {name: convert(name, axes["layers"][name], shapes["layers"][name], True) for name in plain}
     top = {name: convert(name, axes[name], shapes[name], False) for name in axes if name != "layers"}
     pick = lambda j: DecodingParams(  # noqa: E731
         top["embed"][j],

@@ -200,11 +200,16 @@ class ModelConfig(Block):
 SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim")
 
 
-def model_config_from(config, vocab_size: int | None) -> DecoderConfig:
+def model_config_from(config, vocab_size: int | None, lora=None) -> DecoderConfig:
     """The model shape: a HF checkpoint's config.json, or a preset, with the run config's overrides
-    (`config` is a run config with a `model` block, or a `ModelConfig`)."""
+    (`config` is a run config with `model` and `lora` blocks, or a `ModelConfig` and `lora` a
+    `LoRAConfig` or None) and its LoRA adapters (models/lora.py)."""
+    from microcoder_jax.models.lora import LoRAConfig, model_fields
+
     m = config if isinstance(config, ModelConfig) else config.model
-    runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention)
+    if lora is None and not isinstance(config, ModelConfig) and "lora" in config:
+        lora = config.lora if isinstance(config.lora, LoRAConfig) else LoRAConfig.from_node(config.lora)
+    runtime = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat, attention=m.attention, **model_fields(lora))
     shape = {k: getattr(m, k) for k in SHAPE_KEYS if getattr(m, k) is not None}
     if m.path:
         from microcoder_jax.models.gguf import resolve_model_path

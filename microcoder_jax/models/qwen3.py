@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax.models import attention as attn_lib
+from microcoder_jax.models import lora
 from microcoder_jax.models.config import DecoderConfig
 from microcoder_jax.models.decoding import INPUT_DIMS, DecodingParams, decoding_params, is_decoding  # noqa: F401
 from microcoder_jax.sharding import constrain
@@ -89,6 +90,7 @@ def param_specs(config: DecoderConfig) -> dict:
             k_bias=spec(layer, kv_heads, head_dim),
             v_bias=spec(layer, kv_heads, head_dim),
         )
+    layers.update(lora.extra_specs(c, layers, spec))  # LoRA adapters, an int8 base's scales
     vocab = (c.vocab_size, "vocab")
     specs = {"embed": spec(vocab, embed), "layers": layers, "final_norm": spec(embed)}
     if not c.tie_word_embeddings:
@@ -115,7 +117,12 @@ def _is_shape(x) -> bool:
 
 
 def init_params(config: DecoderConfig, rng: jax.Array) -> dict:
-    """Random params: norms at 1, biases at 0, matrices ~ N(0, 0.02^2) (HF's initializer_range), in ``param_dtype``."""
+    """Random params: norms at 1, biases at 0, matrices ~ N(0, 0.02^2) (HF's initializer_range), in ``param_dtype``.
+
+    With LoRA (``config.lora_rank``): that base, stored as the config says, and fresh adapters (B = 0)."""
+    if config.lora_rank:
+        base_key, adapter_key = jax.random.split(rng)
+        return lora.attach(init_params(lora.base_config(config), base_key), config, adapter_key)
     shapes = param_shapes(config)
     leaves, treedef = jax.tree.flatten(shapes, is_leaf=_is_shape)
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(shapes, is_leaf=_is_shape)[0]]
@@ -235,11 +242,19 @@ def _layer(config: DecoderConfig, x, p, rope, attend, out_in: bool = False):
 
     def proj(name, a):  # [tokens, ...in] -> [tokens, out], one 2-D matmul (see _INPUT_DIMS), + Qwen2's bias
         w = p[name].astype(dtype)
-        if out_in:  # DecodingParams: already 2-D (out, in)
-            y = jnp.einsum("ni,oi->no", a.reshape(a.shape[0], -1), w)
+        a = a.reshape(a.shape[0], -1)
+        if out_in:  # DecodingParams: already 2-D (out, in), adapters merged
+            y = jnp.einsum("ni,oi->no", a, w)
         else:
             w = w.reshape(math.prod(w.shape[: _INPUT_DIMS[name]]), -1)
-            y = jnp.einsum("ni,io->no", a.reshape(a.shape[0], -1), w)
+            y = jnp.einsum("ni,io->no", a, w)
+            if name + lora.SCALE in p:  # int8 base: per-output-channel scale after the matmul
+                y = y * p[name + lora.SCALE].astype(dtype).reshape(-1)
+            if name + lora.A in p:  # LoRA: + (x A) B * alpha / rank, never forming A B
+                la, lb = p[name + lora.A].astype(dtype), p[name + lora.B].astype(dtype)
+                low = jnp.einsum("ni,ir->nr", a, la.reshape(-1, la.shape[-1]))
+                up = jnp.einsum("nr,ro->no", low, lb.reshape(lb.shape[0], -1))
+                y = y + up * jnp.asarray(lora.scale(config), dtype)
         bias = p.get(name.replace("_proj", "_bias"))
         return y if bias is None else y + bias.astype(dtype).reshape(-1)
 

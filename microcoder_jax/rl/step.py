@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import optax
 
 from microcoder_jax import models, sharding
+from microcoder_jax.models import lora
 from microcoder_jax.rl import corrections
 from microcoder_jax.rl import packing as packing_lib
 from microcoder_jax.rl.advantages import compute_advantages
@@ -49,7 +50,8 @@ from microcoder_jax.rl.losses import clipped_surrogate, k3_kl, loss_weights
 
 
 class TrainState(NamedTuple):
-    """params: fp32 master weights; step: rollout batches done; rng: key for rho's uniforms."""
+    """params: fp32 master weights (LoRA: fp32 adapters + the frozen base as stored); opt_state:
+    of the trained leaves only; step: rollout batches done; rng: key for rho's uniforms."""
 
     params: Any
     opt_state: Any
@@ -84,16 +86,22 @@ def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
     )
 
 
+def trainable_part(tree):
+    """The trained leaves of a params-shaped tree: the LoRA adapters when it has them (models/lora.py), else all."""
+    return lora.split(tree)[0] if lora.has_adapters(tree) else tree
+
+
 def state_shardings(model_config, cfg: RLConfig, mesh):
-    """NamedShardings of the TrainState: params FSDP per sharding.py, Adam moments alike."""
+    """NamedShardings of the TrainState: params FSDP per sharding.py, Adam moments alike (of the
+    adapters only under LoRA)."""
     p_sh = sharding.logical_to_sharding(
         models.param_logical_axes(model_config), mesh, models.param_shapes(model_config)
     )
     abstract_params = jax.eval_shape(lambda: models.init_params(model_config, jax.random.key(0)))
-    abstract_opt = jax.eval_shape(make_optimizer(cfg).init, abstract_params)
+    abstract_opt = jax.eval_shape(make_optimizer(cfg).init, lora.split(abstract_params)[0])
     rep = sharding.replicated(mesh)
     opt_sh = optax.tree_map_params(
-        make_optimizer(cfg), lambda _, s: s, abstract_opt, p_sh, transform_non_params=lambda _: rep
+        make_optimizer(cfg), lambda _, s: s, abstract_opt, trainable_part(p_sh), transform_non_params=lambda _: rep
     )
     return TrainState(params=p_sh, opt_state=opt_sh, step=rep, rng=rep)  # pyright: ignore[reportArgumentType] (shardings)
 
@@ -101,15 +109,18 @@ def state_shardings(model_config, cfg: RLConfig, mesh):
 def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=None, seed: int = 0) -> TrainState:
     """A fresh TrainState; with a mesh (and `model_config`) everything is placed FSDP-sharded."""
     optimizer = make_optimizer(rl_config)
-    params = jax.tree.map(lambda p: jnp.array(p, jnp.float32), params)  # a copy: the step donates
+    trainable, frozen = lora.split(params)  # LoRA: adapters trained in float32, the base kept as stored
+    trainable = jax.tree.map(lambda p: jnp.array(p, jnp.float32), trainable)  # a copy: the step donates
+    frozen = None if frozen is None else jax.tree.map(jnp.copy, frozen)
+    params = lora.join(trainable, frozen)
     step, rng = jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed)
     if mesh is None:
-        return TrainState(params, optimizer.init(params), step, rng)
+        return TrainState(params, optimizer.init(trainable), step, rng)
     if model_config is None:
         raise ValueError("init_train_state(..., mesh=...) needs model_config for the shardings")
     sh = state_shardings(model_config, rl_config, mesh)
     params = jax.device_put(params, sh.params)
-    opt_state = jax.jit(optimizer.init, out_shardings=sh.opt_state)(params)
+    opt_state = jax.jit(optimizer.init, out_shardings=sh.opt_state)(trainable_part(params))
     return TrainState(params, opt_state, jax.device_put(step, sh.step), jax.device_put(rng, sh.rng))
 
 
@@ -149,8 +160,11 @@ def _micro_loss(params, mb, model_config, cfg: RLConfig):
     return loss, (sums, jnp.max(jnp.where(mask > 0, sg(ratio), 0.0)))
 
 
-def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_size: int, param_sh=None):
+def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_size: int, param_sh=None, frozen=None):
     """Gradients of one mini-batch's loss, accumulated over micro-batches with lax.scan.
+
+    `params` are the trained leaves; `frozen` (LoRA) the base they are joined with for the
+    forward: no gradient is formed for it (no weight-gradient matmuls, no accumulator).
 
     `minibatch` holds tokens, attention_mask, loss_mask, advantages, old_logprobs, temperature
     (and ref_logprobs when kl_beta > 0) with `rows` leading; returns (grads, loss, sums, ratio_max).
@@ -167,7 +181,7 @@ def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_
         lambda x: x.reshape(rows // micro_batch_size, micro_batch_size, *x.shape[1:]),
         {**minibatch, "loss_weights": weights},
     )
-    grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+    grad_fn = jax.value_and_grad(lambda p, mb, mc, c: _micro_loss(lora.join(p, frozen), mb, mc, c), has_aux=True)
     zeros = jax.tree.map(jnp.zeros_like, params)
 
     def body(carry, mb):
@@ -309,9 +323,12 @@ def train_step(
         data,
     )
 
+    trained, frozen = lora.split(state.params)
+    grad_sh = None if param_sh is None else trainable_part(param_sh)
+
     def update(carry, mini):
         params, opt_state = carry
-        grads, loss, sums, rmax = minibatch_grads(params, mini, model_config, cfg, micro, param_sh)
+        grads, loss, sums, rmax = minibatch_grads(params, mini, model_config, cfg, micro, grad_sh, frozen)
         grad_norm = optax.tree.norm(grads)
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates)
@@ -321,8 +338,9 @@ def train_step(
         return (params, opt_state), (loss, grad_norm, sums, rmax, ~finite)
 
     (params, opt_state), (losses, grad_norms, sums, rmax, skipped) = jax.lax.scan(
-        update, (state.params, state.opt_state), minis
+        update, (trained, state.opt_state), minis
     )
+    params = lora.join(params, frozen)
     sums = jax.tree.map(jnp.sum, sums)
     tokens = jnp.maximum(sums["tokens"], 1.0)
     lr = learning_rate_schedule(cfg)((state.step + 1) * m - 1)

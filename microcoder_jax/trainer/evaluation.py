@@ -334,7 +334,7 @@ def _is_hf_dir(path: str) -> bool:
 def _load_params(run, checkpoint: str, step: int | None):
     """Params from a training workdir / its checkpoints dir, or from a HF checkpoint directory."""
     from microcoder_jax.models.checkpoint import load_params
-    from microcoder_jax.trainer.setup import abstract_train_state
+    from microcoder_jax.trainer.setup import abstract_train_state, frozen_base, with_base
 
     if _is_hf_dir(checkpoint):
         from microcoder_jax.models import hf
@@ -345,7 +345,13 @@ def _load_params(run, checkpoint: str, step: int | None):
         if os.path.isdir(os.path.join(checkpoint, "checkpoints"))
         else checkpoint
     )
-    return load_params(directory, abstract_train_state(run).params, step)
+    params, found = load_params(directory, abstract_train_state(run).params, step)
+    if not run.model_config.lora_rank:
+        return params, found
+    from microcoder_jax.models.checkpoint import Checkpointer
+
+    meta = Checkpointer(directory, async_save=False).read_meta(found)  # LoRA: adapters on the base they were trained on
+    return with_base(run, params, frozen_base(run), meta, f"checkpoint step {found} in {directory}"), found
 
 
 def _define_flags(fv) -> None:

@@ -39,7 +39,7 @@ from microcoder_jax.trainer.pipeline import Pipeline, load_inflight, prune_infli
 from microcoder_jax.trainer.replay import RolloutSaver
 from microcoder_jax.trainer.resume import record_config
 from microcoder_jax.trainer.worker import RolloutWorker
-from microcoder_jax.trainer.setup import abstract_train_state, key, setup, start_state
+from microcoder_jax.trainer.setup import key, saved_part, setup, start_state, state_layout
 
 log = logging.getLogger("microcoder_jax.trainer.loop")
 
@@ -96,7 +96,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
     begin = start_state(run, ckpt, log_fn)
     state, start = begin.state, begin.step
     if not start:  # committed like a restored state: the same programs, so a restart hits the compile cache
-        state = jax.device_put(state, jax.tree.map(lambda a: a.sharding, abstract_train_state(run)))
+        state = jax.device_put(state, jax.tree.map(lambda a: a.sharding, state_layout(run)))
     if begin.scheduler_state is not None:
         scheduler.load_state_dict(begin.scheduler_state)
     data = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
@@ -115,7 +115,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
     pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
     learner = Learner(run, state, begin.ref_params)
     worker = RolloutWorker(run, pool, scheduler, data, state.params, start)
-    saver = RolloutSaver(run, workdir)  # train.save_rollouts: batches kept for replay.py
+    saver = RolloutSaver(run, workdir, begin.meta)  # train.save_rollouts: batches kept for replay.py
     # a log file (not a terminal) gets one plain line per train.log_every steps, not tqdm's \r updates
     terminal = sys.stdout.isatty() and sys.stderr.isatty()
     line_mode = primary and run.train.log_every > 0 and not (run.train.progress and terminal)
@@ -222,7 +222,9 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
                     save_inflight(workdir, done, ahead)
                 last = ahead[-1] if ahead else produced  # the worker's state after its newest batch
                 ckpt.save(
-                    done, learner.state, {"step": done, "data": last.data_state, "scheduler": last.scheduler_state}
+                    done,
+                    saved_part(learner.state),
+                    {"step": done, "data": last.data_state, "scheduler": last.scheduler_state, **begin.meta},
                 )
                 prune_inflight(workdir, set(ckpt.all_steps()) | {done})
             ckpt.poll()  # a failed background save stops the run here, in one line

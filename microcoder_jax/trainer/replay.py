@@ -56,7 +56,8 @@ class RolloutSaver:
     """The loop's side: which steps to save, and saving them (every process calls each method;
     the state save and the gather of device arrays are collective, process 0 writes the files)."""
 
-    def __init__(self, run, workdir: str):
+    def __init__(self, run, workdir: str, meta: dict | None = None):
+        self.meta = meta or {}  # every state's checkpoint meta (setup.base_meta: the LoRA base's fingerprint)
         self.steps = set(run.train.save_rollouts)
         self.every = run.train.save_rollouts_every
         self.dir = os.path.join(workdir, ROLLOUTS_DIR)
@@ -75,7 +76,9 @@ class RolloutSaver:
     def save_state(self, step: int, state) -> None:
         """Before step `step`: the state it starts from, as a checkpoint of step - 1."""
         if self.wants(step):
-            self._states().save(step - 1, state, {"step": step - 1})
+            from microcoder_jax.trainer.setup import saved_part
+
+            self._states().save(step - 1, saved_part(state), {"step": step - 1, **self.meta})
 
     def save_rollout(self, step: int, got, times: dict, temperature: float, staleness: int = 0) -> None:
         """After the train step (before its loss is checked): the batch as trained (old log-probs
@@ -197,7 +200,7 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     from microcoder_jax.trainer.learner import Learner, row as step_row
     from microcoder_jax.trainer.metrics import plain_row
     from microcoder_jax.trainer.rollout import diversity
-    from microcoder_jax.trainer.setup import abstract_train_state, setup
+    from microcoder_jax.trainer.setup import abstract_train_state, frozen_base, setup, with_base
 
     workdir = os.path.abspath(workdir)
     config = saved_config(workdir)  # first: a folder that is no training run is named as such
@@ -221,7 +224,9 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
                 f"--step={step}: the state it starts from (after step {step - 1}) is missing in "
                 f"{states.directory}; steps with their state saved: {kept}"
             )
-        state, _, _ = states.restore(abstract_train_state(run), step - 1)
+        state, saved_meta, _ = states.restore(abstract_train_state(run), step - 1)
+        where = f"the saved state of step {step}"
+        state = state._replace(params=with_base(run, state.params, frozen_base(run, log_fn), saved_meta, where))
     finally:
         states.close()
     with np.load(npz) as data:

@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 
 from microcoder_jax import config as config_lib
 from microcoder_jax import models, sharding
+from microcoder_jax.models import lora
 from microcoder_jax.data import demo_task, loader, truncation_task
 from microcoder_jax.data.config import DataConfig, DemoConfig
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
@@ -136,7 +137,7 @@ def setup(config, workdir: str) -> Run:
     # here on the run reads that folder, the tokenizer too when tokenizer.path is ''.
     fields["model"] = dataclasses.replace(fields["model"], path=models.resolve_model_path(fields["model"].path))
     data, sampling, model, m = fields["data"], fields["sampling"], fields["model"], typed["mesh"]
-    shape = models.model_config_from(model, None)  # the vocabulary may come from the tokenizer below
+    shape = models.model_config_from(model, None, typed["lora"])  # the vocabulary may come from the tokenizer below
     try:  # before anything is written: the devices split, the KV heads split over the sampler's chips
         rollout, learner = sharding.split_devices(m.rollout_devices, jax.devices())
         mesh = sharding.mesh_from_sizes(m.data, m.fsdp, m.tensor, devices=learner if rollout else None)
@@ -164,7 +165,7 @@ def setup(config, workdir: str) -> Run:
     log.info("training prompts: %s", prompt_set.report())
     os.makedirs(workdir, exist_ok=True)
     vocab = None if model.path else len(tokenizer)
-    model_config = shape if vocab is None else models.model_config_from(model, vocab)
+    model_config = shape if vocab is None else models.model_config_from(model, vocab, typed["lora"])
     return Run(
         config=config,
         workdir=workdir,
@@ -182,16 +183,21 @@ def setup(config, workdir: str) -> Run:
     )
 
 
-def initial_params(run: Run, log_fn=print):
-    """Fresh params: a HF checkpoint, or a seeded random init (+ the demo's warm start)."""
+def initial_params(run: Run, log_fn=print, record: bool = True):
+    """Fresh params: a HF checkpoint, or a seeded random init (+ the demo's warm start); under
+    LoRA (lora.rank > 0) that base, stored as lora.base_dtype says, with fresh adapters (B = 0).
+    `record`: write the warm start's curve (False when the base is only rebuilt for a resume)."""
+    mc = run.model_config
     if run.model.path:
-        return models.load_hf_params(run.model.path, run.model_config, mesh=run.mesh)
-    params = models.init_params(run.model_config, jax.random.PRNGKey(run.seed))
+        params = models.load_hf_params(run.model.path, lora.base_config(mc), mesh=run.mesh)
+        return lora.attach(params, mc, key(run.seed, 7)) if mc.lora_rank else params
+    params = models.init_params(lora.base_config(mc), jax.random.PRNGKey(run.seed))
     if run.train.warm_start_steps:
-        with open(os.path.join(run.workdir, "warm_start.jsonl"), "w") as curve:  # plotted by plot.py
+        curve_file = os.path.join(run.workdir, "warm_start.jsonl") if record else os.devnull  # plotted by plot.py
+        with open(curve_file, "w") as curve:
             params = warm_start.warm_start(
                 params,
-                run.model_config,
+                lora.base_config(mc),
                 run.tokenizer,
                 run.prompt_set.problems,
                 run.demo,
@@ -203,16 +209,53 @@ def initial_params(run: Run, log_fn=print):
                 log=log_fn,
                 on_loss=lambda i, loss: curve.write(json.dumps({"step": i, "loss": loss}) + "\n"),
             )
-    return params
+    return lora.attach(params, mc, key(run.seed, 7)) if mc.lora_rank else params
 
 
 def abstract_train_state(run: Run):
-    """Shapes, dtypes and shardings of the TrainState, for restoring without building one."""
+    """Shapes, dtypes and shardings of what a checkpoint holds, for restoring without building
+    one: the TrainState, or under LoRA its adapters and their optimizer state (`saved_part`)."""
+    return saved_part(train_state_shapes(run.model_config, run.rl_config, run.mesh))
+
+
+def state_layout(run: Run):
+    """Shapes, dtypes and shardings of the whole TrainState the step runs on (the base included)."""
     return train_state_shapes(run.model_config, run.rl_config, run.mesh)
 
 
+def saved_part(state):
+    """What a checkpoint stores of a TrainState: all of it, or under LoRA all but the frozen base
+    (stored once, where model.path points; each checkpoint's meta keeps its `base_fingerprint`)."""
+    return state._replace(params=rl_step.trainable_part(state.params))
+
+
+def frozen_base(run: Run, log_fn=print):
+    """The frozen base of a LoRA run as the step stores it (None without adapters): loaded or initialised again."""
+    return lora.split(initial_params(run, log_fn, record=False))[1] if run.model_config.lora_rank else None
+
+
+def base_meta(frozen) -> dict:
+    """Checkpoint meta naming the base a LoRA run trains (empty without one)."""
+    return {} if frozen is None else {"base_fingerprint": lora.fingerprint(frozen)}
+
+
+def with_base(run: Run, saved_params, frozen, meta: dict, where: str):
+    """Params restored from a checkpoint joined with the frozen base; a base other than the one
+    the checkpoint was trained on is refused in one line (before anything is written)."""
+    if frozen is None:
+        return saved_params
+    stored = meta.get("base_fingerprint")
+    if stored is not None and not lora.same_base(stored, lora.fingerprint(frozen)):
+        raise config_lib.ConfigError(
+            f"{where} holds adapters trained on another base model than this run's "
+            f"(model.path={run.model.path or 'random init, seed ' + str(run.seed)!s}, lora.base_dtype="
+            f"{run.model_config.base_dtype or 'compute dtype'!s}): use the base it was trained on, or a new workdir"
+        )
+    return lora.join(saved_params, frozen)
+
+
 def train_state_shapes(model_config: models.DecoderConfig, rl_config: RLConfig, mesh):
-    """`abstract_train_state` from its parts; `mesh` may be an AbstractMesh (the planner's)."""
+    """The TrainState's shapes (with shardings) from its parts; `mesh` may be an AbstractMesh (the planner's)."""
     shapes = jax.eval_shape(
         lambda: rl_step.init_train_state(models.init_params(model_config, jax.random.PRNGKey(0)), rl_config)
     )
@@ -233,6 +276,7 @@ class Start:
     data_state: Any
     scheduler_state: Any
     step: int
+    meta: dict = dataclasses.field(default_factory=dict)  # every checkpoint's meta carries it (base_meta)
 
 
 def start_state(run: Run, ckpt, log_fn=print) -> Start:
@@ -244,8 +288,13 @@ def start_state(run: Run, ckpt, log_fn=print) -> Start:
         params = initial_params(run, log_fn)
         ref = jax.tree.map(jnp.copy, params) if rl.uses_reference else None  # the state's copy is donated
         state = rl_step.init_train_state(params, rl, run.mesh, model_config=run.model_config, seed=run.config.seed)
-        return Start(state, ref, None, None, 0)
+        return Start(state, ref, None, None, 0, base_meta(lora.split(params)[1]))
     state, meta, _ = restored
-    ref = initial_params(run, log_fn) if rl.uses_reference else None  # deterministic: rebuilt
+    rebuild = rl.uses_reference or run.model_config.lora_rank
+    base = initial_params(run, log_fn, record=False) if rebuild else None
+    frozen = lora.split(base)[1] if base is not None and run.model_config.lora_rank else None
+    where = f"checkpoint step {int(meta['step'])} in {ckpt.directory}"
+    state = state._replace(params=with_base(run, state.params, frozen, meta, where))
+    ref = base if rl.uses_reference else None  # deterministic: rebuilt
     log_fn(f"resumed from step {int(meta['step'])} ({ckpt.directory})")
-    return Start(state, ref, meta["data"], meta["scheduler"], int(meta["step"]))
+    return Start(state, ref, meta["data"], meta["scheduler"], int(meta["step"]), base_meta(frozen))
