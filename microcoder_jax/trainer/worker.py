@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 import jax
 
 from microcoder_jax import models, sharding
+from microcoder_jax.models import lora
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.trainer.setup import key, rollout_view
 from microcoder_jax.trainer.step_batch import StepRollout, collect_step
@@ -142,14 +143,20 @@ def transfer(params, shardings, replaces=None) -> tuple[Any, int, float]:
     """`params` on `shardings` (another mesh's devices) by jax.device_put, device to device with no
     host copy, one leaf at a time: each leaf of `replaces` (the worker's previous copy) is freed as
     its successor lands, so the worker's devices never hold two full copies (one copy plus the
-    largest leaf). Returns (the moved params, bytes, seconds until they are there)."""
+    largest leaf). Under LoRA only the adapters move once the worker has the frozen base (it never
+    changes). Returns (the moved params, bytes moved, seconds until they are there)."""
     t0 = time.perf_counter()
-    leaves, treedef = jax.tree.flatten(params)
+    paths, treedef = jax.tree_util.tree_flatten_with_path(params)
     targets = treedef.flatten_up_to(shardings)
-    old = treedef.flatten_up_to(replaces) if replaces is not None else [None] * len(leaves)
-    moved = []
-    for leaf, target, previous in zip(leaves, targets, old):
+    old = treedef.flatten_up_to(replaces) if replaces is not None else [None] * len(paths)
+    adapters_only = replaces is not None and lora.has_adapters(params)
+    moved, nbytes = [], 0
+    for (path, leaf), target, previous in zip(paths, targets, old):
+        if adapters_only and not lora.is_adapter(str(getattr(path[-1], "key", ""))):
+            moved.append(previous)  # the frozen base: already on the worker's devices
+            continue
         moved.append(jax.block_until_ready(jax.device_put(leaf, target)))
+        nbytes += moved[-1].nbytes
         if isinstance(previous, jax.Array) and previous is not leaf and not previous.is_deleted():
             previous.delete()
-    return treedef.unflatten(moved), sum(x.nbytes for x in moved), time.perf_counter() - t0
+    return treedef.unflatten(moved), nbytes, time.perf_counter() - t0

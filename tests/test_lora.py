@@ -1,0 +1,187 @@
+"""LoRA (models/lora.py): fresh adapters leave the base's logits exact, only adapters train, the
+int8 base stays close, merged weights equal the adapter forward (and the sampler decodes them),
+the config block checks its values, the split-mesh sync moves adapters only; slow: a LoRA demo
+run resumed from a checkpoint ends bit for bit where an uninterrupted one does, and a checkpoint
+on another base is refused in one line."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from microcoder_jax import config as config_lib
+from microcoder_jax import models, sharding
+from microcoder_jax.models import lora
+from microcoder_jax.models.presets import model_config_from
+from microcoder_jax.rl.presets import make_rl_config
+from microcoder_jax.rl.step import init_train_state, make_train_step, minibatch_grads
+from microcoder_jax.sampling.static_sampler import generate
+from microcoder_jax.trainer.worker import transfer
+from test_rl_step import MC, make_batch
+
+LC = MC.replace(lora_rank=4, lora_alpha=8.0, lora_targets=lora.PROJECTIONS)
+IDS = np.random.default_rng(0).integers(1, MC.vocab_size, (2, 9)).astype(np.int32)
+
+
+def _forward(params, config):
+    return np.asarray(models.forward(params, config, jnp.asarray(IDS))[0])
+
+
+@pytest.fixture(scope="module")
+def base():
+    return models.init_params(MC, jax.random.PRNGKey(0))
+
+
+def _nonzero_b(params, seed=1):
+    """The adapters with B drawn at random (a fresh B is zero: nothing could differ)."""
+    rng = np.random.default_rng(seed)
+    layers = {
+        k: (jnp.asarray(rng.normal(0, 0.05, v.shape), v.dtype) if k.endswith(lora.B) else v)
+        for k, v in params["layers"].items()
+    }
+    return {**params, "layers": layers}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fresh_adapters_leave_the_base_logits_exactly(base, dtype):
+    plain, adapted = MC.replace(dtype=dtype), LC.replace(dtype=dtype)
+    params = lora.attach(base, adapted, jax.random.PRNGKey(1))
+    assert all(not np.any(np.asarray(v)) for k, v in params["layers"].items() if k.endswith(lora.B))
+    assert any(np.any(np.asarray(v)) for k, v in params["layers"].items() if k.endswith(lora.A))
+    np.testing.assert_array_equal(_forward(params, adapted), _forward(base, plain))
+
+
+def test_merged_weights_equal_the_adapter_forward_and_the_sampler_decodes_them(base):
+    params = _nonzero_b(lora.attach(base, LC, jax.random.PRNGKey(1)))
+    adapted, merged = _forward(params, LC), _forward(lora.merge(params, LC), MC)
+    assert np.abs(adapted - _forward(base, MC)).max() > 0.1  # the adapters do change the model
+    np.testing.assert_allclose(adapted, merged, atol=2e-5)
+    # the sampler's decode copy folds the adapters in: greedy answers equal the merged model's
+    kw = dict(num_samples=1, temperature=0.0, max_new_tokens=6, stop_token_ids=[0], pad_id=0, rng=jax.random.PRNGKey(0))
+    prompts = [list(IDS[0]), list(IDS[1, :5])]
+    ours = generate(params, LC, prompts, **kw)
+    ref = generate(lora.merge(params, LC), MC, prompts, **kw)
+    np.testing.assert_array_equal(np.asarray(ours.tokens), np.asarray(ref.tokens))
+
+
+def test_an_int8_base_is_stored_in_int8_and_stays_close(base):
+    config = LC.replace(base_dtype="int8")
+    params = lora.attach(base, config, jax.random.PRNGKey(1))
+    layers = params["layers"]
+    assert all(layers[n].dtype == jnp.int8 for n in lora.PROJECTIONS)
+    assert set(jax.tree.structure(params).node_data()[1]) == set(jax.tree.structure(base).node_data()[1])
+    int8_bytes = sum(layers[n].nbytes + layers[n + lora.SCALE].nbytes for n in lora.PROJECTIONS)
+    assert int8_bytes < 0.3 * sum(base["layers"][n].nbytes for n in lora.PROJECTIONS)  # fp32 -> int8 + scales
+    got, want = _forward(params, config), _forward(base, MC)
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    assert 0 < rel < 0.02, rel  # per-channel int8: within 2% of the largest logit on this model
+    # the shape tree the planner and the checkpoints use is the one attach builds
+    shapes = jax.eval_shape(lambda: models.init_params(config, jax.random.PRNGKey(0)))
+    assert jax.tree.map(lambda s: (s.shape, s.dtype), shapes) == jax.tree.map(lambda x: (x.shape, x.dtype), params)
+
+
+def test_only_the_adapters_train(base):
+    cfg = make_rl_config(group_size=4, num_minibatches=2, micro_batch_size=4, learning_rate=1e-2)
+    params = lora.attach(base, LC, jax.random.PRNGKey(1))
+    adapter_names = sorted(k for k in params["layers"] if lora.is_adapter(k))
+    assert len(adapter_names) == 2 * len(lora.PROJECTIONS)
+    state = init_train_state(params, cfg)
+    mu = state.opt_state[1][0].mu  # clip -> adamw's ScaleByAdamState: moments of the adapters only
+    assert sorted(mu["layers"]) == adapter_names and set(mu) == {"layers"}
+    # gradients are formed for the adapters only
+    trained, frozen = lora.split(state.params)
+    mini = {**jax.tree.map(jnp.asarray, make_batch(0))}
+    mini = {k: mini[k] for k in ("tokens", "attention_mask", "temperature") if k in mini} | {
+        "loss_mask": jnp.asarray(make_batch(0)["response_mask"], jnp.float32),
+        "advantages": jnp.ones(16, jnp.float32),
+        "old_logprobs": jnp.zeros((16, 18), jnp.float32),
+    }
+    grads = minibatch_grads(trained, mini, LC, cfg, 4, frozen=frozen)[0]
+    assert jax.tree.structure(grads) == jax.tree.structure(trained)
+    before = jax.tree.map(np.asarray, state.params)
+    step = make_train_step(LC, cfg)
+    for i in range(3):
+        state, metrics = step(state, make_batch(i))
+        assert int(metrics["nonfinite_skipped"]) == 0
+    after = jax.tree.map(np.asarray, state.params)
+    for name in before["layers"]:
+        same = np.array_equal(before["layers"][name], after["layers"][name])
+        assert same != lora.is_adapter(name), name  # every base leaf bitwise kept, every adapter moved
+    for name in ("embed", "final_norm"):
+        np.testing.assert_array_equal(before[name], after[name])
+
+
+def test_rank_zero_is_full_finetuning_and_bad_values_are_named():
+    c = config_lib.demo_config()
+    assert model_config_from(c, 64) == model_config_from(c, 64, lora.LoRAConfig())  # rank 0: no adapter field set
+    c.lora.rank = 8
+    mc = model_config_from(c, 64)
+    assert mc.lora_rank == 8 and mc.lora_targets == lora.PROJECTIONS and mc.num_adapter_params() > 0
+    assert models.DecoderConfig.from_json(mc.to_json()) == mc
+    with pytest.raises(ValueError, match=r"lora.targets=.*distinct names from q, k, v, o, gate, up, down"):
+        lora.LoRAConfig(rank=4, targets=("q", "qkv"))
+    with pytest.raises(ValueError, match=r"lora.base_dtype='int8'.*set lora.rank > 0"):
+        lora.LoRAConfig(base_dtype="int8")
+    with pytest.raises(ValueError, match=r"lora.base_dtype='nf4'"):
+        lora.LoRAConfig(rank=4, base_dtype="nf4")
+
+
+def test_a_split_mesh_sync_moves_only_the_adapters(base):
+    rollout, learner = sharding.split_devices(4, jax.devices())
+    lmesh, rmesh = sharding.make_mesh(1, 4, 1, devices=learner), sharding.make_mesh(1, 4, 1, devices=rollout)
+    axes, shapes = models.param_logical_axes(LC), models.param_shapes(LC)
+    params = jax.device_put(
+        lora.attach(base, LC, jax.random.PRNGKey(1)), sharding.logical_to_sharding(axes, lmesh, shapes)
+    )
+    target = sharding.logical_to_sharding(axes, rmesh, shapes)
+    first, all_bytes, _ = transfer(params, target)
+    assert all_bytes == sum(x.nbytes for x in jax.tree.leaves(params))
+    newer = _nonzero_b(params)
+    again, nbytes, _ = transfer(newer, target, replaces=first)
+    assert nbytes == sum(x.nbytes for x in jax.tree.leaves(lora.split(newer)[0]))
+    for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(newer), strict=True):
+        assert set(a.devices()) <= set(rollout)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# ---------------------------------------------------------------------------- the loop (slow)
+
+
+def _config(steps, **overrides):
+    from short_demo import short_demo
+
+    c = short_demo(steps, **{"lora.rank": 4, "lora.alpha": 8.0, "train.checkpoint_every": 1, **overrides})
+    c.data.num_prompts, c.demo.problems_per_op = 4, 2
+    return c
+
+
+def _run(workdir, steps, **overrides):
+    from microcoder_jax.trainer import loop as train
+
+    return train.train(_config(steps, **overrides), str(workdir), log_fn=lambda *a: None)
+
+
+def _saved_params(workdir, step):
+    """The params a checkpoint holds, read with the LoRA run's checkpoint layout (adapters only)."""
+    from microcoder_jax.models.checkpoint import load_params
+    from microcoder_jax.trainer.setup import abstract_train_state, setup
+
+    target = abstract_train_state(setup(_config(step), str(workdir))).params
+    return jax.tree.map(np.asarray, load_params(os.path.join(workdir, "checkpoints"), target, step)[0])
+
+
+@pytest.mark.slow
+def test_a_lora_run_resumes_exactly_and_refuses_another_base(tmp_path):
+    from short_demo import untimed_rows
+
+    _run(tmp_path / "whole", 3)
+    _run(tmp_path / "cut", 2)
+    _run(tmp_path / "cut", 3)  # resumed from step 2's checkpoint: adapters + Adam state, base rebuilt
+    assert untimed_rows(tmp_path / "whole") == untimed_rows(tmp_path / "cut")
+    saved = _saved_params(tmp_path / "cut", 3)
+    assert set(saved) == {"layers"} and all(lora.is_adapter(k) for k in saved["layers"])  # no base stored
+    jax.tree.map(np.testing.assert_array_equal, saved, _saved_params(tmp_path / "whole", 3))
+    with pytest.raises(config_lib.ConfigError, match=r"adapters trained on another base model .* new workdir"):
+        _run(tmp_path / "cut", 4, **{"train.warm_start_steps": 31, "train.allow_config_change": True})
