@@ -185,3 +185,18 @@ def test_a_lora_run_resumes_exactly_and_refuses_another_base(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, saved, _saved_params(tmp_path / "whole", 3))
     with pytest.raises(config_lib.ConfigError, match=r"adapters trained on another base model .* new workdir"):
         _run(tmp_path / "cut", 4, **{"train.warm_start_steps": 31, "train.allow_config_change": True})
+
+
+def test_the_lora_experiments_arms_differ_from_full_finetuning_only_in_their_keys(tmp_path):
+    from microcoder_jax.experiments import common
+    from microcoder_jax.experiments import lora as experiment
+
+    full, *adapted = [common.run_config(arm, 0, 40, False, str(tmp_path)) for arm in experiment.ARMS]
+    assert full.lora.rank == 0 and all(c.lora.rank == 8 and c.lora.alpha == 16.0 for c in adapted)
+    assert [c.lora.base_dtype for c in adapted] == ["", "", "int8"]
+    lr = full.rl.learning_rate
+    assert [c.rl.learning_rate for c in adapted] == pytest.approx([lr, 4 * lr, 4 * lr])
+    for c in adapted:  # everything else is the full fine-tuning arm's
+        assert {k: v for k, v in config_lib.to_dict(c).items() if k not in ("lora", "rl")} == {
+            k: v for k, v in config_lib.to_dict(full).items() if k not in ("lora", "rl")
+        }
