@@ -6,12 +6,19 @@
     python -m microcoder_jax.convert --from CKPT --to-hf HF_DIR [--dtype bfloat16] [--max-shard-gb 5]
     python -m microcoder_jax.convert --from RUN --to-hf HF_DIR [--step N]
     python -m microcoder_jax.convert --from RUN/checkpoints --model-config HF_DIR_OR_PRESET --to-hf HF_DIR
+    python -m microcoder_jax.convert --from LORA_RUN --to-peft ADAPTER_DIR [--step N]
 
 CKPT layout: ``params/`` (Orbax, StandardCheckpointer), ``model_config.json`` (our ``DecoderConfig``)
 and ``hf_files/`` (tokenizer and generation files copied from the HF dir, restored on export so the
 exported dir is complete). A training run (its workdir, or its ``checkpoints`` dir) is read with
 the run's own ``config.json``: model shape, tokenizer (chat template included) and a generation
 config; ``--model-config`` overrides them with another HF dir's. Outputs appear atomically.
+
+A LoRA run (lora.rank > 0) checkpoints only its adapters: the export rebuilds the frozen base
+(model.path, or ``--model-config`` naming where it is now; a random init is re-initialised from
+the seed, warm start included) and refuses a base other than the one trained on. ``--to-hf``
+writes base + adapters merged, a plain model of the family; ``--to-peft`` the adapters alone as a
+PEFT folder for ``PeftModel.from_pretrained(base, DIR)``.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import hf
+from microcoder_jax.models import hf, lora, peft
 from microcoder_jax.models.qwen3 import DecoderConfig, param_logical_axes, param_shapes
 
 CONFIG_FILE = "model_config.json"
@@ -149,22 +156,34 @@ def build_parser() -> argparse.ArgumentParser:
     dst.add_argument(
         "--to-hf",
         metavar="DIR",
-        help="write a Hugging Face checkpoint here (weights, config, tokenizer, chat template, generation config)",
+        help="write a Hugging Face checkpoint here (weights, config, tokenizer, chat template, generation config); "
+        "of a LoRA run: its base with the adapters merged in, loadable as the family's plain model",
+    )
+    dst.add_argument(
+        "--to-peft",
+        metavar="DIR",
+        help="write a LoRA run's adapters as a PEFT folder (adapter_config.json, adapter_model.safetensors, "
+        "tokenizer files) for peft.PeftModel.from_pretrained(base, DIR), base = the run's model.path "
+        "(base_model_name_or_path; '' for a random init). With lora.base_dtype=int8 the adapters were "
+        "trained on the int8-dequantised base: on the original base their logits differ slightly; "
+        "--to-hf (merged) is the exact model",
     )
     p.add_argument(
         "--param-dtype",
         default=None,
-        help="stored dtype of the params (default: float32 for --to, the params' own for --to-hf)",
+        help="stored dtype of the params (default: float32 for --to and --to-peft, the params' own for --to-hf, "
+        "a LoRA run's model.param_dtype)",
     )
     p.add_argument(
         "--model-config",
         help="model shape (and tokenizer files) for a training checkpoint: HF dir, "
-        "config.json or preset (default: the run's own config.json)",
+        "config.json or preset (default: the run's own config.json); for a LoRA run the HF dir of its base "
+        "(where model.path is now)",
     )
     p.add_argument("--step", type=int, help="training checkpoint step (default: newest)")
     p.add_argument("--max-shard-gb", type=float, default=5.0, help="max safetensors shard size for --to-hf")
     p.add_argument("--mesh", help="load onto a mesh, e.g. fsdp=8 or fsdp=4,tensor=2 (default: one device)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --to-hf directory")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --to-hf or --to-peft directory")
     return p
 
 
@@ -176,6 +195,8 @@ def main(argv=None) -> int:
         parser.error("--from-hf with --to-hf is a copy; convert to or from an Orbax CKPT")
     if args.from_ckpt and args.to_ckpt:
         parser.error("--from with --to is a copy; convert to or from a Hugging Face dir")
+    if args.to_peft and not args.from_ckpt:
+        parser.error("--to-peft writes a LoRA training run's adapters: pass --from RUN (the run's workdir)")
     if args.from_gguf:
         return _from_gguf(args)
     try:
@@ -187,45 +208,171 @@ def main(argv=None) -> int:
             params = hf.load_hf_params(args.from_hf, config, mesh=mesh)
             out = save_checkpoint(params, config, args.to_ckpt, hf_files_from=args.from_hf)
         else:
+            out_flag, out_dir = ("--to-hf", args.to_hf) if args.to_hf else ("--to-peft", args.to_peft)
             if not os.path.exists(args.from_ckpt):
                 parser.error(f"--from {args.from_ckpt}: no such checkpoint")
-            if os.path.exists(args.to_hf) and not args.overwrite:
-                parser.error(f"--to-hf {args.to_hf} exists (pass --overwrite to replace it)")
-            from microcoder_jax.models import export as export_files
-
-            source, run_dir = args.from_ckpt, export_files.run_dir_of(args.from_ckpt)
-            if run_dir is not None and os.path.isdir(os.path.join(source, "checkpoints")):
-                source = os.path.join(source, "checkpoints")
-            if args.model_config:
-                shape = _model_config(args.model_config)
-                extras = export_files.copy_files_from(
-                    os.path.dirname(args.model_config) if os.path.isfile(args.model_config) else args.model_config
-                )
-            elif run_dir is not None:
-                shape, extras = export_files.from_run(run_dir)
-            else:
-                shape, extras = None, export_files.copy_files_from(os.path.join(source, HF_FILES_DIR))
-            params, config = load_checkpoint(source, mesh, config=shape, step=args.step)
+            if os.path.exists(out_dir) and not args.overwrite:
+                parser.error(f"{out_flag} {out_dir} exists (pass --overwrite to replace it)")
+            params, config, extras, base = _read_source(args, mesh)
             if not any(name.startswith("tokenizer") for name in extras):
                 print(
-                    f"convert: warning: no tokenizer files for {args.to_hf}; AutoTokenizer will not load "
+                    f"convert: warning: no tokenizer files for {out_dir}; AutoTokenizer will not load "
                     "it. Pass --model-config HF_DIR (the base model's folder) to include them.",
                     file=sys.stderr,
                 )
-            out = hf.save_hf_params(
-                params,
-                config,
-                args.to_hf,
-                max_shard_bytes=int(args.max_shard_gb * 1024**3),
-                dtype=args.param_dtype,
-                extra_files=extras,
-            )
+            if args.to_peft:
+                params = lora.split(params)[0]
+                out = peft.save_adapter(params, config, out_dir, base, args.param_dtype, extras)
+                _note_peft_base(config, base)
+            else:
+                if config.lora_rank:  # base + adapters, the int8 base dequantised: a plain model of the family
+                    params = lora.merge(params, config, args.param_dtype or config.param_dtype)
+                    config = lora.base_config(config)
+                out = hf.save_hf_params(
+                    params,
+                    config,
+                    out_dir,
+                    max_shard_bytes=int(args.max_shard_gb * 1024**3),
+                    dtype=args.param_dtype,
+                    extra_files=extras,
+                )
     except (ValueError, OSError, KeyError) as e:  # a missing file, a full disk: one line
         print(f"convert: error: {e}", file=sys.stderr)
         return 1
     n = sum(x.size for x in jax.tree.leaves(params))
-    print(f"wrote {out} ({n / 1e6:.1f}M params, {config.num_layers} layers)")
+    what = f"PEFT LoRA adapter, r={config.lora_rank}, " if args.to_peft else ""
+    print(f"wrote {out} ({what}{n / 1e6:.1f}M params, {config.num_layers} layers)")
     return 0
+
+
+def _read_source(args, mesh):
+    """(params, config, writers of the tokenizer files, base model folder) of ``--from``: our CKPT,
+    a training run or its checkpoints dir; a LoRA run's adapters joined with their frozen base."""
+    from microcoder_jax.models import export as export_files
+
+    source, run_dir = args.from_ckpt, export_files.run_dir_of(args.from_ckpt)
+    if run_dir is not None and os.path.isdir(os.path.join(source, "checkpoints")):
+        source = os.path.join(source, "checkpoints")
+    rank = export_files.lora_rank(run_dir) if run_dir is not None else 0
+    if args.to_peft and not rank:
+        what = "trained every weight (lora.rank=0)" if run_dir is not None else "is no training run's workdir"
+        raise ValueError(
+            f"--to-peft: {args.from_ckpt} {what}, so there are no adapters to write; "
+            "export the whole model with --to-hf, or pass a LoRA run's workdir"
+        )
+    if rank and run_dir is not None:
+        return _read_lora_run(args, source, run_dir, mesh)
+    if args.model_config:
+        shape = _model_config(args.model_config)
+        extras = export_files.copy_files_from(
+            os.path.dirname(args.model_config) if os.path.isfile(args.model_config) else args.model_config
+        )
+    elif run_dir is not None:
+        shape, extras = export_files.from_run(run_dir)
+    else:
+        shape, extras = None, export_files.copy_files_from(os.path.join(source, HF_FILES_DIR))
+    if run_dir is None and _holds_adapters_only(source, args.step):
+        raise ValueError(
+            f"--from {args.from_ckpt} holds LoRA adapters without their base: pass the run's workdir "
+            "(its config.json names the base model and the adapters' rank)"
+        )
+    params, config = load_checkpoint(source, mesh, config=shape, step=args.step)
+    return params, config, extras, ""
+
+
+def _read_lora_run(args, source: str, run_dir: str, mesh):
+    """A LoRA run's checkpointed adapters on the base they were trained on (a different base is refused)."""
+    from microcoder_jax.models import export as export_files
+    from microcoder_jax.models.checkpoint import load_params
+
+    config = export_files.run_config(run_dir)
+    if args.model_config:
+        if not os.path.isfile(os.path.join(args.model_config, "config.json")):
+            raise ValueError(
+                f"--model-config {args.model_config}: a LoRA run's --model-config is its base model's "
+                "Hugging Face folder (config.json and weights), since its checkpoints hold only the adapters"
+            )
+        config.model.path = os.path.abspath(args.model_config)
+    shape, extras = export_files.from_run(run_dir, config)  # a base that is gone: one line naming --model-config
+    adapters, step = load_params(source, lora.split(_abstract_params(shape, mesh, "float32"))[0], args.step)
+    frozen = _frozen_base(config, shape, run_dir, mesh)
+    saved = _read_meta(source, step).get("base_fingerprint")
+    if saved is not None and not lora.same_base(saved, lora.fingerprint(frozen)):
+        raise ValueError(
+            f"checkpoint step {step} in {source} holds adapters trained on another base than "
+            f"{config.model.path or 'the seeded random init'}: pass --model-config with the HF dir of the base "
+            "it was trained on"
+        )
+    return lora.join(adapters, frozen), shape, extras, config.model.path
+
+
+def _frozen_base(config, shape: DecoderConfig, run_dir: str, mesh) -> dict:
+    """The frozen base as the run stored it (compute dtype or int8): read from model.path, or the
+    seeded random init (+ the demo's warm start) rebuilt as training built it."""
+    if config.model.path:
+        base = hf.load_hf_params(config.model.path, lora.base_config(shape), mesh=mesh)
+        frozen = lora.split(lora.attach(base, shape, jax.random.PRNGKey(0)))[1]  # attach stores it as trained
+    else:
+        frozen = _random_init_base(run_dir)
+    assert frozen is not None  # a LoRA config: attach added adapters
+    return frozen
+
+
+def _random_init_base(run_dir: str):
+    """A random-init LoRA run's frozen base, rebuilt by the trainer's own set-up (seed, demo warm start)."""
+    from microcoder_jax.sharding import MeshConfig
+    from microcoder_jax.trainer.replay import saved_config
+    from microcoder_jax.trainer.setup import frozen_base, setup
+
+    full = saved_config(run_dir)
+    full.train.progress = False
+    for name in ("data", "fsdp", "tensor", "rollout_devices"):  # the base alone: any devices will do
+        full.mesh[name] = getattr(MeshConfig(), name)
+    print(f"convert: rebuilding the run's random-init base (seed {full.seed})", file=sys.stderr)
+    return frozen_base(setup(full, run_dir), log_fn=lambda m: print(f"convert: {m}", file=sys.stderr))
+
+
+def _read_meta(directory: str, step: int | None = None) -> dict:
+    """The JSON meta of one training checkpoint (default: the newest), read without creating or
+    cleaning anything (a live run may be saving there)."""
+    manager = ocp.CheckpointManager(
+        os.path.abspath(directory),
+        item_names=("state", "meta"),
+        options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0),
+    )
+    try:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            return {}
+        return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"] or {})
+    finally:
+        manager.close()
+
+
+def _holds_adapters_only(directory: str, step: int | None) -> bool:
+    """Whether a training checkpoints dir is a LoRA run's (its meta names the base it was trained on)."""
+    if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, CONFIG_FILE)):
+        return False
+    try:
+        return "base_fingerprint" in _read_meta(directory, step)
+    except Exception:  # noqa: BLE001 - not readable as a training checkpoint: load_checkpoint says why
+        return False
+
+
+def _note_peft_base(config: DecoderConfig, base: str) -> None:
+    """What the PEFT adapter's base is when it is not simply the HF folder it names."""
+    if not base:
+        print(
+            "convert: note: the run's base is a seeded random init (model.path=''), so the adapter names no "
+            "base_model_name_or_path; --to-hf writes the merged model",
+            file=sys.stderr,
+        )
+    elif config.base_dtype == "int8":
+        print(
+            f"convert: note: the adapters were trained on the int8-dequantised {base}: on the original base "
+            "their logits differ slightly; --to-hf writes the exact merged model",
+            file=sys.stderr,
+        )
 
 
 def _from_gguf(args) -> int:

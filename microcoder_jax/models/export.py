@@ -96,18 +96,28 @@ def generation_config(config, tokenizer) -> dict:
     return gen
 
 
-def from_run(run_dir: str):
-    """(model shape, writers of the tokenizer files and generation config) of a training run."""
+def lora_rank(run_dir: str) -> int:
+    """The adapter rank a training run trained (0: full fine-tuning, or a run from before LoRA)."""
+    config = run_config(run_dir)
+    return int(config.lora.rank) if "lora" in config else 0
+
+
+def from_run(run_dir: str, config=None):
+    """(model shape, writers of the tokenizer files and generation config) of a training run;
+    ``config``: its `run_config`, already read (its GGUF model.path is resolved in place)."""
     from microcoder_jax.models.presets import model_config_from
 
     from microcoder_jax.models.gguf import resolve_model_path
 
-    config = run_config(run_dir)
+    config = run_config(run_dir) if config is None else config
     if config.model.path:  # a GGUF model.path: the cached HF folder it was converted into
         config.model.path = resolve_model_path(config.model.path)
     if config.model.path and not os.path.exists(os.path.join(config.model.path, "config.json")):
+        adapters = (
+            " (the base the run's LoRA adapters were trained on)" if "lora" in config and config.lora.rank else ""
+        )
         raise FileNotFoundError(
-            f"the run's model.path {config.model.path} is gone; pass --model-config with that model's HF dir"
+            f"the run's model.path {config.model.path} is gone{adapters}; pass --model-config with that model's HF dir"
         )
     tokenizer = run_tokenizer(config, run_dir)
     shape = model_config_from(config, None if config.model.path else len(tokenizer))

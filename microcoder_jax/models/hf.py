@@ -64,6 +64,12 @@ def hf_key_map(config: DecoderConfig) -> dict:
     return out
 
 
+def module_name(leaf: str, layer: int) -> str:
+    """The transformers module that holds one per-layer weight of ours, e.g. ``model.layers.3.self_attn.q_proj``
+    (what a PEFT adapter's keys name)."""
+    return _LAYER_KEYS[leaf][0].format(layer).removesuffix(".weight")
+
+
 def _hf_shape(shape: tuple, layout: str) -> tuple:
     """HF shape of one (unstacked) tensor given our per-layer shape."""
     if layout == "copy":
