@@ -1,7 +1,7 @@
 """LoRA (models/lora.py): fresh adapters leave the base's logits exact, only adapters train, the
 int8 base stays close, merged weights equal the adapter forward (and the sampler decodes them),
-the config block checks its values, the split-mesh sync moves adapters only; slow: a LoRA demo
-run resumed from a checkpoint ends bit for bit where an uninterrupted one does, and a checkpoint
+the config block checks its values, the split-mesh sync moves adapters only; slow: an int8 LoRA
+step on an FSDP mesh equals one device's, a LoRA demo run resumed from a checkpoint ends bit for bit where an uninterrupted one does, and a checkpoint
 on another base is refused in one line."""
 
 import os
@@ -111,6 +111,23 @@ def test_only_the_adapters_train(base):
         assert same != lora.is_adapter(name), name  # every base leaf bitwise kept, every adapter moved
     for name in ("embed", "final_norm"):
         np.testing.assert_array_equal(before[name], after[name])
+
+
+@pytest.mark.slow
+def test_an_int8_lora_step_on_an_fsdp_mesh_matches_one_device(base):
+    config = LC.replace(base_dtype="int8")
+    cfg = make_rl_config(group_size=4, num_minibatches=1, micro_batch_size=4, learning_rate=1e-2)
+    params = _nonzero_b(lora.attach(base, config, jax.random.PRNGKey(1)))
+    mesh = sharding.make_mesh(data=2, fsdp=4)
+    sharded = init_train_state(params, cfg, mesh, model_config=config)
+    assert sharded.params["layers"]["q_proj"].dtype == jnp.int8
+    assert sharded.params["layers"]["up_proj_lora_a"].sharding.spec != jax.sharding.PartitionSpec()  # FSDP-split
+    one = init_train_state(params, cfg)
+    sharded, m_sharded = make_train_step(config, cfg, mesh)(sharded, make_batch(3))
+    one, m_one = make_train_step(config, cfg)(one, make_batch(3))
+    np.testing.assert_allclose(float(m_sharded["loss"]), float(m_one["loss"]), rtol=1e-4, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(sharded.params), jax.tree.leaves(one.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-4, atol=1e-6)
 
 
 def test_rank_zero_is_full_finetuning_and_bad_values_are_named():
