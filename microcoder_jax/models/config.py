@@ -14,6 +14,19 @@ from typing import cast
 
 from microcoder_jax.models import attention as attn_lib
 
+# How many leading dims of each stored matrix are its input (its other dims are its output).
+INPUT_DIMS = {
+    "q_proj": 1,
+    "k_proj": 1,
+    "v_proj": 1,
+    "o_proj": 2,
+    "gate_proj": 1,
+    "up_proj": 1,
+    "down_proj": 1,
+    "lm_head": 1,
+}
+PROJECTIONS = tuple(n for n in INPUT_DIMS if n != "lm_head")  # a layer's matrices: what LoRA may adapt
+BASE_DTYPES = ("", "int8")  # a LoRA base's storage: the compute dtype, or int8 + per-channel scales
 ROPE_TYPES = ("default", "linear", "yarn", "llama3")
 REMAT_POLICIES = ("none", "full", "dots", "dots_saveable")
 
@@ -107,8 +120,6 @@ class DecoderConfig:
         if rope_type not in ROPE_TYPES:
             raise ValueError(f"unsupported rope_scaling type {rope_type!r}; supported: {ROPE_TYPES}")
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))  # from_json gives a list
-        from microcoder_jax.models.lora import BASE_DTYPES, PROJECTIONS
-
         if self.lora_rank < 0 or (self.lora_rank and not self.lora_targets):
             raise ValueError(f"lora_rank={self.lora_rank} needs rank >= 0 and, when > 0, lora_targets")
         if any(t not in PROJECTIONS for t in self.lora_targets):

@@ -187,10 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def main(argv=None, rebuild_base=None) -> int:
+    """The command; `rebuild_base(run_dir)`: a random-init LoRA run's frozen base, rebuilt by the
+    trainer's set-up (`python -m microcoder_jax.convert` passes it: models/ does not import trainer/)."""
     shd.describe_host_without_tpu()  # before any backend loads libtpu: no metadata-server noise off a TPU VM
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.rebuild_base = rebuild_base
     if args.from_hf and args.to_hf:
         parser.error("--from-hf with --to-hf is a copy; convert to or from an Orbax CKPT")
     if args.from_ckpt and args.to_ckpt:
@@ -295,7 +298,7 @@ def _read_lora_run(args, source: str, run_dir: str, mesh):
         config.model.path = os.path.abspath(args.model_config)
     shape, extras = export_files.from_run(run_dir, config)  # a base that is gone: one line naming --model-config
     adapters, step = load_params(source, lora.split(_abstract_params(shape, mesh, "float32"))[0], args.step)
-    frozen = _frozen_base(config, shape, run_dir, mesh)
+    frozen = _frozen_base(config, shape, run_dir, mesh, args.rebuild_base)
     saved = _read_meta(source, step).get("base_fingerprint")
     if saved is not None and not lora.same_base(saved, lora.fingerprint(frozen)):
         raise ValueError(
@@ -306,30 +309,21 @@ def _read_lora_run(args, source: str, run_dir: str, mesh):
     return lora.join(adapters, frozen), shape, extras, config.model.path
 
 
-def _frozen_base(config, shape: DecoderConfig, run_dir: str, mesh) -> dict:
+def _frozen_base(config, shape: DecoderConfig, run_dir: str, mesh, rebuild=None) -> dict:
     """The frozen base as the run stored it (compute dtype or int8): read from model.path, or the
     seeded random init (+ the demo's warm start) rebuilt as training built it."""
     if config.model.path:
         base = hf.load_hf_params(config.model.path, lora.base_config(shape), mesh=mesh)
         frozen = lora.split(lora.attach(base, shape, jax.random.PRNGKey(0)))[1]  # attach stores it as trained
+    elif rebuild is not None:
+        frozen = rebuild(run_dir)
     else:
-        frozen = _random_init_base(run_dir)
+        raise ValueError(
+            f"{run_dir} trained adapters on a seeded random init (model.path=''): rebuild it with "
+            "`python -m microcoder_jax.convert`, which runs the trainer's set-up"
+        )
     assert frozen is not None  # a LoRA config: attach added adapters
     return frozen
-
-
-def _random_init_base(run_dir: str):
-    """A random-init LoRA run's frozen base, rebuilt by the trainer's own set-up (seed, demo warm start)."""
-    from microcoder_jax.sharding import MeshConfig
-    from microcoder_jax.trainer.replay import saved_config
-    from microcoder_jax.trainer.setup import frozen_base, setup
-
-    full = saved_config(run_dir)
-    full.train.progress = False
-    for name in ("data", "fsdp", "tensor", "rollout_devices"):  # the base alone: any devices will do
-        full.mesh[name] = getattr(MeshConfig(), name)
-    print(f"convert: rebuilding the run's random-init base (seed {full.seed})", file=sys.stderr)
-    return frozen_base(setup(full, run_dir), log_fn=lambda m: print(f"convert: {m}", file=sys.stderr))
 
 
 def _read_meta(directory: str, step: int | None = None) -> dict:

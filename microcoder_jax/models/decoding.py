@@ -32,17 +32,7 @@ class DecodingParams(NamedTuple):
     lm_head: Any = None
 
 
-# How many leading dims of each stored matrix are its input (its other dims are its output).
-INPUT_DIMS = {
-    "q_proj": 1,
-    "k_proj": 1,
-    "v_proj": 1,
-    "o_proj": 2,
-    "gate_proj": 1,
-    "up_proj": 1,
-    "down_proj": 1,
-    "lm_head": 1,
-}
+from microcoder_jax.models.config import INPUT_DIMS  # noqa: E402  (the stored layout, shared with lora.py)
 
 
 def _out_in(value, stacked: bool, n_in: int):

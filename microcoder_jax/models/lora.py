@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax.blocks import Block, knob
+from microcoder_jax.models.config import BASE_DTYPES, INPUT_DIMS, PROJECTIONS
 
 # Short names (`lora.targets`) -> the stored projection they adapt.
 TARGETS = {
@@ -32,8 +33,7 @@ TARGETS = {
     "up": "up_proj",
     "down": "down_proj",
 }
-PROJECTIONS = tuple(TARGETS.values())  # the matrices an int8 base stores quantised
-BASE_DTYPES = ("", "int8")
+assert tuple(TARGETS.values()) == PROJECTIONS  # every projection has a short name; an int8 base quantises them all
 A, B, SCALE = "_lora_a", "_lora_b", "_scale"
 
 
@@ -118,8 +118,6 @@ def join(trainable: dict, frozen: dict | None) -> dict:
 def extra_specs(config, spec_of: dict, make) -> dict:
     """Adapter and int8-scale specs added to the layer specs (`spec_of`: name -> ParamSpec of the
     stored matrix; `make(*dims)` builds a ParamSpec from (size, axis) pairs)."""
-    from microcoder_jax.models.decoding import INPUT_DIMS
-
     out = {}
     for name in config.lora_targets if config.lora_rank else ():
         s = spec_of[name]
@@ -175,12 +173,8 @@ def init_adapter(key, shape_a: tuple, shape_b: tuple, n_in: int) -> tuple[jax.Ar
 def attach(base: dict, config, rng: jax.Array) -> dict:
     """A LoRA config's params from plain (full fine-tuning) params of the same model: the base in
     its storage dtype (compute dtype or int8 + scales) and fresh adapters (B = 0). Jittable."""
-    from microcoder_jax.models.decoding import INPUT_DIMS
-    from microcoder_jax.models.qwen3 import param_shapes
-
     if not config.lora_rank:
         return base
-    shapes = param_shapes(config)["layers"]
     stored = lambda name, w: w.astype(leaf_dtype(config, name) or config.param_dtype)  # noqa: E731
     layers = {}
     for name, w in base["layers"].items():
@@ -190,7 +184,10 @@ def attach(base: dict, config, rng: jax.Array) -> dict:
             layers[name] = stored(name, w)
     keys = jax.random.split(rng, len(config.lora_targets))
     for key, name in zip(keys, config.lora_targets):
-        layers[name + A], layers[name + B] = init_adapter(key, shapes[name + A], shapes[name + B], INPUT_DIMS[name])
+        w, n_in = base["layers"][name], INPUT_DIMS[name]
+        shape_a = (*w.shape[: 1 + n_in], config.lora_rank)
+        shape_b = (w.shape[0], config.lora_rank, *w.shape[1 + n_in :])
+        layers[name + A], layers[name + B] = init_adapter(key, shape_a, shape_b, n_in)
     out = {k: stored(k, v) for k, v in base.items() if k != "layers"}
     out["layers"] = layers
     return out
@@ -205,8 +202,6 @@ def merge(params: dict, config, dtype=None) -> dict:
     """Plain params (no adapters, no int8): W + A B * alpha/rank per adapted projection, the int8
     base dequantised; in ``dtype`` (default float32; norms keep theirs, as the forward reads them
     in float32). What export writes and the sampler decodes."""
-    from microcoder_jax.models.decoding import INPUT_DIMS
-
     dtype = jnp.dtype(dtype or jnp.float32)
     layers = params["layers"]
     cast = lambda name, x: x if "norm" in name else x.astype(dtype)  # noqa: E731

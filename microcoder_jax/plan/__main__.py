@@ -6,7 +6,10 @@ allocated) and prints memory per device against the chip's HBM, collectives insi
 analytic breakdown beside XLA's figures, a roofline time estimate, and, when something does not
 fit, the settings that do. GPUs and other devices: `--topology h100 --devices 8` or
 `--devices N --hbm-gib X` (analytic only). `--nosearch`: report only, compile no candidates;
-`--cache-dir DIR` ('' = off). Exit 0: everything fits; 1: something does not; 2: bad input.
+`--nocompile`: a TPU topology with the analytic model only; `--cache-dir DIR` ('' = off).
+LoRA runs (`--config.lora.rank=16`, `--config.lora.base_dtype=int8`) are planned as they store and
+train: the frozen base, float32 adapters and their Adam state, no base gradients.
+Exit 0: everything fits; 1: something does not; 2: bad input.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ def _plan(argv) -> int:
         topology = parse_topology(fv.topology, fv.devices, fv.hbm_gib)
     except TopologyError as e:
         raise ConfigError(str(e)) from None
+    if not fv.compile:  # the analytic model on the TPU's own figures (HBM, peak, bandwidth)
+        import dataclasses
+
+        topology = dataclasses.replace(topology, aot_name=None)
     if topology.aot_name is not None:
         try:
             topology.devices()

@@ -5,6 +5,12 @@ reader can check by hand: gradients and optimizer temporaries, one layer's gathe
 activations under the remat policy, the vocab-projection chunk, the KV cache. Time: FLOPs and
 HBM bytes per program with every loop's trip count counted here (XLA's cost analysis counts a
 loop body once), against the chip's peak and bandwidth: a roofline bound, not a measurement.
+
+LoRA (`lora.rank` > 0, models/lora.py): the train state's bytes are the abstract state's (the base
+in the compute dtype or int8, fp32 adapters, Adam moments of the adapters); gradients and the
+optimizer's temporaries are the adapters'; the training passes read the base at its stored bytes
+(1 per weight for an int8 base) and add the adapters' (x A) B; the train step forms no weight
+gradient for the base or the head (backward = activation gradients + the adapters' own).
 """
 
 from __future__ import annotations
@@ -48,6 +54,39 @@ def _dims(mc):
     return d, h, k, hd, f, v, l, layer
 
 
+def _lora(mc) -> bool:
+    return bool(getattr(mc, "lora_rank", 0))
+
+
+def _layer_weight_bytes(mc) -> int:
+    """Bytes per element of the layers' matmul weights as a training pass gathers and reads them:
+    2 (the fp32 master is cast to bf16 before its gather; a LoRA base is stored in the compute
+    dtype), 1 for an int8 base (lora.base_dtype=int8: gathered as int8, scaled after the matmul)."""
+    return 1 if getattr(mc, "base_dtype", "") == "int8" else 2
+
+
+def _gathered_for_training(mc, layer: int) -> int:
+    """One layer's weights alive in the train step, double-buffered: two bf16 copies; an int8 base
+    gathers two int8 copies and casts one to bf16 for its matmuls (the forward's `astype`), which
+    XLA keeps alive too (two Qwen3-1.7B-wide layers on v5e:2x2: int8 temporaries within 1% of bf16's)."""
+    if _layer_weight_bytes(mc) == 1:
+        return 2 * layer + layer * 2
+    return 2 * layer * 2
+
+
+def weights_read(mc) -> float:
+    """Bytes of one read of every matmul weight in a training pass (all layers and the embedding /
+    head, whole, before any tensor split): the layers at `_layer_weight_bytes`, the head in bf16."""
+    d, _, _, _, _, v, l, layer = _dims(mc)
+    return float(l * layer * _layer_weight_bytes(mc) + v * d * 2)
+
+
+def adapter_flops(mc, tokens: int) -> float:
+    """Forward FLOPs of the LoRA adapters over `tokens`: (x A) B per adapted projection, 2 r (in + out)
+    per token (0 without LoRA)."""
+    return 2.0 * mc.num_adapter_params() * tokens if _lora(mc) else 0.0
+
+
 def _split(n: int, shards: int) -> int:
     """Rows per device: split when the shards divide them, else every device holds all (sharding.py)."""
     return n // shards if n % shards == 0 else n
@@ -72,11 +111,17 @@ def _layer_activations(mc, tokens: int, splash: bool, t: int, seq: int) -> int:
 
 
 def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
+    """The train step. Full fine-tuning: weight gradients of every matrix (accumulated in fp32 over
+    micro-batches) and Adam on all of them. LoRA: the same forward and activation gradients through
+    the frozen base, gradients and Adam of the adapters only, no weight-gradient matmuls for the
+    base or the head."""
+    from microcoder_jax.rl.step import trainable_part
+
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
     shards, t, n = _mesh(mesh)
     state, batch = program.args
-    params = local_bytes(state.params)
+    trained = local_bytes(trainable_part(state.params))  # every param, or the LoRA adapters
     mb = _split(sh.micro, shards)
     tokens = mb * sh.seq
     splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
@@ -87,14 +132,15 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
         "dots_saveable": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2,
     }[mc.remat]
     chunk = min(rl_config.logprob_chunk, sh.seq - 1)
+    lora = _lora(mc)
     # The LM head's gradient is summed once at the log-prob shard_map's boundary, straight into the
     # sharded gradient (rl/logprobs.head_logprobs): no full-size f32 copy of it is alive.
     comp = {
         "params + optimizer state (args)": local_bytes(state),
         "batch (args)": local_bytes(batch),
-        "gradients (accumulated + one micro-batch)": 2 * params,
-        "optimizer update temporaries": params,
-        "gathered weights (one layer, double-buffered)": 2 * layer * 2 // t,
+        f"gradients of the {'adapters' if lora else 'params'} (accumulated + one micro-batch)": 2 * trained,
+        "optimizer update temporaries": trained,
+        "gathered weights (one layer, double-buffered)": _gathered_for_training(mc, layer) // t,
         f"activations (remat={mc.remat})": saved + _layer_activations(mc, tokens, splash, t, sh.seq),
         "final hidden + its gradient": tokens * d * 4 * 2,
         "vocab-projection chunk (logits and their gradient)": mb * chunk * (v // t) * 4 * 2,
@@ -102,12 +148,16 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     rows_tokens = sh.rows * sh.seq
     dense = 2.0 * (l * layer + v * d) * rows_tokens
     attn = _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
+    adapters = adapter_flops(mc, rows_tokens)
     recompute = {"full": 1.0, "none": 0.0, "dots": 0.5, "dots_saveable": 0.5}[mc.remat]
-    # forward + backward (2x forward) + remat's extra forward; the vocab chunks are recomputed too
-    flops = (3.0 + recompute) * (dense + attn) + 2.0 * v * d * rows_tokens
+    # forward + backward (2x forward: activation and weight gradients) + remat's extra forward; the
+    # vocab chunks are recomputed too. LoRA: the base's and the head's weight gradients (one
+    # forward's worth of dense FLOPs) are never formed.
+    frozen = dense if lora else 0.0
+    flops = (3.0 + recompute) * (dense + attn + adapters) + 2.0 * v * d * rows_tokens - frozen
     steps = sh.rows // sh.micro
-    hbm = steps * 3 * (l * layer + v * d) * 2 / t + rl_config.num_minibatches * 16 * params
-    return Estimate(comp, flops=flops, model_flops=3.0 * (dense + attn), hbm_bytes=hbm)
+    hbm = steps * 3 * weights_read(mc) / t + rl_config.num_minibatches * 16 * trained
+    return Estimate(comp, flops=flops, model_flops=3.0 * (dense + attn + adapters) - frozen, hbm_bytes=hbm)
 
 
 def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
@@ -124,14 +174,15 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
         "params (args)": params,
         "tokens, mask (args)": local_bytes([kw["tokens"], kw["attention_mask"], kw["temperature"]]),
         "log-probs out": _split(sh.rows, shards) * sh.seq * 4,
-        "gathered weights (one layer)": layer * 2 // t,
+        "gathered weights (one layer)": layer * _layer_weight_bytes(mc) // t,
         "activations (one layer, forward)": _layer_activations(mc, tokens, splash, t, sh.seq) // 2,
         "final hidden": tokens * d * 4,
         "vocab-projection chunk (logits)": mb * chunk * (v // t) * 4,
     }
     rows_tokens = sh.rows * sh.seq
     flops = 2.0 * (l * layer + v * d) * rows_tokens + _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
-    hbm = (sh.rows // sh.micro) * (l * layer + v * d) * 2 / t
+    flops += adapter_flops(mc, rows_tokens)
+    hbm = (sh.rows // sh.micro) * weights_read(mc) / t
     return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm)
 
 
@@ -200,7 +251,10 @@ def decode(
 
 
 def decode_layout(program: Program, mesh) -> Estimate:
-    """The reshard into the decode layout: the stored params in, their compute-dtype copy out."""
+    """The reshard into the decode layout: the stored params in, their compute-dtype copy out, and
+    about one more copy of temporaries, from fp32 master weights (the cast) as from a LoRA base
+    (adapters merged in, an int8 base dequantised: XLA fuses the merge; Qwen3-4B on v5e-8 held 0.94
+    of a copy either way, two 1.7B-wide layers on v5e:2x2 0.78 and 0.52)."""
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
     _, t, _ = _mesh(program.out_mesh if program.out_mesh is not None else mesh)
@@ -209,7 +263,7 @@ def decode_layout(program: Program, mesh) -> Estimate:
         {
             "params (args)": local_bytes(program.args[0]),
             "decode copy out (compute dtype, split over tensor only)": copy,
-            "cast / transpose temporaries (about one more copy)": copy,
+            "cast / merge / transpose temporaries (about one more copy)": copy,
         },
         hbm_bytes=local_bytes(program.args[0]) + (l * layer + v * d) * 2 / t,
     )

@@ -14,6 +14,13 @@ def define_flags(fv) -> None:
     flags.DEFINE_float("hbm_gib", None, "memory per device in GiB (with --devices)", flag_values=fv)
     flags.DEFINE_string("cache_dir", programs.CACHE_DIR, "compiled-results cache ('' = off)", flag_values=fv)
     flags.DEFINE_boolean("search", True, "compile candidates for programs that do not fit", flag_values=fv)
+    flags.DEFINE_boolean(
+        "compile",
+        True,
+        "compile each program for a TPU topology with libtpu; --nocompile: the analytic model only (minutes "
+        "faster for large models, memory and collectives then the planner's model, not XLA's)",
+        flag_values=fv,
+    )
     flags.DEFINE_string(
         "lengths",
         "cap",

@@ -22,6 +22,13 @@ KNOBS = (
     "rl.micro_batch_size (rows per forward/backward)",
     "data.prompt_buckets / data.max_prompt_tokens",
 )
+LORA_KNOB = "lora.rank=16 (adapters instead of full fine-tuning: no fp32 master or Adam state of the base)"
+
+
+def knobs(config) -> tuple:
+    """KNOBS, and LoRA last for a full fine-tuning run (it changes what is trained)."""
+    lora = config.get("lora")
+    return KNOBS + ((LORA_KNOB,) if lora is not None and not lora.rank else ())
 
 
 def available_bytes() -> int | None:
@@ -41,7 +48,9 @@ def available_bytes() -> int | None:
 
 def estimate(config, devices: int) -> tuple[int, str]:
     """(bytes, program): the largest program of one RL step (with the state resident beside it) on
-    the run's mesh over `devices` host devices, summed over the devices the mesh uses."""
+    the run's mesh over `devices` host devices, summed over the devices the mesh uses. A LoRA run
+    (`lora.rank` > 0) is planned as it stores its state: the base in the compute dtype or int8,
+    float32 adapters and their Adam moments only."""
     from microcoder_jax.plan import planner
     from microcoder_jax.plan.topologies import parse_topology
 
@@ -75,7 +84,7 @@ def check(config, log_fn=print) -> None:
         f"memory estimate {need / GIB:.1f} GiB ({program}; {CPU_MARGIN * need / GIB:.1f} GiB with the CPU "
         f"margin x{CPU_MARGIN}: XLA on a CPU keeps more alive than the model counts) exceeds the "
         f"{have / GIB:.1f} GiB available: "
-        f"the run would be killed for memory. Cut {', '.join(KNOBS)} "
+        f"the run would be killed for memory. Cut {', '.join(knobs(config))} "
         f"(`python -m microcoder_jax.plan --config=... --devices 1 --hbm-gib {have / GIB:.0f}` shows each "
         "program), or start anyway with --config.train.ignore_memory_check=True"
     )

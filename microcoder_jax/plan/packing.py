@@ -50,14 +50,21 @@ def sample_mask(rows: int, prompt_width: int, max_new: int, mean_frac: float, at
 def collective_bytes(mc, mesh, micro_steps: int, train: bool, chunks: int = 0) -> float:
     """Per-device bytes of one pass's FSDP collectives: each micro-batch gathers the bf16 weights
     (twice in the train step: forward, and backward under remat) and the train step reduces their
-    gradient; `chunks` > 0 adds the head gathered (and its gradient reduced) in every chunk."""
-    from microcoder_jax.plan.analytic import _dims
+    gradient; `chunks` > 0 adds the head gathered (and its gradient reduced) in every chunk. LoRA
+    (`lora.rank` > 0): the base is gathered at its stored bytes (1 per weight for an int8 base) and
+    only the adapters' float32 gradient is reduced: no gradient of the frozen base or head moves."""
+    from microcoder_jax.plan.analytic import _dims, weights_read
 
     d, _, _, _, _, v, l, layer = _dims(mc)
     shards, t = mesh.shape["data"] * mesh.shape["fsdp"], mesh.shape["tensor"]
-    weights = (l * layer + v * d) * 2 / t * (shards - 1) / max(shards, 1)
-    head = v * d * 2 / t * (shards - 1) / max(shards, 1)
-    per_micro = (3 if train else 1) * weights + chunks * head * (2 if train else 1)
+    share = (shards - 1) / max(shards, 1)
+    weights = weights_read(mc) / t * share
+    head = v * d * 2 / t * share
+    if getattr(mc, "lora_rank", 0):
+        adapters = mc.num_adapter_params() * 4 / t * share
+        per_micro = (2 * weights + adapters if train else weights) + chunks * head
+    else:
+        per_micro = (3 if train else 1) * weights + chunks * head * (2 if train else 1)
     return micro_steps * per_micro
 
 

@@ -293,11 +293,12 @@ def _oom_temps(message: str) -> int:
 
 
 def compile_program(program: Program, mesh, cache_dir: str | None = CACHE_DIR, key_extra: str = "") -> Compiled:
-    """Lower under `mesh`, compile (or read the cached result of the same lowered text)."""
+    """Lower under `mesh`, compile (or read the cached result of the same lowered text, read by
+    the same version of the HLO reader)."""
     with jax.set_mesh(mesh):
         lowered = program.fn.lower(*program.args, **program.kwargs)
     text = lowered.as_text()
-    key = hashlib.sha256((text + key_extra + jax.__version__).encode()).hexdigest()[:24]
+    key = hashlib.sha256((text + key_extra + jax.__version__ + hlo.VERSION).encode()).hexdigest()[:24]
     path = os.path.join(cache_dir, key + ".json") if cache_dir else None
     if path and os.path.exists(path):
         with open(path) as f:

@@ -119,6 +119,22 @@ def kv_dtype_lines(plan) -> list[str]:
     return lines
 
 
+def lora_lines(mc) -> list[str]:
+    """What the plan assumes of a LoRA run (`lora.rank` > 0): what is trained and stored, and what
+    the train step's FLOPs leave out; nothing for full fine-tuning."""
+    if not mc.lora_rank:
+        return []
+    base = "int8 with float32 per-channel scales" if mc.base_dtype == "int8" else mc.dtype
+    return [
+        f"LoRA: rank {mc.lora_rank} (alpha {mc.lora_alpha:g}) on {', '.join(mc.lora_targets)}: "
+        f"{mc.num_adapter_params() / 1e6:.1f}M float32 adapter params trained, Adam moments of these only; "
+        f"the base frozen in {base} (norms in {mc.param_dtype}), no fp32 master, no base gradient",
+        "  train step FLOPs: forward + activation gradients + remat's forward through the base, the "
+        "adapters' own (x A) B and their gradients; no weight-gradient matmul of the base or head. "
+        "Sampling decodes a merged compute-dtype copy: the same cost as without adapters",
+    ]
+
+
 def render(plan, config_name: str) -> str:
     t, mc, sh = plan.topology, plan.model_config, plan.shapes
     params = mc.num_params()
@@ -126,7 +142,13 @@ def render(plan, config_name: str) -> str:
     own = next((dict(r.program.mesh.shape) for r in plan.rows if r.program.mesh is not None), plan.mesh_shape)
     if own != plan.mesh_shape:  # the paged sampler on a mesh of its own (sampling.decode_tensor)
         mesh += "; sampler mesh " + " ".join(f"{k}={v}" for k, v in own.items())
-    how = "compiled with libtpu (AOT)" if t.aot_name else "analytic only (no TPU compiler for this device)"
+    how = (
+        "compiled with libtpu (AOT)"
+        if t.aot_name
+        else "analytic only (--nocompile)"
+        if t.chip.tpu
+        else "analytic only (no TPU compiler for this device)"
+    )
     attention = plan.attention or mc.attention
     out = [
         f"plan: {config_name} on {t.name}: {t.num_devices} x {t.chip.name}, {t.chip.hbm_bytes / GIB:.1f} GiB "
@@ -134,6 +156,7 @@ def render(plan, config_name: str) -> str:
         f"model: {params / 1e9:.2f}B params, {mc.num_layers} layers, attention {attention}, remat {mc.remat}; "
         f"rows {sh.rows} (prompts {sh.prompts} x G {sh.group}), sequence {sh.prompt_width} + {sh.max_new}, "
         f"micro-batch {sh.micro}; eval {sh.eval_prompts} x {sh.eval_samples} at {sh.eval_max_new} new tokens",
+        *lora_lines(mc),
         "",
         "== memory per device",
         *memory_table(plan),

@@ -37,7 +37,29 @@ def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
     tensor = mesh_shape["tensor"] * 2
     if shards >= tensor:
         out.append((f"mesh tensor={tensor}", {"mesh.tensor": tensor, "mesh.fsdp": -1, "mesh.data": 1}))
+    if name in ("train step", "old log-probs"):
+        out += _lora_candidates(config)
     return out
+
+
+LORA_RANK = 16  # the rank the search offers (PEFT's common default range is 8-64)
+
+
+def _lora_candidates(config) -> list[tuple[str, dict]]:
+    """LoRA instead of full fine-tuning, for the training passes, last: it changes what is trained.
+    The train state drops from fp32 weights + two Adam moments (12 bytes per weight) to the base in
+    the compute dtype (2) or int8 (1) and adapters, and the train step holds no base gradients; the
+    sampler's programs shrink by the same resident state, which the line with every change together
+    checks. A LoRA run without an int8 base is offered one."""
+    lora = config.get("lora")
+    if lora is None:
+        return []
+    if not lora.rank:
+        return [
+            (f"LoRA rank {LORA_RANK} (adapters, the base frozen in {config.model.dtype})", {"lora.rank": LORA_RANK}),
+            (f"LoRA rank {LORA_RANK} on an int8 base", {"lora.rank": LORA_RANK, "lora.base_dtype": "int8"}),
+        ]
+    return [] if lora.base_dtype == "int8" else [("an int8 base (lora.base_dtype)", {"lora.base_dtype": "int8"})]
 
 
 def _slot_candidates(config, name: str) -> list[tuple[str, dict]]:

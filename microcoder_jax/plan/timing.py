@@ -127,7 +127,8 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
         t = ProgramTime(name, calls, compute, hbm, _link(topo, coll), coll, note)
         if name == "train step" and t.serial_s > 0:
             mfu = est.model_flops / (t.serial_s * topo.num_devices * topo.chip.peak_flops)
-            t.note = "; ".join(x for x in (t.note, f"implied MFU <= {mfu:.0%}") if x)
+            lora = "LoRA: no base weight gradients" if p.model_config.lora_rank else ""
+            t.note = "; ".join(x for x in (t.note, lora, f"implied MFU <= {mfu:.0%}") if x)
         elif name.endswith("decode") and tokens and t.serial_s > 0:
             t.note = "; ".join(x for x in (t.note, f"<= {tokens / t.serial_s:,.0f} tokens/s") if x)
         out.append(t)
@@ -353,6 +354,13 @@ def split_layouts(topology, config=None) -> list[tuple[str, object, object, str]
     return [(f"{topology.name} as {n}+{n} chips", half, half, "ICI")]
 
 
+def transfer_bytes(mc) -> int:
+    """Bytes a weight sync moves each step: every weight at 2 bytes (the split layouts' figure for
+    full fine-tuning), or under LoRA the float32 adapters only (trainer/worker.py moves the frozen
+    base once, at the first sync, and never again)."""
+    return mc.num_adapter_params() * 4 if mc.lora_rank else mc.num_params() * 2
+
+
 def split_plan(
     config, topology, profile, plan_fn, label, rollout_topo, learner_topo, link, synchronous_s: float
 ) -> dict:
@@ -374,7 +382,7 @@ def split_plan(
             fits=all(sub.verdict(r) == "fits" for r in keep),
         )
     mc = plan_fn(config, rollout_topo, compile_=False, search=False, only=("decode layout",)).model_config
-    weights = mc.num_params() * 2  # the bf16 decode copy the sampler holds
+    weights = transfer_bytes(mc)
     per_chip = weights / rollout_topo.num_devices
     bw = topology.chip.dcn_bandwidth if link == "DCN" else topology.chip.ici_bandwidth
     transfer = per_chip / bw if bw else float("nan")
