@@ -145,6 +145,7 @@ def test_peft_adapter_loads_onto_the_transformers_base(run, base_dir, ids, tmp_p
     assert os.path.exists(out / "tokenizer.json")  # the run's tokenizer travels with it
 
 
+@pytest.mark.slow  # keeps the quick tier under 6 minutes
 def test_int8_base_merged_export_is_exact(tmp_path_factory, tokenizer, base_dir, ids, tmp_path, capsys):
     """An int8 base: the merged export holds the dequantised base + adapters, what the run trained;
     a PEFT export says it adapts the dequantised base."""
@@ -161,6 +162,7 @@ def test_int8_base_merged_export_is_exact(tmp_path_factory, tokenizer, base_dir,
     assert sorted(cfg["target_modules"]) == ["down_proj", "o_proj", "q_proj"]
 
 
+@pytest.mark.slow  # keeps the quick tier under 6 minutes
 def test_random_init_base_is_rebuilt_from_the_seed(tmp_path, tokenizer, ids, capsys):
     """model.path='': the base is the seeded init the run started from (as training builds it)."""
     c = run_config("")
