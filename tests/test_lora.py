@@ -1,8 +1,8 @@
 """LoRA (models/lora.py): fresh adapters leave the base's logits exact, only adapters train, the
 int8 base stays close, merged weights equal the adapter forward (and the sampler decodes them),
 the config block checks its values, the split-mesh sync moves adapters only; slow: an int8 LoRA
-step on an FSDP mesh equals one device's, a LoRA demo run resumed from a checkpoint ends bit for bit where an uninterrupted one does, and a checkpoint
-on another base is refused in one line."""
+step on an FSDP mesh equals one device's, a LoRA demo run resumed from a checkpoint ends bit for
+bit where an uninterrupted one does, and a checkpoint on another base is refused in one line."""
 
 import os
 

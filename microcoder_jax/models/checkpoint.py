@@ -272,3 +272,20 @@ def load_params(directory: str, target_params: Any, step: int | None = None) -> 
 def _restore_arg(x):
     sharding = getattr(x, "sharding", None)
     return ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype)
+
+
+def read_checkpoint_meta(directory: str, step: int | None = None) -> dict:
+    """The JSON meta of one training checkpoint (default: the newest), read without creating or
+    cleaning anything (a live run may be saving there)."""
+    manager = ocp.CheckpointManager(
+        os.path.abspath(directory),
+        item_names=("state", "meta"),
+        options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0),
+    )
+    try:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            return {}
+        return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"] or {})
+    finally:
+        manager.close()

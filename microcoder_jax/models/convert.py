@@ -34,6 +34,7 @@ import orbax.checkpoint as ocp
 
 from microcoder_jax import sharding as shd
 from microcoder_jax.models import hf, lora, peft
+from microcoder_jax.models.checkpoint import read_checkpoint_meta
 from microcoder_jax.models.qwen3 import DecoderConfig, param_logical_axes, param_shapes
 
 CONFIG_FILE = "model_config.json"
@@ -299,7 +300,7 @@ def _read_lora_run(args, source: str, run_dir: str, mesh):
     shape, extras = export_files.from_run(run_dir, config)  # a base that is gone: one line naming --model-config
     adapters, step = load_params(source, lora.split(_abstract_params(shape, mesh, "float32"))[0], args.step)
     frozen = _frozen_base(config, shape, run_dir, mesh, args.rebuild_base)
-    saved = _read_meta(source, step).get("base_fingerprint")
+    saved = read_checkpoint_meta(source, step).get("base_fingerprint")
     if saved is not None and not lora.same_base(saved, lora.fingerprint(frozen)):
         raise ValueError(
             f"checkpoint step {step} in {source} holds adapters trained on another base than "
@@ -326,29 +327,12 @@ def _frozen_base(config, shape: DecoderConfig, run_dir: str, mesh, rebuild=None)
     return frozen
 
 
-def _read_meta(directory: str, step: int | None = None) -> dict:
-    """The JSON meta of one training checkpoint (default: the newest), read without creating or
-    cleaning anything (a live run may be saving there)."""
-    manager = ocp.CheckpointManager(
-        os.path.abspath(directory),
-        item_names=("state", "meta"),
-        options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0),
-    )
-    try:
-        step = manager.latest_step() if step is None else step
-        if step is None:
-            return {}
-        return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"] or {})
-    finally:
-        manager.close()
-
-
 def _holds_adapters_only(directory: str, step: int | None) -> bool:
     """Whether a training checkpoints dir is a LoRA run's (its meta names the base it was trained on)."""
     if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, CONFIG_FILE)):
         return False
     try:
-        return "base_fingerprint" in _read_meta(directory, step)
+        return "base_fingerprint" in read_checkpoint_meta(directory, step)
     except Exception:  # noqa: BLE001 - not readable as a training checkpoint: load_checkpoint says why
         return False
 

@@ -312,19 +312,24 @@ def save_hf_params(
         for fname, write in (extra_files or {}).items():
             write(os.path.join(tmp, fname))
         _umask_modes(tmp)
-        if os.path.exists(path):
-            old = path + ".old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
+        swap_in(tmp, path)
         tmp = None
         return path
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def swap_in(tmp: str, path: str) -> None:
+    """Rename a finished folder into place, replacing an existing one (the export appears whole)."""
+    if os.path.exists(path):
+        old = path + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)
 
 
 def _umask_modes(root: str) -> None:

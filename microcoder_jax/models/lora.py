@@ -18,7 +18,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from microcoder_jax.blocks import Block, knob
 from microcoder_jax.models.config import BASE_DTYPES, INPUT_DIMS, PROJECTIONS
@@ -233,14 +232,8 @@ def delta(a: jax.Array, b: jax.Array, n_in: int, s: float) -> jax.Array:
 def fingerprint(frozen: dict) -> list[float]:
     """Per-leaf (sum, sum of |x|) of the frozen base in float64 on the host: stored with every
     checkpoint so a resume on a different base is refused instead of silently mixing them."""
-    out = []
-    for leaf in jax.tree.leaves(frozen):
-        x = (
-            np.asarray(jax.device_get(jnp.sum(leaf.astype(jnp.float32)))),
-            np.asarray(jax.device_get(jnp.sum(jnp.abs(leaf.astype(jnp.float32))))),
-        )
-        out += [float(x[0]), float(x[1])]
-    return out
+    sums = [(jnp.sum(x.astype(jnp.float32)), jnp.sum(jnp.abs(x.astype(jnp.float32)))) for x in jax.tree.leaves(frozen)]
+    return [float(v) for pair in jax.device_get(sums) for v in pair]
 
 
 def same_base(saved: list, now: list, rtol: float = 1e-5) -> bool:

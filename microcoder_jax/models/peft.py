@@ -94,21 +94,10 @@ def save_adapter(
         for fname, write in (extra_files or {}).items():
             write(os.path.join(tmp, fname))
         hf._umask_modes(tmp)
-        _swap_in(tmp, path)
+        hf.swap_in(tmp, path)
         tmp = None
         return path
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
-
-def _swap_in(tmp: str, path: str) -> None:
-    """Rename the finished folder into place, replacing an existing one."""
-    if os.path.exists(path):
-        old = path + ".old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, path)

@@ -348,9 +348,9 @@ def _load_params(run, checkpoint: str, step: int | None):
     params, found = load_params(directory, abstract_train_state(run).params, step)
     if not run.model_config.lora_rank:
         return params, found
-    from microcoder_jax.models.checkpoint import Checkpointer
+    from microcoder_jax.models.checkpoint import read_checkpoint_meta
 
-    meta = Checkpointer(directory, async_save=False).read_meta(found)  # LoRA: adapters on the base they were trained on
+    meta = read_checkpoint_meta(directory, found)  # LoRA: adapters on the base they were trained on
     return with_base(run, params, frozen_base(run), meta, f"checkpoint step {found} in {directory}"), found
 
 
