@@ -100,4 +100,3 @@ def save_adapter(
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-
