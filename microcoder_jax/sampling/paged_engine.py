@@ -12,8 +12,11 @@ Two jitted programs per shape (`EngineShape`, all static):
   `budget` steps (so the host can hand finished groups on and push more prompts, then call again).
 
 Everything per row is data: cap (<= the static output width), temperature, top-p, top-k. Token t of
-sequence r is drawn with key fold_in(fold_in(rng, r), t), so the tokens do not depend on S, the
-slot a sequence got or when it was admitted. A sequence's keys are contiguous in its page table
+sequence r (counted over the session, `row_id`) is drawn with key fold_in(fold_in(rng, r), t), so
+the tokens do not depend on S, the slot a sequence got or when it was admitted. Prompt p lives at
+position p % max_prompts: a caller that retires finished prompts (`PagedSession.retire`) reuses
+their positions, so one session can run for ever (partial rollouts). `version` (set by the host
+between calls) is recorded with every token in `versions`: the weights that drew it. A sequence's keys are contiguous in its page table
 (the prompt's full pages shared, a partly filled last prompt page copied into the sequence's first
 own page as it takes a slot). An int8 pool (``kv_dtype``) quantizes keys and values as they are
 written, in admit and in every step (`paged_attention.QuantizedPages`). A slot is only admitted
@@ -103,6 +106,10 @@ def init_state(config: DecoderConfig, shape: EngineShape, pad_id) -> dict[str, A
         lengths=jnp.zeros((n,), jnp.int32),
         stopped=jnp.zeros((n,), bool),
         entropy=jnp.zeros((n,), jnp.float32),
+        versions=jnp.zeros((n, w), jnp.int32),
+        row_id=jnp.arange(n, dtype=jnp.int32),  # the row's number over the session: its sampling key
+        version=jnp.int32(0),
+        prompt_version=jnp.zeros((shape.max_prompts,), jnp.int32),
         queue=jnp.zeros((n,), jnp.int32),
         head=jnp.int32(0),
         tail=jnp.int32(0),
@@ -166,14 +173,17 @@ def admit(
         )
     )
     base = state["prompts_used"]
-    slot_of = jnp.where(real, base + jnp.arange(a), shape.max_prompts)
-    rows = jnp.where(jnp.repeat(real, g), base * g + jnp.arange(a * g), shape.rows)
+    # prompt p lives at position p % max_prompts: a session that retires prompts reuses positions
+    position = (base + jnp.arange(a)) % shape.max_prompts
+    slot_of = jnp.where(real, position, shape.max_prompts)
+    row_of = jnp.repeat(position, g) * g + jnp.tile(jnp.arange(g), a)  # each local row's global row
+    rows = jnp.where(jnp.repeat(real, g), row_of, shape.rows)
     put = lambda name, value: state[name].at[rows].set(value, mode="drop")  # noqa: E731
     valid = jnp.arange(a * g) < count * g
     queue = (
         state["queue"]
-        .at[jnp.where(valid, state["tail"] + jnp.arange(a * g), shape.rows)]
-        .set(base * g + order, mode="drop")
+        .at[jnp.where(valid, (state["tail"] + jnp.arange(a * g)) % shape.rows, shape.rows)]
+        .set(row_of[order], mode="drop")
     )
     return dict(
         state,
@@ -185,10 +195,15 @@ def admit(
         prompt_pages=state["prompt_pages"].at[slot_of].set(ids, mode="drop"),
         prompt_len=state["prompt_len"].at[slot_of].set(prompt_len, mode="drop"),
         prompt_logits=state["prompt_logits"].at[slot_of].set(logits, mode="drop"),
+        prompt_version=state["prompt_version"].at[slot_of].set(state["version"], mode="drop"),
         cap=put("cap", cap),
         temperature=put("temperature", temperature),
         top_p=put("top_p", top_p),
         top_k=put("top_k", top_k),
+        row_id=put("row_id", base * g + jnp.arange(a * g)),
+        lengths=put("lengths", 0),  # a reused position starts empty (a fresh one already is); the
+        stopped=put("stopped", False),  # host reads tokens, log-probs and versions up to lengths only
+        entropy=put("entropy", 0.0),
     )
 
 
@@ -196,8 +211,9 @@ def _keys(rng, seq, t):
     return jax.vmap(lambda r, i: jax.random.fold_in(jax.random.fold_in(rng, r), i))(seq, t)
 
 
-def _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape: EngineShape):
-    """Write each masked slot's new token at its row and position; mark the slot done if it stopped."""
+def _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape: EngineShape, version=None):
+    """Write each masked slot's new token at its row and position (with the weights version that
+    drew it: the session's, or ``version`` per slot); mark the slot done if it stopped."""
     seq = jnp.maximum(state["slot_seq"], 0)
     t = state["slot_t"]
     row = jnp.where(mask, seq, shape.rows)
@@ -208,6 +224,7 @@ def _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape: Engin
         state,
         tokens=state["tokens"].at[row, t].set(token, mode="drop"),
         logprobs=state["logprobs"].at[row, t].set(logprob, mode="drop"),
+        versions=state["versions"].at[row, t].set(state["version"] if version is None else version, mode="drop"),
         lengths=state["lengths"].at[row].set(t + 1, mode="drop"),
         entropy=state["entropy"].at[row].add(entropy, mode="drop"),
         stopped=state["stopped"].at[row].set(stop, mode="drop"),
@@ -217,12 +234,12 @@ def _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape: Engin
     )
 
 
-def _sample(state, logits, mask, rng, stop_ids, pad_id, shape):
+def _sample(state, logits, mask, rng, stop_ids, pad_id, shape, version=None):
     seq = jnp.maximum(state["slot_seq"], 0)
     token, logprob, entropy = sample_tokens(
-        logits, _keys(rng, seq, state["slot_t"]), state["temperature"][seq], state["top_p"][seq], state["top_k"][seq]
+        logits, _keys(rng, state["row_id"][seq], state["slot_t"]), state["temperature"][seq], state["top_p"][seq], state["top_k"][seq]
     )
-    return _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape)
+    return _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape, version)
 
 
 def release_finished(state: dict[str, Any], shape: EngineShape) -> dict[str, Any]:
@@ -284,7 +301,7 @@ def _refill(state: dict[str, Any], rng, stop_ids, pad_id, shape: EngineShape):
     live = ~idle & ~state["slot_done"]
     prompt_len = state["prompt_len"][seq // g]
     outstanding = outstanding_pages(live, prompt_len, state["cap"][seq], t, ps)
-    candidate = state["queue"][jnp.minimum(state["head"] + jnp.arange(s), shape.rows - 1)]
+    candidate = state["queue"][(state["head"] + jnp.arange(s)) % shape.rows]  # a ring (admit)
     need = own_pages(state["prompt_len"][candidate // g], state["cap"][candidate] - 1, ps)
     take, joins, new_seq = admissions(
         idle, candidate, need, state["head"], state["tail"], state["pages"].count - outstanding
@@ -307,7 +324,8 @@ def _refill(state: dict[str, Any], rng, stop_ids, pad_id, shape: EngineShape):
         slot_t=jnp.where(joins, 0, t),
         table=jnp.where(joins[:, None], row, state["table"]),
     )
-    return _sample(state, state["prompt_logits"][new_seq // g], joins, rng, stop_ids, pad_id, shape)
+    first = state["prompt_logits"][new_seq // g]  # the first token: from logits made at admit
+    return _sample(state, first, joins, rng, stop_ids, pad_id, shape, state["prompt_version"][new_seq // g])
 
 
 def _step(state, params, rng, stop_ids, pad_id, config: DecoderConfig, shape: EngineShape):

@@ -151,10 +151,14 @@ class PagedSession:
         )
         # the decode layout once per session: a step then gathers no weight (close() frees it)
         self.params, self._stored = to_decode_layout(placed, config, mesh), placed
-        self.prompt_ids = np.zeros((0, prompt_width), np.int32)
-        self.prompt_mask = np.zeros((0, prompt_width), np.int32)
-        self.temperature = np.zeros((0,), np.float32)
+        # per position (prompt p at p % max_prompts): what push wrote there
+        self.prompt_ids = np.zeros((max_prompts, prompt_width), np.int32)
+        self.prompt_mask = np.zeros((max_prompts, prompt_width), np.int32)
+        self.temperature = np.zeros((max_prompts * num_samples,), np.float32)
+        self.pushed = 0  # prompts pushed so far (prompt indices count on; positions wrap)
         self.reported: set[int] = set()
+        self.retired: set[int] = set()  # prompts whose positions push may reuse (`retire`)
+        self.version = 0
         with self._mesh():
             self.state = engine.init_state(config, self.shape, pad_id)
 
@@ -163,7 +167,49 @@ class PagedSession:
 
     @property
     def num_prompts(self) -> int:
-        return len(self.prompt_ids)
+        """Prompts pushed so far (their indices are 0 .. num_prompts - 1)."""
+        return self.pushed
+
+    def room(self) -> int:
+        """Prompts a push can take now: positions never used, or used by retired prompts."""
+        m = self.shape.max_prompts
+        free = 0
+        for p in range(self.pushed, self.pushed + m):
+            if p - m >= 0 and p - m not in self.retired:
+                break
+            free += 1
+        return free
+
+    def retire(self, prompts: Sequence[int]) -> None:
+        """The caller is done with these (finished, read) prompts: push may reuse their positions."""
+        for p in prompts:
+            if p not in self.reported:
+                raise ValueError(f"prompt {p} has not finished; only finished prompts can be retired")
+            self.retired.add(int(p))
+
+    def active(self) -> list[int]:
+        """Prompts pushed and not retired, oldest first."""
+        return [p for p in range(max(0, self.pushed - self.shape.max_prompts), self.pushed) if p not in self.retired]
+
+    def queued(self) -> int:
+        """Rows pushed that have not taken a slot yet."""
+        return self._scalar("tail") - self._scalar("head")
+
+    def set_params(self, params, version: int) -> None:
+        """Decode from now on with ``params`` (the policy after ``version`` learner updates): the
+        sequences running keep their KV and continue; every token records the version that drew it."""
+        self._check_open()
+        free(self.params, self._stored)
+        placed = (
+            params
+            if self.mesh is None or _on_devices_of(params, self.mesh)
+            else jax.device_put(
+                params, shd.logical_to_sharding(param_logical_axes(self.config), self.mesh, param_shapes(self.config))
+            )
+        )
+        self.params, self._stored = to_decode_layout(placed, self.config, self.mesh), placed
+        self.version = int(version)
+        self.state = dict(self.state, version=jnp.asarray(self.version, jnp.int32))
 
     def push(
         self,
@@ -184,10 +230,10 @@ class PagedSession:
         self._check_open()
         shape, g = self.shape, self.shape.samples
         n, rows = len(prompts), len(prompts) * g
-        if n == 0 or self.num_prompts + n > shape.max_prompts:
+        if n == 0 or n > self.room():
             raise ValueError(
-                f"push of {n} prompts: need 1..{shape.max_prompts - self.num_prompts} "
-                f"(max_prompts={shape.max_prompts}, {self.num_prompts} already pushed)"
+                f"push of {n} prompts: need 1..{self.room()} "
+                f"(max_prompts={shape.max_prompts}, {len(self.active())} pushed and not retired)"
             )
         temperature = _per_row(temperature, rows, np.float32, "temperature")
         top_p = _per_row(top_p, rows, np.float32, "top_p")
@@ -231,9 +277,10 @@ class PagedSession:
                     config=self.config,
                     shape=self.full_shape,
                 )
-        self.prompt_ids = np.concatenate([self.prompt_ids, ids])
-        self.prompt_mask = np.concatenate([self.prompt_mask, mask])
-        self.temperature = np.concatenate([self.temperature, temperature])
+        at = (first + np.arange(n)) % shape.max_prompts
+        self.prompt_ids[at], self.prompt_mask[at] = ids, mask
+        self.temperature[(at[:, None] * g + np.arange(g)).reshape(-1)] = temperature
+        self.pushed += n
         return range(first, first + n)
 
     def run(self, steps: int | None = None) -> list[int]:
@@ -262,11 +309,10 @@ class PagedSession:
             self._resize(target)  # the tail: fewer, fuller slots
         if bool(shd.to_host(self.state["pages"].failed)):
             raise RuntimeError("the page pool ran out (engine sizing bug); raise num_pages")
-        lengths, stopped, cap = (
-            shd.to_host(self.state[k])[: self.num_prompts * self.shape.samples] for k in ("lengths", "stopped", "cap")
-        )
-        finished = ((lengths > 0) & (stopped | (lengths >= cap))).reshape(-1, self.shape.samples).all(1)
-        new = [int(i) for i in np.flatnonzero(finished) if int(i) not in self.reported]
+        lengths, stopped, cap = (shd.to_host(self.state[k]) for k in ("lengths", "stopped", "cap"))
+        g, m = self.shape.samples, self.shape.max_prompts
+        finished = ((lengths > 0) & (stopped | (lengths >= cap))).reshape(-1, g).all(1)  # per position
+        new = [p for p in self.active() if p not in self.reported and finished[p % m]]
         self.reported.update(new)
         return new
 
@@ -280,29 +326,31 @@ class PagedSession:
 
     @property
     def done(self) -> bool:
-        return len(self.reported) == self.num_prompts
+        """Every prompt pushed has finished."""
+        return len(self.reported) == self.pushed
 
     def output(self, prompts: Sequence[int] | None = None) -> SamplerOutput:
         """Results for these prompt indices (all pushed ones by default), rows prompt-major."""
-        g = self.shape.samples
-        picks = np.arange(self.num_prompts) if prompts is None else np.asarray(prompts)
-        rows = (picks[:, None] * g + np.arange(g)).reshape(-1)
-        picked = _take_rows(
-            {k: self.state[k] for k in ("tokens", "logprobs", "lengths", "stopped", "entropy")},
-            jnp.asarray(rows, jnp.int32),
-        )  # on device: only these rows come to the host
-        tokens, logprobs, lengths, stopped, entropy = (
-            shd.to_host(picked[k]) for k in ("tokens", "logprobs", "lengths", "stopped", "entropy")
-        )
+        g, m = self.shape.samples, self.shape.max_prompts
+        picks = np.asarray(self.active() if prompts is None else prompts, np.int64)
+        if any(int(p) in self.retired or not 0 <= p < self.pushed for p in picks):
+            raise ValueError("output() of a prompt never pushed or already retired (its position may be reused)")
+        at = picks % m
+        rows = (at[:, None] * g + np.arange(g)).reshape(-1)
+        keys = ("tokens", "logprobs", "versions", "lengths", "stopped", "entropy")
+        picked = _take_rows({k: self.state[k] for k in keys}, jnp.asarray(rows, jnp.int32))  # only these rows
+        tokens, logprobs, versions, lengths, stopped, entropy = (shd.to_host(picked[k]) for k in keys)
+        written = np.arange(tokens.shape[1])[None, :] < lengths[:, None]  # a reused row holds old tokens after
         return SamplerOutput(
-            tokens=tokens,
-            logprobs=logprobs,
+            tokens=np.where(written, tokens, np.int32(self.pad_id)),
+            logprobs=np.where(written, logprobs, np.float32(0)),
             lengths=lengths,
             truncated=~stopped,
             entropy=entropy / np.maximum(lengths, 1),
             temperature=self.temperature[rows],
-            prompt_tokens=np.repeat(self.prompt_ids[picks], g, axis=0),
-            prompt_mask=np.repeat(self.prompt_mask[picks], g, axis=0),
+            prompt_tokens=np.repeat(self.prompt_ids[at], g, axis=0),
+            prompt_mask=np.repeat(self.prompt_mask[at], g, axis=0),
+            versions=np.where(written, versions, np.int32(0)),
         )
 
     def _check_open(self):
@@ -321,7 +369,14 @@ class PagedSession:
         steps, slot_steps, live, reads, lengths = (
             int(shd.to_host(self.state[k]).sum()) for k in ("steps", "slot_steps", "live_steps", "reads", "lengths")
         )
-        return dict(steps=steps, slot_steps=slot_steps, live_slot_steps=live, reads=reads, generated=lengths)
+        return dict(
+            steps=steps,
+            slot_steps=slot_steps,
+            live_slot_steps=live,
+            reads=reads,
+            generated=lengths,
+            slots=self.full_shape.slots,
+        )
 
 
 def generate_paged(

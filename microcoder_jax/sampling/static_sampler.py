@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import json
 import os
-from typing import Any, Sequence
+from typing import Optional, Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +59,8 @@ class SamplerOutput:
     tokens including the stop token. truncated [N] bool: hit max_new_tokens without a stop token.
     entropy [N] float32: mean per-token entropy of softmax(logits / T). temperature [N] float32.
     prompt_tokens [N, P] int32 and prompt_mask [N, P] int32: the left-padded prompt block, so the
-    full sequence is concat(prompt_tokens, tokens) of width P + max_new.
+    full sequence is concat(prompt_tokens, tokens) of width P + max_new. versions [N, max_new] int32
+    (paged sessions; None elsewhere): the weights version that drew each token, 0 after the end.
     """
 
     tokens: np.ndarray
@@ -70,6 +71,7 @@ class SamplerOutput:
     temperature: np.ndarray
     prompt_tokens: np.ndarray
     prompt_mask: np.ndarray
+    versions: Optional[np.ndarray] = None
 
 
 # ------------------------------------------------------------------------------ host-side helpers
