@@ -304,6 +304,21 @@ def _check_across(config, typed: dict) -> list[str]:
             f"with sampling.engine=paged every bucket must be a "
             f"multiple of sampling.page_size={sampling.page_size} (or change the page size)",
         )
+    rl = typed["rl"]
+    if rl.partial_rollouts and sampling.engine != "paged":
+        fail(
+            "rl.partial_rollouts",
+            True,
+            f"needs the paged sampler (a session whose rows outlive a step), not sampling.engine="
+            f"{sampling.engine}: set --config.sampling.engine=paged",
+        )
+    if rl.partial_rollouts and rl.off_policy_steps:
+        fail(
+            "rl.off_policy_steps",
+            rl.off_policy_steps,
+            "rl.partial_rollouts runs in the synchronous loop for now (its carried rows are already "
+            "up to rl.max_staleness steps old): set --config.rl.off_policy_steps=0",
+        )
     if data.task == "problems":
         if not data.train_files:
             fail("data.train_files", (), "data.task=problems needs problem files: --config.data.train_files=FILE.jsonl")

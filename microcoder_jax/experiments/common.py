@@ -245,16 +245,18 @@ def paired(summary: dict, arm: str, baseline: str, quantity: str, part: str = "e
     return out
 
 
-def comparisons(summary: dict, columns) -> dict:
-    """Every arm against the first (the baseline), paired by seed, in each of `columns` (end values)."""
+def comparisons(summary: dict, columns, pairs=()) -> dict:
+    """Every arm against the first (the baseline), then each (arm, baseline) of `pairs`, paired by
+    seed, in each of `columns` (end values)."""
     names = list(summary["arms"])
-    return {f"{arm} - {names[0]}": {c: paired(summary, arm, names[0], c) for c in columns} for arm in names[1:]}
+    wanted = [(arm, names[0]) for arm in names[1:]] + [p for p in pairs if p[1] != names[0]]
+    return {f"{arm} - {base}": {c: paired(summary, arm, base, c) for c in columns} for arm, base in wanted}
 
 
-def paired_table(summary: dict, columns) -> str:
+def paired_table(summary: dict, columns, pairs=()) -> str:
     """A markdown table of `comparisons`: mean difference [95% CI], and in how many seeds it is > 0 / < 0."""
     lines = ["| difference (end) | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
-    for name, row in comparisons(summary, columns).items():
+    for name, row in comparisons(summary, columns, pairs).items():
         cells = []
         for c in columns:
             r = row[c]
@@ -353,7 +355,9 @@ SHORT_NOTE = (
 )
 
 
-def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=None, paired_columns=None) -> None:
+def write_outputs(
+    out: str, summary: dict, results, arms, figure_fn, columns=None, paired_columns=None, pairs=()
+) -> None:
     """summary.json (with every arm's paired differences from the first arm and the starting
     policy's pass rate by length), table.md (the arms, the paired differences, the length curve)
     and the curves."""
@@ -361,13 +365,13 @@ def write_outputs(out: str, summary: dict, results, arms, figure_fn, columns=Non
     shown, diffs = columns or TABLE_COLUMNS, paired_columns or PAIRED_COLUMNS
     summary = {
         **summary,
-        "paired": comparisons(summary, diffs),
+        "paired": comparisons(summary, diffs, pairs),
         "start_length_curve": length_curve(summary),
         "end_length_curves": end_length_curves(summary),
     }
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    parts = [table(summary, shown), paired_table(summary, diffs)]
+    parts = [table(summary, shown), paired_table(summary, diffs, pairs)]
     if summary.get("short"):  # its zeros must not be read as the experiment's numbers
         parts.insert(0, f"**{SHORT_NOTE}**")
     if summary["start_length_curve"]:
@@ -411,9 +415,11 @@ def run_experiment(
     columns=None,
     paired_columns=None,
     default_seeds: int = 6,
+    pairs=(),
 ) -> int:
     """One experiment command: parse the flags, train every arm x seed, then write and print the
-    summary, table and curves. `draw` is figure.draw; `title` may use {cap} and {seeds}."""
+    summary, table and curves. `draw` is figure.draw; `title` may use {cap} and {seeds}; `pairs`:
+    (arm, baseline) differences to report besides every arm against the first."""
     args = parse_args(
         argv, f"python -m microcoder_jax.experiments.{name}", doc, default_seeds=default_seeds, default_steps=40
     )
@@ -435,7 +441,7 @@ def run_experiment(
             results, arms, path, keys=keys, cap=cap, title=title.format(cap=cap, seeds=len(seeds)), length_curves=curves
         )
 
-    write_outputs(args.out, summary, results, arms, fig, columns, paired_columns)
+    write_outputs(args.out, summary, results, arms, fig, columns, paired_columns, pairs)
     if args.short:
         print(SHORT_NOTE)
     print(table(summary, columns) if columns else table(summary))

@@ -21,6 +21,9 @@ PANELS = {
     "diversity": ("group diversity", "distinct 4-grams / all 4-grams in a group"),
     "masked_fraction": ("masked or filtered answers", "fraction of answers"),
     "temperature": ("sampling temperature", "temperature"),
+    "sampler_logprob_gap": ("sampler / learner log-prob gap", "mean |log-prob difference| per token"),
+    "entropy": ("policy entropy (train step)", "nats per token"),
+    "slot_utilisation": ("sampler slot utilisation", "live slot-steps / (steps x slots)"),
     "eval_greedy_pass@1": ("held-out pass@1, greedy (T = 0)", "fraction of problems solved"),
     "eval_pass@1": ("held-out pass@1 at the eval temperature", "fraction of answers passing"),
 }

@@ -79,10 +79,13 @@ class RLConfig(Block):
     # Sampler-trainer mismatch correction (rl.corrections): per-token loss weights from
     # r = pi_old / pi_sampler at `is_level` (token, sequence = product, geometric = geometric mean);
     # tis: min(r, is_cap); mis: r outside [is_low, is_high] leaves the loss.
+    # auto: tis when batches are sampled by older weights (off_policy_steps >= 1, partial_rollouts),
+    # else none. Measured (docs/experiments.md, staleness): one step stale without it collapses.
     is_correction: str = knob(
-        "none",
-        "sampler-trainer mismatch: none, tis (weight min(r, is_cap)) or mis (r "
-        "outside [is_low, is_high] dropped); r = pi_old / pi_sampler (rl.corrections)",
+        "auto",
+        "sampler-trainer mismatch: auto (tis when off-policy or partial rollouts, else none), none, "
+        "tis (weight min(r, is_cap)) or mis (r outside [is_low, is_high] dropped); r = pi_old / "
+        "pi_sampler (rl.corrections)",
     )
     is_cap: float = knob(2.0, "tis: the cap C on r")
     is_level: str = knob(
@@ -96,9 +99,21 @@ class RLConfig(Block):
     off_policy_steps: int = knob(
         0,
         "k: batches sampled ahead in a background thread with weights at most k "
-        "updates old (0 = synchronous; k >= 1 wants is_correction=tis; multi-host: made "
+        "updates old (0 = synchronous; k >= 1 wants is_correction=tis, which auto picks; multi-host: made "
         "in the learner's thread, no overlap)",
         at_least=0,
+    )
+    # Partial rollouts (trainer/partial.py): one paged session runs across steps; a batch is the
+    # first groups to finish, rows still decoding continue under the next weights (KV kept).
+    partial_rollouts: bool = knob(
+        False,
+        "keep the paged sampler's slots full across steps: a batch is the first data.num_prompts "
+        "groups to finish; unfinished rows continue with the next weights (needs sampling.engine=paged)",
+    )
+    max_staleness: int = knob(
+        4,
+        "partial rollouts: a group with a token drawn more than this many steps before it trains is dropped",
+        at_least=1,
     )
     # Optimizer: AdamW, warmup then decay, global-norm clipping.
     learning_rate: float = knob(1e-6, "AdamW peak learning rate")
@@ -111,6 +126,12 @@ class RLConfig(Block):
     b2: float = knob(0.999, "Adam beta2")
     adam_eps: float = knob(1e-8, "Adam epsilon")
     grad_clip: float = knob(1.0, "global-norm clip")
+
+    def __post_init__(self):
+        if self.is_correction == "auto":  # resolved once: every reader sees the name that runs
+            stale = self.off_policy_steps > 0 or self.partial_rollouts
+            object.__setattr__(self, "is_correction", "tis" if stale else "none")
+        super().__post_init__()
 
     def check(self) -> None:
         """The rules a knob's limits cannot say; a bad value raises `ValueError("rl.KEY=VALUE: ...")`."""

@@ -68,7 +68,9 @@ class StaticSampler(_Common):
         top_k=0,
         rng,
         on_group_done: Optional[GroupDone] = None,
+        stats: Optional[dict] = None,
     ) -> SamplerOutput:
+        """`stats`: the paged engine's decode counts; this engine has none (left untouched)."""
         out = sampler.generate(
             params,
             self.model_config,
@@ -111,6 +113,7 @@ class PagedSampler(_Common):
         top_k=0,
         rng,
         on_group_done: Optional[GroupDone] = None,
+        stats: Optional[dict] = None,
     ) -> SamplerOutput:
         c = self.config
         return paged_sampler.generate_paged(
@@ -123,14 +126,16 @@ class PagedSampler(_Common):
             kv_dtype=c.kv_dtype,
             on_group_done=on_group_done,
             report_every=self.report_every(max_new_tokens),
+            stats=stats,
             **self._kwargs(num_samples, temperature, max_new_tokens, top_p, top_k, rng),
         )
 
     def open_session(
-        self, params, *, max_prompts: int, prompt_width: int, rng, rows: int
+        self, params, *, max_prompts: int, prompt_width: int, rng, rows: int, version: int = 0
     ) -> paged_sampler.PagedSession:
         """A session with room for `max_prompts` prompts at `prompt_width`, its slots sized for
-        `rows` rows (one generation batch) so every session of a run has the same shape."""
+        `rows` rows (one generation batch) so every session of a run has the same shape;
+        `version`: the weights' (recorded with every token)."""
         c = self.config
         return paged_sampler.PagedSession(
             params,
@@ -147,6 +152,7 @@ class PagedSampler(_Common):
             refill_every=c.refill_every,
             kv_dtype=c.kv_dtype,
             mesh=self.mesh,
+            version=version,
         )
 
 

@@ -16,12 +16,13 @@ sequence r (counted over the session, `row_id`) is drawn with key fold_in(fold_i
 the tokens do not depend on S, the slot a sequence got or when it was admitted. Prompt p lives at
 position p % max_prompts: a caller that retires finished prompts (`PagedSession.retire`) reuses
 their positions, so one session can run for ever (partial rollouts). `version` (set by the host
-between calls) is recorded with every token in `versions`: the weights that drew it. A sequence's keys are contiguous in its page table
-(the prompt's full pages shared, a partly filled last prompt page copied into the sequence's first
-own page as it takes a slot). An int8 pool (``kv_dtype``) quantizes keys and values as they are
-written, in admit and in every step (`paged_attention.QuantizedPages`). A slot is only admitted
-when the free pages cover every live slot's remaining need up to its cap plus its own, so the pool
-can never run out.
+between calls) is recorded with every token in `versions`: the weights that drew it.
+
+A sequence's keys are contiguous in its page table (the prompt's full pages shared, a partly filled
+last prompt page copied into the sequence's first own page as it takes a slot). An int8 pool
+(``kv_dtype``) quantizes keys and values as they are written, in admit and in every step
+(`paged_attention.QuantizedPages`). A slot is only admitted when the free pages cover every live
+slot's remaining need up to its cap plus its own, so the pool can never run out.
 """
 
 from __future__ import annotations
@@ -237,7 +238,11 @@ def _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape: Engin
 def _sample(state, logits, mask, rng, stop_ids, pad_id, shape, version=None):
     seq = jnp.maximum(state["slot_seq"], 0)
     token, logprob, entropy = sample_tokens(
-        logits, _keys(rng, state["row_id"][seq], state["slot_t"]), state["temperature"][seq], state["top_p"][seq], state["top_k"][seq]
+        logits,
+        _keys(rng, state["row_id"][seq], state["slot_t"]),
+        state["temperature"][seq],
+        state["top_p"][seq],
+        state["top_k"][seq],
     )
     return _record(state, mask, token, logprob, entropy, stop_ids, pad_id, shape, version)
 

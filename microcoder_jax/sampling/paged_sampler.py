@@ -105,6 +105,7 @@ class PagedSession:
         max_admit: int = 64,
         mesh=None,
         kv_dtype: str = "model",
+        version: int = 0,
     ):
         tail_slots = default_tail_slots(slots) if tail_slots is None else tail_slots
         if min(num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, max_admit, tail_slots) < 1:
@@ -158,9 +159,11 @@ class PagedSession:
         self.pushed = 0  # prompts pushed so far (prompt indices count on; positions wrap)
         self.reported: set[int] = set()
         self.retired: set[int] = set()  # prompts whose positions push may reuse (`retire`)
-        self.version = 0
+        self.version = int(version)
         with self._mesh():
             self.state = engine.init_state(config, self.shape, pad_id)
+        if self.version:
+            self.state = dict(self.state, version=jnp.asarray(self.version, jnp.int32))
 
     def _mesh(self):
         return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
@@ -199,6 +202,7 @@ class PagedSession:
         """Decode from now on with ``params`` (the policy after ``version`` learner updates): the
         sequences running keep their KV and continue; every token records the version that drew it."""
         self._check_open()
+        assert self.params is not None  # open
         free(self.params, self._stored)
         placed = (
             params
@@ -309,10 +313,11 @@ class PagedSession:
             self._resize(target)  # the tail: fewer, fuller slots
         if bool(shd.to_host(self.state["pages"].failed)):
             raise RuntimeError("the page pool ran out (engine sizing bug); raise num_pages")
-        lengths, stopped, cap = (shd.to_host(self.state[k]) for k in ("lengths", "stopped", "cap"))
+        lengths, stopped, cap = (np.asarray(shd.to_host(self.state[k])) for k in ("lengths", "stopped", "cap"))
         g, m = self.shape.samples, self.shape.max_prompts
-        finished = ((lengths > 0) & (stopped | (lengths >= cap))).reshape(-1, g).all(1)  # per position
-        new = [p for p in self.active() if p not in self.reported and finished[p % m]]
+        done_rows = np.asarray((lengths > 0) & (stopped | (lengths >= cap)), bool)
+        finished = np.all(done_rows.reshape(-1, g), axis=1).tolist()  # per position
+        new = [p for p in self.active() if p not in self.reported and bool(finished[p % m])]
         self.reported.update(new)
         return new
 

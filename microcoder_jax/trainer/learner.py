@@ -137,6 +137,25 @@ class Learner:
         return batch, jax.device_get(metrics), time.perf_counter() - t0, gap
 
 
+PARTIAL_KEYS = ("token_age_max", "stale_token_frac", "groups_carried", "groups_dropped_stale", "prompts_in_flight")
+
+
+def decode_metrics(decode: dict, staleness: int) -> dict:
+    """The paged engine's slot utilisation (live slot-steps over decode steps x the full slot
+    width S: how full the engine ran, the tail included) and, with partial rollouts, the token
+    ages (steps between the weights that drew a token and those that train on it), carries, drops."""
+    out: dict = {}
+    if "slots" in decode:  # NaN: the batch needed no decoding (partial rollouts: all of it had finished)
+        steps = decode.get("decode_steps", decode.get("steps", 0))
+        live = decode.get("live_slot_steps", 0)
+        out["slot_utilisation"] = live / (steps * decode["slots"]) if steps else float("nan")
+        out["decode_steps"] = steps
+    if "token_age_mean" in decode:
+        out["token_age_mean"] = decode["token_age_mean"] + staleness
+        out.update({k: decode[k] + (staleness if k == "token_age_max" else 0) for k in PARTIAL_KEYS})
+    return out
+
+
 def row(
     run,
     step_metrics: dict,
@@ -154,6 +173,7 @@ def row(
     judge_tests,
     staleness: int = 0,
     weights_bytes: int = 0,
+    decode: Optional[dict] = None,
 ) -> dict:
     """The metrics row of a trained batch (metrics.step_record), with the sampler/learner
     log-prob gap (mean over its generation batches) and the batch's staleness (updates between
@@ -178,6 +198,7 @@ def row(
     )
     record["sampler_logprob_gap"] = sum(gaps) / len(gaps) if gaps else float("nan")
     record["staleness"] = staleness
+    record.update(decode_metrics(decode or {}, staleness))
     if "rollout_wait" in times:  # the learner waiting for the worker's batch
         record["time_rollout_wait_s"] = times["rollout_wait"]
     if "weights" in times:  # mesh.rollout_devices: the learner -> worker weight transfer

@@ -35,6 +35,7 @@ from microcoder_jax.config import validate
 from microcoder_jax.data import loader
 from microcoder_jax.trainer.learner import Learner, row, scorer
 from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix, run_summary, step_line
+from microcoder_jax.trainer.partial import load_carry, save_carry
 from microcoder_jax.trainer.pipeline import Pipeline, load_inflight, prune_inflight, save_inflight
 from microcoder_jax.trainer.replay import RolloutSaver
 from microcoder_jax.trainer.resume import record_config
@@ -130,6 +131,8 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
     if decision is not None and writer is not None:
         writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
     in_flight = load_inflight(workdir, start) if start else []
+    if worker.partial is not None and start:  # partial rollouts: the judged groups the checkpoint kept
+        worker.partial.restore(load_carry(workdir, start))
     sharding.assert_same_on_hosts(len(in_flight), f"batches in flight at checkpoint {start} (WORKDIR/inflight*)")
     if in_flight:
         log_fn(f"resuming with {len(in_flight)} batch(es) sampled before the checkpoint (rl.off_policy_steps)")
@@ -145,6 +148,12 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
         ready=tuple(in_flight),
         inline=jax.process_count() > 1,
     )
+    if (rl.off_policy_steps or rl.partial_rollouts) and rl.is_correction == "none":
+        log_fn(
+            "warning: batches sampled by older weights (rl.off_policy_steps / rl.partial_rollouts) without "
+            "rl.is_correction: one step stale, uncorrected runs collapsed on the truncation task "
+            "(docs/experiments.md, staleness); rl.is_correction=auto picks tis"
+        )
     if rl.off_policy_steps and pipeline.inline:
         log_fn(
             f"rl.off_policy_steps={rl.off_policy_steps} on {jax.process_count()} processes: batches are made in "
@@ -183,6 +192,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
                 judge_tests=produced.judge_tests,
                 staleness=step - produced.version,
                 weights_bytes=produced.weights_bytes,
+                decode=got.decode,
             )
             done = step + 1
             if writer is not None:
@@ -220,6 +230,8 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
                 ahead = pipeline.drain()  # sampled, not yet trained on: saved with the state
                 if ahead:
                     save_inflight(workdir, done, ahead)
+                if worker.partial is not None:
+                    save_carry(workdir, done, worker.partial.carried())
                 last = ahead[-1] if ahead else produced  # the worker's state after its newest batch
                 ckpt.save(
                     done,

@@ -152,6 +152,8 @@ class Pipeline:
     def drain(self) -> list[Produced]:
         """Wait until the worker has made every batch it can with the weights it has; those batches
         (not yet trained on), oldest first. The worker is idle when this returns."""
+        if not self.k:
+            self.worker.settle()  # partial rollouts: the rows in flight finish (the worker is idle)
         if self.inline and self.k:
             self._produce_inline(None)
         with self.cond:
@@ -204,6 +206,7 @@ def save_inflight(root: str, step: int, produced: list[Produced]) -> None:
             "generations": p.got.generations,
             "gaps": p.got.gaps,
             "sessions": p.got.sessions,
+            "decode": p.got.decode,
             "weights_bytes": p.weights_bytes,
         }
         with open(os.path.join(tmp, f"batch_{p.step:08d}.json"), "w") as f:
@@ -228,12 +231,14 @@ def load_inflight(root: str, step: int) -> list[Produced]:
     if not os.path.isdir(folder):
         return []
     out = []
-    for name in sorted(n for n in os.listdir(folder) if n.endswith(".json")):
+    for name in sorted(n for n in os.listdir(folder) if n.startswith("batch_") and n.endswith(".json")):
         with open(os.path.join(folder, name)) as f:
             m = json.load(f)
         with np.load(os.path.join(folder, name[:-5] + ".npz")) as data:
             batch = Rollout(**{k: data[k] for k in data.files})
-        got = StepRollout(batch, m["verdicts"], m["ds_stats"], m["generations"], m["gaps"], m["sessions"])
+        got = StepRollout(
+            batch, m["verdicts"], m["ds_stats"], m["generations"], m["gaps"], m["sessions"], m.get("decode", {})
+        )
         out.append(
             Produced(
                 m["step"],

@@ -72,9 +72,11 @@ def generate(
     top_k: int,
     rng,
     on_group_done=None,
+    stats=None,
 ):
     """The run's sampler on these prompts, one temperature for all rows; `on_group_done(first_prompt,
-    SamplerOutput of whole groups)` is called as groups finish (see sampling/interface.py)."""
+    SamplerOutput of whole groups)` is called as groups finish (see sampling/interface.py);
+    `stats`: a dict the paged engine fills with its decode counts."""
     return sampler_for(run).generate(
         params,
         prompts,
@@ -85,7 +87,14 @@ def generate(
         top_k=top_k,
         rng=rng,
         on_group_done=on_group_done,
+        stats=stats,
     )
+
+
+def add_decode(total: dict, stats: dict) -> None:
+    """Sum a paged call's decode counts (PagedSession.stats) into `total` (the slot width is kept)."""
+    for k, v in stats.items():
+        total[k] = v if k == "slots" else total.get(k, 0) + v
 
 
 def submit(run, pool, problems, tokens, lengths, mode: str):
@@ -226,7 +235,17 @@ def finish(
 
 
 def collect(
-    run, pool, params, problems, prompts, *, temperature: float, rng, times: dict, score: Optional[Callable] = None
+    run,
+    pool,
+    params,
+    problems,
+    prompts,
+    *,
+    temperature: float,
+    rng,
+    times: dict,
+    score: Optional[Callable] = None,
+    decode: Optional[dict] = None,
 ) -> tuple[Rollout, dict, Optional[float]]:
     """Sample, judge and assemble one Rollout for these prompts; returns (rollout, verdict
     counts, the log-prob gap when `score` is given). The sampler's own log-probs go in the
@@ -235,11 +254,12 @@ def collect(
     Paged engine: each group goes to the judge when the sampler reports it finished, so judging
     overlaps the tail of decoding; the rows, rewards and their order are those of judging after.
     `times` accumulates sample / judge / judge_wait seconds (judge: from the end of
-    sampling to the last verdict; judge_wait: the part spent blocked on the pool).
+    sampling to the last verdict; judge_wait: the part spent blocked on the pool); `decode` the
+    paged engine's decode counts (add_decode).
     """
     s, G = run.sampling, run.sampling.group_size
     judge = GroupJudge(run, pool, problems, G)
-    t0 = time.perf_counter()
+    t0, stats = time.perf_counter(), {}
     sample = generate(
         run,
         params,
@@ -251,8 +271,11 @@ def collect(
         top_k=s.top_k,
         rng=rng,
         on_group_done=judge.add,
+        stats=stats,
     )
     times["sample"] += time.perf_counter() - t0
+    if decode is not None:
+        add_decode(decode, stats)
     return finish(run, judge, sample, times=times, score=score)
 
 

@@ -21,7 +21,7 @@ from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill
 from microcoder_jax.sampling.paged_sampler import PagedSession
 from microcoder_jax.sampling.static_sampler import SamplerOutput, prompt_bucket
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.trainer.rollout import GroupJudge, collect, finish, sampler_for
+from microcoder_jax.trainer.rollout import GroupJudge, add_decode, collect, finish, sampler_for
 
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
 
@@ -35,7 +35,7 @@ def session_prompts(num_prompts: int, rl_config) -> int:
 class StepRollout:
     """The step's batch and what it took: verdict counts over every generation batch, DAPO stats,
     how many generation batches, each batch's sampler/learner log-prob gap (when the learner
-    scored it), sessions opened (paged DAPO)."""
+    scored it), sessions opened (paged DAPO), the paged engine's decode counts (slot utilisation)."""
 
     batch: Rollout
     verdicts: dict
@@ -43,6 +43,7 @@ class StepRollout:
     generations: int
     gaps: list
     sessions: int = 0
+    decode: dict = dataclasses.field(default_factory=dict)  # the paged engine's counts (+ partial rollouts')
 
 
 def collect_step(
@@ -62,7 +63,7 @@ def collect_step(
     rl, sampler = run.rl_config, sampler_for(run)
     if rl.dynamic_sampling and sampler.sessions:
         return RefillLoop(run, pool, sampler, params, score, temperature, key_for, times).collect(next_prompts)
-    buffer, verdicts, gaps, generations = GroupBuffer(), {}, [], 0
+    buffer, verdicts, gaps, generations, decode = GroupBuffer(), {}, [], 0, {}
     while True:
         problems, prompts = next_prompts()
         rollout, counts, gap = collect(
@@ -75,12 +76,13 @@ def collect_step(
             rng=key_for(generations),
             times=times,
             score=score,
+            decode=decode,
         )
         generations += 1
         _add_counts(verdicts, counts)
         gaps += [gap] if gap is not None else []
         if not rl.dynamic_sampling:
-            return StepRollout(rollout, verdicts, {}, 1, gaps)
+            return StepRollout(rollout, verdicts, {}, 1, gaps, decode=decode)
         buffer, full, ds_stats = add_rollouts(
             buffer,
             rollout.as_dict(),
@@ -89,7 +91,7 @@ def collect_step(
             max_refills=rl.max_refills,
         )
         if full is not None:
-            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, gaps)
+            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, gaps, decode=decode)
 
 
 def _add_counts(total: dict, counts: dict) -> None:
@@ -130,6 +132,7 @@ class RefillLoop:
     pushed: int = 0  # generation batches pushed
     sessions: int = 0  # sessions opened
     early: int = 0  # refills pushed before the batches before them were added
+    decode: dict = dataclasses.field(default_factory=dict)  # decode counts of the sessions closed
 
     def run_session(self, steps: Optional[int]) -> None:
         """Decode `steps` steps (None: to the end), handing each finished group to its batch's judge."""
@@ -160,6 +163,7 @@ class RefillLoop:
                 self.run_session(None)
             if session is not None:
                 session.close()
+                add_decode(self.decode, session.stats())
             self.session = None  # freed before the next one is made
             room = session_prompts(len(prompts), run.rl_config)  # one shape for every session: no recompile
             self.session = session = self.sampler.open_session(
@@ -209,8 +213,11 @@ class RefillLoop:
                     if self.pending or not session.done:
                         raise RuntimeError("dynamic sampling filled a batch with refills still queued (a bug)")
                     session.close()
+                    add_decode(self.decode, session.stats())
                     ds_stats = {**ds_stats, "ds_early_refills": self.early, "ds_sessions": self.sessions}
-                    return StepRollout(Rollout(**full), self.verdicts, ds_stats, self.added, self.gaps, self.sessions)
+                    return StepRollout(
+                        Rollout(**full), self.verdicts, ds_stats, self.added, self.gaps, self.sessions, self.decode
+                    )
             if not session.done:
                 self.run_session(every)
             elif not self.pending and self.pushed >= total:  # add_rollouts fills the last one: never here

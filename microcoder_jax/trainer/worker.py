@@ -68,6 +68,12 @@ class RolloutWorker:
                 models.param_logical_axes(mc), run.rollout_mesh, models.param_shapes(mc)
             )
         self.moved_bytes, self.moved_s, self.params = 0, 0.0, None
+        self.partial = None  # rl.partial_rollouts: the session kept across steps (trainer/partial.py)
+        if run.rl_config.partial_rollouts:
+            from microcoder_jax.trainer.partial import PartialRollouts
+            from microcoder_jax.trainer.rollout import sampler_for
+
+            self.partial = PartialRollouts(self.run, pool, sampler_for(self.run))
         self.update_weights(params, version)
 
     def update_weights(self, params, version: int) -> None:
@@ -108,16 +114,27 @@ class RolloutWorker:
         times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
         temperature = self.scheduler.temperature
         self.pool.take()  # tests an evaluation ran are not this batch's
-        got = collect_step(
-            run,
-            self.pool,
-            self.params,
-            self.next_prompts,
-            temperature=temperature,
-            key_for=functools.partial(key, run.seed, 1, step),
-            times=times,
-            score=score,
-        )
+        if self.partial is not None:  # mixed versions: the learner scores it at train time
+            batch, verdicts, ds, decode = self.partial.collect(
+                self.params,
+                self.version,
+                self.next_prompts,
+                temperature=temperature,
+                rng=key(run.seed, 1, step),
+                times=times,
+            )
+            got = StepRollout(batch, verdicts, ds, 1, [], decode=decode)
+        else:
+            got = collect_step(
+                run,
+                self.pool,
+                self.params,
+                self.next_prompts,
+                temperature=temperature,
+                key_for=functools.partial(key, run.seed, 1, step),
+                times=times,
+                score=score,
+            )
         tests = sharding.allgather_counts({"tests": self.pool.take()}, ("tests",)).get("tests", 0)
         div = diversity(run, got.batch)
         decision = self.scheduler.update(step, div)
@@ -137,6 +154,12 @@ class RolloutWorker:
             self.scheduler.state_dict(),
             self.moved_bytes,
         )
+
+    def settle(self) -> None:
+        """Partial rollouts: finish every row in flight and close the session (before an
+        evaluation or a checkpoint; see trainer/partial.py). Otherwise nothing is in flight."""
+        if self.partial is not None:
+            self.partial.settle()
 
 
 def transfer(params, shardings, replaces=None) -> tuple[Any, int, float]:
