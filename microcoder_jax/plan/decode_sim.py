@@ -117,3 +117,11 @@ def simulate(
         order = np.argsort(seq < 0, kind="stable")[:target]  # engine.resize: occupied slots first
         seq, t, done, s = seq[order], t[order], done[order], target
     return Schedule(np.asarray(widths, np.int64), np.asarray(lives, np.int64), np.asarray(keys, np.int64))
+
+
+def steady_steps(lengths, prompt_lens, *, group: int, slots: int, **engine) -> int:
+    """Decode steps of several batches under partial rollouts (rl.partial_rollouts), modelled as
+    one call with the batches queued back to back: slots are refilled from the next batch instead
+    of emptying at each batch's end, and only the last batch has a tail (an upper bound on the
+    engine's count, which hands the last batch on while its stragglers still run)."""
+    return simulate(lengths, prompt_lens, group=group, slots=slots, **engine).steps

@@ -36,6 +36,12 @@ RING_BATCHES = 3  # generation batches of prompts the session holds at once (run
 CARRY = "carry"
 
 
+def should_push(session, prompts: int) -> bool:
+    """Push the next generation batch of `prompts` prompts: the ring has room for it and fewer
+    rows wait in the queue than there are slots (so a refill never finds the queue empty)."""
+    return session.room() >= prompts and session.queued() < session.full_shape.slots
+
+
 @dataclasses.dataclass
 class Group:
     """One finished prompt's G rows: judged (`rollout`) or still with the judge (`judge`)."""
@@ -137,7 +143,7 @@ class PartialRollouts:
                 batch.append(group)
             if len(batch) == n:
                 break
-            while session.room() >= n and session.queued() < session.shape.slots:
+            while should_push(session, n):
                 t0 = time.perf_counter()
                 self._push(next_prompts, temperature)
                 times["sample"] += time.perf_counter() - t0
