@@ -87,14 +87,15 @@ def partial(params, config, prompts, lengths, args) -> dict:
     import jax
 
     from microcoder_jax.sampling.paged_sampler import PagedSession
-    from microcoder_jax.trainer.partial import RING_BATCHES, should_push
+    from microcoder_jax.trainer.partial import should_push
+    from microcoder_jax.trainer.step_batch import PARTIAL_BATCHES
 
     n, g = args.prompts, args.group
     session = PagedSession(
         params,
         config,
         num_samples=g,
-        max_prompts=RING_BATCHES * n,
+        max_prompts=PARTIAL_BATCHES * n,
         max_new_tokens=args.cap,
         prompt_width=32,
         stop_token_ids=NO_STOP,

@@ -76,8 +76,10 @@ def test_simulated_decode_steps_equal_the_engines(tiny, engine_shape):
             tail_slots=tail_slots,
             max_new=MAX_NEW,
             prompt_width=WIDTH,
+            block=max(1, 64 // page_size) * page_size,  # PagedSession's default block_pages
         )
         assert sim.steps == stats["steps"], (name, engine_shape, sim.steps, stats)
+        assert int(sim.own_keys.sum()) == stats["own_reads"], (name, engine_shape)  # a paged kernel's reads
         assert sim.slot_steps == stats["slot_steps"], (name, engine_shape, sim.slot_steps, stats)
         assert int(sim.live.sum()) == stats["live_slot_steps"], (name, engine_shape)
 

@@ -27,6 +27,7 @@ class Schedule:
     widths: np.ndarray  # [steps] S of each step
     live: np.ndarray  # [steps] live slots of each step
     keys: np.ndarray  # [steps] max over live slots of prompt + generated keys (0 when none live)
+    own_keys: np.ndarray  # [steps] sum over live slots of their own keys rounded up to `block`
 
     @property
     def steps(self) -> int:
@@ -49,9 +50,11 @@ def simulate(
     num_pages: int | None = None,
     max_new: int | None = None,
     prompt_width: int | None = None,
+    block: int = 64,
 ) -> Schedule:
     """The schedule of one `generate_paged` call: rows prompt-major (prompt i's G samples are rows
-    i*G .. i*G+G-1, queued in that order), `lengths[r]` tokens each, `prompt_lens[i]` prompt tokens."""
+    i*G .. i*G+G-1, queued in that order), `lengths[r]` tokens each, `prompt_lens[i]` prompt tokens;
+    `block`: keys per attention block (block_pages x page_size), the unit a paged kernel reads."""
     caps = np.asarray(lengths, np.int64)
     plen = np.asarray(prompt_lens, np.int64)
     rows, ps, g = len(caps), page_size, group
@@ -68,7 +71,7 @@ def simulate(
     head, tail, steps = 0, rows, 0
     s = slots
     seq, t, done = np.full(s, -1), np.zeros(s, np.int64), np.ones(s, bool)
-    widths, lives, keys = [], [], []
+    widths, lives, keys, own_keys = [], [], [], []
 
     def own(slot_seq, slot_t):
         occupied = slot_seq >= 0
@@ -108,6 +111,7 @@ def simulate(
             lives.append(int(live.sum()))
             r = np.maximum(seq, 0)
             keys.append(int(np.where(live, plen[r // g] + t, 0).max()))
+            own_keys.append(int(np.where(live, -(-(plen[r // g] + t) // block) * block, 0).sum()))
             steps += 1
             record(live)
         seq = np.where((seq >= 0) & done, -1, seq)  # release_finished after the loop
@@ -116,7 +120,7 @@ def simulate(
             break
         order = np.argsort(seq < 0, kind="stable")[:target]  # engine.resize: occupied slots first
         seq, t, done, s = seq[order], t[order], done[order], target
-    return Schedule(np.asarray(widths, np.int64), np.asarray(lives, np.int64), np.asarray(keys, np.int64))
+    return Schedule(*(np.asarray(a, np.int64) for a in (widths, lives, keys, own_keys)))
 
 
 def steady_steps(lengths, prompt_lens, *, group: int, slots: int, **engine) -> int:

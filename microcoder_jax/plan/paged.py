@@ -25,12 +25,14 @@ from microcoder_jax.plan.programs import Program, _sds, local_bytes, sampler_par
 MAX_ADMIT = 64  # PagedSession's default admit block (prompts prefilled per admit call)
 
 
-def engine_shape(config, prompts: int, group: int, width: int, max_new: int):
-    """The EngineShape PagedSession builds for one call of `prompts` x `group` rows (its defaults)."""
+def engine_shape(config, prompts: int, group: int, width: int, max_new: int, batch_prompts: int | None = None):
+    """The EngineShape PagedSession builds for one call of `prompts` x `group` rows (its defaults);
+    a session with room for more (DAPO's refills, partial rollouts' ring) sizes its slots for one
+    generation batch of `batch_prompts`, as the worker's open_session does."""
     from microcoder_jax.sampling import paged_engine as engine, paged_sampler
 
     s = config.sampling
-    rows = prompts * group
+    rows = (batch_prompts or prompts) * group
     slots = paged_sampler.call_slots(s.slots, rows)
     ps = s.page_size
     if width % ps:
@@ -66,13 +68,14 @@ def _state(mc, shape, mesh):
     return out
 
 
-def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new) -> list[Program]:
-    """`engine.admit` (one block of min(prompts, 64) prompts) and `engine.run` of one paged call."""
+def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new, batch_prompts=None) -> list[Program]:
+    """`engine.admit` (one block of min(batch_prompts, 64) prompts: a push is one generation batch)
+    and `engine.run` of a session with room for `prompts`."""
     from microcoder_jax.sampling.interface import PagedSampler
 
-    shape = engine_shape(config, prompts, group, width, max_new)
+    shape = engine_shape(config, prompts, group, width, max_new, batch_prompts)
     state, params, rep = _state(mc, shape, mesh), sampler_params(mc, mesh), sharding.replicated(mesh)
-    a = 1 << (min(prompts, MAX_ADMIT) - 1).bit_length()  # admit blocks are powers of two
+    a = 1 << (min(batch_prompts or prompts, MAX_ADMIT) - 1).bit_length()  # admit blocks are powers of two
     row = lambda d: _sds((a * group,), d, rep)  # noqa: E731
     admit_args = (
         state,
@@ -212,14 +215,16 @@ def cap_schedule(shape):
         refill_every=shape.refill_every,
         max_new=shape.max_new,
         prompt_width=shape.prompt_width,
+        block=shape.block_pages * shape.page_size,
     )
 
 
 def decode_terms(program, schedule):
     """FLOPs and per-device HBM bytes of a paged decode call that ran `schedule` (a
-    decode_sim.Schedule): each step reads the chip's share of the weights and, for each of its
-    slots, the pages of the keys attention reads (whole blocks up to the longest live sequence,
-    prompt pages included, at the pool's bytes per token and head: an int8 pool's scales too)."""
+    decode_sim.Schedule): each step reads the chip's share of the weights and the pages of the
+    keys attention reads, prompt pages included, at the pool's bytes per token and head (an int8
+    pool's scales too): with a paged kernel (attention "splash"), each live slot's own blocks;
+    on the XLA path, every slot's blocks up to the longest live sequence (the gathered view)."""
     from microcoder_jax.plan import analytic
 
     mc, shape, mesh = program.model_config, program.kwargs["shape"], program.mesh
@@ -233,7 +238,12 @@ def decode_terms(program, schedule):
     flops = float((2.0 * (l * layer + v * d) * schedule.widths).sum()) + float(
         sum(analytic._attention_flops(mc, int(s), 1, int(n), False) for s, n in zip(schedule.widths, keys))
     )
-    hbm = float(schedule.steps * (l * layer + v * d) * 2 / t + (local * l * 2 * kvh * token * keys).sum())
+    if mc.attention == "splash":  # the kernel reads cdiv(length, block) blocks per slot
+        own = schedule.own_keys
+        kv_keys = np.where(schedule.widths % shards == 0, own / shards, own)
+    else:
+        kv_keys = local * keys
+    hbm = float(schedule.steps * (l * layer + v * d) * 2 / t + (l * 2 * kvh * token * kv_keys).sum())
     return flops, hbm
 
 
@@ -281,12 +291,14 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Pr
 
     sh = programs.shapes_of(config, rl_config, mesh)
     mc = paged_model_config(config, tpu)
-    prompts = session_prompts(config.data.num_prompts, rl_config)  # DAPO: room for a refill batch too
+    prompts = session_prompts(config.data.num_prompts, rl_config)  # DAPO's refill batch, partial rollouts' ring
     on = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, mc.num_kv_heads)  # the sampler's mesh
     layout = programs.decode_layout_program(mc, mesh, on)  # PagedSession reshards once per session
     return (
         [layout]
-        + paged_programs("sample", config, mc, on, prompts, sh.group, sh.prompt_width, sh.max_new)
+        + paged_programs(
+            "sample", config, mc, on, prompts, sh.group, sh.prompt_width, sh.max_new, config.data.num_prompts
+        )
         + [
             programs.logprob_program(config, rl_config, mesh, sh, tpu),
             programs.train_program(config, rl_config, mesh, sh, tpu),

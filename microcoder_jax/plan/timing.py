@@ -97,22 +97,18 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
             group = shape.samples
             prompts_n = shape.rows // group if tag == "eval" else sh.prompts
             cap = shape.max_new
-            sched = decode_sim.simulate(
-                profile.responses(prompts_n * group, cap, seed),
-                profile.prompts(prompts_n, shape.prompt_width, seed + 1),
-                group=group,
-                slots=shape.slots,
-                page_size=shape.page_size,
-                refill_every=shape.refill_every,
-                max_new=cap,
-                prompt_width=shape.prompt_width,
-            )
+            batches = STEADY_BATCHES if tag == "sample" and rl_config.partial_rollouts else 1
+            sched = schedule_for(shape, profile, prompts_n, seed, batches)
             worst = -(-shape.rows // shape.slots) * cap
             tokens = int(profile.responses(prompts_n * group, cap, seed).sum())
             flops, bytes_ = decode_terms(p, sched)
-            compute, hbm = _seconds(flops, bytes_, topo)
-            coll *= sched.steps / max(worst, 1)
-            note = f"{sched.steps} decode steps simulated ({worst} if every row ran to the cap)"
+            compute, hbm = _seconds(flops / batches, bytes_ / batches, topo)
+            steps = sched.steps / batches
+            coll *= steps / max(worst, 1)
+            one = -(-prompts_n * group // shape.slots) * cap
+            note = f"{steps:.0f} decode steps simulated ({one} if every row ran to the cap)"
+            if batches > 1:
+                note += f"; partial rollouts: {batches} batches back to back, per batch"
         elif name.endswith("decode"):  # the static sampler: every row until the longest is done
             cap = sh.max_new if tag == "sample" else sh.eval_max_new
             lengths = profile.responses(sh.rows if tag == "sample" else sh.eval_prompts * sh.eval_samples, cap, seed)
@@ -279,6 +275,26 @@ def _grows_past_the_chip(plan, config, overrides: dict) -> str:
     return f"{', '.join(over)} would not fit (analytic)" if over else ""
 
 
+STEADY_BATCHES = 4  # partial rollouts' decode: batches simulated back to back (one tail over all of them)
+
+
+def schedule_for(shape, profile, prompts: int, seed: int, batches: int = 1):
+    """The engine's simulated schedule for `batches` batches of `prompts` x G rows of this length
+    profile queued back to back (1: one call; more: partial rollouts, decode_sim.steady_steps)."""
+    group, cap = shape.samples, shape.max_new
+    return decode_sim.simulate(
+        np.concatenate([profile.responses(prompts * group, cap, seed + 2 * b) for b in range(batches)]),
+        np.concatenate([profile.prompts(prompts, shape.prompt_width, seed + 2 * b + 1) for b in range(batches)]),
+        group=group,
+        slots=shape.slots,
+        page_size=shape.page_size,
+        refill_every=shape.refill_every,
+        max_new=cap,
+        prompt_width=shape.prompt_width,
+        block=shape.block_pages * shape.page_size,
+    )
+
+
 def _decode_with(plan, config, profile, row, **changes) -> float:
     """The sample decode's serial seconds with the engine shape changed (kv_dtype, slots)."""
     p = row.program
@@ -292,18 +308,14 @@ def _decode_with(plan, config, profile, row, **changes) -> float:
                 shape.max_prompts, shape.prompt_width, shape.slots, shape.max_new, shape.page_size
             ),
         )
+    from microcoder_jax import config as config_lib
+
     prog = dataclasses.replace(p, kwargs=dict(p.kwargs, shape=shape))
-    sched = decode_sim.simulate(
-        profile.responses(shape.rows, shape.max_new, 0),
-        profile.prompts(shape.rows // shape.samples, shape.prompt_width, 1),
-        group=shape.samples,
-        slots=shape.slots,
-        page_size=shape.page_size,
-        refill_every=shape.refill_every,
-        max_new=shape.max_new,
-        prompt_width=shape.prompt_width,
-    )
-    compute, hbm = _seconds(*decode_terms(prog, sched), plan.topology)
+    batches = STEADY_BATCHES if config_lib.make_rl_config(config).partial_rollouts else 1
+    prompts = plan.shapes.prompts
+    sched = schedule_for(shape, profile, prompts, 0, batches)
+    flops, bytes_ = decode_terms(prog, sched)
+    compute, hbm = _seconds(flops / batches, bytes_ / batches, plan.topology)
     return max(compute, hbm)
 
 

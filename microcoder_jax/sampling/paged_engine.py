@@ -123,6 +123,7 @@ def init_state(config: DecoderConfig, shape: EngineShape, pad_id) -> dict[str, A
         slot_steps=jnp.int32(0),
         live_steps=jnp.int32(0),
         reads=jnp.float32(0),
+        own_reads=jnp.float32(0),
     )
 
 
@@ -363,6 +364,8 @@ def _step(state, params, rng, stop_ids, pad_id, config: DecoderConfig, shape: En
         slot_steps=state["slot_steps"] + s,
         live_steps=state["live_steps"] + jnp.sum(live),
         reads=state["reads"] + (s * bp * ps) * view.blocks.astype(jnp.float32),
+        # what a paged kernel reads: each live slot's own blocks
+        own_reads=state["own_reads"] + jnp.sum(jnp.where(live, -(-lengths // (bp * ps)) * (bp * ps), 0)),
     )
     return _sample(state, logits, live, rng, stop_ids, pad_id, shape)
 

@@ -370,15 +370,17 @@ class PagedSession:
             self.params = None
 
     def stats(self) -> dict:
-        """Decode steps, slot-steps that produced a token, attention key slots read, generated tokens."""
-        steps, slot_steps, live, reads, lengths = (
-            int(shd.to_host(self.state[k]).sum()) for k in ("steps", "slot_steps", "live_steps", "reads", "lengths")
-        )
+        """Decode steps, slot-steps, slot-steps that produced a token, attention key slots read (the
+        XLA path: every slot up to the longest; own_reads: a paged kernel's, each slot its own blocks),
+        generated tokens, the full slot width."""
+        keys = ("steps", "slot_steps", "live_steps", "reads", "own_reads", "lengths")
+        steps, slot_steps, live, reads, own_reads, lengths = (int(shd.to_host(self.state[k]).sum()) for k in keys)
         return dict(
             steps=steps,
             slot_steps=slot_steps,
             live_slot_steps=live,
             reads=reads,
+            own_reads=own_reads,
             generated=lengths,
             slots=self.full_shape.slots,
         )

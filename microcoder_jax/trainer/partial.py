@@ -31,8 +31,8 @@ import numpy as np
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.sampling.static_sampler import prompt_bucket
 from microcoder_jax.trainer.rollout import GroupJudge, finish
+from microcoder_jax.trainer.step_batch import session_prompts
 
-RING_BATCHES = 3  # generation batches of prompts the session holds at once (running, queued, refill)
 CARRY = "carry"
 
 
@@ -84,7 +84,7 @@ class PartialRollouts:
         n = run.data.num_prompts
         self.session = self.sampler.open_session(
             params,
-            max_prompts=RING_BATCHES * n,
+            max_prompts=session_prompts(n, run.rl_config),  # the ring
             prompt_width=self.width,
             rng=rng,
             rows=n * run.sampling.group_size,

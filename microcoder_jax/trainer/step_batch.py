@@ -24,10 +24,14 @@ from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.trainer.rollout import GroupJudge, add_decode, collect, finish, sampler_for
 
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
+PARTIAL_BATCHES = 3  # partial rollouts: generation batches the session's ring holds (trainer/partial.py)
 
 
 def session_prompts(num_prompts: int, rl_config) -> int:
-    """Prompts a paged session of one step has room for (the planner sizes its pool from this)."""
+    """Prompts a paged session has room for (the planner sizes its pool from this): one step's
+    (DAPO: and a refill's), or partial rollouts' ring across steps."""
+    if rl_config.partial_rollouts:
+        return num_prompts * PARTIAL_BATCHES
     return num_prompts * (min(SESSION_BATCHES, 1 + rl_config.max_refills) if rl_config.dynamic_sampling else 1)
 
 
