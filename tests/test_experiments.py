@@ -222,7 +222,7 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["truncation", "temperature"])
+@pytest.mark.parametrize("name", ["truncation", "temperature", "staleness"])
 def test_experiment_command_short(tmp_path, name, capsys):
     """--short end to end: every arm trains a few steps, summary.json, table and figure written;
     the table and stdout say it is a check of the command, not a result."""
@@ -241,6 +241,8 @@ def test_experiment_command_short(tmp_path, name, capsys):
             assert 0 <= arm["seeds"]["0"][part]["greedy_pass1"] <= 1 and 0 <= arm["seeds"]["0"][part]["pass8"] <= 1
     assert summary["start_length_curve"] and "paired" in summary
     assert os.path.getsize(os.path.join(out, "curves.png")) > 10_000
+    if name == "staleness":  # the extra pairs beside every arm against the first
+        assert {"paged_partial - paged_sync", "k1_tis_half_lr - sync_half_lr"} <= set(summary["paired"])
     if name == "truncation":  # the rules differ where they should, on the same warm start
         arms = summary["arms"]
         assert (

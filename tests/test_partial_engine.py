@@ -14,6 +14,8 @@ import pytest
 from microcoder_jax.models import forward, init_cache
 from microcoder_jax.sampling.paged_sampler import PagedSession, generate_paged
 
+pytestmark = pytest.mark.slow  # four engine shapes compiled (~50 s on 2 cores): the full suite only
+
 PROMPTS = [[5, 17, 99], [40, 41, 42, 43, 44, 45, 46], [9, 8, 7, 6, 5, 4, 3, 2, 11], [60, 61, 3]]
 G, MAX_NEW, PAD, WIDTH = 2, 10, 0, 16
 NO_STOP = [10**6]  # never sampled: every row runs to its cap
