@@ -36,7 +36,7 @@ from microcoder_jax.data import loader
 from microcoder_jax.trainer.learner import Learner, row, scorer
 from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix, run_summary, step_line
 from microcoder_jax.trainer.partial import load_carry, save_carry
-from microcoder_jax.trainer.pipeline import Pipeline, load_inflight, prune_inflight, save_inflight
+from microcoder_jax.trainer.pipeline import Pipeline, inflight_dir, load_inflight, prune_inflight, save_inflight
 from microcoder_jax.trainer.replay import RolloutSaver
 from microcoder_jax.trainer.resume import record_config
 from microcoder_jax.trainer.worker import RolloutWorker
@@ -132,7 +132,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
         writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
     in_flight = load_inflight(workdir, start) if start else []
     if worker.partial is not None and start:  # partial rollouts: the judged groups the checkpoint kept
-        worker.partial.restore(load_carry(workdir, start))
+        worker.partial.restore(load_carry(inflight_dir(workdir, start)))
     sharding.assert_same_on_hosts(len(in_flight), f"batches in flight at checkpoint {start} (WORKDIR/inflight*)")
     if in_flight:
         log_fn(f"resuming with {len(in_flight)} batch(es) sampled before the checkpoint (rl.off_policy_steps)")
@@ -231,7 +231,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
                 if ahead:
                     save_inflight(workdir, done, ahead)
                 if worker.partial is not None:
-                    save_carry(workdir, done, worker.partial.carried())
+                    save_carry(inflight_dir(workdir, done), worker.partial.carried())
                 last = ahead[-1] if ahead else produced  # the worker's state after its newest batch
                 ckpt.save(
                     done,

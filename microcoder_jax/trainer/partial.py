@@ -204,15 +204,8 @@ def _stats(batch: list[Group], version: int, before: dict, after: dict, dropped:
     }
 
 
-def _step_dir(root: str, step: int) -> str:
-    from microcoder_jax.trainer.pipeline import _step_dir as inflight_dir
-
-    return inflight_dir(root, step)
-
-
-def save_carry(root: str, step: int, groups: list[Group]) -> None:
-    """The judged groups waiting at checkpoint `step`, beside its in-flight batches (if any)."""
-    folder = _step_dir(root, step)
+def save_carry(folder: str, groups: list[Group]) -> None:
+    """The judged groups waiting at a checkpoint, in its in-flight folder (pipeline.inflight_dir)."""
     tmp = os.path.join(folder + ".carry.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -231,9 +224,8 @@ def save_carry(root: str, step: int, groups: list[Group]) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load_carry(root: str, step: int) -> list[Group]:
-    """The groups `save_carry` wrote with checkpoint `step` ([] when none)."""
-    folder = _step_dir(root, step)
+def load_carry(folder: str) -> list[Group]:
+    """The groups `save_carry` wrote into `folder` ([] when none)."""
     meta_path = os.path.join(folder, f"{CARRY}.json")
     if not os.path.exists(meta_path):
         return []

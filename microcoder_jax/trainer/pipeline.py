@@ -176,7 +176,8 @@ def _inflight_root(root: str) -> str:
     return os.path.join(root, INFLIGHT_DIR if index == 0 else f"{INFLIGHT_DIR}.p{index}")
 
 
-def _step_dir(root: str, step: int) -> str:
+def inflight_dir(root: str, step: int) -> str:
+    """This process's folder of what was in flight at checkpoint `step`."""
     return os.path.join(_inflight_root(root), f"step_{step:08d}")
 
 
@@ -184,7 +185,7 @@ def save_inflight(root: str, step: int, produced: list[Produced]) -> None:
     """The batches in flight at checkpoint `step`, written before the checkpoint by every process
     (the arrays are all-gathered: every process must call this)."""
     host = [{name: sharding.to_host(v) for name, v in p.batch.as_dict().items()} for p in produced]
-    final = _step_dir(root, step)
+    final = inflight_dir(root, step)
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -227,7 +228,7 @@ def load_inflight(root: str, step: int) -> list[Produced]:
     """The batches saved in flight with checkpoint `step`, oldest first ([] when none)."""
     from microcoder_jax.sampling.temperature import Decision
 
-    folder = _step_dir(root, step)
+    folder = inflight_dir(root, step)
     if not os.path.isdir(folder):
         return []
     out = []
