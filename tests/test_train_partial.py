@@ -97,3 +97,18 @@ def test_is_correction_auto_follows_staleness():
 def test_partial_rollouts_config_rules(overrides, message):
     with pytest.raises(config_lib.ConfigError, match=message):
         config_lib.validate(demo(**overrides))
+
+
+@pytest.mark.slow
+def test_dapo_drops_groups_without_signal_under_partial_rollouts(tmp_path):
+    """DAPO's dynamic sampling with partial rollouts: a group whose rewards are all equal is left
+    out (counted), at most rl.max_refills batches' worth per step; then the batch is topped up
+    with the next groups as they are (a run that solves nothing still makes progress)."""
+    run(tmp_path, **{"rl.dynamic_sampling": True, "rl.max_refills": 1, "train.checkpoint_every": 0})
+    got = [r for r in untimed_rows(tmp_path) if "reward_mean" in r]
+    assert len(got) == STEPS
+    for r in got:
+        assert 0 <= r["ds_groups_filtered"] <= 8 and 0 <= r["ds_topped_up"] <= 8  # 8 prompts a batch
+        if r["ds_topped_up"] == 0:  # every group kept has some spread
+            assert 0.0 < r["reward_mean"] < 1.0
+    assert sum(r["ds_groups_filtered"] for r in got) > 0  # the short warm start leaves all-fail groups

@@ -7,7 +7,9 @@ finish; the rows still decoding keep their slots and KV and, after the next weig
 continue with the newer weights (every token records the version that drew it). A group with a
 token more than `rl.max_staleness` steps older than the weights at hand-off is dropped and
 counted. The batch mixes policies, so the learner computes the old log-probs at train time and
-`rl.is_correction` (auto: tis) weighs each token against the sampler's own log-prob.
+`rl.is_correction` (auto: tis) weighs each token against the sampler's own log-prob. Under DAPO
+(`rl.dynamic_sampling`) a group whose rewards are all equal is left out, up to `rl.max_refills`
+batches' worth of groups per step; after that the batch is topped up with groups as they come.
 
 `settle()` (before an evaluation or a checkpoint) decodes every row to its end with no new
 pushes and closes the session; its groups wait, judged, for the next batches and are saved
@@ -137,7 +139,8 @@ class PartialRollouts:
                     counts[k] = counts.get(k, 0) + v
                 assert group.rollout is not None
                 rewards = np.asarray(group.rollout.rewards)
-                if run.rl_config.dynamic_sampling and np.all(rewards == rewards[0]):
+                budget = run.rl_config.max_refills * n  # DAPO's refills, in groups: then top up as is
+                if run.rl_config.dynamic_sampling and np.all(rewards == rewards[0]) and dropped["same_reward"] < budget:
                     dropped["same_reward"] += 1  # DAPO: no signal in this group
                     continue
                 batch.append(group)
@@ -154,7 +157,10 @@ class PartialRollouts:
         stats = _stats(batch, version, before, after, dropped, in_flight=len(self.problems))
         parts = [g.rollout.as_dict() for g in batch if g.rollout is not None]  # every one judged above
         rollout = Rollout(**{k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
-        ds = {"ds_groups_filtered": dropped["same_reward"]} if run.rl_config.dynamic_sampling else {}
+        ds = {}
+        if run.rl_config.dynamic_sampling:
+            flat = sum(int(np.all(g.rollout.rewards == g.rollout.rewards[0])) for g in batch if g.rollout is not None)
+            ds = {"ds_groups_filtered": dropped["same_reward"], "ds_topped_up": flat}
         return rollout, counts, ds, stats
 
     def settle(self, times: Optional[dict] = None) -> None:

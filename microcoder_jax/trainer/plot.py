@@ -46,6 +46,18 @@ PANELS = (
     ("grad_norm", "gradient norm (before clipping)", "global L2 norm", ("grad_norm",)),
     ("learning_rate", "learning rate", "learning rate", ("learning_rate",)),
     (
+        "slots",
+        "sampler slot utilisation (paged engine) and stale tokens (partial rollouts)",
+        "fraction",
+        ("slot_utilisation", "stale_token_frac"),
+    ),
+    (
+        "staleness",
+        "staleness: steps between the weights that sampled and those that train",
+        "steps (policy versions)",
+        ("staleness", "token_age_mean", "token_age_max"),
+    ),
+    (
         "time",
         "time per step (step 1, with compilation, left out)",
         "seconds",
