@@ -145,13 +145,8 @@ class PagedSession:
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
         self.pad_id, self.rng = pad_id, rng
         self.stop_ids = jnp.asarray(np.asarray(list(stop_token_ids), np.int32))
-        placed = (
-            params
-            if mesh is None or _on_devices_of(params, mesh)
-            else jax.device_put(params, shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config)))
-        )
-        # the decode layout once per session: a step then gathers no weight (close() frees it)
-        self.params, self._stored = to_decode_layout(placed, config, mesh), placed
+        self.params = None
+        self._take(params)  # the decode layout once per session: a step then gathers no weight
         # per position (prompt p at p % max_prompts): what push wrote there
         self.prompt_ids = np.zeros((max_prompts, prompt_width), np.int32)
         self.prompt_mask = np.zeros((max_prompts, prompt_width), np.int32)
@@ -194,6 +189,19 @@ class PagedSession:
         """Prompts pushed and not retired, oldest first."""
         return [p for p in range(max(0, self.pushed - self.shape.max_prompts), self.pushed) if p not in self.retired]
 
+    def _take(self, params) -> None:
+        """Decode with ``params`` from now on: placed on the session's mesh and converted to the
+        decode layout once (the previous copy, if any, freed first; close() frees this one)."""
+        if self.params is not None:
+            free(self.params, self._stored)
+        mesh, config = self.mesh, self.config
+        placed = (
+            params
+            if mesh is None or _on_devices_of(params, mesh)
+            else jax.device_put(params, shd.logical_to_sharding(param_logical_axes(config), mesh, param_shapes(config)))
+        )
+        self.params, self._stored = to_decode_layout(placed, config, mesh), placed
+
     def queued(self) -> int:
         """Rows pushed that have not taken a slot yet."""
         return self._scalar("tail") - self._scalar("head")
@@ -202,16 +210,7 @@ class PagedSession:
         """Decode from now on with ``params`` (the policy after ``version`` learner updates): the
         sequences running keep their KV and continue; every token records the version that drew it."""
         self._check_open()
-        assert self.params is not None  # open
-        free(self.params, self._stored)
-        placed = (
-            params
-            if self.mesh is None or _on_devices_of(params, self.mesh)
-            else jax.device_put(
-                params, shd.logical_to_sharding(param_logical_axes(self.config), self.mesh, param_shapes(self.config))
-            )
-        )
-        self.params, self._stored = to_decode_layout(placed, self.config, self.mesh), placed
+        self._take(params)
         self.version = int(version)
         self.state = dict(self.state, version=jnp.asarray(self.version, jnp.int32))
 

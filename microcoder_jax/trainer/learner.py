@@ -146,8 +146,7 @@ def decode_metrics(decode: dict, staleness: int) -> dict:
     ages (steps between the weights that drew a token and those that train on it), carries, drops."""
     out: dict = {}
     if "slots" in decode:  # NaN: the batch needed no decoding (partial rollouts: all of it had finished)
-        steps = decode.get("decode_steps", decode.get("steps", 0))
-        live = decode.get("live_slot_steps", 0)
+        steps, live = decode.get("steps", 0), decode.get("live_slot_steps", 0)
         out["slot_utilisation"] = live / (steps * decode["slots"]) if steps else float("nan")
         out["decode_steps"] = steps
     if "token_age_mean" in decode:

@@ -198,7 +198,7 @@ def _stats(batch: list[Group], version: int, before: dict, after: dict, dropped:
     steps = after["steps"] - before["steps"]
     live = after["live_slot_steps"] - before["live_slot_steps"]
     return {
-        "decode_steps": steps,
+        "steps": steps,  # the engine's names (PagedSession.stats), as the per-step path logs them
         "live_slot_steps": live,
         "slots": after["slots"],
         "token_age_mean": float(age.mean()) if age.size else 0.0,
