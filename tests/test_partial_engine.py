@@ -151,3 +151,43 @@ def test_weight_swap_continues_rows_on_their_kept_kv(tiny):
     plain_old = _greedy_with_swap(config, old, old, PROMPTS[0], np.zeros(MAX_NEW, int))
     assert out.tokens[0].tolist() != plain_old  # the swap changed what followed
     session.close()
+
+
+def test_weight_swap_with_recompute_continues_as_a_fresh_prefill(tiny):
+    """rl.partial_recompute: after the swap every running row continues as the new weights decode
+    its prompt + tokens so far from scratch, and a queued row samples wholly with the new weights."""
+    config, old = tiny
+    new = {**old, "embed": jnp.roll(old["embed"], 1, axis=0)}
+    session = _session(tiny, old, slots=2)  # 4 rows on 2 slots: two rows still queued at the swap
+    first = session.push(PROMPTS[:2], temperature=0.0).start
+    session.run(4)
+    session.set_params(new, 1, recompute=True, chunk=1)  # chunk 1: the loops run more than once
+    _drain(session)
+    out = session.output([first, first + 1])
+    assert out.versions is not None
+    for row in range(2 * G):
+        prompt, v = PROMPTS[row // G], out.versions[row]
+        prefix = out.tokens[row][v == 0].tolist()
+        assert (row < 2) == bool(prefix), v  # rows 0-1 had slots before the swap, rows 2-3 were queued
+        fresh = _greedy_with_swap(config, new, new, prompt + prefix, np.ones(MAX_NEW, int))
+        assert out.tokens[row].tolist() == prefix + fresh[: MAX_NEW - len(prefix)]
+    stats = session.stats()
+    # rows 0-1 re-prefill prompt + 4 fed tokens each (5 drawn, the last not fed); both prompts once
+    assert stats["recomputed"] == 2 * (len(PROMPTS[0]) + 4) + len(PROMPTS[0]) + len(PROMPTS[1])
+    session.close()
+
+
+def test_write_tokens_equals_one_token_writes_in_an_int8_pool():
+    from microcoder_jax.models import paged_attention as pa
+
+    rng = np.random.default_rng(0)
+    pool = pa.QuantizedPages(jnp.zeros((2, 4, 8, 16), jnp.int8), jnp.zeros((2, 4, 8), jnp.float32))
+    page, offset = np.array([1, 1, 3, 1, 4]), np.array([0, 5, 2, 7, 0])  # page 4: out of range, dropped
+    new = jnp.asarray(rng.normal(size=(5, 2, 16)), jnp.float32)
+    many = pa.write_tokens(pool, jnp.asarray(page), jnp.asarray(offset), new)
+    one = pool
+    for i in range(5):
+        one = pa.write_keys(one, jnp.asarray(page[i : i + 1]), jnp.asarray(offset[i : i + 1]), new[i : i + 1])
+    np.testing.assert_array_equal(many.data, one.data)
+    np.testing.assert_array_equal(many.scale, one.scale)
+    assert int(jnp.count_nonzero(many.scale)) == 2 * 4  # 4 tokens written, 2 heads each

@@ -27,9 +27,20 @@ ARMS = (
     common.Arm("k1_tis_half_lr", RULE, (*K1, "rl.is_correction=tis", *HALF_LR), label="k = 1, tis, half lr"),
     common.Arm("paged_sync", RULE, PAGED, label="paged engine, synchronous"),
     common.Arm("paged_partial", RULE, (*PAGED, "rl.partial_rollouts=True"), label="paged engine, partial rollouts"),
+    common.Arm(
+        "paged_partial_recompute",
+        RULE,
+        (*PAGED, "rl.partial_rollouts=True", "rl.partial_recompute=True"),
+        label="partial rollouts, KV recomputed",
+    ),
 )
 # the pairs worth reading besides every arm against `sync`
-PAIRS = (("k1_tis_half_lr", "sync_half_lr"), ("paged_partial", "paged_sync"), ("paged_sync", "sync"))
+PAIRS = (
+    ("k1_tis_half_lr", "sync_half_lr"),
+    ("paged_partial", "paged_sync"),
+    ("paged_partial_recompute", "paged_partial"),
+    ("paged_sync", "sync"),
+)
 KEYS = ("reward_mean", "response_length_mean", "entropy", "sampler_logprob_gap", "eval_greedy_pass@1", "eval_pass@1")
 
 

@@ -157,6 +157,21 @@ def _write_scales(scale_layer: jax.Array, page: jax.Array, offset: jax.Array, ne
     return scale_layer.at[heads, page[:, None]].set(rows, mode="drop")
 
 
+def write_tokens(pool_layer, page: jax.Array, offset: jax.Array, new: jax.Array):
+    """Many tokens' keys ``new [N, K, D]`` -> page ``page[n]`` at ``offset[n]`` (ids out of range:
+    dropped); each (page, offset) at most once. `write_keys` for a whole sequence (the recompute
+    after a weight update): an int8 layer's scales are written element by element, as several
+    tokens may share a page."""
+    heads = jnp.arange(new.shape[1])[None, :]
+    at = (heads, page[:, None], offset[:, None])
+    if isinstance(pool_layer, QuantizedPages):
+        q, scale = quantize(new)
+        return QuantizedPages(
+            pool_layer.data.at[at].set(q, mode="drop"), pool_layer.scale.at[at].set(scale, mode="drop")
+        )
+    return pool_layer.at[at].set(new.astype(pool_layer.dtype), mode="drop")
+
+
 def copy_pages(pool: PagePool, src: jax.Array, dst: jax.Array) -> PagePool:
     """Page ``src[i]`` copied to page ``dst[i]`` in every layer (ids out of range: nothing copied)."""
     # every device copies all pages in its own replica of the pool (ids replicated, not per slot

@@ -110,6 +110,12 @@ class RLConfig(Block):
         "keep the paged sampler's slots full across steps: a batch is the first data.num_prompts "
         "groups to finish; unfinished rows continue with the next weights (needs sampling.engine=paged)",
     )
+    partial_recompute: bool = knob(
+        False,
+        "partial rollouts: after a weight update the rows still decoding prefill their prompt and "
+        "tokens again with the new weights (their KV then matches the policy that continues them) "
+        "instead of keeping the KV the older weights wrote",
+    )
     max_staleness: int = knob(
         4,
         "partial rollouts: a group with a token drawn more than this many steps before it trains is dropped",

@@ -1,6 +1,6 @@
 """Continuous batching on device: S decode slots over a paged KV cache, refilled from a queue.
 
-Two jitted programs per shape (`EngineShape`, all static):
+Jitted programs per shape (`EngineShape`, all static):
 - `admit` prefills a block of prompts once, writes their keys into pages shared (reference count
   G) by the prompt's G samples, stores each prompt's next-token logits and appends its (prompt,
   sample) pairs to the queue;
@@ -9,7 +9,9 @@ Two jitted programs per shape (`EngineShape`, all static):
   of the slot's sequence. Every `refill_every` steps (or at once when no slot is live) finished
   slots release their pages and idle slots take the next queued pairs, whose first token is drawn
   from the stored prompt logits. It stops when the queue is empty and every slot is done, or after
-  `budget` steps (so the host can hand finished groups on and push more prompts, then call again).
+  `budget` steps (so the host can hand finished groups on and push more prompts, then call again);
+- `recompute` (partial rollouts after a weight update, optional) prefills again, with the new
+  weights, the prompts still needed and every running sequence's tokens so far.
 
 Everything per row is data: cap (<= the static output width), temperature, top-p, top-k. Token t of
 sequence r (counted over the session, `row_id`) is drawn with key fold_in(fold_in(rng, r), t), so
@@ -124,6 +126,7 @@ def init_state(config: DecoderConfig, shape: EngineShape, pad_id) -> dict[str, A
         live_steps=jnp.int32(0),
         reads=jnp.float32(0),
         own_reads=jnp.float32(0),
+        recomputed=jnp.float32(0),  # tokens prefilled again by `recompute`
     )
 
 
@@ -390,6 +393,105 @@ def run(state, params, stop_ids, pad_id, rng, budget, *, config: DecoderConfig, 
         return _step(st, params, rng, stop_ids, pad_id, config, shape)
 
     return release_finished(jax.lax.while_loop(running, body, state), shape)
+
+
+def _chunk_starts(n: int, chunk: int) -> tuple[jax.Array, int]:
+    """Starts and size of the blocks a loop over ``n`` items takes ``chunk`` at a time (the last
+    block overlaps the one before rather than run past the end: every block has one shape)."""
+    size = min(n, chunk)
+    return jnp.asarray([min(lo, n - size) for lo in range(0, n, size)], jnp.int32), size
+
+
+def _prefill(params, config: DecoderConfig, ids, mask):
+    """Final hidden states and the KV cache of left-padded rows ``ids [B, T]``, as `admit` computes them."""
+    positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
+    cache = init_cache(config, ids.shape[0], ids.shape[1])
+    hidden, cache = forward(
+        params, config, ids, attention_mask=mask, positions=positions, cache=cache, cache_index=0, return_hidden=True
+    )
+    assert cache is not None  # forward returns the cache it was given
+    return hidden, cache
+
+
+def _write_sequences(pool, cache, column, page, offset):
+    """Cache columns ``column [B, T]`` of every layer -> (``page``, ``offset``) ``[B, T]`` (page ids
+    out of range: not written)."""
+
+    def write(pool_layer, cache_layer):
+        keys = jnp.take_along_axis(cache_layer, column[:, None, :, None], axis=2)  # [B, K, T, D]
+        keys = keys.transpose(0, 2, 1, 3).reshape(-1, *keys.shape[1:2], keys.shape[3])
+        return pa.write_tokens(pool_layer, page.reshape(-1), offset.reshape(-1), keys)
+
+    return pa.PagePool(*(tuple(map(write, p, c)) for p, c in zip(pool, cache)))
+
+
+def _rows_left(state, shape: EngineShape):
+    """Rows still to decode: queued, or in a slot and not done."""
+    n = shape.rows
+    i = jnp.arange(n)
+    at = jnp.where(i < state["tail"] - state["head"], state["queue"][(state["head"] + i) % n], n)
+    running = (state["slot_seq"] >= 0) & ~state["slot_done"]
+    left = jnp.zeros((n,), bool).at[at].set(True, mode="drop")
+    return left.at[jnp.where(running, state["slot_seq"], n)].set(True, mode="drop"), running
+
+
+@functools.partial(jax.jit, static_argnames=("config", "shape", "chunk"), donate_argnames=("state",))
+def recompute(state, params, prompt_ids, prompt_mask, *, config: DecoderConfig, shape: EngineShape, chunk: int):
+    """Rewrite with ``params`` the KV of everything left to decode (rl.partial_recompute): the
+    prompts of queued and running rows (pages and first-token logits, as `admit` writes them) and
+    each running slot's own keys (its copy of the prompt's partly filled last page and every token
+    it has fed), as a prefill of its whole sequence writes them. ``prompt_ids / prompt_mask
+    [max_prompts, P]``: each position's prompt, left-padded (the host keeps them); ``chunk``:
+    sequences per forward (bounds the prefill's activations)."""
+    g, ps, width, w = shape.samples, shape.page_size, shape.prompt_width, shape.max_new
+    left, running = _rows_left(state, shape)
+    needed = jnp.any(left.reshape(shape.max_prompts, g), axis=1)  # prompt positions with work left
+    none = shape.num_pages
+
+    starts, size = _chunk_starts(shape.max_prompts, chunk)
+
+    def prompts(k, carry):  # the prompts, as admit prefills them
+        pool, logits = carry
+        take = lambda x: jax.lax.dynamic_slice_in_dim(x, starts[k], size)  # noqa: E731
+        hidden, cache = _prefill(params, config, take(prompt_ids), take(prompt_mask))
+        keep = take(needed)
+        pages = jnp.where(keep[:, None], take(state["prompt_pages"]), none)
+        length = take(state["prompt_len"])
+        pool = pa.PagePool(
+            *(tuple(pa.write_prompt_pages(p, c, length, pages) for p, c in zip(*parts)) for parts in zip(pool, cache))
+        )
+        fresh = jnp.where(keep[:, None], lm_head(params, config, hidden[:, -1]), take(logits))
+        return pool, jax.lax.dynamic_update_slice_in_dim(logits, fresh, starts[k], 0)
+
+    pool, logits = jax.lax.fori_loop(0, len(starts), prompts, (state["pool"], state["prompt_logits"]))
+
+    starts, size = _chunk_starts(shape.slots, chunk)
+    index = jnp.arange(width + w)[None, :]  # a logical cache index: column + prompt_len - width
+
+    def slots(k, pool):  # each running slot: its whole sequence
+        take = lambda x: jax.lax.dynamic_slice_in_dim(x, starts[k], size)  # noqa: E731
+        seq, live, t = jnp.maximum(take(state["slot_seq"]), 0), take(running), take(state["slot_t"])
+        prompt_len = state["prompt_len"][seq // g]
+        fed = jnp.arange(w)[None, :] < (t - 1)[:, None]  # the last token drawn is not fed yet
+        ids = jnp.concatenate([prompt_ids[seq // g], state["tokens"][seq]], axis=1)
+        _, cache = _prefill(params, config, ids, jnp.concatenate([prompt_mask[seq // g] > 0, fed], axis=1))
+        own = (index >= (prompt_len // ps * ps)[:, None]) & (index < (prompt_len + t - 1)[:, None]) & live[:, None]
+        entry = jnp.minimum(index // ps, shape.table_width - 1)
+        page = jnp.where(own, jnp.take_along_axis(take(state["table"]), entry, 1), none)
+        column = jnp.minimum(index + (width - prompt_len)[:, None], width + w - 1)
+        return _write_sequences(pool, cache, column, page, jnp.broadcast_to(index % ps, page.shape))
+
+    pool = jax.lax.fori_loop(0, len(starts), slots, pool)
+    seq = jnp.maximum(state["slot_seq"], 0)
+    slot_tokens = jnp.where(running, state["prompt_len"][seq // g] + state["slot_t"] - 1, 0)
+    tokens = jnp.sum(slot_tokens) + jnp.sum(jnp.where(needed, state["prompt_len"], 0))
+    return dict(
+        state,
+        pool=pool,
+        prompt_logits=logits,
+        prompt_version=jnp.where(needed, state["version"], state["prompt_version"]),
+        recomputed=state["recomputed"] + tokens.astype(jnp.float32),
+    )
 
 
 SLOT_KEYS = ("slot_seq", "slot_t", "slot_last", "slot_done", "table")

@@ -206,13 +206,28 @@ class PagedSession:
         """Rows pushed that have not taken a slot yet."""
         return self._scalar("tail") - self._scalar("head")
 
-    def set_params(self, params, version: int) -> None:
-        """Decode from now on with ``params`` (the policy after ``version`` learner updates): the
-        sequences running keep their KV and continue; every token records the version that drew it."""
+    def set_params(self, params, version: int, *, recompute: bool = False, chunk: int = 8) -> None:
+        """Decode from now on with ``params`` (the policy after ``version`` learner updates); every
+        token records the version that drew it. The sequences running continue on their kept KV, or
+        with ``recompute`` on KV the new weights write again (their prompts and every token fed so
+        far, ``chunk`` sequences per prefill; counted in stats()["recomputed"])."""
         self._check_open()
         self._take(params)
         self.version = int(version)
         self.state = dict(self.state, version=jnp.asarray(self.version, jnp.int32))
+        if recompute:
+            if self.shape.slots != self.full_shape.slots:  # one program: at the full slot width
+                self._resize(self.full_shape.slots)
+            with self._mesh():
+                self.state = engine.recompute(
+                    self.state,
+                    self.params,
+                    jnp.asarray(self.prompt_ids),
+                    jnp.asarray(self.prompt_mask),
+                    config=self.config,
+                    shape=self.shape,
+                    chunk=chunk,
+                )
 
     def push(
         self,
@@ -371,9 +386,11 @@ class PagedSession:
     def stats(self) -> dict:
         """Decode steps, slot-steps, slot-steps that produced a token, attention key slots read (the
         XLA path: every slot up to the longest; own_reads: a paged kernel's, each slot its own blocks),
-        generated tokens, the full slot width."""
-        keys = ("steps", "slot_steps", "live_steps", "reads", "own_reads", "lengths")
-        steps, slot_steps, live, reads, own_reads, lengths = (int(shd.to_host(self.state[k]).sum()) for k in keys)
+        generated tokens, tokens prefilled again after weight updates, the full slot width."""
+        keys = ("steps", "slot_steps", "live_steps", "reads", "own_reads", "lengths", "recomputed")
+        steps, slot_steps, live, reads, own_reads, lengths, recomputed = (
+            int(shd.to_host(self.state[k]).sum()) for k in keys
+        )
         return dict(
             steps=steps,
             slot_steps=slot_steps,
@@ -381,6 +398,7 @@ class PagedSession:
             reads=reads,
             own_reads=own_reads,
             generated=lengths,
+            recomputed=recomputed,
             slots=self.full_shape.slots,
         )
 

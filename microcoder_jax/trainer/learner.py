@@ -137,7 +137,14 @@ class Learner:
         return batch, jax.device_get(metrics), time.perf_counter() - t0, gap
 
 
-PARTIAL_KEYS = ("token_age_max", "stale_token_frac", "groups_carried", "groups_dropped_stale", "prompts_in_flight")
+PARTIAL_KEYS = (
+    "token_age_max",
+    "stale_token_frac",
+    "groups_carried",
+    "groups_dropped_stale",
+    "prompts_in_flight",
+    "recomputed_tokens",
+)
 
 
 def decode_metrics(decode: dict, staleness: int) -> dict:

@@ -119,11 +119,10 @@ class PartialRollouts:
         run, n = self.run, self.run.data.num_prompts
         if self.session is None:
             self._open(params, version, rng)
-        elif self.session.version != version:
-            self.session.set_params(params, version)
-        session = self.session
-        assert session is not None
-        before = session.stats()
+        assert self.session is not None
+        session, before = self.session, self.session.stats()
+        if session.version != version:
+            session.set_params(params, version, recompute=run.rl_config.partial_recompute)
         every = self.sampler.report_every(run.sampling.max_new_tokens)
         batch: list[Group] = []
         counts: dict = {}
@@ -207,6 +206,7 @@ def _stats(batch: list[Group], version: int, before: dict, after: dict, dropped:
         "groups_carried": carried,
         "groups_dropped_stale": dropped["stale"],
         "prompts_in_flight": in_flight,
+        "recomputed_tokens": after["recomputed"] - before["recomputed"],  # rl.partial_recompute's prefill
     }
 
 
