@@ -11,6 +11,8 @@ the counts do not depend on the weights or on this machine's load.
 * partial (`rl.partial_rollouts=True`): one session across batches with the worker's own push rule
   (`trainer.partial.should_push`); a batch is handed on when `prompts` groups have finished and the
   weights version is bumped (`set_params`), the rows still running continue.
+* partial, KV recomputed (`rl.partial_recompute=True`): the same, and at each hand-off the rows
+  still running prefill their prompt and tokens again (counted: tokens prefilled again).
 
 Printed per side: decode steps per batch, slot utilisation (live slot-steps / (decode steps x S):
 how full the engine ran), against the floor of tokens / S; for the partial side also the token ages
@@ -83,7 +85,7 @@ def per_step(params, config, prompts, lengths, args) -> dict:
     return total
 
 
-def partial(params, config, prompts, lengths, args) -> dict:
+def partial(params, config, prompts, lengths, args, recompute: bool = False) -> dict:
     import jax
 
     from microcoder_jax.sampling.paged_sampler import PagedSession
@@ -110,7 +112,7 @@ def partial(params, config, prompts, lengths, args) -> dict:
             batch, finished = finished[:n], finished[n:]
             ages += [handed - v for out in batch for v in out.versions[out.versions >= 0].ravel()]
             handed += 1
-            session.set_params(params, handed)
+            session.set_params(params, handed, recompute=recompute)
         if handed == args.batches:
             break
         while pushed < len(prompts) and should_push(session, n):
@@ -132,6 +134,7 @@ def partial(params, config, prompts, lengths, args) -> dict:
         "token_age_mean": float(age.mean()),
         "stale_token_frac": float((age > 0).mean()),
         "token_age_max": int(age.max()),
+        "recomputed": stats["recomputed"],
     }
 
 
@@ -159,6 +162,7 @@ def main(argv=None) -> int:
     floor = tokens / args.slots / args.batches
     sides = {"per step (today)": per_step(params, config, prompts, lengths, args)}
     sides["partial rollouts"] = partial(params, config, prompts, lengths, args)
+    sides["partial, KV recomputed"] = partial(params, config, prompts, lengths, args, recompute=True)
     measured = slice(0, args.batches)
     steady = decode_sim.steady_steps(
         np.concatenate(lengths[measured]),
@@ -182,6 +186,12 @@ def main(argv=None) -> int:
         f"partial rollouts: token age mean {part['token_age_mean']:.2f} batches, max {part['token_age_max']}, "
         f"{part['stale_token_frac']:.1%} of tokens drawn by older weights; planner steady state "
         f"{steady / args.batches:.1f} decode steps per batch (engine: {part['steps_per_batch']:.1f})"
+    )
+    again = sides["partial, KV recomputed"]
+    print(
+        f"KV recomputed at each hand-off: {again['recomputed'] / args.batches:.0f} tokens prefilled again per "
+        f"batch ({again['recomputed'] / tokens:.1%} of a batch's generated tokens), "
+        f"the same decode steps ({again['steps_per_batch']:.1f})"
     )
     if args.json:
         with open(args.json, "w") as f:

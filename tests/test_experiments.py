@@ -221,6 +221,18 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
     assert e.value.code == 2 and "--seeds=0: must be >= 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["truncation", "temperature", "staleness", "lora", "pool_and_packing"])
+def test_every_arm_is_a_valid_config(name, tmp_path):
+    """Each arm's overrides name real knobs with values the config accepts (a typo fails here,
+    not an hour into an experiment)."""
+    import importlib
+
+    from microcoder_jax import config as config_lib
+
+    for arm in importlib.import_module(f"microcoder_jax.experiments.{name}").ARMS:
+        config_lib.validate(common.run_config(arm, 0, 40, False, str(tmp_path)))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["truncation", "temperature", "staleness"])
 def test_experiment_command_short(tmp_path, name, capsys):

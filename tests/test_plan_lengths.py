@@ -340,3 +340,27 @@ def test_colab_notebook_tpu_cells_fit_one_chip(topology):
         ev, parse_topology(topology), search=False, compile_=False, only=("eval admit", "eval decode")
     )
     assert len(result.rows) == 2 and result.fits, [(r.program.name, r.total / 2**30) for r in result.rows]
+
+
+def test_partial_recompute_is_planned_as_a_prefill_of_every_slot_at_full_width():
+    from microcoder_jax.plan import analytic
+
+    overrides = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.slots=8", "rl.partial_rollouts=true"]
+    got = {}
+    for recompute in (False, True):
+        config = cli.load_config(DEMO, [*overrides, f"rl.partial_recompute={recompute}"])
+        result = planner.plan(config, parse_topology("h100", devices=4), search=False)
+        times = timing.program_times(result, config, lengths.parse("paper"))
+        got[recompute] = ({t.name: t for t in times}, timing.step_summary(result, config, times))
+    names, summary = got[True]
+    assert "sample recompute" not in got[False][0]
+    row = names["sample recompute"]
+    decode = next(r.program for r in result.rows if r.program.name == "sample decode")
+    shape = decode.kwargs["shape"]
+    _, _, tokens = analytic.recompute(
+        decode.model_config, shape.slots, shape.prompt_width, shape.max_new, shape.max_prompts
+    )
+    assert tokens == shape.slots * (shape.prompt_width + shape.max_new) + shape.max_prompts * shape.prompt_width
+    assert f"{tokens:,} tokens" in row.note and row.serial_s > 0
+    added = summary["phases"]["sampling"]["serial_s"] - got[False][1]["phases"]["sampling"]["serial_s"]
+    assert added == pytest.approx(row.serial_s)

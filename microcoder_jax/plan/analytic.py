@@ -87,6 +87,23 @@ def adapter_flops(mc, tokens: int) -> float:
     return 2.0 * mc.num_adapter_params() * tokens if _lora(mc) else 0.0
 
 
+def recompute(mc, slots: int, width: int, max_new: int, prompts: int) -> tuple[float, float, int]:
+    """`paged_engine.recompute` once (rl.partial_recompute, at each weight update): FLOPs, HBM
+    bytes (the weights, once per chunk of 8 sequences) and tokens. It prefills every slot at the
+    full width P + W (its real tokens are fewer: the cost of one static shape) and every prompt
+    position at P, dense, whole; the prompts' last-position head is left out."""
+    *_, l, layer = _dims(mc)
+    full = width + max_new
+    tokens = slots * full + prompts * width
+    causal_skip = mc.attention in ("splash", "cudnn")
+    flops = 2.0 * l * layer * tokens + adapter_flops(mc, tokens)
+    flops += _attention_flops(mc, slots, full, full, causal_skip) + _attention_flops(
+        mc, prompts, width, width, causal_skip
+    )
+    chunks = -(-slots // 8) + -(-prompts // 8)
+    return flops, chunks * weights_read(mc), tokens
+
+
 def _split(n: int, shards: int) -> int:
     """Rows per device: split when the shards divide them, else every device holds all (sharding.py)."""
     return n // shards if n % shards == 0 else n

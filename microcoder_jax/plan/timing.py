@@ -121,13 +121,30 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
             hbm, coll = 0.0, packed[name]["ici_s"] * topo.chip.ici_bandwidth
             note = "packed (rl.packing)"
         t = ProgramTime(name, calls, compute, hbm, _link(topo, coll), coll, note)
+        extra = None
+        if tag == "sample" and name.endswith("decode") and paged.is_paged(p) and rl_config.partial_recompute:
+            shape = p.kwargs["shape"]
+            flops, hbm_bytes, again = analytic.recompute(
+                p.model_config, shape.slots, shape.prompt_width, shape.max_new, shape.max_prompts
+            )
+            re_compute, re_hbm = _seconds(flops, hbm_bytes, topo)
+            extra = ProgramTime(
+                "sample recompute",
+                1,
+                re_compute,
+                re_hbm,
+                0.0,
+                0.0,
+                f"rl.partial_recompute: {again:,} tokens prefilled again per weight update (every slot at "
+                "P + W, every prompt position; analytic, collectives left out)",
+            )
         if name == "train step" and t.serial_s > 0:
             mfu = est.model_flops / (t.serial_s * topo.num_devices * topo.chip.peak_flops)
             lora = "LoRA: no base weight gradients" if p.model_config.lora_rank else ""
             t.note = "; ".join(x for x in (t.note, lora, f"implied MFU <= {mfu:.0%}") if x)
         elif name.endswith("decode") and tokens and t.serial_s > 0:
             t.note = "; ".join(x for x in (t.note, f"<= {tokens / t.serial_s:,.0f} tokens/s") if x)
-        out.append(t)
+        out += [t] if extra is None else [t, extra]
     return out
 
 
@@ -153,7 +170,7 @@ def packed_times(plan, config, profile, seed: int = 0) -> dict:
 
 
 PHASES = {
-    "sampling": ("decode layout", "sample prefill", "sample admit", "sample decode"),
+    "sampling": ("decode layout", "sample prefill", "sample admit", "sample decode", "sample recompute"),
     "old log-probs": ("old log-probs",),
     "train": ("train step",),
     "eval": ("eval prefill", "eval admit", "eval decode"),
