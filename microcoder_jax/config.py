@@ -312,12 +312,6 @@ def _check_across(config, typed: dict) -> list[str]:
             f"needs the paged sampler (a session whose rows outlive a step), not sampling.engine="
             f"{sampling.engine}: set --config.sampling.engine=paged",
         )
-    if rl.partial_recompute and not rl.partial_rollouts:
-        fail(
-            "rl.partial_recompute",
-            True,
-            "only acts on rows carried across a weight update: set --config.rl.partial_rollouts=True too",
-        )
     if rl.partial_rollouts and rl.off_policy_steps:
         fail(
             "rl.off_policy_steps",

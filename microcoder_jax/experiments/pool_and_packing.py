@@ -4,7 +4,7 @@ Do the planner's two largest cuts change what a run learns? The CPU truncation t
 (configs/truncation_task.py, conditional truncation at rho 0.1, the microcoder preset) on the paged
 sampler, synchronous, with the float page pool against the int8 pool (`sampling.kv_dtype=int8`:
 keys and values stored as int8 with a scale per token and head), packed training passes
-(`rl.packing=true`: several responses per row, attention within each) and both. Same seeds, warm
+(`rl.packing=true`: several responses per row, attention within each). Same seeds, warm
 starts, prompts and evaluation keys in every arm; 6 seeds by default. Writes DIR/summary.json,
 DIR/table.md (paired differences from the float, padded arm) and DIR/curves.png. The arm
 `paged_sync` is the staleness experiment's own: an --out shared with it reuses those runs.
@@ -24,7 +24,6 @@ ARMS = (
     common.Arm("paged_sync", RULE, PAGED, label="float pool, padded passes"),
     common.Arm("paged_int8", RULE, (*PAGED, *INT8), label="int8 pool"),
     common.Arm("paged_packed", RULE, (*PAGED, *PACKED), label="packed passes"),
-    common.Arm("paged_int8_packed", RULE, (*PAGED, *INT8, *PACKED), label="int8 pool + packed passes"),
 )
 KEYS = ("reward_mean", "response_length_mean", "entropy", "sampler_logprob_gap", "eval_greedy_pass@1", "eval_pass@1")
 

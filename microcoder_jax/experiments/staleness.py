@@ -26,7 +26,12 @@ ARMS = (
     common.Arm("sync_half_lr", RULE, HALF_LR, label="synchronous, half lr"),
     common.Arm("k1_tis_half_lr", RULE, (*K1, "rl.is_correction=tis", *HALF_LR), label="k = 1, tis, half lr"),
     common.Arm("paged_sync", RULE, PAGED, label="paged engine, synchronous"),
-    common.Arm("paged_partial", RULE, (*PAGED, "rl.partial_rollouts=True"), label="paged engine, partial rollouts"),
+    common.Arm(
+        "paged_partial",
+        RULE,
+        (*PAGED, "rl.partial_rollouts=True", "rl.partial_recompute=False"),
+        label="partial rollouts, KV kept",
+    ),
     common.Arm(
         "paged_partial_recompute",
         RULE,

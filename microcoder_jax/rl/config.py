@@ -104,17 +104,17 @@ class RLConfig(Block):
         at_least=0,
     )
     # Partial rollouts (trainer/partial.py): one paged session runs across steps; a batch is the
-    # first groups to finish, rows still decoding continue under the next weights (KV kept).
+    # first groups to finish, rows still decoding continue under the next weights (KV recomputed).
     partial_rollouts: bool = knob(
         False,
         "keep the paged sampler's slots full across steps: a batch is the first data.num_prompts "
         "groups to finish; unfinished rows continue with the next weights (needs sampling.engine=paged)",
     )
     partial_recompute: bool = knob(
-        False,
+        True,
         "partial rollouts: after a weight update the rows still decoding prefill their prompt and "
-        "tokens again with the new weights (their KV then matches the policy that continues them) "
-        "instead of keeping the KV the older weights wrote",
+        "tokens again with the new weights (False: they keep the KV the older weights wrote; "
+        "docs/experiments.md 'Stale rollouts' compares both)",
     )
     max_staleness: int = knob(
         4,
