@@ -60,6 +60,11 @@ def get_config(arg: str = "qwen3-1.7b,microcoder"):
     c.sampling.max_new_tokens = 4096
     c.sampling.engine = "paged"  # continuous batching over a paged KV cache: S slots, not all 512 rows
     c.sampling.decode_tensor = -1  # the sampler splits KV heads, pool and weights over the chips, not FSDP
+    # The planner's two largest cuts, on once they held up on a run (docs/method.md, "Defaults that
+    # are not the paper's"): keys and values stored as int8 with a scale per token and head (decode
+    # reads half the bytes), and training passes packed with several responses per row.
+    c.sampling.kv_dtype = "int8"
+    c.rl.packing = True
     c.temperature.policy = "constant"  # 1.2: the paper's stable setting for Qwen3
     c.temperature.temperature = 1.2
     c.rl.preset = algorithm

@@ -13,9 +13,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAPER = os.path.join(ROOT, "configs", "paper.py")
 
 
-def _plan(capsys, *args):
-    code = main(["--config", PAPER, *args])
+# the search and cut tests start from the paper config before its int8 pool and packing defaults
+BF16_POOL = ("--config.sampling.kv_dtype=model", "--config.rl.packing=false")
+
+
+def _plan(capsys, *args, shipped: bool = False):
+    code = main(["--config", PAPER, *(() if shipped else BF16_POOL), *args])
     return code, capsys.readouterr().out
+
+
+def test_the_paper_config_as_shipped_fits_one_a100(capsys):
+    """With the int8 pool on by default the 1.7B paper config fits one A100-80GB as it is (the
+    bf16 pool's admit needs the search, below), decoding with the Triton paged kernel."""
+    code, out = _plan(capsys, "--topology", "a100-80gb", "--devices", "1", shipped=True)
+    assert code == 0 and "verdict: every program fits" in out
+    assert "the Pallas (Triton) paged kernel (decode)" in out, out[:600]
 
 
 def test_gpu_plan_names_the_attention_the_gpu_would_run(capsys):

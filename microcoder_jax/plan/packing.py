@@ -121,7 +121,11 @@ def compare_mask(config, topology, mask) -> dict:
             est = (analytic.train_step if train else analytic.logprobs)(progs[prog_name], mesh, s, rl)
             steps = s.rows // s.micro
             coll = collective_bytes(progs[prog_name].model_config, mesh, steps, train) / ici
-            out["passes"][(prog_name, name)] = {"compute_s": est.seconds(chip, n), "ici_s": coll}
+            out["passes"][(prog_name, name)] = {
+                "compute_s": est.seconds(chip, n),
+                "ici_s": coll,
+                "model_flops": est.model_flops,
+            }
     return out
 
 

@@ -88,6 +88,7 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
         coll = _collective_bytes(row, mesh, sh, {"train step": True, "old log-probs": False}.get(name))
         compute, hbm = _seconds(est.flops, est.hbm_bytes, topo)
         calls, note = 1, ""
+        model_flops = est.model_flops
         if name.endswith("admit"):
             prompts = sh.prompts if tag == "sample" else sh.eval_prompts
             calls = -(-prompts // p.args[2].shape[0])
@@ -117,12 +118,13 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
             note = f"static sampler: all rows decode {longest} steps"
         elif name in ("train step", "old log-probs") and rl_config.packing and not profile.is_cap:
             packed = packed_times(plan, config, profile, seed)
-            compute = packed[name]["compute_s"]
+            compute, model_flops = packed[name]["compute_s"], packed[name]["model_flops"]
             hbm, coll = 0.0, packed[name]["ici_s"] * topo.chip.ici_bandwidth
             note = "packed (rl.packing)"
         t = ProgramTime(name, calls, compute, hbm, _link(topo, coll), coll, note)
         extra = None
-        if tag == "sample" and name.endswith("decode") and paged.is_paged(p) and rl_config.partial_recompute:
+        recompute = rl_config.partial_rollouts and rl_config.partial_recompute
+        if tag == "sample" and name.endswith("decode") and paged.is_paged(p) and recompute:
             shape = p.kwargs["shape"]
             flops, hbm_bytes, again = analytic.recompute(
                 p.model_config, shape.slots, shape.prompt_width, shape.max_new, shape.max_prompts
@@ -139,7 +141,7 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
                 "P + W, every prompt position; analytic, collectives left out)",
             )
         if name == "train step" and t.serial_s > 0:
-            mfu = est.model_flops / (t.serial_s * topo.num_devices * topo.chip.peak_flops)
+            mfu = model_flops / (t.serial_s * topo.num_devices * topo.chip.peak_flops)
             lora = "LoRA: no base weight gradients" if p.model_config.lora_rank else ""
             t.note = "; ".join(x for x in (t.note, lora, f"implied MFU <= {mfu:.0%}") if x)
         elif name.endswith("decode") and tokens and t.serial_s > 0:
