@@ -176,3 +176,19 @@ def test_only_models_names_a_model_family_or_its_param_keys():
                     if family_names.search(line) or param_key.search(line):
                         found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_no_function_in_the_trainer_is_longer_than_a_screen():
+    """The training loop reads in one screen per function (trainer/loop.py's step body is a function
+    of its own): no function or method in trainer/ over 80 lines."""
+    import ast
+    import glob
+
+    long = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "trainer", "*.py"))):
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # pyright: ignore[reportOptionalOperand]
+                if lines > 80:
+                    long.append(f"{os.path.basename(path)}:{node.name} ({lines} lines)")
+    assert not long, long

@@ -145,6 +145,22 @@ def by_length(lengths, passed, cap: int, bins: int = LENGTH_BINS) -> list[dict]:
     return out
 
 
+def _failure_reasons(results, codes, truncated, judged, texts, examples: dict) -> np.ndarray:
+    """Each answer's index in FAILURE_REASONS (-1: not judged); keeps the first answers of each
+    reason in ``examples`` (up to EXAMPLES_PER_REASON)."""
+    reason = np.array(
+        [
+            FAILURE_REASONS.index(failure_reason(r, c, bool(t))) if j else -1
+            for r, c, t, j in zip(results, codes, truncated, judged)
+        ],
+        np.int32,
+    )
+    for r, text in zip(reason, texts):
+        if r >= 0 and len(examples.setdefault(FAILURE_REASONS[r], [])) < EXAMPLES_PER_REASON:
+            examples[FAILURE_REASONS[r]].append(text)
+    return reason
+
+
 def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, samples=None) -> dict:
     """Sample `eval.samples` answers per problem in the date window (at `eval.temperature`; the
     keyword arguments override both), judge them, summarize pass@k and the answers' lengths."""
@@ -190,17 +206,7 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
         rewards, passed, _, _ = verdict_arrays(results, codes, "all")
         judged = np.isfinite(rewards)  # a judge_error's reward is NaN: not the answer's fault
         mine = np.asarray(out.truncated[:n])[judge.rows]
-        texts = judge.row_inputs()[1]
-        reason = np.array(
-            [
-                FAILURE_REASONS.index(failure_reason(r, c, bool(t))) if j else -1
-                for r, c, t, j in zip(results, codes, mine, judged)
-            ],
-            np.int32,
-        )
-        for r, text in zip(reason, texts):
-            if r >= 0 and len(examples.setdefault(FAILURE_REASONS[r], [])) < EXAMPLES_PER_REASON:
-                examples[FAILURE_REASONS[r]].append(text)
+        reason = _failure_reasons(results, codes, mine, judged, judge.row_inputs()[1], examples)
         passed, judged, reason = sharding.allgather_rows([passed, judged, reason], n)
         reasons += np.asarray(reason)[np.asarray(judged, bool)].tolist()
         judge_errors += int(n - judged.sum())

@@ -24,11 +24,13 @@ import os
 import shutil
 import sys
 import time
+from typing import Any, Callable
 
 import jax
 
 from microcoder_jax import cli, sharding
 from microcoder_jax.trainer import compile_cache, preemption, wandb_writer
+from microcoder_jax.trainer import evaluation as eval_lib
 from microcoder_jax import config as config_lib
 from microcoder_jax.models.checkpoint import Checkpointer, CheckpointReadError, CheckpointWriteError
 from microcoder_jax.config import validate
@@ -59,15 +61,51 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
     metrics record. A finished run logs its summary (`metrics.run_summary`; `eval_command`:
     the eval command it shows).
     """
-    from tqdm import tqdm
+    blocks, run, workdir = _prepare(config, workdir, log_fn, preflight)
+    loop = _open(config, blocks, run, workdir, log_fn)
+    guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
+    try:
+        for step in range(loop.start, run.train.steps):
+            produced, record = _step(loop, step)
+            done = step + 1
+            if on_step is not None:
+                on_step(done, record)
+            _stop_on_nonfinite(loop, done)
+            _evaluate_and_save(loop, done, produced, guard)
+    finally:
+        _close(loop, guard)
+    if loop.primary:
+        for line in run_summary(workdir, evaluate=eval_command, checkpoints=_kept_steps(loop.ckpt.directory)):
+            log_fn(line)
+    return loop.learner.state
 
-    from microcoder_jax.trainer import evaluation as eval_lib
-    from microcoder_jax.evaluator.config import open_pool
-    from microcoder_jax.trainer.setup import problem_files
-    from microcoder_jax.sampling.temperature import TemperatureScheduler
 
+@dataclasses.dataclass
+class _Loop:
+    """What the steps of one run share: the run, its two roles, and where the results go."""
+
+    run: Any
+    workdir: str
+    primary: bool
+    log_fn: Callable
+    ckpt: Checkpointer
+    meta: dict  # the checkpoint's own fields, saved again with every checkpoint
+    start: int
+    learner: Learner
+    worker: RolloutWorker
+    pipeline: Pipeline
+    pool: JudgeCounter
+    saver: RolloutSaver
+    writer: MetricsWriter | None
+    bar: Any  # tqdm
+    line_mode: bool  # one plain line per train.log_every steps (a log file, not a terminal)
+    nonfinite_streak: int = 0  # consecutive steps with a skipped non-finite update
+
+
+def _prepare(config, workdir: str, log_fn, preflight):
+    """Validate, preflight, and set up the run (tokenizer, problems, model shape) before writing its
+    config.json: a failed set-up leaves no half-made workdir. Returns (typed blocks, run, workdir)."""
     blocks = validate(config)
-    train_config, rl = blocks["train"], blocks["rl"]
     if blocks["mesh"].rollout_devices and jax.process_count() > 1:
         raise config_lib.ConfigError(
             f"mesh.rollout_devices={blocks['mesh'].rollout_devices:g}: a rollout mesh of "
@@ -77,7 +115,7 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
     if preflight is not None:
         preflight(config, log_fn)
     workdir = os.path.abspath(workdir)
-    compile_cache.enable(train_config.compile_cache, workdir)  # before the first compile
+    compile_cache.enable(blocks["train"].compile_cache, workdir)  # before the first compile
     primary = jax.process_index() == 0
     # before anything is written: a resume with a changed config is checked against config.json,
     # and set-up (tokenizer, problems, model shape) must succeed before config.json is saved
@@ -90,6 +128,17 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
             shutil.rmtree(workdir, ignore_errors=True)
         raise
     record_config(workdir, config_lib.to_dict(config), write=primary, log_fn=log_fn)
+    return blocks, run, workdir
+
+
+def _open(config, blocks, run, workdir: str, log_fn) -> _Loop:
+    """Restore or start the state, open the writers, the judge pool and both roles, probe the
+    temperature, take back what a checkpoint kept in flight, evaluate the start; the pipeline last."""
+    from microcoder_jax.evaluator.config import open_pool
+    from microcoder_jax.sampling.temperature import TemperatureScheduler
+    from microcoder_jax.trainer.setup import problem_files
+
+    rl, primary = blocks["rl"], jax.process_index() == 0
     ckpt = Checkpointer(
         os.path.join(workdir, "checkpoints"), keep=run.train.keep_checkpoints, async_save=run.train.async_checkpoint
     )
@@ -101,32 +150,12 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
     if begin.scheduler_state is not None:
         scheduler.load_state_dict(begin.scheduler_state)
     data = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
-    wandb_run = (
-        wandb_writer.open_writer(
-            config, workdir, resume=bool(start), extra_config={"rl_resolved": dataclasses.asdict(rl)}
-        )
-        if primary
-        else None
-    )
-    writer = (
-        MetricsWriter(workdir, resume_step=start if start else None, tensorboard=run.train.tensorboard, extra=wandb_run)
-        if primary
-        else None
-    )
+    writer = _metrics_writer(config, run, workdir, start, rl) if primary else None
     pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
     learner = Learner(run, state, begin.ref_params)
     worker = RolloutWorker(run, pool, scheduler, data, state.params, start)
     saver = RolloutSaver(run, workdir, begin.meta)  # train.save_rollouts: batches kept for replay.py
-    # a log file (not a terminal) gets one plain line per train.log_every steps, not tqdm's \r updates
-    terminal = sys.stdout.isatty() and sys.stderr.isatty()
-    line_mode = primary and run.train.log_every > 0 and not (run.train.progress and terminal)
-    bar = tqdm(
-        total=run.train.steps,
-        initial=start,
-        desc="train",
-        disable=not (run.train.progress and primary) or line_mode,
-        dynamic_ncols=True,
-    )
+    bar, line_mode = _progress(run, start, primary)
     decision = worker.probe(log_fn)
     if decision is not None and writer is not None:
         writer.write_text(0, "temperature", json.dumps(decision.to_dict()))
@@ -148,6 +177,54 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
         ready=tuple(in_flight),
         inline=jax.process_count() > 1,
     )
+    _warn_about_staleness(rl, pipeline, log_fn)
+    return _Loop(
+        run=run,
+        workdir=workdir,
+        primary=primary,
+        log_fn=log_fn,
+        ckpt=ckpt,
+        meta=begin.meta,
+        start=start,
+        learner=learner,
+        worker=worker,
+        pipeline=pipeline,
+        pool=pool,
+        saver=saver,
+        writer=writer,
+        bar=bar,
+        line_mode=line_mode,
+    )
+
+
+def _metrics_writer(config, run, workdir: str, start: int, rl) -> MetricsWriter:
+    """metrics.jsonl (+ TensorBoard, + W&B when configured); a resume appends after `start`."""
+    wandb_run = wandb_writer.open_writer(
+        config, workdir, resume=bool(start), extra_config={"rl_resolved": dataclasses.asdict(rl)}
+    )
+    return MetricsWriter(
+        workdir, resume_step=start if start else None, tensorboard=run.train.tensorboard, extra=wandb_run
+    )
+
+
+def _progress(run, start: int, primary: bool):
+    """The tqdm bar, and whether to log plain lines instead: a log file (not a terminal) gets one
+    line per train.log_every steps, not tqdm's \r updates."""
+    from tqdm import tqdm
+
+    terminal = sys.stdout.isatty() and sys.stderr.isatty()
+    line_mode = primary and run.train.log_every > 0 and not (run.train.progress and terminal)
+    bar = tqdm(
+        total=run.train.steps,
+        initial=start,
+        desc="train",
+        disable=not (run.train.progress and primary) or line_mode,
+        dynamic_ncols=True,
+    )
+    return bar, line_mode
+
+
+def _warn_about_staleness(rl, pipeline: Pipeline, log_fn) -> None:
     if (rl.off_policy_steps or rl.partial_rollouts) and rl.is_correction == "none":
         log_fn(
             "warning: batches sampled by older weights (rl.off_policy_steps / rl.partial_rollouts) without "
@@ -160,104 +237,106 @@ def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, e
             "the learner's thread (same batches as one process, no overlap; see trainer/pipeline.py)"
         )
 
-    nonfinite_streak = 0  # consecutive steps with a skipped non-finite update
-    guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
-    try:
-        for step in range(start, run.train.steps):
-            t_step = time.perf_counter()
-            produced = pipeline.get(step, learner.params, step)  # k = 0: sampled now with these params
-            times = {**produced.times, "rollout_wait": time.perf_counter() - t_step}
-            saver.save_state(step + 1, learner.state)  # before the step donates it
-            batch, step_metrics, times["train"], gap = learner.train(produced.batch)
-            got = dataclasses.replace(
-                produced.got, batch=batch, gaps=produced.got.gaps + ([gap] if gap is not None else [])
-            )
-            saver.save_rollout(step + 1, got, times, produced.temperature, step - produced.version)  # non-finite too
-            # the step skipped its non-finite updates (params untouched); a streak of them stops the run
-            nonfinite_streak = nonfinite_streak + 1 if int(step_metrics["nonfinite_skipped"]) else 0
-            decision = produced.decision
-            record = row(
-                run,
-                step_metrics,
-                batch,
-                produced.div,
-                temperature=produced.temperature,
-                next_temperature=produced.next_temperature,
-                times=times,
-                verdicts=got.verdicts,
-                ds_stats=got.ds_stats,
-                generations=got.generations,
-                gaps=got.gaps,
-                t_step=t_step,
-                judge_tests=produced.judge_tests,
-                staleness=step - produced.version,
-                weights_bytes=produced.weights_bytes,
-                decode=got.decode,
-            )
-            done = step + 1
-            if writer is not None:
-                record = writer.write(done, record)
-                if decision.changed:
-                    writer.write_text(done, "temperature", json.dumps(decision.to_dict()))
-            saver.save_record(done, record, produced.next_temperature)
-            if decision.changed:
-                log_fn(
-                    f"temperature {decision.previous:g} -> {decision.temperature:g} at step {done}: {decision.reason}"
-                )
-            bar.update(1)
-            bar.set_postfix(progress_postfix(record))
-            if line_mode and (done % run.train.log_every == 0 or done == run.train.steps):
-                log_fn(step_line(done, run.train.steps, record))
-            if on_step is not None:
-                on_step(done, record)
-            if nonfinite_streak >= run.train.max_nonfinite_steps:
-                ckpt.wait()  # let pending saves finish before naming the newest
-                raise NonFiniteLossError(
-                    f"{nonfinite_streak} consecutive steps (to step {done}) had non-finite updates, skipped "
-                    f"(train.max_nonfinite_steps={run.train.max_nonfinite_steps}); stopping. The newest "
-                    f"checkpoint (step {ckpt.latest_step()}) holds finite params; lower rl.learning_rate or "
-                    f"check the data before resuming."
-                )
-            if run.train.eval_every and done % run.train.eval_every == 0 and run.eval_problems:
-                pipeline.drain()  # the worker idle: the pool and the sampler are the evaluation's
-                eval_lib.evaluate_at_step(run, pool, learner.params, done, writer, key(run.seed, 3, done), log_fn)
-            stopping = guard.requested
-            if (
-                stopping
-                or done == run.train.steps
-                or (run.train.checkpoint_every and done % run.train.checkpoint_every == 0)
-            ):
-                ahead = pipeline.drain()  # sampled, not yet trained on: saved with the state
-                if ahead:
-                    save_inflight(workdir, done, ahead)
-                if worker.partial is not None:
-                    save_carry(inflight_dir(workdir, done), worker.partial.carried())
-                last = ahead[-1] if ahead else produced  # the worker's state after its newest batch
-                ckpt.save(
-                    done,
-                    saved_part(learner.state),
-                    {"step": done, "data": last.data_state, "scheduler": last.scheduler_state, **begin.meta},
-                )
-                prune_inflight(workdir, set(ckpt.all_steps()) | {done})
-            ckpt.poll()  # a failed background save stops the run here, in one line
-            if stopping and done < run.train.steps:
-                raise guard.stop(done, ckpt.directory)
-            pipeline.publish(learner.params, done)
+
+def _step(loop: _Loop, step: int):
+    """One RL step: the worker's batch (k = 0: sampled now with these params), the learner's update,
+    the metrics row written and shown. Returns (the produced batch, its metrics record)."""
+    run, learner, saver = loop.run, loop.learner, loop.saver
+    t_step = time.perf_counter()
+    produced = loop.pipeline.get(step, learner.params, step)
+    times = {**produced.times, "rollout_wait": time.perf_counter() - t_step}
+    saver.save_state(step + 1, learner.state)  # before the step donates it
+    batch, step_metrics, times["train"], gap = learner.train(produced.batch)
+    got = dataclasses.replace(produced.got, batch=batch, gaps=produced.got.gaps + ([gap] if gap is not None else []))
+    saver.save_rollout(step + 1, got, times, produced.temperature, step - produced.version)  # non-finite too
+    # the step skipped its non-finite updates (params untouched); a streak of them stops the run
+    loop.nonfinite_streak = loop.nonfinite_streak + 1 if int(step_metrics["nonfinite_skipped"]) else 0
+    decision = produced.decision
+    record = row(
+        run,
+        step_metrics,
+        batch,
+        produced.div,
+        temperature=produced.temperature,
+        next_temperature=produced.next_temperature,
+        times=times,
+        verdicts=got.verdicts,
+        ds_stats=got.ds_stats,
+        generations=got.generations,
+        gaps=got.gaps,
+        t_step=t_step,
+        judge_tests=produced.judge_tests,
+        staleness=step - produced.version,
+        weights_bytes=produced.weights_bytes,
+        decode=got.decode,
+    )
+    done = step + 1
+    if loop.writer is not None:
+        record = loop.writer.write(done, record)
+        if decision.changed:
+            loop.writer.write_text(done, "temperature", json.dumps(decision.to_dict()))
+    saver.save_record(done, record, produced.next_temperature)
+    if decision.changed:
+        loop.log_fn(f"temperature {decision.previous:g} -> {decision.temperature:g} at step {done}: {decision.reason}")
+    loop.bar.update(1)
+    loop.bar.set_postfix(progress_postfix(record))
+    if loop.line_mode and (done % run.train.log_every == 0 or done == run.train.steps):
+        loop.log_fn(step_line(done, run.train.steps, record))
+    return produced, record
+
+
+def _stop_on_nonfinite(loop: _Loop, done: int) -> None:
+    limit = loop.run.train.max_nonfinite_steps
+    if loop.nonfinite_streak >= limit:
+        loop.ckpt.wait()  # let pending saves finish before naming the newest
+        raise NonFiniteLossError(
+            f"{loop.nonfinite_streak} consecutive steps (to step {done}) had non-finite updates, skipped "
+            f"(train.max_nonfinite_steps={limit}); stopping. The newest "
+            f"checkpoint (step {loop.ckpt.latest_step()}) holds finite params; lower rl.learning_rate or "
+            f"check the data before resuming."
+        )
+
+
+def _evaluate_and_save(loop: _Loop, done: int, produced, guard) -> None:
+    """After step `done`: evaluate and checkpoint on their schedules (or on a stop request, then
+    stop), and hand the new params to the worker."""
+    run, pipeline, ckpt = loop.run, loop.pipeline, loop.ckpt
+    if run.train.eval_every and done % run.train.eval_every == 0 and run.eval_problems:
+        pipeline.drain()  # the worker idle: the pool and the sampler are the evaluation's
+        eval_lib.evaluate_at_step(
+            run, loop.pool, loop.learner.params, done, loop.writer, key(run.seed, 3, done), loop.log_fn
+        )
+    stopping = guard.requested
+    if stopping or done == run.train.steps or (run.train.checkpoint_every and done % run.train.checkpoint_every == 0):
+        ahead = pipeline.drain()  # sampled, not yet trained on: saved with the state
+        if ahead:
+            save_inflight(loop.workdir, done, ahead)
+        if loop.worker.partial is not None:
+            save_carry(inflight_dir(loop.workdir, done), loop.worker.partial.carried())
+        last = ahead[-1] if ahead else produced  # the worker's state after its newest batch
+        ckpt.save(
+            done,
+            saved_part(loop.learner.state),
+            {"step": done, "data": last.data_state, "scheduler": last.scheduler_state, **loop.meta},
+        )
+        prune_inflight(loop.workdir, set(ckpt.all_steps()) | {done})
+    ckpt.poll()  # a failed background save stops the run here, in one line
+    if stopping and done < run.train.steps:
+        raise guard.stop(done, ckpt.directory)
+    pipeline.publish(loop.learner.params, done)
+
+
+def _close(loop: _Loop, guard) -> None:
+    try:  # the guard stays up while closing: a second signal during the final save exits at once
+        loop.pipeline.close()
+        loop.bar.close()
+        loop.ckpt.close()
+        loop.saver.close()
+        loop.pool.close()
+        if loop.writer is not None:
+            loop.writer.close()
     finally:
-        try:  # the guard stays up while closing: a second signal during the final save exits at once
-            pipeline.close()
-            bar.close()
-            ckpt.close()
-            saver.close()
-            pool.close()
-            if writer is not None:
-                writer.close()
-        finally:
-            guard.uninstall()
-    if primary:
-        for line in run_summary(workdir, evaluate=eval_command, checkpoints=_kept_steps(ckpt.directory)):
-            log_fn(line)
-    return learner.state
+        guard.uninstall()
 
 
 def _kept_steps(directory: str) -> list[int]:
