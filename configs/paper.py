@@ -11,7 +11,8 @@ code-RL runs start from; not in the paper). ALGO: the rl preset, i.e. the only b
   grpo        symmetric clip 0.2, sequence-mean of token-means, k3 KL (beta 0.001) to a frozen reference
   dapo        clip-higher 0.2/0.28, token-mean, soft overlong punishment, dynamic sampling
 Setting (docs/method.md): 64 prompts x G=8 per rollout batch, 4K response tokens in training,
-constant temperature 1.2, 300 steps, evaluation at 8K. Every key is listed by `train --help`.
+constant temperature 1.2, 300 steps, evaluation at 8K; not the paper's, each measured first
+(docs/method.md): an int8 page pool and packed training passes. Every key is listed by `train --help`.
 """
 
 from microcoder_jax.config import default_config
