@@ -168,6 +168,5 @@ def test_every_knob_has_a_meaning():
     assert all(f.metadata.get("meaning", "").strip() for f in dataclasses.fields(RLConfig))
     assert config_lib.rl_from_run() == {
         "group_size": "sampling.group_size",
-        "prompts_per_batch": "data.num_prompts",
         "total_steps": "train.steps",
     }

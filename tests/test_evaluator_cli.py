@@ -135,11 +135,15 @@ def test_cli_warns_about_an_empty_problem_file_and_problems_without_tests(tmp_pa
     assert row["verdict"] == "judge_error" and "no tests" in row["reason"]
 
 
-@pytest.mark.parametrize("module", ["microcoder_jax.evaluator", "microcoder_jax.evaluate"])
-def test_the_judge_command_and_its_old_name_both_run(module):
-    """`python -m microcoder_jax.evaluator` is the judge's command; the old `evaluate` still runs it."""
+def test_the_judge_command_runs_and_its_old_name_is_gone():
+    """`python -m microcoder_jax.evaluator` is the judge's command; the old `evaluate` alias, kept for
+    one release, is gone (`eval` scores a checkpoint, `evaluator` judges programs)."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "microcoder_jax.evaluator", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.startswith("usage: python -m microcoder_jax.evaluator "), done.stderr
+    old = subprocess.run([sys.executable, "-m", "microcoder_jax.evaluate"], capture_output=True, text=True, timeout=120)
+    assert old.returncode != 0 and "No module named microcoder_jax.evaluate" in old.stderr

@@ -40,7 +40,6 @@ class RLConfig(Block):
     preset: str = knob("microcoder", "the algorithm preset: microcoder, dapo or grpo (rl/presets.py)")
     # Advantages: (r - group mean) / (std + eps); std per group, over the batch, or none (Dr.GRPO).
     group_size: int = knob(8, "samples per prompt (G)", from_run="sampling.group_size")
-    prompts_per_batch: int = knob(64, "prompts per rollout batch", from_run="data.num_prompts")
     adv_std: str = knob("group", "advantage std: group, batch or none (Dr.GRPO)")
     adv_eps: float = knob(1e-6, "added to the std")
     adv_std_ddof: int = knob(1, "1: sample std of the G rewards (verl, TRL); 0: population std", choices=(0, 1))
