@@ -86,12 +86,11 @@ def compare_mask(config, topology, mask) -> dict:
 
     rl = dataclasses.replace(config_lib.make_rl_config(config), packing=True)
     mesh = planner.abstract_mesh(config, topology.num_devices)
-    progs = {
-        p.name: p
-        for p in programs.rl_step_programs(config, rl, mesh, tpu=topology.platform)
-        if p.name in ("old log-probs", "train step")
-    }
     sh = programs.shapes_of(config, rl, mesh)
+    progs = {
+        "old log-probs": programs.logprob_program(config, rl, mesh, sh, topology.platform),
+        "train step": programs.train_program(config, rl, mesh, sh, topology.platform),
+    }
     useful = int(mask.sum())
     chip, n, ici = topology.chip, topology.num_devices, topology.chip.ici_bandwidth or float("nan")
     step_pack = packing.for_step(mask, rl, mesh)

@@ -284,8 +284,9 @@ def kv_dtype_rows(plan) -> list[dict]:
     return out
 
 
-def rl_step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Program]:
-    """`programs.rl_step_programs` for `sampling.engine=paged`: admit + run instead of prefill + decode."""
+def step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Program]:
+    """`programs.rl_step_programs` for `sampling.engine=paged`: admit + run instead of prefill + decode
+    (`planner.step_programs` picks one by the config's engine)."""
     from microcoder_jax.plan import programs
     from microcoder_jax.trainer.step_batch import session_prompts
 

@@ -98,6 +98,12 @@ def _open_session_bytes(config, rl_config, progs) -> int:
     return programs.local_bytes(run.args[0]) + programs.local_bytes(run.args[1])
 
 
+def step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list:
+    """The programs of one RL step and of eval sampling for this config's sampler engine."""
+    builder = paged.step_programs if config.sampling.engine == "paged" else programs.rl_step_programs
+    return builder(config, rl_config, mesh, tpu)
+
+
 def plan(
     config,
     topology: Topology,
@@ -112,8 +118,7 @@ def plan(
     rl_config = config_lib.make_rl_config(config)
     compile_ = compile_ and topology.aot_name is not None
     mesh = programs.make_mesh(config, topology.devices()) if compile_ else abstract_mesh(config, topology.num_devices)
-    builder = paged.rl_step_programs if config.sampling.engine == "paged" else programs.rl_step_programs
-    progs = builder(config, rl_config, mesh, tpu=topology.platform)
+    progs = step_programs(config, rl_config, mesh, topology.platform)
     open_session = _open_session_bytes(config, rl_config, progs)
     if not config.train.eval_every:  # a run that never evaluates compiles no eval programs
         progs = [p for p in progs if not p.name.startswith("eval ")]

@@ -244,7 +244,8 @@ def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool | str) -> P
 
 
 def rl_step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Program]:
-    """Every program of one RL step plus eval sampling, in the order the loop runs them."""
+    """Every program of one RL step plus eval sampling, in the order the loop runs them, on the
+    static sampler (prefill + decode; `paged.step_programs` is the paged engine's list)."""
     sh = shapes_of(config, rl_config, mesh)
     mc_prompt = model_config_for(config, tpu, sh.prompt_width)
     out = [decode_layout_program(mc_prompt, mesh)]
