@@ -91,7 +91,6 @@ FLOORS = [
             "api",
             "eval",
             "plot",
-            "evaluate",
             "convert",
             "replay",
             "plan.__main__",

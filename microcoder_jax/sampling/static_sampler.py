@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import sharding as shd
+from microcoder_jax.data.tokenizer import ENDOFTEXT, IM_END
 from microcoder_jax.data.prompts import left_pad, prompt_bucket  # noqa: F401 (prompt_bucket re-exported)
 from microcoder_jax.models import (
     KVCache,
@@ -47,7 +48,7 @@ CACHE_AXES = ("batch", "kv_heads", "length", "head_dim")  # each layer's cache a
 # The decode layout's placement: the training rules with the FSDP-sharded `embed` dim replicated,
 # so weights are whole on every data/FSDP device and split over `tensor` by heads / MLP / vocab.
 DECODE_AXIS_RULES = {**shd.LOGICAL_AXIS_RULES, "embed": None}
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
+END_OF_TURN_TOKENS = (IM_END, ENDOFTEXT)  # the chat template's, named once in data/tokenizer.py
 
 
 @dataclasses.dataclass(frozen=True)
