@@ -89,7 +89,7 @@ def adapter_flops(mc, tokens: int) -> float:
 
 def recompute(mc, slots: int, width: int, max_new: int, prompts: int) -> tuple[float, float, int]:
     """`paged_engine.recompute` once (rl.partial_recompute, at each weight update): FLOPs, HBM
-    bytes (the weights, once per chunk of 8 sequences) and tokens. It prefills every slot at the
+    bytes (the weights, once per chunk of RECOMPUTE_CHUNK sequences) and tokens. It prefills every slot at the
     full width P + W (its real tokens are fewer: the cost of one static shape) and every prompt
     position at P, dense, whole; the prompts' last-position head is left out."""
     *_, l, layer = _dims(mc)
@@ -100,7 +100,9 @@ def recompute(mc, slots: int, width: int, max_new: int, prompts: int) -> tuple[f
     flops += _attention_flops(mc, slots, full, full, causal_skip) + _attention_flops(
         mc, prompts, width, width, causal_skip
     )
-    chunks = -(-slots // 8) + -(-prompts // 8)
+    from microcoder_jax.sampling.paged_sampler import RECOMPUTE_CHUNK as c
+
+    chunks = -(-slots // c) + -(-prompts // c)
     return flops, chunks * weights_read(mc), tokens
 
 

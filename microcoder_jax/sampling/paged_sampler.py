@@ -25,6 +25,7 @@ from microcoder_jax.models.decoding import free
 from microcoder_jax.sampling.static_sampler import SamplerOutput, _per_row, left_pad, prompt_bucket, to_decode_layout
 
 NO_LIMIT = np.iinfo(np.int32).max
+RECOMPUTE_CHUNK = 8  # sequences per prefill when set_params recomputes KV (the planner counts the same)
 
 
 def default_slots(rows: int) -> int:
@@ -206,7 +207,7 @@ class PagedSession:
         """Rows pushed that have not taken a slot yet."""
         return self._scalar("tail") - self._scalar("head")
 
-    def set_params(self, params, version: int, *, recompute: bool = False, chunk: int = 8) -> None:
+    def set_params(self, params, version: int, *, recompute: bool = False, chunk: int = RECOMPUTE_CHUNK) -> None:
         """Decode from now on with ``params`` (the policy after ``version`` learner updates); every
         token records the version that drew it. The sequences running continue on their kept KV, or
         with ``recompute`` on KV the new weights write again (their prompts and every token fed so
