@@ -24,8 +24,8 @@ from microcoder_jax import cli
 from microcoder_jax import config as config_lib
 from microcoder_jax.models.checkpoint import Checkpointer
 from microcoder_jax.evaluator.pool import EvaluatorPool
-from microcoder_jax.trainer.learner import scorer
-from microcoder_jax.trainer.rollout import GroupJudge, collect, finish, generate
+from microcoder_jax.trainer.learner import logprobs
+from microcoder_jax.trainer.rollout import GroupJudge, finish, generate, rows_of, start
 from microcoder_jax.trainer.setup import key, setup, start_state
 
 
@@ -47,7 +47,17 @@ def sequential(run, pool, params, problems, prompts, rng, times):
     )
     times["sample"] += time.perf_counter() - t0
     judge.add(0, sample)
-    return finish(run, judge, sample, times=times, score=scorer(run, params, None, on_host=False))[0]
+    return judge, sample
+
+
+def judged(run, params, judge, sample, times):
+    """The learner's old log-probs dispatched while the pool judges (as the loop does), then the
+    verdicts; returns the rollout once both are done."""
+    rows = rows_of(sample)
+    old = logprobs(run, params, rows["tokens"], rows["attention_mask"], rows["temperature"])
+    rollout = finish(run, judge, sample, times=times)[0]
+    jax.block_until_ready(old)
+    return rollout
 
 
 def main(argv) -> int:
@@ -76,20 +86,10 @@ def main(argv) -> int:
                 times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
                 t0 = time.perf_counter()
                 if name == "overlapped":
-                    rollouts[name] = collect(
-                        run,
-                        pool,
-                        params,
-                        problems,
-                        prompts,
-                        temperature=1.0,
-                        rng=rng,
-                        times=times,
-                        score=scorer(run, params, None, on_host=False),
-                    )[0]
+                    judge, sample = start(run, pool, params, problems, prompts, temperature=1.0, rng=rng, times=times)
                 else:
-                    rollouts[name] = sequential(run, pool, params, problems, prompts, rng, times)
-                jax.block_until_ready(rollouts[name].old_logprobs)
+                    judge, sample = sequential(run, pool, params, problems, prompts, rng, times)
+                rollouts[name] = judged(run, params, judge, sample, times)
                 times["total"] = time.perf_counter() - t0
                 if rep:
                     results[name].append(times)

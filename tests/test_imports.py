@@ -191,3 +191,21 @@ def test_no_function_in_the_trainer_is_longer_than_a_screen():
                 if lines > 80:
                     long.append(f"{os.path.basename(path)}:{node.name} ({lines} lines)")
     assert not long, long
+
+
+ROLLOUT_SIDE = ("worker", "step_batch", "rollout", "partial", "pipeline")
+
+
+def test_the_rollout_side_imports_nothing_of_the_learner():
+    """Data flows one way: the worker's modules (and all they import, transitively) never reach the
+    learner or the loop; the loop hands the worker's batches to the learner."""
+    graph = import_graph()
+    learner = {"microcoder_jax.trainer.learner", "microcoder_jax.trainer.loop"}
+    for side in ROLLOUT_SIDE:
+        seen, todo = set(), [f"microcoder_jax.trainer.{side}"]
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += graph.get(module, ())
+        assert not seen & learner, f"trainer.{side} reaches {sorted(seen & learner)}"

@@ -17,7 +17,7 @@ from microcoder_jax.rl.batch import FIELDS, NAMES, Rollout, abstract, as_rollout
 from microcoder_jax.sampling.temperature import Decision
 from microcoder_jax.trainer.pipeline import Pipeline, load_inflight, prune_inflight, save_inflight
 from microcoder_jax.trainer.step_batch import StepRollout
-from microcoder_jax.trainer.worker import Produced
+from microcoder_jax.trainer.worker import Produced, Sampled
 
 N, S = 4, 6
 
@@ -49,9 +49,14 @@ class FakeWorker:
     def update_weights(self, params, version):
         self.params, self.version = params, version
 
-    def produce(self, step, score=None):
+    def begin(self, step):  # k = 0: the loop scores the rows, then waits for the verdicts
+        sampled = Sampled.made(self.produce(step, via="begin"))
+        assert set(sampled.rows) == {"tokens", "attention_mask", "temperature"}
+        return sampled
+
+    def produce(self, step, via="produce"):
         time.sleep(random.random() * self.jitter)
-        self.calls.append((step, self.version, threading.current_thread().name, score))
+        self.calls.append((step, self.version, threading.current_thread().name, via))
         r = rollout(step).replace(rewards=np.full(N, float(self.params["w"]), np.float32))
         return Produced(
             step,
@@ -71,13 +76,11 @@ class FakeWorker:
 def drive(k: int, steps: int = 6, start: int = 0, ready=(), jitter: float = 0.002, inline: bool = False):
     """The loop's use of a pipeline: get, 'train' (w += 1), publish; returns what each step got."""
     worker, params = FakeWorker(jitter), {"w": np.float32(start)}
-    pipe = Pipeline(
-        worker, k=k, start=start, steps=steps, params=params, score_for=lambda: "scorer", ready=ready, inline=inline
-    )
+    pipe = Pipeline(worker, k=k, start=start, steps=steps, params=params, ready=ready, inline=inline)
     got = []
     try:
         for step in range(start, steps):
-            p = pipe.get(step, params, step)
+            p = pipe.get(step, params, step).wait()
             got.append((p.step, p.version, float(p.batch.rewards[0])))
             time.sleep(random.random() * jitter)
             params = {"w": params["w"] + 1}  # the learner's update: version step + 1
@@ -94,7 +97,7 @@ def test_batches_are_sampled_by_the_version_k_behind_and_never_staler(k):
     for step, version, w in got:
         assert version == max(step - k, 0) and 0 <= step - version <= k
         assert w == version  # sampled with exactly those weights
-    assert all(name == "rollout-worker" and score is None for _, _, name, score in worker.calls)
+    assert all(name == "rollout-worker" and via == "produce" for _, _, name, via in worker.calls)
 
 
 def test_thread_timing_cannot_change_what_a_batch_holds():
@@ -109,14 +112,14 @@ def test_inline_mode_makes_the_threads_batches_in_the_learners_thread(k):
     threaded, _ = drive(k)
     inline, worker = drive(k, inline=True)
     assert inline == threaded
-    assert all(name == threading.main_thread().name and score is None for _, _, name, score in worker.calls)
+    assert all(name == threading.main_thread().name and via == "produce" for _, _, name, via in worker.calls)
     assert [c[0] for c in worker.calls] == list(range(6))  # each batch made once, in step order
 
 
 @pytest.mark.parametrize("inline", [False, True], ids=["thread", "inline"])
 def test_inline_drain_makes_what_the_thread_would_have_ahead(inline):
     worker, params = FakeWorker(), {"w": np.float32(0)}
-    pipe = Pipeline(worker, k=2, start=0, steps=10, params=params, score_for=lambda: None, inline=inline)
+    pipe = Pipeline(worker, k=2, start=0, steps=10, params=params, inline=inline)
     try:
         pipe.get(0, params, 0)
         assert [p.step for p in pipe.drain()] == [1, 2]
@@ -127,15 +130,17 @@ def test_inline_drain_makes_what_the_thread_would_have_ahead(inline):
         pipe.close()
 
 
-def test_k0_produces_on_demand_with_the_learners_params_and_scorer():
+def test_k0_begins_on_demand_with_the_learners_params():
+    """k = 0: the batch is begun in the learner's thread and handed over once sampled (`Sampled`:
+    the learner scores its rows while the judge works); the worker is never given the learner."""
     got, worker = drive(0)
     assert [(s, v) for s, v, _ in got] == [(s, s) for s in range(6)]
-    assert all(name == threading.main_thread().name and score == "scorer" for _, _, name, score in worker.calls)
+    assert all(name == threading.main_thread().name and via == "begin" for _, _, name, via in worker.calls)
 
 
 def test_drain_leaves_the_worker_idle_with_the_batches_it_may_make():
     worker, params = FakeWorker(), {"w": np.float32(0)}
-    pipe = Pipeline(worker, k=2, start=0, steps=10, params=params, score_for=lambda: None)
+    pipe = Pipeline(worker, k=2, start=0, steps=10, params=params)
     try:
         pipe.get(0, params, 0)
         ahead = pipe.drain()  # versions 0 only: batches 1 and 2 (batch 3 waits for version 1)
@@ -148,10 +153,10 @@ def test_drain_leaves_the_worker_idle_with_the_batches_it_may_make():
 
 def test_a_failing_worker_raises_in_the_learner():
     class Broken(FakeWorker):
-        def produce(self, step, score=None):
+        def produce(self, step, via="produce"):
             raise OSError("judge pool gone")
 
-    pipe = Pipeline(Broken(), k=1, start=0, steps=3, params={"w": 0}, score_for=lambda: None)
+    pipe = Pipeline(Broken(), k=1, start=0, steps=3, params={"w": 0})
     with pytest.raises(RuntimeError, match="judge pool gone"):
         pipe.get(0, None, 0)
     pipe.close()
@@ -159,7 +164,7 @@ def test_a_failing_worker_raises_in_the_learner():
 
 def test_inflight_batches_round_trip_and_resume_where_they_left_off(tmp_path):
     worker, params = FakeWorker(), {"w": np.float32(0)}
-    pipe = Pipeline(worker, k=2, start=0, steps=6, params=params, score_for=lambda: None)
+    pipe = Pipeline(worker, k=2, start=0, steps=6, params=params)
     pipe.get(0, params, 0)
     ahead = pipe.drain()
     pipe.close()

@@ -13,7 +13,6 @@ from microcoder_jax.config import default_config
 from microcoder_jax.evaluator import Problem, TestCase, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, informative_groups, refill_certain
-from microcoder_jax.trainer.learner import scorer
 from microcoder_jax.trainer.rollout import GroupJudge, collect, generate
 from microcoder_jax.trainer.setup import block_fields
 from microcoder_jax.trainer.step_batch import collect_step
@@ -129,7 +128,7 @@ def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool, cas
     run.stop_ids = c["stop_ids"]
     problems, prompts, temperature, rng = c["problems"], c["prompts"], c["temperature"], jax.random.PRNGKey(c["seed"])
     judged = OrderPool(pool)
-    rollout, counts, _ = collect(
+    rollout, counts = collect(
         run,
         judged,
         params,
@@ -138,7 +137,6 @@ def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool, cas
         temperature=temperature,
         rng=rng,
         times=times(),
-        score=scorer(run, params, None, on_host=True),
     )
     assert judged.submits == len(problems)  # one submission per group, as each finished
     assert judged.order == c["order"]  # out_of_order: a later group reached the judge first
@@ -208,10 +206,19 @@ def prompt_feed(batches):
     return lambda: next(it)
 
 
+def check_pending(pending):
+    """The judged step batch of a PendingStep; its rows (what the learner scores) are the batch's,
+    and the rollout side computed no old log-probs (the learner does)."""
+    got = pending.wait()
+    for name, value in pending.rows.items():
+        np.testing.assert_array_equal(value, getattr(got.batch, name))
+    assert got.batch.old_logprobs is None and got.batch.ref_logprobs is None
+    return got
+
+
 def check_full_batch(got, width):
     rows = 2 * G
     assert got.batch.rewards.shape == (rows,) and got.batch.tokens.shape == (rows, width + MAX_NEW)
-    assert got.batch.old_logprobs.shape == (rows, width + MAX_NEW)
     informative = informative_groups(got.batch.rewards, G)
     assert informative.sum() + got.ds_stats.get("ds_filled_groups", 0) == 2
     assert sum(got.verdicts.values()) == got.generations * rows
@@ -231,7 +238,7 @@ def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, mo
     lead = [NEVERS] * (3 if case == "session_full" else 1)
     batches = lead + [([EVEN, ODD], [refill, refill[::-1]])] * 3
     counting = CountingPool(pool)
-    got = collect_step(
+    pending = collect_step(
         run,
         counting,
         params,
@@ -239,8 +246,8 @@ def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, mo
         temperature=1.0,
         key_for=lambda k: jax.random.PRNGKey(10 + k),
         times=times(),
-        score=scorer(run, params, None, on_host=True),
     )
+    got = check_pending(pending)
     assert got.generations >= len(lead) + 1 and got.sessions == len(CountingSession.shapes)
     assert counting.submits == got.generations * 2  # every group went to the judge on its own
     widths = [shape.prompt_width for shape in CountingSession.shapes]
@@ -256,7 +263,7 @@ def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, mo
 def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, pool):
     run = make_run(engine="static", dynamic=True)
     batches = [([NEVER, NEVER], [[5, 6], [7, 8]])] + [([EVEN, ODD], [[30, 31], [32, 33]])] * 3
-    got = collect_step(
+    pending = collect_step(
         run,
         pool,
         params,
@@ -264,8 +271,8 @@ def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, po
         temperature=1.0,
         key_for=lambda k: jax.random.PRNGKey(10 + k),
         times=times(),
-        score=scorer(run, params, None, on_host=True),
     )
+    got = check_pending(pending)
     assert got.generations >= 2 and got.sessions == 0
     check_full_batch(got, 16)
 

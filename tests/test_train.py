@@ -31,21 +31,45 @@ def short_demo(**overrides):
     return c
 
 
+EVENTS: list = []  # the demo run's order of "score" (learner) and "judged" (verdicts waited for)
+
+
+def _recorded(name, fn):
+    def wrapper(*args, **kwargs):
+        EVENTS.append(name)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """One shortened demo run; counts XLA compilations per step."""
+    """One shortened demo run; counts XLA compilations per step and records when the learner
+    scored each batch against when its verdicts were waited for (EVENTS)."""
+    from microcoder_jax.trainer import step_batch
+    from microcoder_jax.trainer.learner import Learner
+
     workdir = str(tmp_path_factory.mktemp("demo"))
     compiles, per_step = [0], {}
     jax.monitoring.register_event_duration_secs_listener(
         lambda event, *a, **k: compiles.__setitem__(0, compiles[0] + (event == COMPILE_EVENT))
     )
-    train.train(
-        short_demo(),
-        workdir,
-        log_fn=lambda *a: None,
-        on_step=lambda step, record: per_step.__setitem__(step, compiles[0]),
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Learner, "score", _recorded("score", Learner.score))
+        patch.setattr(step_batch, "finish", _recorded("judged", step_batch.finish))
+        train.train(
+            short_demo(),
+            workdir,
+            log_fn=lambda *a: None,
+            on_step=lambda step, record: per_step.__setitem__(step, compiles[0]),
+        )
     return workdir, per_step
+
+
+def test_old_logprobs_are_dispatched_before_the_verdicts_are_waited_for(demo_run):
+    """One data path: the worker hands the loop each batch once sampled, the learner scores its
+    rows (once) and only then are the verdicts waited for, so the device works while the pool judges."""
+    assert EVENTS == ["score", "judged"] * 30
 
 
 def test_demo_learns(demo_run):

@@ -75,11 +75,18 @@ class Rollout:
         """The set fields as a dict of arrays (what host-side row regrouping works on)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
 
+    def scoring_rows(self) -> dict:
+        """The fields the old-log-prob pass reads (SCORING_FIELDS), known once the rows are sampled."""
+        return {name: getattr(self, name) for name in SCORING_FIELDS}
+
     def replace(self, **changes) -> "Rollout":
         return dataclasses.replace(self, **changes)
 
 
 NAMES = tuple(f.name for f in dataclasses.fields(Rollout))
+# What the learner's old (and reference) log-probs are a function of, besides its params: the
+# rows as sampled, before any verdict. The worker hands these over first (trainer/worker.Sampled).
+SCORING_FIELDS = ("tokens", "attention_mask", "temperature")
 assert set(NAMES) == set(FIELDS), "FIELDS must describe every Rollout field"
 
 

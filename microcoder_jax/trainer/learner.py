@@ -1,18 +1,19 @@
 """The learner: owns the train state, the old (and reference) log-probs, packing and the step.
 
 It trains on the `Rollout`s the rollout worker (worker.py) hands it. Old log-probs are the
-training forward at the learner's params when it trains on the batch (rl.logprobs.batch_logprobs,
-here and nowhere else in the loop): for a synchronous run (rl.off_policy_steps=0) those are the
-params that sampled it, and `scorer()` lets the worker dispatch them per generation batch while
-the judge runs; a batch sampled k updates ago gets them at train time, and rl.is_correction
-weighs the sampler's stale log-probs against them. Packing is decided here for both passes
+training forward at the learner's params when it trains on the batch (`score`, with
+rl.logprobs.batch_logprobs: here and nowhere else in the loop), for every rl.off_policy_steps k:
+the loop calls `score` on a batch's rows as soon as they are sampled, so in a synchronous run
+(k = 0; the params that sampled it) they run on the device while the judge works; a batch
+sampled k updates ago is ready when asked for, and rl.is_correction weighs the sampler's stale
+log-probs against them. Packing is decided here for both passes
 (rl.packing). `row` builds the metrics row of a trained batch: the loop's and replay's tail.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -72,34 +73,9 @@ def logprob_gap(run, old_logprobs, sampler_logprobs, response_mask) -> float:
     return float(_gap(old_logprobs, check["lp"], check["mask"]))
 
 
-Scored = Callable[[Any], tuple[dict, float]]
-
-
-def scorer(run, params, ref_params, *, on_host: bool) -> Callable[[dict, Any], Scored]:
-    """For the synchronous loop: `score(seq, temperature)` dispatches the old (and reference)
-    log-probs of a generation batch at these params now, and returns `done(sampler_logprobs)` ->
-    ({old_logprobs, ref_logprobs}, gap), called once the verdicts are in. `on_host`: as numpy
-    (dynamic sampling regroups rows on the host), else left on the devices."""
-    keep = sharding.to_host if on_host else (lambda x: x)
-
-    def score(seq: dict, temperature) -> Scored:
-        def one(p):
-            return keep(logprobs(run, p, seq["tokens"], seq["attention_mask"], temperature))
-
-        old = one(params)
-        ref = one(ref_params) if ref_params is not None else None
-
-        def done(sampler_lp) -> tuple[dict, float]:
-            return ({"old_logprobs": old, "ref_logprobs": ref}, logprob_gap(run, old, sampler_lp, seq["response_mask"]))
-
-        return done
-
-    return score
-
-
 class Learner:
-    """The train state and its step. `train(batch)` adds the old (and reference) log-probs the
-    batch lacks (at the current params), packs it, runs the step; returns (batch as trained,
+    """The train state and its step. `train(batch, scores)` adds the old (and reference) log-probs
+    (`score`'s, at the current params), packs the batch, runs the step; returns (batch as trained,
     step metrics on the host, seconds, gap or None)."""
 
     def __init__(self, run, state, ref_params):
@@ -112,24 +88,32 @@ class Learner:
     def params(self):
         return self.state.params
 
-    def complete(self, batch: Rollout) -> tuple[Rollout, Optional[float]]:
-        """The batch with old (and reference) log-probs at the current params, and the gap to the
-        sampler's (None when the batch came with its old log-probs: the worker scored it)."""
+    def score(self, rows: dict) -> dict:
+        """The old (and, with rl.kl_beta, reference) log-probs [N, S] of these rows (tokens,
+        attention_mask, temperature) at the current params, dispatched and not waited for."""
+        run = self.run
+
+        def at(params):
+            return logprobs(run, params, rows["tokens"], rows["attention_mask"], rows["temperature"])
+
+        ref = at(self.ref_params) if run.rl_config.uses_reference else None
+        return {"old_logprobs": at(self.params), "ref_logprobs": ref}
+
+    def complete(self, batch: Rollout, scores: Optional[dict] = None) -> tuple[Rollout, Optional[float]]:
+        """The batch with its old (and reference) log-probs (`scores`: from `score` on its rows at
+        these params; computed now when None), and the gap to the sampler's (None without them).
+        A batch that has old log-probs already (replay of a saved step) is trained as it is."""
         if batch.old_logprobs is not None:
             return batch, None
-        run, cfg = self.run, self.run.rl_config
-        old = logprobs(run, self.params, batch.tokens, batch.attention_mask, batch.temperature)
-        ref = None
-        if cfg.uses_reference:
-            ref = logprobs(run, self.ref_params, batch.tokens, batch.attention_mask, batch.temperature)
+        scores = self.score(batch.scoring_rows()) if scores is None else scores
         gap = None
         if batch.sampler_logprobs is not None:
-            gap = logprob_gap(run, old, batch.sampler_logprobs, batch.response_mask)
-        return batch.replace(old_logprobs=old, ref_logprobs=ref), gap
+            gap = logprob_gap(self.run, scores["old_logprobs"], batch.sampler_logprobs, batch.response_mask)
+        return batch.replace(**scores), gap
 
-    def train(self, batch: Rollout) -> tuple[Rollout, dict, float, Optional[float]]:
+    def train(self, batch: Rollout, scores: Optional[dict] = None) -> tuple[Rollout, dict, float, Optional[float]]:
         t0 = time.perf_counter()
-        batch, gap = self.complete(batch)
+        batch, gap = self.complete(batch, scores)
         pack = step_packing(self.run, batch.attention_mask)
         self.state, metrics = self.train_step(
             self.state, sharding.put_batch(batch, self.run.mesh), sharding.put_batch(pack, self.run.mesh)

@@ -35,7 +35,7 @@ from microcoder_jax import config as config_lib
 from microcoder_jax.models.checkpoint import Checkpointer, CheckpointReadError, CheckpointWriteError
 from microcoder_jax.config import validate
 from microcoder_jax.data import loader
-from microcoder_jax.trainer.learner import Learner, row, scorer
+from microcoder_jax.trainer.learner import Learner, row
 from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix, run_summary, step_line
 from microcoder_jax.trainer.partial import load_carry, save_carry
 from microcoder_jax.trainer.pipeline import Pipeline, inflight_dir, load_inflight, prune_inflight, save_inflight
@@ -173,7 +173,6 @@ def _open(config, blocks, run, workdir: str, log_fn) -> _Loop:
         start=start,
         steps=run.train.steps,
         params=state.params,
-        score_for=lambda: scorer(run, learner.params, learner.ref_params, on_host=rl.dynamic_sampling),
         ready=tuple(in_flight),
         inline=jax.process_count() > 1,
     )
@@ -243,10 +242,12 @@ def _step(loop: _Loop, step: int):
     the metrics row written and shown. Returns (the produced batch, its metrics record)."""
     run, learner, saver = loop.run, loop.learner, loop.saver
     t_step = time.perf_counter()
-    produced = loop.pipeline.get(step, learner.params, step)
+    sampled = loop.pipeline.get(step, learner.params, step)  # k = 0: returned once its rows are sampled
+    scores = learner.score(sampled.rows)  # the old log-probs: on the device while the judge works
+    produced = sampled.wait()
     times = {**produced.times, "rollout_wait": time.perf_counter() - t_step}
     saver.save_state(step + 1, learner.state)  # before the step donates it
-    batch, step_metrics, times["train"], gap = learner.train(produced.batch)
+    batch, step_metrics, times["train"], gap = learner.train(produced.batch, scores)
     got = dataclasses.replace(produced.got, batch=batch, gaps=produced.got.gaps + ([gap] if gap is not None else []))
     saver.save_rollout(step + 1, got, times, produced.temperature, step - produced.version)  # non-finite too
     # the step skipped its non-finite updates (params untouched); a streak of them stops the run

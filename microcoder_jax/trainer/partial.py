@@ -64,7 +64,7 @@ class Group:
     def judged(self, run, times: dict) -> "Group":
         if self.rollout is None:
             assert self.judge is not None
-            self.rollout, self.counts, _ = finish(run, self.judge, self.sample, times=times)
+            self.rollout, self.counts = finish(run, self.judge, self.sample, times=times)
             self.judge = self.sample = None
         return self
 

@@ -1,14 +1,14 @@
 """Rollouts ahead of the learner: `rl.off_policy_steps` = k.
 
-k = 0: the worker produces step t's batch when the learner asks, with the learner's own params,
-and the learner's old log-probs run per generation batch while the judge works (the synchronous
-loop). k >= 1: a background thread produces the batches while the learner trains. Batch t is
-sampled with the weights of version max(t - k, start) (the learner's params after that many
-updates; `start`: the version the run began or resumed at), waited for if the learner has not
-published them yet, so a batch is never more than k updates staler than the policy that trains
-on it, and what it holds depends only on (seed, t) and that version: thread timing cannot change
-a result. The learner computes the old log-probs at train time; rl.is_correction=tis weighs the
-stale sampler's log-probs against them.
+k = 0: the worker makes step t's batch when the learner asks, with the learner's own params, and
+hands it over once its rows are sampled (`Sampled`), so the learner's old log-probs run while the
+judge works (the synchronous loop). k >= 1: a background thread produces the batches while the
+learner trains. Batch t is sampled with the weights of version max(t - k, start) (the learner's
+params after that many updates; `start`: the version the run began or resumed at), waited for if
+the learner has not published them yet, so a batch is never more than k updates staler than the
+policy that trains on it, and what it holds depends only on (seed, t) and that version: thread
+timing cannot change a result. The learner computes the old log-probs at its params when it
+trains on the batch; rl.is_correction=tis weighs the stale sampler's log-probs against them.
 
 Multi-host (`inline`): every process must launch its collectives in the same order, which two
 threads per process cannot promise, so the worker runs in the learner's thread and makes batch t
@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -37,14 +37,14 @@ import numpy as np
 from microcoder_jax import sharding
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.trainer.step_batch import StepRollout
-from microcoder_jax.trainer.worker import Produced, RolloutWorker
+from microcoder_jax.trainer.worker import Produced, RolloutWorker, Sampled
 
 INFLIGHT_DIR = "inflight"
 
 
 class Pipeline:
-    """The worker's batches in step order (see the module doc). `score_for()` gives the learner's
-    scorer for the synchronous path; `ready`: batches restored from a checkpoint."""
+    """The worker's batches in step order (see the module doc); `ready`: batches restored from a
+    checkpoint."""
 
     def __init__(
         self,
@@ -54,11 +54,10 @@ class Pipeline:
         start: int,
         steps: int,
         params,
-        score_for: Callable[[], Callable],
         ready: tuple[Produced, ...] = (),
         inline: bool = False,
     ):
-        self.worker, self.k, self.start, self.steps, self.score_for = worker, k, start, steps, score_for
+        self.worker, self.k, self.start, self.steps = worker, k, start, steps
         self.inline = inline
         self.ready = {p.step: p for p in ready}
         self.next = start + len(self.ready)  # the next step the worker produces
@@ -123,11 +122,12 @@ class Pipeline:
         if self.error is not None:
             raise RuntimeError(f"the rollout worker failed: {self.error!r}") from self.error
 
-    def get(self, step: int, params, version: int) -> Produced:
-        """Step `step`'s batch; synchronous (k = 0): produced now with `params` (version `version`)."""
+    def get(self, step: int, params, version: int) -> Sampled:
+        """Step `step`'s batch; synchronous (k = 0): begun now with `params` (version `version`) and
+        handed over once sampled (its `wait()` gives the judged batch)."""
         if not self.k and step not in self.ready:
             self.worker.update_weights(params, version)
-            return self.worker.produce(step, score=self.score_for())
+            return self.worker.begin(step)
         if self.inline:
             self._produce_inline(step)
             if step not in self.ready:
@@ -138,7 +138,7 @@ class Pipeline:
             while step not in self.ready and self.error is None:
                 self.cond.wait()
             self._raise()
-            return self.ready.pop(step)
+            return Sampled.made(self.ready.pop(step))
 
     def publish(self, params, version: int) -> None:
         """The learner's params after `version` updates, for the batches that wait for them."""

@@ -2,19 +2,19 @@
 
 `Rollout` (rl/batch.py) is the one contract between the rollout worker, the judge and the learner:
 built once, with the rewards in, from the sampler's output (its per-row temperature and
-log-probs included) and the verdicts. `collect` makes one: it starts the judge on this host's
-rows (with the paged engine, each group as soon as the sampler reports it finished, so judging
-overlaps the tail of decoding), lets the learner's `score` (learner.scorer: the old log-probs of
-a synchronous run) run on the device while the pool judges, then all-gathers the verdicts so
-every host holds the same global rows. `GroupJudge` and `finish` are those two halves, for
-callers that drive the sampler themselves (step_batch.py: DAPO refills pushed into one running
-paged session).
+log-probs included) and the verdicts. `start` samples and hands this host's rows to the judge
+(with the paged engine, each group as soon as the sampler reports it finished, so judging
+overlaps the tail of decoding); `finish` waits for the verdicts and all-gathers them, so every
+host holds the same global rows. Between the two the caller may run device work (the learner's
+old log-probs) while the pool judges; `collect` is both at once. `GroupJudge` and `finish` also
+serve callers that drive the sampler themselves (step_batch.py: DAPO refills pushed into one
+running paged session). Nothing here calls the learner.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jax
 import numpy as np
@@ -25,7 +25,7 @@ from microcoder_jax.evaluator.rewards import lookup as lookup_reward
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.sampling.interface import make_sampler
 
-__all__ = ["Rollout", "GroupJudge", "collect", "finish", "generate", "sampler_for", "sequences"]
+__all__ = ["Rollout", "GroupJudge", "collect", "finish", "generate", "rows_of", "sampler_for", "sequences", "start"]
 
 
 def sequences(sample) -> dict[str, np.ndarray]:
@@ -141,6 +141,7 @@ class GroupJudge:
         self.rows = sharding.host_rows(self.n) if rows is None else rows
         self.parts: list[tuple[int, Any, list, list]] = []  # (first global row, handle, codes, texts)
         self.groups_added = 0
+        self.sampled_at: Optional[float] = None  # perf_counter when its last group was sampled
 
     def add(self, first_prompt: int, sample) -> None:
         lo = first_prompt * self.G
@@ -200,41 +201,44 @@ class GroupJudge:
         return results, codes
 
 
-def finish(
-    run, judge: GroupJudge, sample, *, times: dict, score: Optional[Callable] = None
-) -> tuple[Rollout, dict, Optional[float]]:
-    """The rollout of a sampled batch whose rows `judge` holds: the learner's `score` (if given)
-    dispatched to the device, then the verdicts waited for and all-gathered.
-    Returns (rollout, verdict counts over all hosts, the sampler/learner log-prob gap or None)."""
+def finish(run, judge: GroupJudge, sample, *, times: dict) -> tuple[Rollout, dict]:
+    """The rollout of a sampled batch whose rows `judge` holds: the verdicts waited for and
+    all-gathered. Returns (rollout, verdict counts over all hosts)."""
     n = len(sample.lengths)
     t0 = time.perf_counter()
     seq = sequences(sample)
-    temps = np.asarray(sample.temperature, np.float32)
-    scored = score(seq, temps) if score is not None else None  # runs on the device while the pool judges
-    t1 = time.perf_counter()
     results, codes = judge.results()
-    times["judge_wait"] += time.perf_counter() - t1
-    times["judge"] += time.perf_counter() - t0
-    sampler_lp = sampler_logprobs(sample, seq["response_mask"])
-    logprobs, gap = scored(sampler_lp) if scored is not None else ({}, None)
+    times["judge_wait"] += time.perf_counter() - t0
+    times["judge"] += time.perf_counter() - (judge.sampled_at or t0)
     rewards, passed, no_code, counts = verdict_arrays(results, codes, judge.mode, *judge.row_inputs())
     rewards, passed, no_code = sharding.allgather_rows((rewards, passed, no_code), n)
     rollout = Rollout(
         **seq,
         response_lengths=np.asarray(sample.lengths, np.int32),
         truncated=np.asarray(sample.truncated, bool),
-        temperature=temps,
+        temperature=np.asarray(sample.temperature, np.float32),
         sample_entropy=np.asarray(sample.entropy, np.float32),
         rewards=rewards,
         passed=passed,
         no_code=no_code,
-        sampler_logprobs=sampler_lp,
-        **logprobs,
+        sampler_logprobs=sampler_logprobs(sample, seq["response_mask"]),
     )
-    return rollout, sharding.allgather_counts(counts, VERDICTS), gap
+    return rollout, sharding.allgather_counts(counts, VERDICTS)
 
 
-def collect(
+def rows_of(sample) -> dict[str, np.ndarray]:
+    """What the learner needs to score a sampled batch before its verdicts are in
+    (rl.batch.SCORING_FIELDS: tokens, attention_mask [N, P + max_new], the per-row temperature
+    [N]), as the Rollout will hold them."""
+    seq = sequences(sample)
+    return {
+        "tokens": seq["tokens"],
+        "attention_mask": seq["attention_mask"],
+        "temperature": np.asarray(sample.temperature, np.float32),
+    }
+
+
+def start(
     run,
     pool,
     params,
@@ -244,18 +248,17 @@ def collect(
     temperature: float,
     rng,
     times: dict,
-    score: Optional[Callable] = None,
     decode: Optional[dict] = None,
-) -> tuple[Rollout, dict, Optional[float]]:
-    """Sample, judge and assemble one Rollout for these prompts; returns (rollout, verdict
-    counts, the log-prob gap when `score` is given). The sampler's own log-probs go in the
-    Rollout (rl.corrections, and the learner's gap).
+) -> tuple[GroupJudge, Any]:
+    """Sample G responses per prompt and hand this host's rows to the judge; returns (the judge,
+    the SamplerOutput) for `finish`, which waits for the verdicts. The sampler's own log-probs go
+    in the Rollout (rl.corrections, and the learner's gap).
 
     Paged engine: each group goes to the judge when the sampler reports it finished, so judging
     overlaps the tail of decoding; the rows, rewards and their order are those of judging after.
     `times` accumulates sample / judge / judge_wait seconds (judge: from the end of
-    sampling to the last verdict; judge_wait: the part spent blocked on the pool); `decode` the
-    paged engine's decode counts (add_decode).
+    sampling to the last verdict; judge_wait: the part `finish` spent blocked on the pool);
+    `decode` the paged engine's decode counts (add_decode).
     """
     s, G = run.sampling, run.sampling.group_size
     judge = GroupJudge(run, pool, problems, G)
@@ -273,10 +276,17 @@ def collect(
         on_group_done=judge.add,
         stats=stats,
     )
-    times["sample"] += time.perf_counter() - t0
+    judge.sampled_at = time.perf_counter()
+    times["sample"] += judge.sampled_at - t0
     if decode is not None:
         add_decode(decode, stats)
-    return finish(run, judge, sample, times=times, score=score)
+    return judge, sample
+
+
+def collect(run, pool, params, problems, prompts, **kwargs) -> tuple[Rollout, dict]:
+    """`start` then `finish`: one judged Rollout for these prompts, and its verdict counts."""
+    judge, sample = start(run, pool, params, problems, prompts, **kwargs)
+    return finish(run, judge, sample, times=kwargs["times"])
 
 
 def diversity(run, batch: Rollout) -> dict:

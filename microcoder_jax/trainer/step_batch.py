@@ -1,13 +1,15 @@
 """One RL step's training batch: one judged generation batch, or DAPO's until enough groups differ.
 
-`collect_step` is what the worker calls. Under DAPO on the static engine it collects generation
-batch after batch (batch k sampled with `key_for(k)`); on a sampler with sessions (the paged
-engine) `RefillLoop` pushes generation batches into a running session, judges each group as it
-finishes and pushes a refill as soon as the groups in hand cannot fill the batch: the same batches
-in the same order as refilling after each batch is judged, with the refill decoding beside the
-tail of the batch before it. A session holds `SESSION_BATCHES` generation batches (one shape for
-every session, so no recompile); a refill that does not fit waits for the next session. Row r of a
-session draws token t with fold_in(fold_in(key, r), t), r counting on over its pushes.
+`collect_step` is what the worker calls; it returns once the step's rows are sampled (the
+verdicts may still be coming), so the learner can score them while the judge works. Under DAPO
+on the static engine it collects generation batch after batch (batch k sampled with
+`key_for(k)`); on a sampler with sessions (the paged engine) `RefillLoop` pushes generation
+batches into a running session, judges each group as it finishes and pushes a refill as soon as
+the groups in hand cannot fill the batch: the same batches in the same order as refilling after
+each batch is judged, with the refill decoding beside the tail of the batch before it. A session
+holds `SESSION_BATCHES` generation batches (one shape for every session, so no recompile); a
+refill that does not fit waits for the next session. Row r of a session draws token t with
+fold_in(fold_in(key, r), t), r counting on over its pushes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill
 from microcoder_jax.sampling.paged_sampler import PagedSession
 from microcoder_jax.sampling.static_sampler import SamplerOutput, prompt_bucket
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.trainer.rollout import GroupJudge, add_decode, collect, finish, sampler_for
+from microcoder_jax.trainer.rollout import GroupJudge, add_decode, collect, finish, rows_of, sampler_for, start
 
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
 PARTIAL_BATCHES = 3  # partial rollouts: generation batches the session's ring holds (trainer/partial.py)
@@ -38,8 +40,8 @@ def session_prompts(num_prompts: int, rl_config) -> int:
 @dataclasses.dataclass
 class StepRollout:
     """The step's batch and what it took: verdict counts over every generation batch, DAPO stats,
-    how many generation batches, each batch's sampler/learner log-prob gap (when the learner
-    scored it), sessions opened (paged DAPO), the paged engine's decode counts (slot utilisation)."""
+    how many generation batches, the sampler/learner log-prob gap (the learner's, added when it
+    trains on the batch), sessions opened (paged DAPO), the paged engine's decode counts (slot utilisation)."""
 
     batch: Rollout
     verdicts: dict
@@ -48,6 +50,17 @@ class StepRollout:
     gaps: list
     sessions: int = 0
     decode: dict = dataclasses.field(default_factory=dict)  # the paged engine's counts (+ partial rollouts')
+
+
+@dataclasses.dataclass
+class PendingStep:
+    """A step's batch once its rows are sampled: `rows` (rollout.rows_of: tokens, attention_mask,
+    temperature) are final, so the learner may score them while the judge works; `wait()` gives
+    the judged StepRollout. Under DAPO the rows are known only once the groups are chosen, after
+    judging: `wait()` then returns at once."""
+
+    rows: dict
+    wait: Callable[[], StepRollout]
 
 
 def collect_step(
@@ -59,18 +72,37 @@ def collect_step(
     temperature: float,
     key_for: Callable[[int], object],
     times: dict,
-    score: Optional[Callable] = None,
-) -> StepRollout:
+) -> PendingStep:
     """The step's batch; `next_prompts()` gives the next generation batch's (problems, prompts),
-    `key_for(k)` the sampling key of generation batch k (see the module doc); `score` the
-    learner's (learner.scorer) for each generation batch, or None."""
+    `key_for(k)` the sampling key of generation batch k (see the module doc)."""
     rl, sampler = run.rl_config, sampler_for(run)
-    if rl.dynamic_sampling and sampler.sessions:
-        return RefillLoop(run, pool, sampler, params, score, temperature, key_for, times).collect(next_prompts)
-    buffer, verdicts, gaps, generations, decode = GroupBuffer(), {}, [], 0, {}
+    if not rl.dynamic_sampling:  # one generation batch: returned as soon as it is sampled
+        decode: dict = {}
+        problems, prompts = next_prompts()
+        judge, sample = start(
+            run, pool, params, problems, prompts, temperature=temperature, rng=key_for(0), times=times, decode=decode
+        )
+
+        def wait() -> StepRollout:
+            rollout, counts = finish(run, judge, sample, times=times)
+            return StepRollout(rollout, counts, {}, 1, [], decode=decode)
+
+        return PendingStep(rows_of(sample), wait)
+    if sampler.sessions:
+        got = RefillLoop(run, pool, sampler, params, temperature, key_for, times).collect(next_prompts)
+    else:
+        got = _dapo_batches(run, pool, params, next_prompts, temperature=temperature, key_for=key_for, times=times)
+    return PendingStep(got.batch.scoring_rows(), lambda: got)
+
+
+def _dapo_batches(run, pool, params, next_prompts, *, temperature: float, key_for, times: dict) -> StepRollout:
+    """DAPO on the static engine: generation batch after batch, each judged, until the groups with
+    a signal fill the step's batch (rl.dynamic_sampling)."""
+    rl = run.rl_config
+    buffer, verdicts, generations, decode = GroupBuffer(), {}, 0, {}
     while True:
         problems, prompts = next_prompts()
-        rollout, counts, gap = collect(
+        rollout, counts = collect(
             run,
             pool,
             params,
@@ -79,14 +111,10 @@ def collect_step(
             temperature=temperature,
             rng=key_for(generations),
             times=times,
-            score=score,
             decode=decode,
         )
         generations += 1
         _add_counts(verdicts, counts)
-        gaps += [gap] if gap is not None else []
-        if not rl.dynamic_sampling:
-            return StepRollout(rollout, verdicts, {}, 1, gaps, decode=decode)
         buffer, full, ds_stats = add_rollouts(
             buffer,
             rollout.as_dict(),
@@ -95,7 +123,7 @@ def collect_step(
             max_refills=rl.max_refills,
         )
         if full is not None:
-            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, gaps, decode=decode)
+            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, [], decode=decode)
 
 
 def _add_counts(total: dict, counts: dict) -> None:
@@ -123,7 +151,6 @@ class RefillLoop:
     pool: Any
     sampler: Any  # a sampler with sessions (sampling/interface.py)
     params: Any
-    score: Optional[Callable]  # the learner's (learner.scorer), or None
     temperature: float
     key_for: Callable[[int], object]
     times: dict
@@ -131,7 +158,6 @@ class RefillLoop:
     pending: list = dataclasses.field(default_factory=list)  # _Batch, oldest first
     buffer: GroupBuffer = dataclasses.field(default_factory=GroupBuffer)
     verdicts: dict = dataclasses.field(default_factory=dict)
-    gaps: list = dataclasses.field(default_factory=list)
     added: int = 0  # generation batches judged and added
     pushed: int = 0  # generation batches pushed
     sessions: int = 0  # sessions opened
@@ -149,6 +175,7 @@ class RefillLoop:
             batch = [b for b in self.pending if b.session is session and b.first <= index][-1]
             batch.judge.add(index - batch.first, session.output([index]))
             if batch.judge.complete:
+                batch.judge.sampled_at = time.perf_counter()
                 batch.sample = session.output(range(batch.first, batch.first + len(batch.judge.problems)))
                 batch.session = None
 
@@ -202,10 +229,9 @@ class RefillLoop:
             while self.pending and self.pending[0].judge.complete and (session.done or known[0][0].all()):
                 batch = self.pending.pop(0)
                 known.pop(0)
-                rollout, counts, gap = finish(run, batch.judge, batch.sample, times=self.times, score=self.score)
+                rollout, counts = finish(run, batch.judge, batch.sample, times=self.times)
                 _add_counts(self.verdicts, counts)
                 self.added += 1
-                self.gaps += [gap] if gap is not None else []
                 self.buffer, full, ds_stats = add_rollouts(
                     self.buffer,
                     rollout.as_dict(),
@@ -220,7 +246,7 @@ class RefillLoop:
                     add_decode(self.decode, session.stats())
                     ds_stats = {**ds_stats, "ds_early_refills": self.early, "ds_sessions": self.sessions}
                     return StepRollout(
-                        Rollout(**full), self.verdicts, ds_stats, self.added, self.gaps, self.sessions, self.decode
+                        Rollout(**full), self.verdicts, ds_stats, self.added, [], self.sessions, self.decode
                     )
             if not session.done:
                 self.run_session(every)

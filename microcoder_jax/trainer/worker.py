@@ -1,5 +1,8 @@
 """The rollout worker: owns the sampler, the judge pool, the prompt stream, the temperature
-scheduler and the weights it samples with; `produce(step)` returns the judged batch of that step.
+scheduler and the weights it samples with; `begin(step)` returns that step's batch as soon as its
+rows are sampled (`Sampled`: the learner may score them while the judge works) and its `wait()`
+the judged batch (`Produced`); `produce(step)` is both. The worker never calls the learner: what
+it makes flows one way, through the loop (trainer/loop.py), into the learner.
 
 A batch is stamped with the policy version (learner updates) of the weights that sampled it;
 `update_weights(params, version)` hands it newer ones. Batch t samples with key
@@ -22,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import jax
 
@@ -30,7 +33,7 @@ from microcoder_jax import models, sharding
 from microcoder_jax.models import lora
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.trainer.setup import key, rollout_view
-from microcoder_jax.trainer.step_batch import StepRollout, collect_step
+from microcoder_jax.trainer.step_batch import PendingStep, StepRollout, collect_step
 
 
 @dataclasses.dataclass
@@ -53,6 +56,23 @@ class Produced:
     @property
     def batch(self) -> Rollout:
         return self.got.batch
+
+
+@dataclasses.dataclass
+class Sampled:
+    """Step `step`'s batch once its rows are sampled by weights version `version`: `rows` (tokens,
+    attention_mask, temperature; trainer/rollout.rows_of) are final, `wait()` gives the judged
+    `Produced` (at once when the batch was made ahead)."""
+
+    step: int
+    version: int
+    rows: dict
+    wait: Callable[[], Produced]
+
+    @staticmethod
+    def made(produced: Produced) -> "Sampled":
+        """A batch already judged (made ahead, or restored from a checkpoint)."""
+        return Sampled(produced.step, produced.version, produced.batch.scoring_rows(), lambda: produced)
 
 
 class RolloutWorker:
@@ -106,15 +126,19 @@ class RolloutWorker:
         log_fn(f"temperature probe: {decision.temperature:g} ({decision.reason})")
         return decision
 
-    def produce(self, step: int, score: Optional[Callable] = None) -> Produced:
-        """Step `step`'s batch at the current weights; `score`: the learner's (synchronous runs)."""
+    def produce(self, step: int) -> Produced:
+        """Step `step`'s judged batch at the current weights (`begin` and its `wait`)."""
+        return self.begin(step).wait()
+
+    def begin(self, step: int) -> Sampled:
+        """Step `step`'s batch at the current weights, returned once its rows are sampled."""
         from microcoder_jax.trainer.rollout import diversity
 
         run = self.run
         times = {"sample": 0.0, "judge": 0.0, "judge_wait": 0.0}
         temperature = self.scheduler.temperature
         self.pool.take()  # tests an evaluation ran are not this batch's
-        if self.partial is not None:  # mixed versions: the learner scores it at train time
+        if self.partial is not None:  # rows of several versions, judged as their groups finish
             batch, verdicts, ds, decode = self.partial.collect(
                 self.params,
                 self.version,
@@ -124,8 +148,9 @@ class RolloutWorker:
                 times=times,
             )
             got = StepRollout(batch, verdicts, ds, 1, [], decode=decode)
+            pending = PendingStep(batch.scoring_rows(), lambda: got)
         else:
-            got = collect_step(
+            pending = collect_step(
                 run,
                 self.pool,
                 self.params,
@@ -133,27 +158,32 @@ class RolloutWorker:
                 temperature=temperature,
                 key_for=functools.partial(key, run.seed, 1, step),
                 times=times,
-                score=score,
             )
-        tests = sharding.allgather_counts({"tests": self.pool.take()}, ("tests",)).get("tests", 0)
-        div = diversity(run, got.batch)
-        decision = self.scheduler.update(step, div)
-        if self.shardings is not None:
-            times["weights"] = self.moved_s
-        return Produced(
-            step,
-            self.version,
-            got,
-            temperature,
-            self.scheduler.temperature,
-            decision,
-            div,
-            times,
-            tests,
-            self.data.get_state(),
-            self.scheduler.state_dict(),
-            self.moved_bytes,
-        )
+        version = self.version
+
+        def wait() -> Produced:
+            got = pending.wait()
+            tests = sharding.allgather_counts({"tests": self.pool.take()}, ("tests",)).get("tests", 0)
+            div = diversity(run, got.batch)
+            decision = self.scheduler.update(step, div)
+            if self.shardings is not None:
+                times["weights"] = self.moved_s
+            return Produced(
+                step,
+                version,
+                got,
+                temperature,
+                self.scheduler.temperature,
+                decision,
+                div,
+                times,
+                tests,
+                self.data.get_state(),
+                self.scheduler.state_dict(),
+                self.moved_bytes,
+            )
+
+        return Sampled(step, version, pending.rows, wait)
 
     def settle(self) -> None:
         """Partial rollouts: finish every row in flight and close the session (before an
