@@ -285,7 +285,7 @@ def paged_decode_step(
                 out = paged_attention(q[:, 0], pk, pv, view, block_pages)
             return out[:, None], (pk, pv)
 
-        x, (pk, pv) = qwen3._layer(config, x, params.layers[i], rope, attend, out_in=True)
+        x, (pk, pv) = qwen3.decoder_layer(config, x, params.layers[i], rope, attend, out_in=True)
         new_k.append(pk)
         new_v.append(pv)
     x = qwen3.rms_norm(x, params.final_norm, config.rms_norm_eps)

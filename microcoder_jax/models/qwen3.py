@@ -232,7 +232,7 @@ def _remat(fn, policy: str):
 _INPUT_DIMS = INPUT_DIMS
 
 
-def _layer(config: DecoderConfig, x, p, rope, attend, out_in: bool = False):
+def decoder_layer(config: DecoderConfig, x, p, rope, attend, out_in: bool = False):
     """One decoder block -> (x, aux). ``attend(q, k, v) -> (out [B, T, H, D], aux)`` hides the cache.
 
     ``out_in``: the matrices are in the ``DecodingParams`` (out, in) layout.
@@ -291,7 +291,7 @@ def head_weight(params: dict, config: DecoderConfig) -> tuple[jax.Array, tuple, 
 def lm_head(params: dict | DecodingParams, config: DecoderConfig, hidden: jax.Array) -> jax.Array:
     """Float32 logits ``[..., vocab]`` from final-normed hidden states (stored or ``DecodingParams``).
 
-    Tokens are flattened to one dim first, as in ``_layer`` (the embedding gradient then
+    Tokens are flattened to one dim first, as in ``decoder_layer`` (the embedding gradient then
     contracts one dim: no transposed copy of the [tokens, vocab] logit gradient on CPU).
     """
     tied, out_in = config.tie_word_embeddings, is_decoding(params)
@@ -354,7 +354,7 @@ def forward(
                 ),
                 None,
             )
-            return _layer(config, x, p, rope, attend)[0], None
+            return decoder_layer(config, x, p, rope, attend)[0], None
 
         if is_decoding(params):
             raise ValueError("DecodingParams are for cached decoding; pass the stored (stacked) params without a cache")
@@ -381,7 +381,7 @@ def forward(
                 cv = jax.lax.dynamic_update_slice(cv, head_first(v, cv), start)
                 return attn_lib.cached_attention(q, ck, cv, key_mask, slots, shared), (ck, cv)
 
-            x, (ck, cv) = _layer(config, x, p, rope, attend, out_in=out_in)
+            x, (ck, cv) = decoder_layer(config, x, p, rope, attend, out_in=out_in)
             new_k.append(ck)
             new_v.append(cv)
         cache = KVCache(tuple(new_k), tuple(new_v))
