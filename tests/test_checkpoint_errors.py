@@ -142,8 +142,8 @@ def test_replay_errors_are_one_line_with_what_exists(run_4_8, tmp_path, capsys):
     line = _one_line(capsys, replay.main(["--workdir", run_4_8, "--step", "3"]), 2)
     assert line.startswith("error: --step=3: no saved rollout in ") and "(none saved); set train.save_rollouts" in line
     os.makedirs(os.path.join(run_4_8, "rollouts"))  # the batch of step 3 but not the state it starts from
-    for path in replay._paths(run_4_8, 3):
-        with open(path, "w") as f:
+    for suffix in (".npz", ".json"):
+        with open(replay._base(run_4_8, 3) + suffix, "w") as f:
             f.write("{}")
     line = _one_line(capsys, replay.main(["--workdir", run_4_8, "--step", "3"]), 2)
     assert "the state it starts from (after step 2) is missing" in line and "state saved: none" in line, line

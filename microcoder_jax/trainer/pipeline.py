@@ -24,7 +24,6 @@ batch in flight is never lost and never trained on twice.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -32,11 +31,8 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from microcoder_jax import sharding
-from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.trainer.step_batch import StepRollout
+from microcoder_jax.trainer import batch_files
 from microcoder_jax.trainer.worker import Produced, RolloutWorker, Sampled
 
 INFLIGHT_DIR = "inflight"
@@ -184,79 +180,24 @@ def inflight_dir(root: str, step: int) -> str:
 def save_inflight(root: str, step: int, produced: list[Produced]) -> None:
     """The batches in flight at checkpoint `step`, written before the checkpoint by every process
     (the arrays are all-gathered: every process must call this)."""
-    host = [{name: sharding.to_host(v) for name, v in p.batch.as_dict().items()} for p in produced]
+    host = [batch_files.host_arrays(p.batch) for p in produced]
     final = inflight_dir(root, step)
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     for p, arrays in zip(produced, host):
-        np.savez(os.path.join(tmp, f"batch_{p.step:08d}.npz"), **arrays)  # pyright: ignore[reportArgumentType]
-        meta = {
-            "step": p.step,
-            "version": p.version,
-            "temperature": p.temperature,
-            "next_temperature": p.next_temperature,
-            "decision": p.decision.to_dict(),
-            "div": p.div,
-            "times": p.times,
-            "judge_tests": p.judge_tests,
-            "data_state": p.data_state,
-            "scheduler_state": p.scheduler_state,
-            "verdicts": p.got.verdicts,
-            "ds_stats": p.got.ds_stats,
-            "generations": p.got.generations,
-            "gaps": p.got.gaps,
-            "sessions": p.got.sessions,
-            "decode": p.got.decode,
-            "weights_bytes": p.weights_bytes,
-        }
-        with open(os.path.join(tmp, f"batch_{p.step:08d}.json"), "w") as f:
-            json.dump(meta, f, default=_plain)
+        batch_files.write(os.path.join(tmp, f"batch_{p.step:08d}"), arrays, p.meta())
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
 
 
-def _plain(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot save {type(value).__name__} with an in-flight batch")
-
-
 def load_inflight(root: str, step: int) -> list[Produced]:
     """The batches saved in flight with checkpoint `step`, oldest first ([] when none)."""
-    from microcoder_jax.sampling.temperature import Decision
-
     folder = inflight_dir(root, step)
     if not os.path.isdir(folder):
         return []
-    out = []
-    for name in sorted(n for n in os.listdir(folder) if n.startswith("batch_") and n.endswith(".json")):
-        with open(os.path.join(folder, name)) as f:
-            m = json.load(f)
-        with np.load(os.path.join(folder, name[:-5] + ".npz")) as data:
-            batch = Rollout(**{k: data[k] for k in data.files})
-        got = StepRollout(
-            batch, m["verdicts"], m["ds_stats"], m["generations"], m["gaps"], m["sessions"], m.get("decode", {})
-        )
-        out.append(
-            Produced(
-                m["step"],
-                m["version"],
-                got,
-                m["temperature"],
-                m["next_temperature"],
-                Decision(**m["decision"]),
-                m["div"],
-                m["times"],
-                m["judge_tests"],
-                m["data_state"],
-                m["scheduler_state"],
-                m.get("weights_bytes", 0),
-            )
-        )
-    return out
+    names = sorted(n for n in os.listdir(folder) if n.startswith("batch_") and n.endswith(".json"))
+    return [Produced.from_meta(*batch_files.read(os.path.join(folder, name[:-5]))) for name in names]
 
 
 def prune_inflight(root: str, keep: Any) -> None:

@@ -30,7 +30,7 @@ import time
 import jax
 import numpy as np
 
-from microcoder_jax import sharding
+from microcoder_jax.trainer import batch_files
 
 ROLLOUTS_DIR = "rollouts"
 TIMED_PREFIXES = ("time_", "throughput/", "share/", "cost/")
@@ -41,9 +41,9 @@ def is_timed(key: str) -> bool:
     return key.startswith(TIMED_PREFIXES)
 
 
-def _paths(workdir: str, step: int) -> tuple[str, str]:
-    base = os.path.join(workdir, ROLLOUTS_DIR, f"step_{step:06d}")
-    return base + ".npz", base + ".json"
+def _base(workdir: str, step: int) -> str:
+    """Saved step `step`'s files without their suffix (trainer/batch_files.py: .npz and .json)."""
+    return os.path.join(workdir, ROLLOUTS_DIR, f"step_{step:06d}")
 
 
 def saved_steps(workdir: str) -> list[int]:
@@ -85,44 +85,34 @@ class RolloutSaver:
         in) and what the row needs; `staleness`: updates between its sampling and training policies."""
         if not self.wants(step):
             return
-        arrays = {name: sharding.to_host(v) for name, v in got.batch.as_dict().items()}
+        arrays = batch_files.host_arrays(got.batch)
         if jax.process_index() == 0:
-            npz, meta_path = _paths(os.path.dirname(self.dir), step)
             os.makedirs(self.dir, exist_ok=True)
-            np.savez(npz, **arrays)  # pyright: ignore[reportArgumentType] (no array is named allow_pickle)
             meta = {
+                **got.meta(),
                 "step": step,
                 "policy_step": step - 1,
                 "staleness": staleness,
                 "temperature": temperature,
                 "times": dict(times),
-                "verdicts": got.verdicts,
-                "ds_stats": got.ds_stats,
-                "generations": got.generations,
-                "gaps": [float(g) for g in got.gaps],
                 "devices": jax.device_count(),
             }
-            _write_json(meta_path, meta)
+            batch_files.write(_base(os.path.dirname(self.dir), step), arrays, meta)
 
     def save_record(self, step: int, record: dict, next_temperature: float) -> None:
         """After the row is made: the logged row, to compare a replay with."""
         if self.wants(step) and jax.process_index() == 0:
             from microcoder_jax.trainer.metrics import plain_row
 
-            meta_path = _paths(os.path.dirname(self.dir), step)[1]
-            with open(meta_path) as f:
-                meta = json.load(f)
-            _write_json(meta_path, {**meta, "next_temperature": next_temperature, "record": plain_row(step, record)})
+            base = _base(os.path.dirname(self.dir), step)
+            meta = batch_files.read_meta(base)
+            batch_files.write_meta(
+                base, {**meta, "next_temperature": next_temperature, "record": plain_row(step, record)}
+            )
 
     def close(self) -> None:
         if self._ckpt is not None:
             self._ckpt.close()
-
-
-def _write_json(path: str, value: dict) -> None:
-    with open(path + ".tmp", "w") as f:
-        json.dump(value, f, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 def saved_config(workdir: str):
@@ -151,7 +141,7 @@ def groups_with_signal(workdir: str, step: int, group_size: int) -> tuple[int, i
     """(groups whose judged rewards differ, groups, the distinct rewards) of a saved step. With no
     such group every advantage is 0 (no policy gradient), so a replay that equals the logged row says
     little about the loss and its gradients."""
-    with np.load(_paths(workdir, step)[0]) as data:
+    with np.load(_base(workdir, step) + ".npz") as data:
         rewards = np.asarray(data["rewards"], np.float64).reshape(-1, group_size)  # row = prompt * G + sample
     judged = [g[~np.isnan(g)] for g in rewards]  # a judge_error has no reward
     informative = sum(len(g) > 1 and g.max() > g.min() for g in judged)
@@ -195,25 +185,24 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     from microcoder_jax import config as config_lib
     from microcoder_jax.models.checkpoint import Checkpointer
     from microcoder_jax.config import validate
-    from microcoder_jax.rl.batch import Rollout
     from microcoder_jax.trainer import compile_cache
     from microcoder_jax.trainer.learner import Learner, row as step_row
     from microcoder_jax.trainer.metrics import plain_row
     from microcoder_jax.trainer.rollout import diversity
     from microcoder_jax.trainer.setup import abstract_train_state, frozen_base, setup, with_base
+    from microcoder_jax.trainer.step_batch import StepRollout
 
     workdir = os.path.abspath(workdir)
     config = saved_config(workdir)  # first: a folder that is no training run is named as such
-    npz, meta_path = _paths(workdir, step)
-    if not os.path.exists(npz) or not os.path.exists(meta_path):
+    base = _base(workdir, step)
+    if not os.path.exists(base + ".npz") or not os.path.exists(base + ".json"):
         saved = ", ".join(map(str, saved_steps(workdir)))
         raise config_lib.ConfigError(
             f"--step={step}: no saved rollout in {os.path.join(workdir, ROLLOUTS_DIR)} "
             + (f"(saved steps: {saved}); replay one of those, or " if saved else "(none saved); ")
             + "set train.save_rollouts or train.save_rollouts_every and run the steps again"
         )
-    with open(meta_path) as f:
-        meta = json.load(f)
+    meta = batch_files.read_meta(base)
     compile_cache.enable(validate(config)["train"].compile_cache, workdir)
     run = setup(config, workdir)
     states = Checkpointer(os.path.join(workdir, ROLLOUTS_DIR, "states"), async_save=False)
@@ -229,8 +218,8 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
         state = state._replace(params=with_base(run, state.params, frozen_base(run, log_fn), saved_meta, where))
     finally:
         states.close()
-    with np.load(npz) as data:
-        batch = Rollout(**{name: data[name] for name in data.files})
+    batch, _ = batch_files.read(base)
+    got = StepRollout.from_meta(batch, meta)
     log_fn(f"replaying step {step} from the state of step {meta['policy_step']} ({len(batch.rewards)} rows)")
     batch, metrics, train_s, _ = Learner(run, state, None).train(batch)  # as the loop trains it
     times = {**meta["times"], "train": train_s}
@@ -244,10 +233,10 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
         temperature=meta["temperature"],
         next_temperature=meta.get("next_temperature", meta["temperature"]),
         times=times,
-        verdicts=meta["verdicts"],
-        ds_stats=meta["ds_stats"],
-        generations=meta["generations"],
-        gaps=meta["gaps"],
+        verdicts=got.verdicts,
+        ds_stats=got.ds_stats,
+        generations=got.generations,
+        gaps=got.gaps,
         t_step=time.perf_counter() - (step_s - meta["times"]["train"] + train_s),
         judge_tests=(logged or {}).get("judge_tests"),
         staleness=meta.get("staleness", 0),

@@ -51,6 +51,16 @@ class StepRollout:
     sessions: int = 0
     decode: dict = dataclasses.field(default_factory=dict)  # the paged engine's counts (+ partial rollouts')
 
+    def meta(self) -> dict:
+        """Every field but the batch, as saved beside it (trainer/batch_files.py)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "batch"}
+
+    @classmethod
+    def from_meta(cls, batch: Rollout, meta: dict) -> "StepRollout":
+        """`meta()`'s inverse (fields absent from an older file take their defaults)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"batch"}
+        return cls(batch, **{k: v for k, v in meta.items() if k in names})
+
 
 @dataclasses.dataclass
 class PendingStep:

@@ -57,6 +57,20 @@ class Produced:
     def batch(self) -> Rollout:
         return self.got.batch
 
+    def meta(self) -> dict:
+        """Every field as plain data, the batch's arrays left out (saved beside them, batch_files.py)."""
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("got", "decision")}
+        return {**plain, **self.got.meta(), "decision": self.decision.to_dict()}
+
+    @classmethod
+    def from_meta(cls, batch: Rollout, meta: dict) -> "Produced":
+        """`meta()`'s inverse."""
+        from microcoder_jax.sampling.temperature import Decision
+
+        names = {f.name for f in dataclasses.fields(cls)} - {"got", "decision"}
+        plain = {k: v for k, v in meta.items() if k in names}
+        return cls(got=StepRollout.from_meta(batch, meta), decision=Decision(**meta["decision"]), **plain)
+
 
 @dataclasses.dataclass
 class Sampled:
