@@ -52,16 +52,17 @@ class NonFiniteLossError(RuntimeError):
     every checkpoint holds finite params (the step never applies a non-finite update)."""
 
 
-def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, eval_command=None):
+def train(config, workdir: str, *, log_fn=print, on_step=None, preflight=None, eval_command=None, blocks=None):
     """Run (or resume) training to `config.train.steps`; returns the final TrainState.
 
-    `config` is validated first (nothing is written before). `preflight(config, log_fn)`, if
+    `config` is validated first (nothing is written before; `blocks`: what `config.validate`
+    returned when the caller has validated it already). `preflight(config, log_fn)`, if
     given, runs next, before anything is written (the CLI's memory check, plan/host.py, which sits
     above the trainer). `on_step(step, record)`, if given, is called after each step with its
     metrics record. A finished run logs its summary (`metrics.run_summary`; `eval_command`:
     the eval command it shows).
     """
-    blocks, run, workdir = _prepare(config, workdir, log_fn, preflight)
+    blocks, run, workdir = _prepare(config, workdir, log_fn, preflight, blocks)
     loop = _open(config, blocks, run, workdir, log_fn)
     guard = preemption.Guard().install()  # SIGTERM/SIGINT: finish the step, checkpoint, exit
     try:
@@ -102,10 +103,11 @@ class _Loop:
     nonfinite_streak: int = 0  # consecutive steps with a skipped non-finite update
 
 
-def _prepare(config, workdir: str, log_fn, preflight):
-    """Validate, preflight, and set up the run (tokenizer, problems, model shape) before writing its
-    config.json: a failed set-up leaves no half-made workdir. Returns (typed blocks, run, workdir)."""
-    blocks = validate(config)
+def _prepare(config, workdir: str, log_fn, preflight, blocks=None):
+    """Validate (unless `blocks` says it was), preflight, and set up the run (tokenizer, problems,
+    model shape) before writing its config.json: a failed set-up leaves no half-made workdir.
+    Returns (typed blocks, run, workdir)."""
+    blocks = validate(config) if blocks is None else blocks
     if blocks["mesh"].rollout_devices and jax.process_count() > 1:
         raise config_lib.ConfigError(
             f"mesh.rollout_devices={blocks['mesh'].rollout_devices:g}: a rollout mesh of "
@@ -122,7 +124,7 @@ def _prepare(config, workdir: str, log_fn, preflight):
     record_config(workdir, config_lib.to_dict(config), write=False, log_fn=lambda message: None)
     fresh = not os.path.exists(workdir)
     try:
-        run = setup(config, workdir)
+        run = setup(config, workdir, blocks)
     except BaseException:
         if fresh and primary:  # a failed set-up leaves no half-made workdir behind
             shutil.rmtree(workdir, ignore_errors=True)
@@ -382,7 +384,7 @@ def main(argv=None, *, preflight=None) -> int:
         if args.args:
             raise config_lib.ConfigError(f"unexpected arguments {args.args}; see --help")
         config = args.config
-        validate(config)  # every value, before anything is written
+        blocks = validate(config)  # every value, before anything is written (and once)
         d = config.distributed
         try:
             sharding.initialize_distributed(
@@ -393,7 +395,8 @@ def main(argv=None, *, preflight=None) -> int:
         workdir = args.workdir or os.path.join("runs", cli.run_name(argv, "demo"))
         cmd = _evaluate_command(argv, workdir)  # shown in the run's summary
         try:
-            train(config, workdir, preflight=preflight, eval_command=cmd)  # its Guard takes the signals over
+            # its Guard takes the signals over
+            train(config, workdir, preflight=preflight, eval_command=cmd, blocks=blocks)
         except preemption.Preempted as e:
             print(e, file=sys.stderr)
             return e.exit_code

@@ -203,8 +203,9 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
             + "set train.save_rollouts or train.save_rollouts_every and run the steps again"
         )
     meta = batch_files.read_meta(base)
-    compile_cache.enable(validate(config)["train"].compile_cache, workdir)
-    run = setup(config, workdir)
+    typed = validate(config)
+    compile_cache.enable(typed["train"].compile_cache, workdir)
+    run = setup(config, workdir, typed)
     states = Checkpointer(os.path.join(workdir, ROLLOUTS_DIR, "states"), async_save=False)
     try:
         if step - 1 not in states.all_steps():

@@ -129,9 +129,10 @@ def block_fields(config, typed: dict | None = None) -> dict:
     )
 
 
-def setup(config, workdir: str) -> Run:
-    """Tokenizer, problems and prompts, model shape, typed blocks and meshes (config already validated)."""
-    typed = config_lib.blocks(config)
+def setup(config, workdir: str, typed: dict | None = None) -> Run:
+    """Tokenizer, problems and prompts, model shape, typed blocks and meshes (config already
+    validated; `typed`: the blocks `config.validate` returned, built again when None)."""
+    typed = config_lib.blocks(config) if typed is None else typed
     fields = block_fields(config, typed)
     # A GGUF model.path (a .gguf file, 'smollm2') is converted once into a cached HF folder: from
     # here on the run reads that folder, the tokenizer too when tokenizer.path is ''.
