@@ -13,7 +13,7 @@ from microcoder_jax.config import default_config
 from microcoder_jax.evaluator import Problem, TestCase, reward
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, informative_groups, refill_certain
-from microcoder_jax.trainer.rollout import GroupJudge, collect, generate
+from microcoder_jax.trainer.rollout import GroupJudge, collect, generate, sampler_for
 from microcoder_jax.trainer.setup import block_fields
 from microcoder_jax.trainer.step_batch import collect_step
 from microcoder_jax.sampling import paged_sampler
@@ -240,6 +240,7 @@ def test_dynamic_sampling_pushes_refills_into_a_running_session(params, pool, mo
     counting = CountingPool(pool)
     pending = collect_step(
         run,
+        sampler_for(run),
         counting,
         params,
         prompt_feed(batches),
@@ -265,6 +266,7 @@ def test_dynamic_sampling_on_the_static_engine_refills_with_new_calls(params, po
     batches = [([NEVER, NEVER], [[5, 6], [7, 8]])] + [([EVEN, ODD], [[30, 31], [32, 33]])] * 3
     pending = collect_step(
         run,
+        sampler_for(run),
         pool,
         params,
         prompt_feed(batches),

@@ -1,7 +1,8 @@
 """One interface over both engines: `make_sampler(...)` returns a `StaticSampler` or a `PagedSampler`.
 
 Callers never branch on `sampling.engine`:
-- `generate(params, prompts, ...)` samples G responses per prompt and calls
+- `generate(params, prompts, ...)` samples G responses per prompt (the length cap, top-p and top-k
+  are the sampling config's unless given: evaluation gives its own) and calls
   `on_group_done(first_prompt, output)` with whole groups as they finish (the paged engine: one
   group at a time, while the rest still decode; the static one: every group at once, at the end).
 - `open_session(params, max_prompts=..., prompt_width=..., rng=...)` is a session that takes more
@@ -36,12 +37,15 @@ class _Common:
     mesh: object  # the mesh this engine samples on (None on one device)
 
     def _kwargs(self, num_samples, temperature, max_new_tokens, top_p, top_k, rng) -> dict:
+        """The engine's keyword arguments; `max_new_tokens`, `top_p`, `top_k` default (None) to
+        the sampling config's, so a training caller passes none of them and evaluation its own."""
+        c = self.config
         return dict(
             num_samples=num_samples,
             temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            max_new_tokens=max_new_tokens,
+            top_p=c.top_p if top_p is None else top_p,
+            top_k=c.top_k if top_k is None else top_k,
+            max_new_tokens=c.max_new_tokens if max_new_tokens is None else max_new_tokens,
             stop_token_ids=self.stop_ids,
             pad_id=self.pad_id,
             rng=rng,
@@ -63,9 +67,9 @@ class StaticSampler(_Common):
         *,
         num_samples: int,
         temperature,
-        max_new_tokens: int,
-        top_p=1.0,
-        top_k=0,
+        max_new_tokens: Optional[int] = None,
+        top_p: Optional[float] = None,
+        top_k: Optional[int] = None,
         rng,
         on_group_done: Optional[GroupDone] = None,
         stats: Optional[dict] = None,
@@ -108,14 +112,15 @@ class PagedSampler(_Common):
         *,
         num_samples: int,
         temperature,
-        max_new_tokens: int,
-        top_p=1.0,
-        top_k=0,
+        max_new_tokens: Optional[int] = None,
+        top_p: Optional[float] = None,
+        top_k: Optional[int] = None,
         rng,
         on_group_done: Optional[GroupDone] = None,
         stats: Optional[dict] = None,
     ) -> SamplerOutput:
         c = self.config
+        kwargs = self._kwargs(num_samples, temperature, max_new_tokens, top_p, top_k, rng)
         return paged_sampler.generate_paged(
             params,
             self.model_config,
@@ -125,9 +130,9 @@ class PagedSampler(_Common):
             refill_every=c.refill_every,
             kv_dtype=c.kv_dtype,
             on_group_done=on_group_done,
-            report_every=self.report_every(max_new_tokens),
+            report_every=self.report_every(kwargs["max_new_tokens"]),
             stats=stats,
-            **self._kwargs(num_samples, temperature, max_new_tokens, top_p, top_k, rng),
+            **kwargs,
         )
 
     def open_session(

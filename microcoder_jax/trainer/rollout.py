@@ -67,17 +67,19 @@ def generate(
     *,
     num_samples: int,
     temperature: float,
-    max_new_tokens: int,
-    top_p: float,
-    top_k: int,
     rng,
+    sampler=None,
+    max_new_tokens: Optional[int] = None,
+    top_p: Optional[float] = None,
+    top_k: Optional[int] = None,
     on_group_done=None,
     stats=None,
 ):
-    """The run's sampler on these prompts, one temperature for all rows; `on_group_done(first_prompt,
-    SamplerOutput of whole groups)` is called as groups finish (see sampling/interface.py);
-    `stats`: a dict the paged engine fills with its decode counts."""
-    return sampler_for(run).generate(
+    """`sampler` (default: the run's, `sampler_for`) on these prompts, one temperature for all
+    rows; the length cap, top-p and top-k are `sampling.*` unless given (evaluation gives its
+    own). `on_group_done(first_prompt, SamplerOutput of whole groups)` is called as groups finish
+    (see sampling/interface.py); `stats`: a dict the paged engine fills with its decode counts."""
+    return (sampler or sampler_for(run)).generate(
         params,
         prompts,
         num_samples=num_samples,
@@ -249,6 +251,7 @@ def start(
     rng,
     times: dict,
     decode: Optional[dict] = None,
+    sampler=None,
 ) -> tuple[GroupJudge, Any]:
     """Sample G responses per prompt and hand this host's rows to the judge; returns (the judge,
     the SamplerOutput) for `finish`, which waits for the verdicts. The sampler's own log-probs go
@@ -258,9 +261,10 @@ def start(
     overlaps the tail of decoding; the rows, rewards and their order are those of judging after.
     `times` accumulates sample / judge / judge_wait seconds (judge: from the end of
     sampling to the last verdict; judge_wait: the part `finish` spent blocked on the pool);
-    `decode` the paged engine's decode counts (add_decode).
+    `decode` the paged engine's decode counts (add_decode); `sampler`: the worker's (default the
+    run's, `sampler_for`).
     """
-    s, G = run.sampling, run.sampling.group_size
+    G = run.sampling.group_size
     judge = GroupJudge(run, pool, problems, G)
     t0, stats = time.perf_counter(), {}
     sample = generate(
@@ -269,10 +273,8 @@ def start(
         prompts,
         num_samples=G,
         temperature=temperature,
-        max_new_tokens=s.max_new_tokens,
-        top_p=s.top_p,
-        top_k=s.top_k,
         rng=rng,
+        sampler=sampler,
         on_group_done=judge.add,
         stats=stats,
     )
@@ -301,22 +303,21 @@ def diversity(run, batch: Rollout) -> dict:
     )
 
 
-def probe_temperature(run, scheduler, params, prompts, key):
-    """The diversity policy's start-up probe on these prompts; returns the scheduler's Decision."""
-    s = run.sampling
+def probe_temperature(run, scheduler, params, prompts, key, sampler=None):
+    """The diversity policy's start-up probe on these prompts (with `sampler`, default the run's);
+    returns the scheduler's Decision."""
+    G = run.sampling.group_size
 
     def sample_fn(temperature):
         out = generate(
             run,
             params,
             prompts,
-            num_samples=s.group_size,
+            num_samples=G,
             temperature=temperature,
-            max_new_tokens=s.max_new_tokens,
-            top_p=s.top_p,
-            top_k=s.top_k,
             rng=jax.random.fold_in(key, int(temperature * 1000)),
+            sampler=sampler,
         )
         return out.tokens, out.lengths, out.entropy
 
-    return scheduler.probe(sample_fn, s.group_size)
+    return scheduler.probe(sample_fn, G)

@@ -23,7 +23,7 @@ from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill
 from microcoder_jax.sampling.paged_sampler import PagedSession
 from microcoder_jax.sampling.static_sampler import SamplerOutput, prompt_bucket
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.trainer.rollout import GroupJudge, add_decode, collect, finish, rows_of, sampler_for, start
+from microcoder_jax.trainer.rollout import GroupJudge, add_decode, collect, finish, rows_of, start
 
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
 PARTIAL_BATCHES = 3  # partial rollouts: generation batches the session's ring holds (trainer/partial.py)
@@ -75,6 +75,7 @@ class PendingStep:
 
 def collect_step(
     run,
+    sampler,
     pool,
     params,
     next_prompts: Callable[[], tuple[list, list]],
@@ -83,14 +84,24 @@ def collect_step(
     key_for: Callable[[int], object],
     times: dict,
 ) -> PendingStep:
-    """The step's batch; `next_prompts()` gives the next generation batch's (problems, prompts),
-    `key_for(k)` the sampling key of generation batch k (see the module doc)."""
-    rl, sampler = run.rl_config, sampler_for(run)
+    """The step's batch by `sampler` (the worker's: rollout.sampler_for); `next_prompts()` gives
+    the next generation batch's (problems, prompts), `key_for(k)` the sampling key of generation
+    batch k (see the module doc)."""
+    rl = run.rl_config
     if not rl.dynamic_sampling:  # one generation batch: returned as soon as it is sampled
         decode: dict = {}
         problems, prompts = next_prompts()
         judge, sample = start(
-            run, pool, params, problems, prompts, temperature=temperature, rng=key_for(0), times=times, decode=decode
+            run,
+            pool,
+            params,
+            problems,
+            prompts,
+            temperature=temperature,
+            rng=key_for(0),
+            times=times,
+            decode=decode,
+            sampler=sampler,
         )
 
         def wait() -> StepRollout:
@@ -101,11 +112,13 @@ def collect_step(
     if sampler.sessions:
         got = RefillLoop(run, pool, sampler, params, temperature, key_for, times).collect(next_prompts)
     else:
-        got = _dapo_batches(run, pool, params, next_prompts, temperature=temperature, key_for=key_for, times=times)
+        got = _dapo_batches(
+            run, sampler, pool, params, next_prompts, temperature=temperature, key_for=key_for, times=times
+        )
     return PendingStep(got.batch.scoring_rows(), lambda: got)
 
 
-def _dapo_batches(run, pool, params, next_prompts, *, temperature: float, key_for, times: dict) -> StepRollout:
+def _dapo_batches(run, sampler, pool, params, next_prompts, temperature, key_for, times: dict) -> StepRollout:
     """DAPO on the static engine: generation batch after batch, each judged, until the groups with
     a signal fill the step's batch (rl.dynamic_sampling)."""
     rl = run.rl_config
@@ -122,6 +135,7 @@ def _dapo_batches(run, pool, params, next_prompts, *, temperature: float, key_fo
             rng=key_for(generations),
             times=times,
             decode=decode,
+            sampler=sampler,
         )
         generations += 1
         _add_counts(verdicts, counts)

@@ -32,6 +32,7 @@ import jax
 from microcoder_jax import models, sharding
 from microcoder_jax.models import lora
 from microcoder_jax.rl.batch import Rollout
+from microcoder_jax.trainer.rollout import sampler_for
 from microcoder_jax.trainer.setup import key, rollout_view
 from microcoder_jax.trainer.step_batch import PendingStep, StepRollout, collect_step
 
@@ -102,12 +103,12 @@ class RolloutWorker:
                 models.param_logical_axes(mc), run.rollout_mesh, models.param_shapes(mc)
             )
         self.moved_bytes, self.moved_s, self.params = 0, 0.0, None
+        self.sampler = sampler_for(self.run)  # built once: sampling.engine on the worker's mesh
         self.partial = None  # rl.partial_rollouts: the session kept across steps (trainer/partial.py)
         if run.rl_config.partial_rollouts:
             from microcoder_jax.trainer.partial import PartialRollouts
-            from microcoder_jax.trainer.rollout import sampler_for
 
-            self.partial = PartialRollouts(self.run, pool, sampler_for(self.run))
+            self.partial = PartialRollouts(self.run, pool, self.sampler)
         self.update_weights(params, version)
 
     def update_weights(self, params, version: int) -> None:
@@ -134,9 +135,8 @@ class RolloutWorker:
         first = loader.prompt_iterator(
             len(run.prompt_set.problems), run.data.num_prompts, run.seed, self.data.get_state()
         )
-        decision = probe_temperature(
-            run, self.scheduler, self.params, [run.prompt_set.prompts[i] for i in next(first)], key(run.seed, 2)
-        )
+        prompts = [run.prompt_set.prompts[i] for i in next(first)]
+        decision = probe_temperature(run, self.scheduler, self.params, prompts, key(run.seed, 2), self.sampler)
         log_fn(f"temperature probe: {decision.temperature:g} ({decision.reason})")
         return decision
 
@@ -166,6 +166,7 @@ class RolloutWorker:
         else:
             pending = collect_step(
                 run,
+                self.sampler,
                 self.pool,
                 self.params,
                 self.next_prompts,
