@@ -215,10 +215,16 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
         "seeds": 3,
         "steps": 40,
         "short": False,
+        "arms": None,
     }
     with pytest.raises(SystemExit) as e:
         common.parse_args(["--out", "x", "--seeds", "0"], name, None, 3, 40)
     assert e.value.code == 2 and "--seeds=0: must be >= 1" in capsys.readouterr().err
+    picked = common.parse_args(["--out", "x", "--arms", "b, a"], name, None, 3, 40, arm_names=["a", "b", "c"])
+    assert picked.arms == ("b", "a")
+    with pytest.raises(SystemExit) as e:
+        common.parse_args(["--out", "x", "--arms", "a,typo"], name, None, 3, 40, arm_names=["a", "b"])
+    assert e.value.code == 2 and "this experiment's arms: a, b" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["truncation", "temperature", "staleness", "lora", "pool_and_packing"])
@@ -233,28 +239,39 @@ def test_every_arm_is_a_valid_config(name, tmp_path):
         config_lib.validate(common.run_config(arm, 0, 40, False, str(tmp_path)))
 
 
+# staleness: one arm per code path (k = 0, k = 1 with its thread, the paged engine, partial
+# rollouts), not all eight: the others differ only in knob values
+SHORT_ARMS = {"staleness": ("sync", "k1_tis", "paged_sync", "paged_partial")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["truncation", "temperature", "staleness"])
 def test_experiment_command_short(tmp_path, name, capsys):
-    """--short end to end: every arm trains a few steps, summary.json, table and figure written;
-    the table and stdout say it is a check of the command, not a result."""
+    """--short end to end: every arm (or the --arms picked) trains a few steps, summary.json, table
+    and figure written; the table and stdout say it is a check of the command, not a result."""
     import importlib
 
     module = importlib.import_module(f"microcoder_jax.experiments.{name}")
     out = str(tmp_path / name)
-    assert module.main(["--out", out, "--short"]) == 0  # one seed
+    picked = SHORT_ARMS.get(name)
+    assert module.main(["--out", out, "--short", *(["--arms", ",".join(picked)] if picked else [])]) == 0  # one seed
     assert common.SHORT_NOTE in capsys.readouterr().out
     assert open(os.path.join(out, "table.md")).read().startswith(f"**{common.SHORT_NOTE}**")
     summary = json.load(open(os.path.join(out, "summary.json")))
-    assert list(summary["arms"]) == [a.name for a in module.ARMS] and summary["steps"] == 3
+    assert list(summary["arms"]) == list(picked or [a.name for a in module.ARMS]) and summary["steps"] == 3
     for arm in summary["arms"].values():
         assert set(arm["seeds"]) == {"0"} and arm["seeds"]["0"]["temperature_path"]
         for part in ("start", "end"):  # held out: before RL and after the last step
             assert 0 <= arm["seeds"]["0"][part]["greedy_pass1"] <= 1 and 0 <= arm["seeds"]["0"][part]["pass8"] <= 1
     assert summary["start_length_curve"] and "paired" in summary
     assert os.path.getsize(os.path.join(out, "curves.png")) > 10_000
-    if name == "staleness":  # the extra pairs beside every arm against the first
-        assert {"paged_partial - paged_sync", "k1_tis_half_lr - sync_half_lr"} <= set(summary["paired"])
+    if name == "staleness":  # every arm against the first, and the extra pairs whose both arms ran
+        assert set(summary["paired"]) == {
+            "k1_tis - sync",
+            "paged_sync - sync",
+            "paged_partial - sync",
+            "paged_partial - paged_sync",
+        }
     if name == "truncation":  # the rules differ where they should, on the same warm start
         arms = summary["arms"]
         assert (

@@ -165,58 +165,6 @@ def _assert_same_params(got, ref, steps: int):
         assert worst <= bound, f"leaf {k}: an element is {worst:.3g} off, over Adam's bound {bound:.3g}"
 
 
-@pytest.mark.slow
-def test_two_process_demo_run_matches_one_process(tmp_path):
-    """Two localhost processes x 2 CPU devices train the demo on one 4-device mesh (sampling on the
-    global mesh, each host judging half the rows, global batches into the step, an Orbax checkpoint)
-    and end with the params of one process driving 4 devices (to float tolerance: the cross-process
-    all-reduces sum in another order than the in-process ones)."""
-    import json
-    import socket
-
-    import numpy as np
-
-    from microcoder_jax.models.checkpoint import Checkpointer
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    evaluate = ["train.eval_every=2"]  # each host judges its share of the eval rows; verdicts all-gathered
-    multi, procs = _launch(
-        tmp_path,
-        "multi",
-        2,
-        2,
-        evaluate
-        + [
-            f"distributed.coordinator_address=127.0.0.1:{port}",
-            "distributed.num_processes=2",
-            "distributed.process_id={i}",
-        ],
-    )
-    single, ref_procs = _launch(tmp_path, "single", 1, 4, evaluate)
-    _wait(procs + ref_procs)
-    ref = np.load(single + ".0.npz")
-    got = [np.load(f"{multi}.{pid}.npz") for pid in range(2)]
-    _assert_same_params(got, ref, steps=2)
-    assert Checkpointer(str(tmp_path / "multi_run" / "checkpoints")).latest_step() == 2
-
-    def records(run):  # (step records, eval records) of process 0's metrics
-        lines = [json.loads(r) for r in open(tmp_path / run / "metrics.jsonl")]
-        return [r for r in lines if "eval_pass@1" not in r], [r for r in lines if "eval_pass@1" in r]
-
-    (rows, evals), (ref_rows, ref_evals) = records("multi_run"), records("single_run")
-    assert [r["step"] for r in rows] == [1, 2]
-    assert any(r["grad_norm"] > 0 for r in rows)  # the rewards gave a real update
-    # Step 1 samples from the same warm-started params: the same rollouts, verdicts from both hosts.
-    assert [rows[0][k] for k in ("reward_mean", "no_code_rate", "rows")] == [
-        ref_rows[0][k] for k in ("reward_mean", "no_code_rate", "rows")
-    ]
-    # step 2's greedy eval of every demo problem: the same pass rate from both hosts' shares
-    assert len(evals) == 1 and evals[0]["step"] == 2 and evals[0]["eval_problems"] == 10, evals
-    assert evals == ref_evals
-
-
 def _two_processes_and_one(tmp_path, extra, keys, steps: int):
     """The demo with `extra` by 2 localhost processes x 2 devices and by one process x 4 devices;
     asserts their params agree (`_assert_same_params`) and returns both runs' metrics rows as
@@ -264,18 +212,42 @@ def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_off_policy_run_matches_one_process_with_its_thread(tmp_path):
-    """rl.off_policy_steps=1 across two processes (batches made in the learner's thread, so both
-    launch their collectives in one order) gives one process's run with its background thread:
-    the same batches at the same staleness, the same params to float tolerance, and the batch in
-    flight at the step-2 checkpoint saved by each process."""
+    """Two localhost processes x 2 CPU devices train the demo on one 4-device mesh (sampling on the
+    global mesh, each host judging half the rows, global batches into the step, Orbax checkpoints,
+    an evaluation whose verdicts come from both hosts) with rl.off_policy_steps=1: batches made in
+    the learner's thread, so both launch their collectives in one order. The run gives one process's
+    with its background thread: the same batches at the same staleness, the same params to float
+    tolerance (the cross-process all-reduces sum in another order), the same evaluation, and the
+    batch in flight at the step-2 checkpoint saved by each process."""
+    import json
     import os
 
-    extra = ["train.steps=3", "train.checkpoint_every=2", "rl.off_policy_steps=1", "rl.is_correction=tis"]
-    keys = ("step", "staleness", "reward_mean", "no_code_rate", "rows")
-    rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=3)
+    from microcoder_jax.models.checkpoint import Checkpointer
+
+    extra = [
+        "train.steps=3",
+        "train.checkpoint_every=2",
+        "train.eval_every=2",  # each host judges its share of the eval rows; verdicts all-gathered
+        "rl.off_policy_steps=1",
+        "rl.is_correction=tis",
+    ]
+    keys = ("step", "staleness", "reward_mean", "no_code_rate", "rows", "grad_norm")
+    _two_processes_and_one(tmp_path, extra, (), steps=3)
+    assert Checkpointer(str(tmp_path / "multi_run" / "checkpoints")).latest_step() == 3
+
+    def records(run):  # (step rows as `keys`, eval records) of process 0's metrics
+        lines = [json.loads(r) for r in open(tmp_path / run / "metrics.jsonl")]
+        steps = [[r[k] for k in keys] for r in lines if "eval_pass@1" not in r]
+        return steps, [r for r in lines if "eval_pass@1" in r]
+
+    (rows, evals), (ref_rows, ref_evals) = records("multi_run"), records("single_run")
     assert [r[:2] for r in rows] == [[1, 0], [2, 1], [3, 1]]
-    assert rows[:2] == ref_rows[:2]  # both sampled by the warm start: the same rollouts
+    assert any(r[5] > 0 for r in rows)  # the rewards gave a real update
+    assert [r[:5] for r in rows[:2]] == [r[:5] for r in ref_rows[:2]]  # both sampled by the warm start
     assert rows[2][:2] == ref_rows[2][:2] and rows[2][4] == ref_rows[2][4]
+    # step 2's greedy eval of every demo problem: the same pass rate from both hosts' shares
+    assert len(evals) == 1 and evals[0]["step"] == 2 and evals[0]["eval_problems"] == 10, evals
+    assert evals == ref_evals
     for folder in ("inflight", "inflight.p1"):  # batch 2 (sampled with version 1) beside checkpoint 2
         saved = sorted(os.listdir(tmp_path / "multi_run" / folder / "step_00000002"))
         assert saved == ["batch_00000002.json", "batch_00000002.npz"], (folder, saved)

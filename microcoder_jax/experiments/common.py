@@ -383,7 +383,8 @@ def write_outputs(
     figure_fn(results, arms, os.path.join(out, "curves.png"), summary)
 
 
-def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_steps: int):
+def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_steps: int, arm_names=None):
+    """The experiment flags; `arm_names`: the experiment's arms, which `--arms` picks from."""
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -393,7 +394,20 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
     )
     p.add_argument("--steps", type=int, default=None, help=f"RL steps per run (default {default_steps}; --short: 3)")
     p.add_argument("--short", action="store_true", help="tiny runs that check the command end to end")
+    p.add_argument(
+        "--arms",
+        default=None,
+        help="comma-separated arm names to run, in the experiment's order (default: every arm; the first "
+        "one run is the baseline of the paired differences)",
+    )
     args = p.parse_args(argv if argv is not None else sys.argv[1:])
+    if args.arms is not None:
+        args.arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
+        unknown = [a for a in args.arms if arm_names is not None and a not in arm_names]
+        if unknown or not args.arms:
+            p.error(
+                f"--arms={','.join(args.arms)}: unknown or none; this experiment's arms: {', '.join(arm_names or ())}"
+            )
     for name in ("seeds", "steps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name}={getattr(args, name)}: must be >= 1")
@@ -421,8 +435,16 @@ def run_experiment(
     summary, table and curves. `draw` is figure.draw; `title` may use {cap} and {seeds}; `pairs`:
     (arm, baseline) differences to report besides every arm against the first."""
     args = parse_args(
-        argv, f"python -m microcoder_jax.experiments.{name}", doc, default_seeds=default_seeds, default_steps=40
+        argv,
+        f"python -m microcoder_jax.experiments.{name}",
+        doc,
+        default_seeds=default_seeds,
+        default_steps=40,
+        arm_names=[a.name for a in arms],
     )
+    if args.arms is not None:  # a subset, in the experiment's order; pairs between arms it keeps
+        arms = [a for a in arms if a.name in args.arms]
+        pairs = [p for p in pairs if {p[0], p[1]} <= set(args.arms)]
     seeds = list(range(args.seeds))
     results = run_all(arms, seeds, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
     cap = run_config(arms[0], 0, args.steps, args.short, args.out).sampling.max_new_tokens
