@@ -7,7 +7,7 @@ the loop calls `score` on a batch's rows as soon as they are sampled, so in a sy
 (k = 0; the params that sampled it) they run on the device while the judge works; a batch
 sampled k updates ago is ready when asked for, and rl.is_correction weighs the sampler's stale
 log-probs against them. Packing is decided here for both passes
-(rl.packing). `row` builds the metrics row of a trained batch: the loop's and replay's tail.
+(rl.packing).
 """
 
 from __future__ import annotations
@@ -119,79 +119,3 @@ class Learner:
             self.state, sharding.put_batch(batch, self.run.mesh), sharding.put_batch(pack, self.run.mesh)
         )
         return batch, jax.device_get(metrics), time.perf_counter() - t0, gap
-
-
-PARTIAL_KEYS = (
-    "token_age_max",
-    "stale_token_frac",
-    "groups_carried",
-    "groups_dropped_stale",
-    "prompts_in_flight",
-    "recomputed_tokens",
-)
-
-
-def decode_metrics(decode: dict, staleness: int) -> dict:
-    """The paged engine's slot utilisation (live slot-steps over decode steps x the full slot
-    width S: how full the engine ran, the tail included) and, with partial rollouts, the token
-    ages (steps between the weights that drew a token and those that train on it), carries, drops."""
-    out: dict = {}
-    if "slots" in decode:  # NaN: the batch needed no decoding (partial rollouts: all of it had finished)
-        steps, live = decode.get("steps", 0), decode.get("live_slot_steps", 0)
-        out["slot_utilisation"] = live / (steps * decode["slots"]) if steps else float("nan")
-        out["decode_steps"] = steps
-    if "token_age_mean" in decode:
-        out["token_age_mean"] = decode["token_age_mean"] + staleness
-        out.update({k: decode[k] + (staleness if k == "token_age_max" else 0) for k in PARTIAL_KEYS})
-    return out
-
-
-def row(
-    run,
-    step_metrics: dict,
-    batch: Rollout,
-    div: dict,
-    *,
-    temperature: float,
-    next_temperature: float,
-    times: dict,
-    verdicts: dict,
-    ds_stats: dict,
-    generations: int,
-    gaps: list,
-    t_step: float,
-    judge_tests,
-    staleness: int = 0,
-    weights_bytes: int = 0,
-    decode: Optional[dict] = None,
-) -> dict:
-    """The metrics row of a trained batch (metrics.step_record), with the sampler/learner
-    log-prob gap (mean over its generation batches) and the batch's staleness (updates between
-    the policy that sampled it and the one that trained on it)."""
-    from microcoder_jax.trainer.metrics import step_record
-
-    record = step_record(
-        step_metrics,
-        batch,
-        div,
-        signal=run.temperature.signal,
-        temperature=temperature,
-        next_temperature=next_temperature,
-        times=times,
-        verdicts=verdicts,
-        ds_stats=ds_stats,
-        generations=generations,
-        t_step=t_step,
-        group_size=run.sampling.group_size,
-        devices=jax.device_count(),
-        judge_tests=judge_tests,
-    )
-    record["sampler_logprob_gap"] = sum(gaps) / len(gaps) if gaps else float("nan")
-    record["staleness"] = staleness
-    record.update(decode_metrics(decode or {}, staleness))
-    if "rollout_wait" in times:  # the learner waiting for the worker's batch
-        record["time_rollout_wait_s"] = times["rollout_wait"]
-    if "weights" in times:  # mesh.rollout_devices: the learner -> worker weight transfer
-        record["time_weights_s"] = times["weights"]
-        record["weights_bytes"] = weights_bytes
-    return record

@@ -35,8 +35,15 @@ from microcoder_jax import config as config_lib
 from microcoder_jax.models.checkpoint import Checkpointer, CheckpointReadError, CheckpointWriteError
 from microcoder_jax.config import validate
 from microcoder_jax.data import loader
-from microcoder_jax.trainer.learner import Learner, row
-from microcoder_jax.trainer.metrics import JudgeCounter, MetricsWriter, progress_postfix, run_summary, step_line
+from microcoder_jax.trainer.learner import Learner
+from microcoder_jax.trainer.metrics import (
+    JudgeCounter,
+    MetricsWriter,
+    progress_postfix,
+    run_summary,
+    step_line,
+    step_row,
+)
 from microcoder_jax.trainer.partial import load_carry, save_carry
 from microcoder_jax.trainer.pipeline import Pipeline, inflight_dir, load_inflight, prune_inflight, save_inflight
 from microcoder_jax.trainer.replay import RolloutSaver
@@ -255,23 +262,18 @@ def _step(loop: _Loop, step: int):
     # the step skipped its non-finite updates (params untouched); a streak of them stops the run
     loop.nonfinite_streak = loop.nonfinite_streak + 1 if int(step_metrics["nonfinite_skipped"]) else 0
     decision = produced.decision
-    record = row(
+    record = step_row(
         run,
         step_metrics,
-        batch,
+        got,
         produced.div,
         temperature=produced.temperature,
         next_temperature=produced.next_temperature,
         times=times,
-        verdicts=got.verdicts,
-        ds_stats=got.ds_stats,
-        generations=got.generations,
-        gaps=got.gaps,
         t_step=t_step,
         judge_tests=produced.judge_tests,
         staleness=step - produced.version,
         weights_bytes=produced.weights_bytes,
-        decode=got.decode,
     )
     done = step + 1
     if loop.writer is not None:

@@ -112,6 +112,79 @@ def step_record(
     return record
 
 
+PARTIAL_KEYS = (
+    "token_age_max",
+    "stale_token_frac",
+    "groups_carried",
+    "groups_dropped_stale",
+    "prompts_in_flight",
+    "recomputed_tokens",
+)
+
+
+def decode_metrics(decode: dict, staleness: int) -> dict:
+    """The paged engine's slot utilisation (live slot-steps over decode steps x the full slot
+    width S: how full the engine ran, the tail included) and, with partial rollouts, the token
+    ages (steps between the weights that drew a token and those that train on it), carries, drops."""
+    out: dict = {}
+    if "slots" in decode:  # NaN: the batch needed no decoding (partial rollouts: all of it had finished)
+        steps, live = decode.get("steps", 0), decode.get("live_slot_steps", 0)
+        out["slot_utilisation"] = live / (steps * decode["slots"]) if steps else float("nan")
+        out["decode_steps"] = steps
+    if "token_age_mean" in decode:
+        out["token_age_mean"] = decode["token_age_mean"] + staleness
+        out.update({k: decode[k] + (staleness if k == "token_age_max" else 0) for k in PARTIAL_KEYS})
+    return out
+
+
+def step_row(
+    run,
+    step_metrics: dict,
+    got,
+    div: dict,
+    *,
+    temperature: float,
+    next_temperature: float,
+    times: dict,
+    t_step: float,
+    judge_tests,
+    staleness: int = 0,
+    weights_bytes: int = 0,
+) -> dict:
+    """The metrics row of a trained step batch (`got`: a StepRollout whose batch is the one
+    trained, old log-probs in): `step_record`, the sampler/learner log-prob gap, the batch's
+    staleness (updates between the policy that sampled it and the one that trained on it) and
+    the paged engine's counts. The loop's and replay's tail."""
+    import jax
+
+    record = step_record(
+        step_metrics,
+        got.batch,
+        div,
+        signal=run.temperature.signal,
+        temperature=temperature,
+        next_temperature=next_temperature,
+        times=times,
+        verdicts=got.verdicts,
+        ds_stats=got.ds_stats,
+        generations=got.generations,
+        t_step=t_step,
+        group_size=run.sampling.group_size,
+        devices=jax.device_count(),
+        judge_tests=judge_tests,
+    )
+    gaps = got.gaps
+    record["sampler_logprob_gap"] = sum(gaps) / len(gaps) if gaps else float("nan")
+    record["staleness"] = staleness
+    record.update(decode_metrics(got.decode or {}, staleness))
+    if "rollout_wait" in times:  # the learner waiting for the worker's batch
+        record["time_rollout_wait_s"] = times["rollout_wait"]
+    if "weights" in times:  # mesh.rollout_devices: the learner -> worker weight transfer
+        record["time_weights_s"] = times["weights"]
+        record["weights_bytes"] = weights_bytes
+    return record
+
+
 def _step_of(row: dict) -> float:
     step = row.get("step")
     return step if isinstance(step, (int, float)) and not isinstance(step, bool) else math.inf

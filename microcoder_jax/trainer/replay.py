@@ -22,6 +22,7 @@ command says so, and names saved steps with signal.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -186,8 +187,8 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     from microcoder_jax.models.checkpoint import Checkpointer
     from microcoder_jax.config import validate
     from microcoder_jax.trainer import compile_cache
-    from microcoder_jax.trainer.learner import Learner, row as step_row
-    from microcoder_jax.trainer.metrics import plain_row
+    from microcoder_jax.trainer.learner import Learner
+    from microcoder_jax.trainer.metrics import plain_row, step_row
     from microcoder_jax.trainer.rollout import diversity
     from microcoder_jax.trainer.setup import abstract_train_state, frozen_base, setup, with_base
     from microcoder_jax.trainer.step_batch import StepRollout
@@ -229,15 +230,11 @@ def replay(workdir: str, step: int, *, log_fn=print) -> tuple[dict, dict]:
     record = step_row(
         run,
         metrics,
-        batch,
+        dataclasses.replace(got, batch=batch),
         diversity(run, batch),
         temperature=meta["temperature"],
         next_temperature=meta.get("next_temperature", meta["temperature"]),
         times=times,
-        verdicts=got.verdicts,
-        ds_stats=got.ds_stats,
-        generations=got.generations,
-        gaps=got.gaps,
         t_step=time.perf_counter() - (step_s - meta["times"]["train"] + train_s),
         judge_tests=(logged or {}).get("judge_tests"),
         staleness=meta.get("staleness", 0),
