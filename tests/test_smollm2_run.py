@@ -36,6 +36,10 @@ def test_one_rl_step_on_the_real_model(tmp_path, monkeypatch):
             "eval.batch_problems=2",
             "train.tensorboard=False",
         ],
+        # the preflight compares with the memory free at that moment, which the suite's other worker
+        # shares (it refused this run once with the second worker's run resident); its own tests
+        # are in tests/test_own_data.py and tests/test_plan_lora.py
+        memory_check=False,
     )
     step = [r for r in rows if r.get("step") == 1 and "loss" in r]
     assert len(step) == 1, rows
