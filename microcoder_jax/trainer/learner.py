@@ -6,8 +6,7 @@ rl.logprobs.batch_logprobs: here and nowhere else in the loop), for every rl.off
 the loop calls `score` on a batch's rows as soon as they are sampled, so in a synchronous run
 (k = 0; the params that sampled it) they run on the device while the judge works; a batch
 sampled k updates ago is ready when asked for, and rl.is_correction weighs the sampler's stale
-log-probs against them. Packing is decided here for both passes
-(rl.packing).
+log-probs against them. Packing is decided here for both passes (rl.packing).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import numpy as np
 from microcoder_jax import sharding
 from microcoder_jax.evaluator import VERDICTS, extract_code
 from microcoder_jax.evaluator.rewards import lookup as lookup_reward
-from microcoder_jax.rl.batch import Rollout
+from microcoder_jax.rl.batch import SCORING_FIELDS, Rollout
 from microcoder_jax.sampling.interface import make_sampler
 
 __all__ = ["Rollout", "GroupJudge", "collect", "finish", "generate", "rows_of", "sampler_for", "sequences", "start"]
@@ -203,12 +203,13 @@ class GroupJudge:
         return results, codes
 
 
-def finish(run, judge: GroupJudge, sample, *, times: dict) -> tuple[Rollout, dict]:
+def finish(run, judge: GroupJudge, sample, *, times: dict, seq: Optional[dict] = None) -> tuple[Rollout, dict]:
     """The rollout of a sampled batch whose rows `judge` holds: the verdicts waited for and
-    all-gathered. Returns (rollout, verdict counts over all hosts)."""
+    all-gathered (`seq`: `sequences(sample)` when the caller has it). Returns (rollout, verdict
+    counts over all hosts)."""
     n = len(sample.lengths)
     t0 = time.perf_counter()
-    seq = sequences(sample)
+    seq = sequences(sample) if seq is None else seq
     results, codes = judge.results()
     times["judge_wait"] += time.perf_counter() - t0
     times["judge"] += time.perf_counter() - (judge.sampled_at or t0)
@@ -228,16 +229,12 @@ def finish(run, judge: GroupJudge, sample, *, times: dict) -> tuple[Rollout, dic
     return rollout, sharding.allgather_counts(counts, VERDICTS)
 
 
-def rows_of(sample) -> dict[str, np.ndarray]:
+def rows_of(sample, seq: Optional[dict] = None) -> dict[str, np.ndarray]:
     """What the learner needs to score a sampled batch before its verdicts are in
     (rl.batch.SCORING_FIELDS: tokens, attention_mask [N, P + max_new], the per-row temperature
-    [N]), as the Rollout will hold them."""
-    seq = sequences(sample)
-    return {
-        "tokens": seq["tokens"],
-        "attention_mask": seq["attention_mask"],
-        "temperature": np.asarray(sample.temperature, np.float32),
-    }
+    [N]), as the Rollout will hold them (`seq`: `sequences(sample)` when the caller has it)."""
+    fields = {**(sequences(sample) if seq is None else seq), "temperature": np.asarray(sample.temperature, np.float32)}
+    return {name: fields[name] for name in SCORING_FIELDS}
 
 
 def start(

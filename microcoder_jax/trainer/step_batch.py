@@ -23,7 +23,7 @@ from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill
 from microcoder_jax.sampling.paged_sampler import PagedSession
 from microcoder_jax.sampling.static_sampler import SamplerOutput, prompt_bucket
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.trainer.rollout import GroupJudge, add_decode, collect, finish, rows_of, start
+from microcoder_jax.trainer.rollout import GroupJudge, add_decode, collect, finish, rows_of, sequences, start
 
 SESSION_BATCHES = 2  # generation batches a paged session has room for: one running, one refill
 PARTIAL_BATCHES = 3  # partial rollouts: generation batches the session's ring holds (trainer/partial.py)
@@ -104,11 +104,13 @@ def collect_step(
             sampler=sampler,
         )
 
+        seq = sequences(sample)  # once, for the learner's rows now and the Rollout after
+
         def wait() -> StepRollout:
-            rollout, counts = finish(run, judge, sample, times=times)
+            rollout, counts = finish(run, judge, sample, times=times, seq=seq)
             return StepRollout(rollout, counts, {}, 1, [], decode=decode)
 
-        return PendingStep(rows_of(sample), wait)
+        return PendingStep(rows_of(sample, seq), wait)
     if sampler.sessions:
         got = RefillLoop(run, pool, sampler, params, temperature, key_for, times).collect(next_prompts)
     else:
