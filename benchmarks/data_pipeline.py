@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from microcoder_jax.data.pipeline import dedup, stages  # noqa: E402
+from microcoder_jax.dataset import dedup, stages  # noqa: E402
 
 VOCAB = [
     f"{a}{b}"
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     lost = sum(1 for i in range(args.distinct) if f"d{i}" in removed and i not in originals)
     print(f"distinct problems without a planted copy removed: {lost} of {args.distinct - len(originals)}")
     if args.verify:
-        from microcoder_jax.data.pipeline import verify
+        from microcoder_jax.dataset import verify
         from microcoder_jax.evaluator.pool import EvaluatorPool
 
         problems = [

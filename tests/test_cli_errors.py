@@ -7,7 +7,7 @@ import os
 import pytest
 
 from microcoder_jax.config import config_dir
-from microcoder_jax.data.pipeline.__main__ import main as pipeline_main
+from microcoder_jax.dataset.__main__ import main as pipeline_main
 from microcoder_jax.plan.__main__ import main as plan_main
 from microcoder_jax.plan.packing import main as packing_main
 from microcoder_jax.trainer.evaluation import main as eval_main
@@ -18,7 +18,7 @@ COMMANDS = {  # each with the other arguments it needs, so only the config file 
     "eval": (eval_main, ["--checkpoint=/nonexistent/run"]),
     "plan": (plan_main, ["--topology=v5p-8"]),
     "plan.packing": (packing_main, []),
-    "data.pipeline": (pipeline_main, ["all", "--workdir=/nonexistent/pipeline"]),
+    "dataset": (pipeline_main, ["all", "--workdir=/nonexistent/pipeline"]),
 }
 
 BROKEN = {  # file name -> (its text, what the error line says after the file's name)

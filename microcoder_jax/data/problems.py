@@ -3,7 +3,7 @@
 One `Problem` holds what the judge needs (tests, call-based entry point, checker, tolerance) plus
 the prompt-side fields (statement, starter code) and provenance. Readers convert LiveCodeBench
 `code_generation_lite` rows, APPS/TACO `input_output` rows and our own `to_json()` rows (the
-dataset pipeline, data/pipeline/readers.py, reads the other public layouts).
+dataset pipeline, dataset/readers.py, reads the other public layouts).
 
 Call-based tests use the LiveCodeBench convention throughout: `input` is one JSON value per
 argument, newline-separated; `output` is one JSON value (the return value). An `assert` test is

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from microcoder_jax.data.dates import in_window
-from microcoder_jax.data.pipeline import dedup
+from microcoder_jax.dataset import dedup
 from microcoder_jax.data.problems import Problem
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""python -m microcoder_jax.data.pipeline STAGE [--config=FILE] [--config.KEY=VALUE ...]
+"""python -m microcoder_jax.dataset STAGE [--config=FILE] [--config.KEY=VALUE ...]
        [--source=NAME=PATH[,format=F][,priority=N][,limit=N][,harness=H] ...] [--workdir=DIR] [--force]
 
 Builds training shards from raw problem dumps on local disk (no downloads).
@@ -31,8 +31,8 @@ import sys
 
 from microcoder_jax import cli
 from microcoder_jax.config import ConfigError
-from microcoder_jax.data.pipeline import config as pipeline_config
-from microcoder_jax.data.pipeline.stages import STAGES, run_pipeline, stage_done
+from microcoder_jax.dataset import config as pipeline_config
+from microcoder_jax.dataset.stages import STAGES, run_pipeline, stage_done
 
 DEFAULT_CONFIG = pipeline_config.DEFAULT_FILE  # the defaults; configs/data_pipeline.py starts from them
 HELPS = ("-h", "--help", "-help", "--helpfull")
@@ -93,7 +93,7 @@ def _help(argv: list[str]) -> str:
     fv = flags.FlagValues()
     _define_flags(fv)
     own = [f"  --{name}: {fl.help}" for name, fl in sorted(fv._flags().items()) if name == fl.name]
-    source = value or "the defaults, microcoder_jax/data/pipeline/config.py"
+    source = value or "the defaults, microcoder_jax/dataset/config.py"
     return "\n".join(
         [
             f"usage: {(__doc__ or '').strip()}",
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = cli.parse(
             argv,
-            prog="python -m microcoder_jax.data.pipeline",
+            prog="python -m microcoder_jax.dataset",
             doc=__doc__,
             default_file=DEFAULT_CONFIG,
             define_flags=_define_flags,

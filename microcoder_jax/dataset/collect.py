@@ -18,8 +18,8 @@ import os
 from typing import Any, Iterator
 
 from microcoder_jax.data.jsonl import BadLine, read_jsonl
-from microcoder_jax.data.pipeline.drops import Drops, RowError
-from microcoder_jax.data.pipeline.folders import read_problem_dir
+from microcoder_jax.dataset.drops import Drops, RowError
+from microcoder_jax.dataset.folders import read_problem_dir
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Dataset pipeline: readers for every input format, processing, each filter rule, dedup,
 contamination, the difficulty band, verify's policy, and the resumable stage runner.
 
-Judging here uses a stand-in pool (the real evaluator runs in test_data_pipeline_samples.py), so
+Judging here uses a stand-in pool (the real evaluator runs in test_dataset_samples.py), so
 this module needs no subprocesses and runs in seconds.
 """
 
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from microcoder_jax.data.pipeline import collect, dedup, filters, process, stages, verify
+from microcoder_jax.dataset import collect, dedup, filters, process, stages, verify
 from microcoder_jax.data.problems import Problem, TestCase, load_problems
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -660,7 +660,7 @@ def test_filter_stage_with_live_pass_rate_fn_from_config(pipeline_cfg):
     with cfg.unlocked():
         d = cfg.filter.difficulty
         d.enabled, d.pass_rate_cache = True, os.path.join(cfg.workdir, "rates.jsonl")
-        d.pass_rate_fn, d.pass_rate_fn_kwargs = "test_data_pipeline:constant_rate_factory", {"rate": 0.9}
+        d.pass_rate_fn, d.pass_rate_fn_kwargs = "test_dataset:constant_rate_factory", {"rate": 0.9}
     records = stages.run_pipeline(cfg, ("collect", "process", "filter"))
     assert records["filter"]["kept"] == 0 and records["filter"]["removed"]["too_easy"] == 10
     assert len(filters.load_pass_rates(cfg.filter.difficulty.pass_rate_cache)) == 10
@@ -683,7 +683,7 @@ def test_failed_stage_leaves_no_output(pipeline_cfg):
 
 
 def test_cli_runs_on_bundled_samples(tmp_path, capsys):
-    from microcoder_jax.data.pipeline.__main__ import main
+    from microcoder_jax.dataset.__main__ import main
 
     argv = ["filter", "--config", os.path.join(REPO, "configs", "data_pipeline.py"), "--workdir", str(tmp_path)]
     for stage in ("collect", "process"):

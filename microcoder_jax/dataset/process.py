@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from microcoder_jax.data.dates import parse_date  # noqa: F401 (re-exported: the readers' date parser)
-from microcoder_jax.data.pipeline.readers import READERS, parse_solutions
+from microcoder_jax.dataset.readers import READERS, parse_solutions
 from microcoder_jax.data.problems import STDIN_HARNESSES, Problem
 
 # Formats whose own harness runs stdin programs inside a function (a top-level `return` is

@@ -20,8 +20,8 @@ import time
 from typing import Callable, Iterator
 
 from microcoder_jax.data.jsonl import BadLine, read_jsonl
-from microcoder_jax.data.pipeline import collect, filters, process, report, verify
-from microcoder_jax.data.pipeline.drops import Drops
+from microcoder_jax.dataset import collect, filters, process, report, verify
+from microcoder_jax.dataset.drops import Drops
 from microcoder_jax.data.problems import Problem, load_problems
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from microcoder_jax.data.pipeline import __main__ as cli
+from microcoder_jax.dataset import __main__ as cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "microcoder_jax", "data", "samples", "problems.jsonl")
@@ -17,7 +17,7 @@ SAMPLES = os.path.join(ROOT, "microcoder_jax", "data", "samples", "problems.json
 
 def test_help_names_inputs_and_outputs():
     out = subprocess.run(
-        [sys.executable, "-m", "microcoder_jax.data.pipeline", "--help"],
+        [sys.executable, "-m", "microcoder_jax.dataset", "--help"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -34,7 +34,7 @@ def test_help_names_inputs_and_outputs():
 
 def test_the_config_file_starts_from_the_one_set_of_defaults():
     from microcoder_jax.config import flat_keys
-    from microcoder_jax.data.pipeline import config
+    from microcoder_jax.dataset import config
 
     spec = importlib.util.spec_from_file_location("dp_config", os.path.join(ROOT, "configs", "data_pipeline.py"))
     loaded = importlib.util.module_from_spec(spec)
@@ -54,7 +54,7 @@ def test_the_config_file_starts_from_the_one_set_of_defaults():
 
 def test_stage_counts_are_printed_once_and_the_report_is_named(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "microcoder_jax.data.pipeline", "collect", "--workdir", str(tmp_path)],
+        [sys.executable, "-m", "microcoder_jax.dataset", "collect", "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=tmp_path,

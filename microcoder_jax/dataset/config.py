@@ -13,7 +13,8 @@ import os
 
 import ml_collections
 
-SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples", "problems.jsonl")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = os.path.join(_PACKAGE, "data", "samples", "problems.jsonl")  # the bundled problems
 
 # One input dump, `sources.NAME.FIELD`: (field, default, meaning), in the order source() takes them.
 SOURCE_FIELDS = (
@@ -163,7 +164,7 @@ def check(cfg: ml_collections.ConfigDict) -> None:
     """The knobs with a fixed set of values, sources included; raises ValueError("KEY=VALUE: ...").
     (Types are ml_collections': an override keeps its default's type.)"""
     from microcoder_jax.config import get
-    from microcoder_jax.data.pipeline.collect import FORMATS
+    from microcoder_jax.dataset.collect import FORMATS
     from microcoder_jax.data.problems import STDIN_HARNESSES
 
     choices = dict(CHOICES)

@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-from microcoder_jax.data.pipeline import process, stages
+from microcoder_jax.dataset import process, stages
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.data.problems import load_problems
 
-from test_data_pipeline import load_cfg
+from test_dataset import load_cfg
 
 SAMPLES = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "microcoder_jax", "data", "samples", "problems.jsonl"
@@ -91,7 +91,7 @@ def test_pipeline_verifies_samples_and_drops_broken_problem(samples, pool, tmp_p
 def test_verify_runs_apps_references_and_assert_tests_as_their_datasets_do(pool):
     """An APPS reference with a top-level `return` verifies (APPS harness); a LeetCode row whose
     tests need its helpers runs as an assert test: its reference passes, a wrong one fails."""
-    from test_data_pipeline_readers import REFERENCE, STARTER
+    from test_dataset_readers import REFERENCE, STARTER
 
     apps = process.to_problem(
         {
@@ -117,7 +117,8 @@ def test_verify_runs_apps_references_and_assert_tests_as_their_datasets_do(pool)
                 "starter_code": STARTER,
                 "entry_point": "Solution().pairSum",
                 "prompt": helpers,
-                "test": "def check(candidate):\n    assert candidate(as_list(3), 2) == 3\n    assert candidate([1], 2) == 0\n",
+                "test": "def check(candidate):\n"
+                "    assert candidate(as_list(3), 2) == 3\n    assert candidate([1], 2) == 0\n",
                 "completion": REFERENCE,
             },
         }

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from microcoder_jax.data.pipeline import asserts, collect, process, report, stages
-from microcoder_jax.data.pipeline.readers import parse_solutions
+from microcoder_jax.dataset import asserts, collect, process, report, stages
+from microcoder_jax.dataset.readers import parse_solutions
 
-from test_data_pipeline import load_cfg, statement
+from test_dataset import load_cfg, statement
 
 STARTER = "class Solution:\n    def pairSum(self, nums: List[int], k: int) -> int:\n        "
 REFERENCE = (
@@ -343,7 +343,7 @@ def test_one_warning_per_reason_and_limit_stops_the_scan(tmp_path, caplog):
 
 
 def test_kattis_custom_validation_needs_a_checker(folders):
-    from microcoder_jax.data.pipeline import filters
+    from microcoder_jax.dataset import filters
 
     package = folders / "kattis" / "addtwo"
     (package / "problem.yaml").write_text("name: Add Two\nvalidation: custom\n")

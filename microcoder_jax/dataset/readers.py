@@ -13,8 +13,8 @@ import json
 import re
 from typing import Any
 
-from microcoder_jax.data.pipeline import asserts
-from microcoder_jax.data.pipeline.drops import RowError
+from microcoder_jax.dataset import asserts
+from microcoder_jax.dataset.drops import RowError
 from microcoder_jax.data.problems import Problem, TestCase, func_name_from_starter
 
 # CodeContests enums (deepmind/code_contests, contest_problem.proto).

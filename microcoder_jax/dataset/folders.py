@@ -22,7 +22,7 @@ import os
 import re
 from typing import Any, Iterator
 
-from microcoder_jax.data.pipeline.drops import RowError
+from microcoder_jax.dataset.drops import RowError
 
 STATEMENT_FILES = ("statement.md", "statement.txt", "problem.md", "problem.txt")
 MAX_DEPTH = 2

@@ -18,7 +18,7 @@ import logging
 from typing import NamedTuple, Sequence
 
 from microcoder_jax.data.jsonl import read_jsonl
-from microcoder_jax.data.pipeline.process import solutions_of
+from microcoder_jax.dataset.process import solutions_of
 from microcoder_jax.data.problems import Problem
 
 log = logging.getLogger(__name__)
