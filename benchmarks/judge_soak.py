@@ -80,9 +80,9 @@ def soak(runs: int, workers: int, every: float, tests: int = TESTS, timeout: flo
     try:
         t0 = last_t = time.perf_counter()
         last_done = 0
-        handle = pool.submit([prob] * len(codes), codes, mode="fraction")
+        handle = pool.submit([prob] * len(codes), codes, every_test=True)
         while done < runs:
-            nxt = pool.submit([prob] * len(codes), codes, mode="fraction")  # keep the pool busy
+            nxt = pool.submit([prob] * len(codes), codes, every_test=True)  # keep the pool busy
             for r in handle.result():
                 done += r.tests_total
                 verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1

@@ -16,12 +16,12 @@ from short_demo import short_demo
 def test_builtin_rewards_and_what_they_need_from_the_judge():
     problem = Problem("p", [TestCase("1\n", "1\n")] * 4)
     partial = JudgeResult(False, "wrong_answer", 3, 4, first_failure=1)
-    assert lookup("all")(problem, "", partial) == 0.0 and lookup("all").judge_mode == "all"
-    assert lookup("fraction")(problem, "", partial) == 0.75 and lookup("fraction").judge_mode == "fraction"
+    assert lookup("all")(problem, "", partial) == 0.0 and not lookup("all").every_test
+    assert lookup("fraction")(problem, "", partial) == 0.75 and lookup("fraction").every_test
     assert math.isnan(lookup("all")(problem, "", JudgeResult(False, "judge_error", 0, 4)))
     # fraction_runs: 0.9 x the share passed, + 0.1 when the program ran cleanly (a wrong answer, not a crash)
     runs = lookup("fraction_runs")
-    assert runs.judge_mode == "fraction" and runs(problem, "", partial) == pytest.approx(0.9 * 0.75 + 0.1)
+    assert runs.every_test and runs(problem, "", partial) == pytest.approx(0.9 * 0.75 + 0.1)
     assert runs(problem, "", JudgeResult(False, "runtime_error", 1, 4, first_failure=0)) == pytest.approx(0.225)
     assert runs(problem, "", JudgeResult(True, "passed", 4, 4)) == pytest.approx(1.0)
     assert runs(problem, "", JudgeResult(False, "no_code", 0, 4)) == 0.0

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase, reward
+from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
+from microcoder_jax.evaluator.rewards import lookup
 from microcoder_jax.evaluator.judge import JudgeResult
 
 SUM = Problem("sum", [TestCase("1 2\n3\n", "6\n"), TestCase("10 20\n30\n", "60\n"), TestCase("-5 5\n0\n", "0\n")])
@@ -99,15 +100,15 @@ def test_verdicts(pool):
         assert r.tests_passed == first_failure and r.tests_total == 3
 
 
-def test_reward_modes_stop_early_or_run_everything(pool):
+def test_the_reward_decides_whether_judging_stops_early_or_runs_every_test(pool):
     code = "v = sum(map(int, open(0).read().split()))\nprint(v if v != 60 else 0)"
-    early, full = (pool.judge([SUM], [code], mode=m)[0] for m in ("all", "fraction"))
+    every_test = {name: lookup(name).every_test for name in ("all", "fraction")}
+    assert every_test == {"all": False, "fraction": True}
+    early, full = (pool.judge([SUM], [code], every_test=every_test[m])[0] for m in ("all", "fraction"))
     assert (early.tests_passed, early.first_failure, early.verdict) == (1, 1, "wrong_answer")
     assert (full.tests_passed, full.first_failure, full.verdict) == (2, 1, "wrong_answer")
-    assert reward(early, "all") == 0.0 and reward(full, "fraction") == pytest.approx(2 / 3)
-    assert reward(JudgeResult(True, "passed", 3, 3), "fraction") == 1.0
-    with pytest.raises(ValueError):
-        pool.submit([SUM], [code], mode="most")
+    assert lookup("all")(SUM, "", early) == 0.0 and lookup("fraction")(SUM, "", full) == pytest.approx(2 / 3)
+    assert lookup("fraction")(SUM, "", JudgeResult(True, "passed", 3, 3)) == 1.0
 
 
 ADD = Problem(

@@ -101,13 +101,23 @@ FLOORS = [
     (5, ("plan",)),
     (4, ("trainer", "dataset")),
     (3, ("config", "cli")),
-    (2, ("rl", "sampling")),
+    (2, ("rl", "sampling", "envs")),
     (0, ("data.problems", "blocks", "data.jsonl")),
     (1, ("models", "data", "evaluator", "sharding")),
 ]
 # Same-floor pairs that must not meet (they meet only in the trainer and the planner, or share a
 # lower module instead): (importer prefix, imported prefix); floor-0 leaves such as data/jsonl.py excepted.
-FORBIDDEN = [("rl", "sampling"), ("sampling", "rl"), ("data", "evaluator"), ("evaluator", "data")]
+FORBIDDEN = [
+    ("rl", "sampling"),
+    ("sampling", "rl"),
+    ("data", "evaluator"),
+    ("evaluator", "data"),
+    # an environment is the task (prompt, judging, feedback): it knows neither the train step nor the sampler
+    ("envs", "rl"),
+    ("envs", "sampling"),
+    ("rl", "envs"),
+    ("sampling", "envs"),
+]
 
 
 def floor_of(module: str) -> int:

@@ -112,8 +112,8 @@ def test_judge_counter_counts_the_tests_each_program_ran_once():
         JudgeResult(False, "no_code", 0, 5, 0),
         JudgeResult(False, "compile_error", 0, 5, 0),
     ]
-    assert [tests_run(r, "all") for r in results] == [5, 2, 0, 1]
-    assert [tests_run(r, "fraction") for r in results] == [5, 5, 0, 1]
+    assert [tests_run(r, False) for r in results] == [5, 2, 0, 1]
+    assert [tests_run(r, True) for r in results] == [5, 5, 0, 1]
 
     class Handle:
         def result(self):
@@ -125,14 +125,14 @@ def test_judge_counter_counts_the_tests_each_program_ran_once():
     class Pool:
         closed = False
 
-        def submit(self, problems, codes, mode="all"):
+        def submit(self, problems, codes, every_test=False):
             return Handle()
 
         def close(self):
             Pool.closed = True
 
     counter = JudgeCounter(Pool())
-    handle = counter.submit([None] * 4, ["x"] * 4, mode="all")
+    handle = counter.submit([None] * 4, ["x"] * 4)
     assert handle.done() and handle.result() == results and handle.result() == results  # counted once
     assert counter.take() == 8 and counter.take() == 0
     counter.close()

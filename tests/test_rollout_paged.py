@@ -10,7 +10,8 @@ import pytest
 
 from microcoder_jax import models
 from microcoder_jax.config import default_config
-from microcoder_jax.evaluator import Problem, TestCase, reward
+from microcoder_jax.envs import make_env
+from microcoder_jax.evaluator import Problem, TestCase
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, informative_groups, refill_certain
 from microcoder_jax.trainer.rollout import GroupJudge, collect, generate, sampler_for
@@ -53,6 +54,7 @@ def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3, slots=
         mesh=None,
         sample_mesh=None,
         tokenizer=ParityTokenizer(),
+        env=make_env(block_fields(config)["data"], "all"),
     )
 
 
@@ -155,7 +157,7 @@ def test_groups_judged_as_they_finish_match_judging_afterwards(params, pool, cas
     np.testing.assert_array_equal(rollout.response_lengths, sample.lengths)
     codes = [f"print({row[0] % 2})" for row in sample.tokens]
     results = pool.judge([p for p in problems for _ in range(G)], codes)
-    np.testing.assert_array_equal(rollout.rewards, [reward(r, mode="all") for r in results])
+    np.testing.assert_array_equal(rollout.rewards, [float(r.passed) for r in results])
     np.testing.assert_array_equal(rollout.passed, [r.passed for r in results])
     assert sum(counts.values()) == len(problems) * G and 0 < rollout.rewards.sum() < len(rollout.rewards)
 
@@ -176,7 +178,7 @@ def test_rows_split_between_hosts_are_each_judged_once_in_row_order(pool):
         for judge in judges:
             judge.add(index, group)
     assert all(judge.complete for judge in judges)
-    got = [r.passed for judge in judges for r in judge.results()[0]]
+    got = [r.passed for judge in judges for r in judge.results()]
     assert got == [row % 2 == [0, 1, 0][row // G] for row in range(12)]
     known, rewards = judges[1].known()
     assert known.all() and rewards.tolist() == [float(x) for x in got[6:]]

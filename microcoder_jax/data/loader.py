@@ -18,7 +18,7 @@ import grain
 import numpy as np
 
 from microcoder_jax.blocks import ConfigError
-from microcoder_jax.data.prompts import encode_prompt
+from microcoder_jax.data.prompts import chat_messages, encode_messages
 from microcoder_jax.data import problems as problems_lib
 
 log = logging.getLogger(__name__)
@@ -99,14 +99,16 @@ def read_problems(paths: str | Sequence[str]) -> tuple[list, int]:
     return problems, counter.count
 
 
-def make_prompt_set(problems, tokenizer, data_config, skipped_malformed: int = 0) -> PromptSet:
-    """Tokenize every prompt; problems without tests (nothing could judge them) and prompts longer
-    than `data_config.max_prompt_tokens` are skipped and counted."""
+def make_prompt_set(problems, tokenizer, data_config, skipped_malformed: int = 0, messages=None) -> PromptSet:
+    """Tokenize every prompt, `messages(problem)` (default data.prompts.chat_messages; a run passes
+    its environment's) rendered in the chat template; problems without tests (nothing could judge
+    them) and prompts longer than `data_config.max_prompt_tokens` are skipped and counted."""
+    messages = messages or (lambda problem: chat_messages(problem, data_config))
     limit = min(data_config.max_prompt_tokens, max(data_config.prompt_buckets))
     no_tests = len(problems_lib.without_tests(problems))
     kept, prompts, too_long, longest = [], [], 0, 0
     for problem in (p for p in problems if p.tests):
-        ids = encode_prompt(tokenizer, problem, data_config)
+        ids = encode_messages(tokenizer, messages(problem), data_config)
         if len(ids) > limit:
             too_long, longest = too_long + 1, max(longest, len(ids))
             continue

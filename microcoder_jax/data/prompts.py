@@ -70,28 +70,37 @@ def render_prompt(
     `few_shot` (few_shot_turns) are worked exchanges between the two."""
     content = user_message(problem, instruction_stdin=instruction_stdin, instruction_call=instruction_call)
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return tokenizer.apply_chat_template(
-        system + [dict(t) for t in few_shot] + [{"role": "user", "content": content}],
-        tokenize=False,
-        add_generation_prompt=True,
-        enable_thinking=enable_thinking,
+    return render_messages(
+        tokenizer, system + [dict(t) for t in few_shot] + [{"role": "user", "content": content}], enable_thinking
     )
+
+
+def render_messages(tokenizer, messages: Sequence[dict], enable_thinking: bool = False) -> str:
+    """Chat messages in the tokenizer's template, ending where the assistant's next answer starts."""
+    return tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
+    )
+
+
+def chat_messages(problem, data_config) -> list[dict]:
+    """The messages before the first answer, as `data_config` asks: an optional system turn, the
+    worked examples of `few_shot_file`, then the problem's user turn."""
+    i_stdin, i_call = data_config.instruction_stdin, data_config.instruction_call
+    system = [{"role": "system", "content": data_config.system_prompt}] if data_config.system_prompt else []
+    shots = few_shot_turns(data_config.few_shot_file, i_stdin, i_call) if data_config.few_shot_file else ()
+    user = {"role": "user", "content": user_message(problem, instruction_stdin=i_stdin, instruction_call=i_call)}
+    return system + [dict(t) for t in shots] + [user]
+
+
+def encode_messages(tokenizer, messages: Sequence[dict], data_config) -> list[int]:
+    """Token ids of rendered chat messages (the template already holds the special tokens)."""
+    text = render_messages(tokenizer, messages, data_config.enable_thinking)
+    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def encode_prompt(tokenizer, problem, data_config) -> list[int]:
-    """Token ids of the rendered prompt (the template already holds the special tokens)."""
-    text = render_prompt(
-        tokenizer,
-        problem,
-        enable_thinking=data_config.enable_thinking,
-        instruction_stdin=data_config.instruction_stdin,
-        instruction_call=data_config.instruction_call,
-        system_prompt=data_config.system_prompt,
-        few_shot=few_shot_turns(data_config.few_shot_file, data_config.instruction_stdin, data_config.instruction_call)
-        if data_config.few_shot_file
-        else (),
-    )
-    return tokenizer.encode(text, add_special_tokens=False)
+    """Token ids of the problem's prompt as `data_config` asks (chat_messages, rendered)."""
+    return encode_messages(tokenizer, chat_messages(problem, data_config), data_config)
 
 
 def prompt_bucket(length: int, buckets: Sequence[int] | None = None) -> int:

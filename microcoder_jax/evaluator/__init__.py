@@ -36,7 +36,7 @@ Isolation of each program (`EvaluatorPool(...).isolation` reports what the OS gr
 """
 
 from microcoder_jax.evaluator.extract import extract_code
-from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, reward
+from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult
 from microcoder_jax.evaluator.pool import EvaluatorPool, JudgeHandle
 from microcoder_jax.data.problems import Problem, TestCase, load_problems
 
@@ -49,5 +49,4 @@ __all__ = [
     "VERDICTS",
     "extract_code",
     "load_problems",
-    "reward",
 ]

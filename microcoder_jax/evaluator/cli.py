@@ -1,7 +1,7 @@
 """Judge a file of solutions against a file of problems.
 
     python -m microcoder_jax.evaluator --problems P.jsonl --solutions S.jsonl --out R.jsonl \\
-        [--workers N] [--timeout S] [--reward all|fraction]
+        [--workers N] [--timeout S] [--reward NAME]
 
 S.jsonl rows are {"question_id", "code"} or {"question_id", "response"} (the program is then
 extracted from the model response); several rows may share a question; other keys are ignored.
@@ -22,7 +22,8 @@ import time
 
 from microcoder_jax.data.jsonl import BadLine, read_jsonl
 from microcoder_jax.evaluator.extract import extract_code
-from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, judge_error, reward
+from microcoder_jax.evaluator import rewards
+from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, judge_error
 from microcoder_jax.evaluator.pool import EvaluatorPool
 from microcoder_jax.data.problems import load_problems
 
@@ -44,9 +45,10 @@ def _parse_args(argv):
     )
     p.add_argument(
         "--reward",
-        choices=("all", "fraction"),
+        choices=sorted(rewards.REWARDS),
         default="all",
-        help="all: stop at the first failing test; fraction: run every test",
+        help="the reward written per row (evaluator/rewards.py): all = 1 iff every test passes (judging stops "
+        "at the first failure), fraction = share of tests passed (every test runs), fraction_runs",
     )
     p.add_argument("--skip-malformed", action="store_true", help="skip malformed problem rows")
     return p.parse_args(argv)
@@ -123,27 +125,34 @@ def main(argv=None) -> int:
             args.workers, timeout=args.timeout, memory_mb=args.memory_mb, hide=[args.problems, args.solutions, args.out]
         ) as pool,
     ):
-        handle = pool.submit([rows[i][0] for i in todo], [rows[i][1] for i in todo], mode=args.reward)
-        written = _write_ready(out, rows, results, 0, args.reward)
+        reward = rewards.lookup(args.reward)
+        handle = pool.submit([rows[i][0] for i in todo], [rows[i][1] for i in todo], every_test=reward.every_test)
+        written = _write_ready(out, rows, results, 0, reward)
         progress = _progress(len(rows))
         progress.update(len(results))
         for j, result in handle.as_completed():
             results[todo[j]] = result
             progress.update(1)
-            written = _write_ready(out, rows, results, written, args.reward)
+            written = _write_ready(out, rows, results, written, reward)
         progress.close()
-    _summary(list(results.values()), time.monotonic() - start, args.reward, pool.workers)
+    _summary(rows, results, time.monotonic() - start, reward, pool.workers)
     print(f"results: {args.out} ({len(rows)} rows, one per solution, in input order)")
     return 0
 
 
-def _write_ready(out, rows, results, written: int, mode: str) -> int:
+def _value(reward, row: tuple, result: JudgeResult) -> float:
+    """The row's reward (NaN for a judge_error); the response text is the row's response, else its code."""
+    problem, code, record, _ = row
+    return reward(problem, str(record.get("response", code or "")), result)
+
+
+def _write_ready(out, rows, results, written: int, reward) -> int:
     """Write every result whose turn has come (input order), flushing so nothing is lost."""
     while written < len(rows) and written in results:
         problem, _, row, _ = rows[written]
         result = results[written]
         qid = problem.question_id if problem is not None else row.get("question_id")
-        value = reward(result, mode)  # NaN for a judge_error: no reward, written as null
+        value = _value(reward, rows[written], result)  # NaN for a judge_error: no reward, written as null
         record = {
             "index": written,
             "question_id": qid,
@@ -162,15 +171,16 @@ def _progress(total: int):
     return tqdm(total=total, unit="prog", file=sys.stderr, disable=None, dynamic_ncols=True)
 
 
-def _summary(results: list[JudgeResult], seconds: float, mode: str, workers: int) -> None:
+def _summary(rows, results: dict, seconds: float, reward, workers: int) -> None:
     n = len(results)
-    counts = collections.Counter(r.verdict for r in results)
-    judged = [v for v in (reward(r, mode) for r in results) if not math.isnan(v)]  # judge errors: no reward
+    counts = collections.Counter(r.verdict for r in results.values())
+    values = (_value(reward, rows[i], r) for i, r in results.items())
+    judged = [v for v in values if not math.isnan(v)]  # judge errors: no reward
     mean_reward = sum(judged) / len(judged) if judged else 0.0
     lines = [
         f"{'programs':<16}{n:>10}",
         f"{'pass rate':<16}{(counts['passed'] / n if n else 0):>10.4f}",
-        f"{'mean reward':<16}{mean_reward:>10.4f}  ({mode}; judge errors left out)",
+        f"{'mean reward':<16}{mean_reward:>10.4f}  ({reward.name}; judge errors left out)",
         *(f"{'  ' + v:<16}{counts[v]:>10}" for v in VERDICTS if counts[v]),
         f"{'programs/s':<16}{n / seconds if seconds else 0:>10.1f}  ({workers} workers, {seconds:.1f} s)",
     ]

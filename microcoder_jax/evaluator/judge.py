@@ -28,7 +28,6 @@ VERDICTS = (
     "no_code",
     "judge_error",
 )
-REWARD_MODES = ("all", "fraction")
 
 Run = Callable[[dict], dict]  # a fork-server round trip: request -> reply
 # A call-based return value (its JSON text) longer than this is "output limit exceeded": parsed,
@@ -54,19 +53,6 @@ class JudgeResult:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def reward(result: JudgeResult, mode: str = "all") -> float:
-    """1/0 for all tests passing ("all"), or the fraction of tests passed ("fraction"); NaN for a
-    judge_error: the judge failed, not the program, so the row has no reward (rl.advantages leaves
-    it out of the loss and of its group's mean and std; metrics count it as judge_error_frac)."""
-    if result.verdict == "judge_error":
-        return float("nan")
-    if mode == "all":
-        return float(result.passed)
-    if mode == "fraction":
-        return result.tests_passed / result.tests_total if result.tests_total else 0.0
-    raise ValueError(f"reward mode must be one of {REWARD_MODES}, got {mode!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,12 +83,11 @@ def judge(
     run: Run,
     limits: Limits = Limits(),
     *,
-    mode: str = "all",
+    every_test: bool = False,
     run_checker: Run | None = None,
 ) -> JudgeResult:
-    """Run `code` on the tests of `problem` in order; in mode "all" stop at the first failure."""
-    if mode not in REWARD_MODES:
-        raise ValueError(f"mode must be one of {REWARD_MODES}, got {mode!r}")
+    """Run `code` on the tests of `problem` in order, stopping at the first failure unless
+    `every_test` (what the reward reads decides: evaluator/rewards.py)."""
     if not problem.tests:
         return judge_error(problem, "the problem has no tests")
     if code is None or not code.strip():
@@ -130,7 +115,7 @@ def judge(
         if result.passed:
             result.passed, result.verdict, result.first_failure = False, verdict, index
             result.reason = f"test {index}: {reason}"[:500]
-        if mode == "all" or verdict == "compile_error":
+        if not every_test or verdict == "compile_error":
             break
     return result
 

@@ -20,7 +20,7 @@ import threading
 from typing import Iterator, Sequence, cast
 
 from microcoder_jax.evaluator import cgroups, channel, syscall_filter, worker
-from microcoder_jax.evaluator.judge import REWARD_MODES, JudgeResult, Limits, judge, judge_error
+from microcoder_jax.evaluator.judge import JudgeResult, Limits, judge, judge_error
 from microcoder_jax.data.problems import Problem
 
 log = logging.getLogger(__name__)
@@ -292,36 +292,37 @@ class EvaluatorPool:
         """The uids programs run as (empty when the OS gives us none)."""
         return [s.isolation["uid"] for s in self._servers if s.isolation.get("uid") is not None]
 
-    def submit(self, problems: Sequence[Problem], codes: Sequence[str | None], *, mode: str = "all") -> JudgeHandle:
-        """Queue the pairs (problems[i], codes[i]) and return at once. None code = no_code."""
+    def submit(
+        self, problems: Sequence[Problem], codes: Sequence[str | None], *, every_test: bool = False
+    ) -> JudgeHandle:
+        """Queue the pairs (problems[i], codes[i]) and return at once. None code = no_code.
+        `every_test`: run all of a problem's tests, not only up to the first failure."""
         if len(problems) != len(codes):
             raise ValueError(f"{len(problems)} problems but {len(codes)} programs")
-        if mode not in REWARD_MODES:
-            raise ValueError(f"mode must be one of {REWARD_MODES}, got {mode!r}")
         if self._closed:
             raise RuntimeError("the pool is closed")
         handle = JudgeHandle(len(codes))
         if not codes:
             return handle
         for index, (problem, code) in enumerate(zip(problems, codes)):
-            self._jobs.put((handle, index, problem, code, mode))
+            self._jobs.put((handle, index, problem, code, every_test))
         return handle
 
     def judge(
-        self, problems: Sequence[Problem], codes: Sequence[str | None], *, mode: str = "all"
+        self, problems: Sequence[Problem], codes: Sequence[str | None], *, every_test: bool = False
     ) -> list[JudgeResult]:
-        return self.submit(problems, codes, mode=mode).result()
+        return self.submit(problems, codes, every_test=every_test).result()
 
     def _loop(self, slot: int) -> None:
         while (job := self._jobs.get()) is not None:
-            handle, index, problem, code, mode = job
+            handle, index, problem, code, every_test = job
             try:
                 result = judge(
                     problem,
                     code,
                     self._servers[slot].run,
                     self.limits,
-                    mode=mode,
+                    every_test=every_test,
                     run_checker=lambda req: self._checker(slot).run(req),
                 )
             except Exception as e:  # noqa: BLE001 - one bad pair never stops the pool

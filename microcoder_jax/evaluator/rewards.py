@@ -26,7 +26,6 @@ import math
 from typing import Callable
 
 from microcoder_jax.evaluator.judge import JudgeResult
-from microcoder_jax.evaluator.judge import reward as judged_reward
 
 RewardFn = Callable[..., float]  # (problem, response text, JudgeResult) -> float
 
@@ -36,11 +35,6 @@ class Reward:
     name: str
     fn: RewardFn
     every_test: bool = False  # False: the judge may stop at the first failed test
-
-    @property
-    def judge_mode(self) -> str:
-        """The judge's mode (evaluator.judge.REWARD_MODES) that gives this reward what it reads."""
-        return "fraction" if self.every_test else "all"
 
     def __call__(self, problem, response: str, result: JudgeResult) -> float:
         if result.verdict == "judge_error":
@@ -82,13 +76,13 @@ def lookup(name: str) -> Reward:
 @register_reward("all")
 def all_tests(problem, response, result) -> float:
     """1 iff every test passes (the paper's reward)."""
-    return judged_reward(result, "all")
+    return float(result.passed)
 
 
 @register_reward("fraction", every_test=True)
 def fraction(problem, response, result) -> float:
     """Tests passed / tests run, every test run."""
-    return judged_reward(result, "fraction")
+    return result.tests_passed / result.tests_total if result.tests_total else 0.0
 
 
 @register_reward("fraction_runs", every_test=True)

@@ -37,13 +37,17 @@ FIELDS: dict[str, tuple[bool, Any]] = {
 class Rollout:
     """One judged batch, N rows prompt-major (row = prompt * G + sample), S = prompt bucket + max_new.
 
-    tokens / attention_mask / response_mask [N, S] int32: [left-padded prompt | response];
-    rewards [N] f32 (NaN: a judge error); passed / no_code / truncated [N] bool; response_lengths
-    [N] int32; temperature and sample_entropy [N] f32 from the sampler; sampler_logprobs [N, S]
-    f32 in old_logprobs' layout: the sampler's own log-probs of the response tokens (0 elsewhere),
-    the behaviour policy of rl.corrections (None in batches saved before it). Set by the learner:
-    old_logprobs [N, S] f32 (the training forward at the learner's params when it trains on the
-    batch, column t = log p(tokens[t])), ref_logprobs [N, S] f32 only when the KL term is on.
+    tokens / attention_mask / response_mask [N, S] int32: [left-padded prompt | response]. The
+    response mask marks the model's tokens, the ones the loss trains on; it may have holes: an
+    environment's tokens between two model turns (envs/base.py) are attended, not trained. rewards
+    [N] f32 (NaN: a judge error; the episode's, from its last turn); passed / no_code / truncated
+    [N] bool; response_lengths [N] int32 (the first response column to the last model token: one
+    turn's length in a single-turn batch); temperature and sample_entropy [N] f32 from the sampler;
+    sampler_logprobs [N, S] f32 in old_logprobs' layout: the sampler's own log-probs of the response
+    tokens (0 elsewhere), the behaviour policy of rl.corrections (None in batches saved before it).
+    Set by the learner: old_logprobs [N, S] f32 (the training forward at the learner's params when
+    it trains on the batch, column t = log p(tokens[t])), ref_logprobs [N, S] f32 only when the KL
+    term is on.
     Fields read by name too (`rollout["tokens"]`), as advantages and dynamic sampling do.
     """
 

@@ -113,7 +113,8 @@ EXAMPLES_PER_REASON = 2
 
 
 def failure_reason(result, code: str | None, truncated: bool) -> str:
-    """The first of FAILURE_REASONS that applies to a judged answer (not a judge_error)."""
+    """The first of FAILURE_REASONS that applies to a judged answer (not a judge_error); `result`:
+    its Turn (envs/) or JudgeResult, `code`: the program judged."""
     if result.passed:
         return "passed"
     if truncated:
@@ -145,13 +146,13 @@ def by_length(lengths, passed, cap: int, bins: int = LENGTH_BINS) -> list[dict]:
     return out
 
 
-def _failure_reasons(results, codes, truncated, judged, texts, examples: dict) -> np.ndarray:
+def _failure_reasons(turns, truncated, judged, texts, examples: dict) -> np.ndarray:
     """Each answer's index in FAILURE_REASONS (-1: not judged); keeps the first answers of each
     reason in ``examples`` (up to EXAMPLES_PER_REASON)."""
     reason = np.array(
         [
-            FAILURE_REASONS.index(failure_reason(r, c, bool(t))) if j else -1
-            for r, c, t, j in zip(results, codes, truncated, judged)
+            FAILURE_REASONS.index(failure_reason(turn, turn.program, bool(t))) if j else -1
+            for turn, t, j in zip(turns, truncated, judged)
         ],
         np.int32,
     )
@@ -168,6 +169,7 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
 
     from microcoder_jax import sharding
     from microcoder_jax.data.loader import make_prompt_set
+    from microcoder_jax.envs import make_env
     from microcoder_jax.trainer.rollout import GroupJudge, generate, verdict_arrays
 
     e = run.eval
@@ -175,7 +177,8 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
     problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)]
     if e.max_problems:
         problems = problems[: e.max_problems]
-    prompt_set = make_prompt_set(problems, run.tokenizer, run.data)
+    env = make_env(run.data, "all")  # pass@k counts answers that pass every test, whatever the training reward
+    prompt_set = make_prompt_set(problems, run.tokenizer, run.data, messages=env.messages)
     kept, prompts = prompt_set.problems, prompt_set.prompts
     passes: list[list[bool]] = []
     judge_errors = 0
@@ -189,7 +192,7 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
         # verdicts are all-gathered; with the paged engine each problem's samples go to the pool as
         # they finish, overlapping the tail of decoding
         n = len(chunk) * k
-        judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=sharding.host_rows(n), mode="all")
+        judge = GroupJudge(run, pool, chunk + [chunk[-1]] * pad, k, rows=sharding.host_rows(n), env=env)
         out = generate(
             run,
             params,
@@ -202,11 +205,11 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
             rng=jax.random.fold_in(rng, start),
             on_group_done=judge.add,
         )
-        results, codes = judge.results()
-        rewards, passed, _, _ = verdict_arrays(results, codes, "all")
+        turns = judge.results()
+        rewards, passed, _, _ = verdict_arrays(turns)
         judged = np.isfinite(rewards)  # a judge_error's reward is NaN: not the answer's fault
         mine = np.asarray(out.truncated[:n])[judge.rows]
-        reason = _failure_reasons(results, codes, mine, judged, judge.row_inputs()[1], examples)
+        reason = _failure_reasons(turns, mine, judged, judge.texts(), examples)
         passed, judged, reason = sharding.allgather_rows([passed, judged, reason], n)
         reasons += np.asarray(reason)[np.asarray(judged, bool)].tolist()
         judge_errors += int(n - judged.sum())

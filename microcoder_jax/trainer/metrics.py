@@ -240,12 +240,12 @@ def throughput(
     return out
 
 
-def tests_run(result, mode: str) -> int:
-    """Tests a JudgeResult ran: all of them when it passed or (fraction mode) was judged to the end,
-    up to the first failure in "all" mode or on a compile error, none without a program."""
+def tests_run(result, every_test: bool) -> int:
+    """Tests a JudgeResult ran: all of them when it passed or was judged with `every_test`, up to
+    the first failure otherwise or on a compile error, none without a program."""
     if result.verdict in ("no_code", "judge_error"):
         return 0
-    if result.passed or (mode != "all" and result.verdict != "compile_error") or result.first_failure is None:
+    if result.passed or (every_test and result.verdict != "compile_error") or result.first_failure is None:
         return result.tests_total
     return result.first_failure + 1
 
@@ -253,14 +253,14 @@ def tests_run(result, mode: str) -> int:
 class _CountedHandle:
     """A JudgeHandle whose results add their tests to the counter, once."""
 
-    def __init__(self, handle, counter: "JudgeCounter", mode: str):
-        self._handle, self._counter, self._mode, self._counted = handle, counter, mode, False
+    def __init__(self, handle, counter: "JudgeCounter", every_test: bool):
+        self._handle, self._counter, self._every_test, self._counted = handle, counter, every_test, False
 
     def result(self, *args, **kwargs):
         results = self._handle.result(*args, **kwargs)
         if not self._counted:
             self._counted = True
-            self._counter.tests += sum(tests_run(r, self._mode) for r in results)
+            self._counter.tests += sum(tests_run(r, self._every_test) for r in results)
         return results
 
     def __getattr__(self, name):
@@ -274,11 +274,11 @@ class JudgeCounter:
     def __init__(self, pool):
         self._pool, self.tests = pool, 0
 
-    def submit(self, problems, codes, *, mode: str = "all"):
-        return _CountedHandle(self._pool.submit(problems, codes, mode=mode), self, mode)
+    def submit(self, problems, codes, *, every_test: bool = False):
+        return _CountedHandle(self._pool.submit(problems, codes, every_test=every_test), self, every_test)
 
-    def judge(self, problems, codes, *, mode: str = "all"):
-        return self.submit(problems, codes, mode=mode).result()
+    def judge(self, problems, codes, *, every_test: bool = False):
+        return self.submit(problems, codes, every_test=every_test).result()
 
     def take(self) -> int:
         tests, self.tests = self.tests, 0

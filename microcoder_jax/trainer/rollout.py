@@ -20,8 +20,7 @@ import jax
 import numpy as np
 
 from microcoder_jax import sharding
-from microcoder_jax.evaluator import VERDICTS, extract_code
-from microcoder_jax.evaluator.rewards import lookup as lookup_reward
+from microcoder_jax.evaluator import VERDICTS
 from microcoder_jax.rl.batch import SCORING_FIELDS, Rollout
 from microcoder_jax.sampling.interface import make_sampler
 
@@ -99,49 +98,38 @@ def add_decode(total: dict, stats: dict) -> None:
         total[k] = v if k == "slots" else total.get(k, 0) + v
 
 
-def submit(run, pool, problems, tokens, lengths, mode: str):
-    """Extract the programs of these rows and start judging them (non-blocking) in the judge mode
-    `mode`: (handle, codes, texts), texts being the decoded responses."""
-    texts = run.tokenizer.batch_decode(
-        [row[:n].tolist() for row, n in zip(tokens, lengths)], skip_special_tokens=True
-    )  # the end-of-turn token is no code
-    codes = [extract_code(t) for t in texts]
-    return pool.submit(problems, codes, mode=mode), codes, texts
+def decode(run, tokens, lengths) -> list[str]:
+    """The responses' text, special tokens dropped (the end-of-turn token is no code)."""
+    return run.tokenizer.batch_decode([row[:n].tolist() for row, n in zip(tokens, lengths)], skip_special_tokens=True)
 
 
-def verdict_arrays(results, codes, mode: str, problems=None, texts=None):
-    """(rewards, passed, no_code) arrays and verdict counts from JudgeResults; `mode` names the
-    reward (evaluator/rewards.py), given each row's problem and response text when it reads them."""
-    score = lookup_reward(mode)
-    problems = problems if problems is not None else [None] * len(results)
-    texts = texts if texts is not None else [""] * len(results)
-    rewards = np.array([score(p, t, r) for p, t, r in zip(problems, texts, results)], np.float32)
-    passed = np.array([bool(r.passed) for r in results])
-    no_code = np.array([c is None or r.verdict == "no_code" for r, c in zip(results, codes)])
+def verdict_arrays(turns) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """(rewards, passed, no_code) arrays and verdict counts from the environment's Turns."""
+    rewards = np.array([t.reward for t in turns], np.float32)
+    passed = np.array([t.passed for t in turns], bool)
+    no_code = np.array([t.no_code for t in turns], bool)
     counts: dict[str, int] = {}
-    for r in results:
-        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    for t in turns:
+        counts[t.verdict] = counts.get(t.verdict, 0) + 1
     return rewards, passed, no_code, counts
 
 
 class GroupJudge:
     """Judges this host's rows of one generation batch (len(problems) prompts x G) as groups arrive.
 
-    `add(first_prompt, sample)` submits the rows of those prompts that fall in this host's share
+    `add(first_prompt, sample)` decodes the rows of those prompts that fall in this host's share
     (`rows`, default `sharding.host_rows(n)`: a group split between two hosts is judged half on
-    each), at once and without blocking; `results()` waits and returns the share's JudgeResults
-    and programs in row order, as `sharding.allgather_rows` expects them. `mode`: the reward
-    (default `evaluator.reward`, a name in evaluator/rewards.py; evaluation scores "all"); the
-    judge runs the tests that reward needs.
+    each) and hands them to the environment (`env`, default the run's: envs/), at once and without
+    blocking; `results()` waits and returns the share's Turns in row order, as
+    `sharding.allgather_rows` expects them, and `texts()` the decoded responses.
     """
 
-    def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None, mode: Optional[str] = None):
+    def __init__(self, run, pool, problems, group_size: int, rows: Optional[slice] = None, env=None):
         self.run, self.pool, self.problems, self.G = run, pool, list(problems), group_size
-        self.mode = mode or run.evaluator.reward
-        self.reward = lookup_reward(self.mode)
+        self.env = env or run.env
         self.n = len(self.problems) * group_size
         self.rows = sharding.host_rows(self.n) if rows is None else rows
-        self.parts: list[tuple[int, Any, list, list]] = []  # (first global row, handle, codes, texts)
+        self.parts: list[tuple[int, Any, list]] = []  # (first global row, pending turns, texts)
         self.groups_added = 0
         self.sampled_at: Optional[float] = None  # perf_counter when its last group was sampled
 
@@ -153,15 +141,9 @@ class GroupJudge:
         self.groups_added += len(sample.lengths) // self.G
         a, b = max(lo, self.rows.start), min(hi, self.rows.stop)
         if a < b:
-            handle, codes, texts = submit(
-                self.run,
-                self.pool,
-                [self.problems[r // self.G] for r in range(a, b)],
-                sample.tokens[a - lo : b - lo],
-                sample.lengths[a - lo : b - lo],
-                self.reward.judge_mode,
-            )
-            self.parts.append((a, handle, codes, texts))
+            texts = decode(self.run, sample.tokens[a - lo : b - lo], sample.lengths[a - lo : b - lo])
+            pending = self.env.step(self.pool, [self.problems[r // self.G] for r in range(a, b)], texts)
+            self.parts.append((a, pending, texts))
 
     @property
     def complete(self) -> bool:
@@ -172,35 +154,28 @@ class GroupJudge:
         """(known, rewards) over this host's share, without blocking: rows whose verdicts are in."""
         size = self.rows.stop - self.rows.start
         known, rewards = np.zeros(size, bool), np.zeros(size, np.float32)
-        for a, handle, codes, texts in self.parts:
-            if handle.done():
+        for a, pending, texts in self.parts:
+            if pending.done():
                 i = a - self.rows.start
-                rewards[i : i + len(codes)] = [
-                    self.reward(self.problems[(a + j) // self.G], t, r)
-                    for j, (t, r) in enumerate(zip(texts, handle.result()))
-                ]
-                known[i : i + len(codes)] = True
+                rewards[i : i + len(texts)] = [t.reward for t in pending.result()]
+                known[i : i + len(texts)] = True
         return known, rewards
 
-    def row_inputs(self) -> tuple[list, list]:
-        """This host's rows' problems and response texts, in row order (as `results`)."""
-        parts = sorted(self.parts, key=lambda part: part[0])
-        texts = [t for part in parts for t in part[3]]
-        first = self.rows.start
-        return [self.problems[(first + i) // self.G] for i in range(len(texts))], texts
+    def texts(self) -> list[str]:
+        """This host's rows' response texts, in row order (as `results`)."""
+        return [t for part in sorted(self.parts, key=lambda part: part[0]) for t in part[2]]
 
-    def results(self) -> tuple[list, list]:
-        """This host's JudgeResults and programs in row order (blocks until all are judged)."""
-        results, codes, at = [], [], self.rows.start
-        for a, handle, part_codes, _ in sorted(self.parts, key=lambda part: part[0]):
+    def results(self) -> list:
+        """This host's Turns in row order (blocks until all are judged)."""
+        turns, at = [], self.rows.start
+        for a, pending, texts in sorted(self.parts, key=lambda part: part[0]):
             if a != at:
                 raise RuntimeError(f"rows {at}..{a} of this host's share were never submitted")
-            results += handle.result()
-            codes += part_codes
-            at = a + len(part_codes)
+            turns += pending.result()
+            at = a + len(texts)
         if at != self.rows.stop:
             raise RuntimeError(f"rows {at}..{self.rows.stop} of this host's share were never submitted")
-        return results, codes
+        return turns
 
 
 def finish(run, judge: GroupJudge, sample, *, times: dict, seq: Optional[dict] = None) -> tuple[Rollout, dict]:
@@ -210,10 +185,10 @@ def finish(run, judge: GroupJudge, sample, *, times: dict, seq: Optional[dict] =
     n = len(sample.lengths)
     t0 = time.perf_counter()
     seq = sequences(sample) if seq is None else seq
-    results, codes = judge.results()
+    turns = judge.results()
     times["judge_wait"] += time.perf_counter() - t0
     times["judge"] += time.perf_counter() - (judge.sampled_at or t0)
-    rewards, passed, no_code, counts = verdict_arrays(results, codes, judge.mode, *judge.row_inputs())
+    rewards, passed, no_code, counts = verdict_arrays(turns)
     rewards, passed, no_code = sharding.allgather_rows((rewards, passed, no_code), n)
     rollout = Rollout(
         **seq,

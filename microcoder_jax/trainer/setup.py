@@ -24,6 +24,7 @@ from microcoder_jax.models import lora
 from microcoder_jax.data import demo_task, loader, truncation_task
 from microcoder_jax.data.config import DataConfig, DemoConfig
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
+from microcoder_jax.envs import Environment, make_env
 from microcoder_jax.evaluator.config import EvaluatorConfig
 from microcoder_jax.models.presets import ModelConfig
 from microcoder_jax.data.problems import Problem
@@ -40,7 +41,7 @@ log = logging.getLogger("microcoder_jax.trainer.setup")
 @dataclasses.dataclass
 class Run:
     """Everything a run builds once before its first step: the typed config blocks consumers read,
-    the model shape, tokenizer, prompts and meshes."""
+    the model shape, tokenizer, prompts, environment and meshes."""
 
     config: ml_collections.ConfigDict  # as given (saved as config.json; the planner re-derives from it)
     workdir: str
@@ -55,6 +56,7 @@ class Run:
     model: ModelConfig  # the model block (checkpoint path, preset); its shape is `model_config`
     demo: DemoConfig
     tokenizer: Any  # a transformers tokenizer
+    env: Environment  # what an episode is: the first prompt, the judging of each answer (envs/)
     prompt_set: loader.PromptSet
     eval_problems: list[Problem]
     mesh: Mesh | None  # the training mesh (None on one device); the learner's under mesh.rollout_devices
@@ -162,7 +164,9 @@ def setup(config, workdir: str, typed: dict | None = None) -> Run:
         problems, skipped = loader.read_problems(data.train_files)
         eval_files = fields["eval"].files
         eval_problems = loader.read_problems(eval_files)[0] if eval_files else []
-    prompt_set = loader.make_prompt_set(problems, tokenizer, data, skipped)  # none usable: nothing written
+    env = make_env(data, fields["evaluator"].reward)
+    # none usable: nothing written
+    prompt_set = loader.make_prompt_set(problems, tokenizer, data, skipped, env.messages)
     log.info("training prompts: %s", prompt_set.report())
     os.makedirs(workdir, exist_ok=True)
     vocab = None if model.path else len(tokenizer)
@@ -172,6 +176,7 @@ def setup(config, workdir: str, typed: dict | None = None) -> Run:
         workdir=workdir,
         model_config=model_config,
         tokenizer=tokenizer,
+        env=env,
         prompt_set=prompt_set,
         eval_problems=eval_problems,
         mesh=mesh,
