@@ -15,9 +15,15 @@ from microcoder_jax.config import blocks
 from microcoder_jax.config import validate
 from microcoder_jax.data import truncation_task as tt
 from microcoder_jax.evaluator.extract import extract_code
-from microcoder_jax.experiments import common
+from microcoder_jax.experiments.cli import parse_args
+from microcoder_jax.experiments.report import SHORT_NOTE, write_outputs
+from microcoder_jax.experiments.rows import series, training_rows
+from microcoder_jax.experiments.runner import CONFIG_FILE, Arm, run_all, run_config
+from microcoder_jax.experiments.stats import paired
+from microcoder_jax.experiments.summary import end_length_curves, length_curve, run_summary, summarize
+from microcoder_jax.experiments.tables import length_table, paired_table, table
 
-CONFIG = common.CONFIG_FILE
+CONFIG = CONFIG_FILE
 OPS = ("sum", "difference", "product", "maximum", "minimum")
 
 
@@ -147,27 +153,27 @@ def test_summary_and_table_from_rows():
         }
         for s in range(1, 9)
     ]
-    arm = common.Arm("a", "grpo", label="A")
-    summary = common.summarize([arm], {"a": {0: (rows, {"wall_s": 1.0, "cpu_s": 1.0})}}, 8, {})
+    arm = Arm("a", "grpo", label="A")
+    summary = summarize([arm], {"a": {0: (rows, {"wall_s": 1.0, "cpu_s": 1.0})}}, 8, {})
     seed = summary["arms"]["a"]["seeds"]["0"]
     assert seed["start"]["reward"] == 0.1 and seed["end"]["length"] == 38  # 1-step windows
     assert seed["temperature_path"] == [[1, 1.0], [6, 1.2]] and seed["peak_reward_step"] == 8
-    assert "| A | 0.1 → 0.8 | 31 → 38 |" in common.table(summary)  # one seed: no spread
+    assert "| A | 0.1 → 0.8 | 31 → 38 |" in table(summary)  # one seed: no spread
     two = {0: (rows, {"wall_s": 1.0, "cpu_s": 1.0}), 1: ([dict(r, reward_mean=1.4) for r in rows], {})}
-    summary = common.summarize([arm], {"a": two}, 8, {})
+    summary = summarize([arm], {"a": two}, 8, {})
     summary["arms"]["a"]["over_seeds"]["end_length"]["std"] = 2.2e-16  # np.std of equal floats
-    assert "| A | 0.75 → 1.1 ± 0.3 | 31 → 38 ± 0 |" in common.table(summary)
+    assert "| A | 0.75 → 1.1 ± 0.3 | 31 → 38 ± 0 |" in table(summary)
 
 
 def test_a_short_runs_table_says_it_is_not_a_result(tmp_path):
     rows = [{"step": s, "reward_mean": 0.0, "response_length_mean": 30.0} for s in range(1, 4)]
-    arm = common.Arm("a", "grpo", label="A")
+    arm = Arm("a", "grpo", label="A")
     results = {"a": {0: (rows, {"wall_s": 1.0, "cpu_s": 1.0})}}
     for short in (True, False):
-        summary = common.summarize([arm], results, 3, {"short": short})
-        common.write_outputs(str(tmp_path), summary, results, [arm], lambda *a: None)
+        summary = summarize([arm], results, 3, {"short": short})
+        write_outputs(str(tmp_path), summary, results, [arm], lambda *a: None)
         text = (tmp_path / "table.md").read_text()
-        assert text.startswith(f"**{common.SHORT_NOTE}**") == short and ("not a result" in text) == short
+        assert text.startswith(f"**{SHORT_NOTE}**") == short and ("not a result" in text) == short
 
 
 def test_held_out_start_and_end_come_from_the_evaluations_around_the_run():
@@ -183,11 +189,11 @@ def test_held_out_start_and_end_come_from_the_evaluations_around_the_run():
         {"from": 1, "to": 7, "answers": 10, "pass_rate": 0.2},
         {"from": 50, "to": 56, "answers": 30, "pass_rate": 0.5},
     ]
-    run = common.run_summary(rows, 8, {0: {"lengths": {"by_length": curve}}})
+    run = run_summary(rows, 8, {0: {"lengths": {"by_length": curve}}})
     assert run["start"]["greedy_pass1"] == 0.2 and run["end"]["greedy_pass1"] == 0.6
     assert run["start"]["pass8"] == 0.5 and run["end"]["pass1"] == 0.35
     assert run["start"]["reward"] == 0.1 and run["end"]["reward"] == 0.8 and np.isnan(run["end"]["eval_length"])
-    arm_a, arm_b = common.Arm("a", "grpo"), common.Arm("b", "grpo")
+    arm_a, arm_b = Arm("a", "grpo"), Arm("b", "grpo")
     results = {
         "a": {
             0: (rows, {}, {0: {"lengths": {"by_length": curve}}}),
@@ -195,22 +201,22 @@ def test_held_out_start_and_end_come_from_the_evaluations_around_the_run():
         },
         "b": {0: (rows, {}, {0: {"lengths": {"by_length": curve}}})},  # seed 0 again: not counted twice
     }
-    pooled = common.length_curve(common.summarize([arm_a, arm_b], results, 8, {}))
+    pooled = length_curve(summarize([arm_a, arm_b], results, 8, {}))
     assert pooled == [
         {"from": 1, "to": 7, "answers": 20, "pass_rate": 0.2, "seeds": 2},
         {"from": 50, "to": 56, "answers": 30, "pass_rate": 0.5, "seeds": 2},
     ]
-    ends = common.end_length_curves(common.summarize([arm_a, arm_b], results, 8, {}))
+    ends = end_length_curves(summarize([arm_a, arm_b], results, 8, {}))
     assert ends["a"] == [] and ends["b"] == []  # no evaluation after step 8 in these reports
-    text = common.length_table({"start": pooled, "other": [dict(pooled[0], answers=3)]})
+    text = length_table({"start": pooled, "other": [dict(pooled[0], answers=3)]})
     assert "| 50-56 | 0.50 (30) |  |" in text and "| 1-7 | 0.20 (20) |  |" in text  # < 5 answers: blank
 
 
 def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experiments parse with parse_args
     name = "python -m microcoder_jax.experiments.truncation"
-    assert common.parse_args(["--out", "x", "--short"], name, None, 3, 40).seeds == 1
-    assert common.parse_args(["--out", "x", "--short", "--seeds", "2"], name, None, 3, 40).seeds == 2
-    assert vars(common.parse_args(["--out", "x"], name, None, 3, 40)) | {"out": ""} == {
+    assert parse_args(["--out", "x", "--short"], name, None, 3, 40).seeds == 1
+    assert parse_args(["--out", "x", "--short", "--seeds", "2"], name, None, 3, 40).seeds == 2
+    assert vars(parse_args(["--out", "x"], name, None, 3, 40)) | {"out": ""} == {
         "out": "",
         "seeds": 3,
         "steps": 40,
@@ -218,12 +224,12 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
         "arms": None,
     }
     with pytest.raises(SystemExit) as e:
-        common.parse_args(["--out", "x", "--seeds", "0"], name, None, 3, 40)
+        parse_args(["--out", "x", "--seeds", "0"], name, None, 3, 40)
     assert e.value.code == 2 and "--seeds=0: must be >= 1" in capsys.readouterr().err
-    picked = common.parse_args(["--out", "x", "--arms", "b, a"], name, None, 3, 40, arm_names=["a", "b", "c"])
+    picked = parse_args(["--out", "x", "--arms", "b, a"], name, None, 3, 40, arm_names=["a", "b", "c"])
     assert picked.arms == ("b", "a")
     with pytest.raises(SystemExit) as e:
-        common.parse_args(["--out", "x", "--arms", "a,typo"], name, None, 3, 40, arm_names=["a", "b"])
+        parse_args(["--out", "x", "--arms", "a,typo"], name, None, 3, 40, arm_names=["a", "b"])
     assert e.value.code == 2 and "this experiment's arms: a, b" in capsys.readouterr().err
 
 
@@ -236,7 +242,7 @@ def test_every_arm_is_a_valid_config(name, tmp_path):
     from microcoder_jax import config as config_lib
 
     for arm in importlib.import_module(f"microcoder_jax.experiments.{name}").ARMS:
-        config_lib.validate(common.run_config(arm, 0, 40, False, str(tmp_path)))
+        config_lib.validate(run_config(arm, 0, 40, False, str(tmp_path)))
 
 
 # staleness: one arm per code path (k = 0, k = 1 with its thread, the paged engine, partial
@@ -255,8 +261,8 @@ def test_experiment_command_short(tmp_path, name, capsys):
     out = str(tmp_path / name)
     picked = SHORT_ARMS.get(name)
     assert module.main(["--out", out, "--short", *(["--arms", ",".join(picked)] if picked else [])]) == 0  # one seed
-    assert common.SHORT_NOTE in capsys.readouterr().out
-    assert open(os.path.join(out, "table.md")).read().startswith(f"**{common.SHORT_NOTE}**")
+    assert SHORT_NOTE in capsys.readouterr().out
+    assert open(os.path.join(out, "table.md")).read().startswith(f"**{SHORT_NOTE}**")
     summary = json.load(open(os.path.join(out, "summary.json")))
     assert list(summary["arms"]) == list(picked or [a.name for a in module.ARMS]) and summary["steps"] == 3
     for arm in summary["arms"].values():
@@ -304,13 +310,11 @@ def test_overlong_filter_keeps_longer_and_more_truncated_answers_than_grpo(tmp_p
         for a in truncation.ARMS
         if a.name in ("grpo", "overlong_filter")
     ]
-    results = common.run_all(arms, [0], DIRECTION_STEPS, str(tmp_path), log=lambda m: None)
+    results = run_all(arms, [0], DIRECTION_STEPS, str(tmp_path), log=lambda m: None)
     late = {}
     for arm in arms:
-        rows = common.training_rows(results[arm.name][0][0])[DIRECTION_STEPS // 2 :]
-        late[arm.name] = {
-            k: float(np.mean(common.series(rows, k))) for k in ("response_length_mean", "truncation_rate")
-        }
+        rows = training_rows(results[arm.name][0][0])[DIRECTION_STEPS // 2 :]
+        late[arm.name] = {k: float(np.mean(series(rows, k))) for k in ("response_length_mean", "truncation_rate")}
     gap = {k: late["overlong_filter"][k] - late["grpo"][k] for k in late["grpo"]}
     assert gap["response_length_mean"] > LENGTH_MARGIN, (late, gap)
     assert gap["truncation_rate"] > TRUNCATION_MARGIN, (late, gap)
@@ -329,13 +333,13 @@ def test_paired_differences_count_seeds_and_give_a_t_interval():
             "filter": {"seeds": arm_seeds([33.0, 33.0, 35.0, 29.0])},
         }
     }
-    r = common.paired(summary, "filter", "grpo", "length")
+    r = paired(summary, "filter", "grpo", "length")
     assert (r["seeds"], r["positive"], r["negative"]) == (4, 3, 0) and r["mean"] == 2.0
     d = np.array([3.0, 1.0, 4.0, 0.0])
     half = 3.182446305284263 * d.std(ddof=1) / 2  # t(0.975, 3) x sd / sqrt(4)
     assert r["ci95"] == pytest.approx([2.0 - half, 2.0 + half])
-    assert common.paired(summary, "grpo", "grpo", "length")["ci95"] == [0.0, 0.0]
+    assert paired(summary, "grpo", "grpo", "length")["ci95"] == [0.0, 0.0]
     one = {"arms": {k: {"seeds": {"0": v["seeds"]["0"]}} for k, v in summary["arms"].items()}}
-    assert common.paired(one, "filter", "grpo", "length")["ci95"] is None
-    text = common.paired_table(summary, ("length",))
+    assert paired(one, "filter", "grpo", "length")["ci95"] is None
+    text = paired_table(summary, ("length",))
     assert "| filter - grpo | +2 [" in text and ">0 in 3/4, <0 in 0" in text

@@ -205,10 +205,10 @@ def test_a_lora_run_resumes_exactly_and_refuses_another_base(tmp_path):
 
 
 def test_the_lora_experiments_arms_differ_from_full_finetuning_only_in_their_keys(tmp_path):
-    from microcoder_jax.experiments import common
     from microcoder_jax.experiments import lora as experiment
+    from microcoder_jax.experiments.runner import run_config
 
-    full, *adapted = [common.run_config(arm, 0, 40, False, str(tmp_path)) for arm in experiment.ARMS]
+    full, *adapted = [run_config(arm, 0, 40, False, str(tmp_path)) for arm in experiment.ARMS]
     assert full.lora.rank == 0 and all(c.lora.rank == 8 and c.lora.alpha == 16.0 for c in adapted)
     assert [c.lora.base_dtype for c in adapted] == ["", "", "int8"]
     lr = full.rl.learning_rate

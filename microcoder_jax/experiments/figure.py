@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from microcoder_jax.experiments.common import eval_rows, series, training_rows
+from microcoder_jax.experiments.rows import eval_rows, series, training_rows
+from microcoder_jax.experiments.tables import MIN_BIN_ANSWERS
 from microcoder_jax.trainer.plot import auto_window, moving_mean
 
 # (metrics key, title, y-axis label with unit)
@@ -35,7 +36,7 @@ def draw(
     results, arms, path: str, *, keys, title: str, cap: int | None = None, smooth: int = 0, length_curves=None
 ) -> None:
     """Write the figure to `path` (PNG). `results`: {arm: {seed: (rows, timing, ...)}}; with
-    `length_curves` = (start curve, {arm: end curve}) (common.length_curve, end_length_curves), one
+    `length_curves` = (start curve, {arm: end curve}) (summary.py: length_curve, end_length_curves), one
     more panel: held-out pass rate against answer length, before RL and after the last step."""
     import matplotlib
 
@@ -94,8 +95,6 @@ def draw(
 
 def _length_panel(ax, length_curves, arms, colours, cap) -> None:
     """Held-out pass rate by answer length (bin midpoints; bins with few answers left out)."""
-    from microcoder_jax.experiments.common import MIN_BIN_ANSWERS
-
     start, ends = length_curves
 
     def plot(curve, **style):

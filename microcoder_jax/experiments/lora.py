@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import sys
 
-from microcoder_jax.experiments import common, figure
+from microcoder_jax.experiments import figure
+from microcoder_jax.experiments.cli import run_experiment
+from microcoder_jax.experiments.runner import Arm
 
 RULE = "conditional_0.1"
 LORA = ("lora.rank=8", "lora.alpha=16.0")
 ARMS = (
-    common.Arm("full", RULE, label="full fine-tuning (lr 7e-4)"),
-    common.Arm("lora8", RULE, LORA, label="LoRA r8 (lr 7e-4)"),
-    common.Arm("lora8_lr4x", RULE, (*LORA, "rl.learning_rate=2.8e-3"), label="LoRA r8 (lr 2.8e-3)"),
-    common.Arm(
+    Arm("full", RULE, label="full fine-tuning (lr 7e-4)"),
+    Arm("lora8", RULE, LORA, label="LoRA r8 (lr 7e-4)"),
+    Arm("lora8_lr4x", RULE, (*LORA, "rl.learning_rate=2.8e-3"), label="LoRA r8 (lr 2.8e-3)"),
+    Arm(
         "lora8_lr4x_int8",
         RULE,
         (*LORA, "rl.learning_rate=2.8e-3", "lora.base_dtype=int8"),
@@ -33,7 +35,7 @@ KEYS = ("reward_mean", "response_length_mean", "truncation_rate", "eval_greedy_p
 
 
 def main(argv=None) -> int:
-    return common.run_experiment(
+    return run_experiment(
         "lora",
         __doc__,
         argv,

@@ -14,22 +14,24 @@ from __future__ import annotations
 
 import sys
 
-from microcoder_jax.experiments import common, figure
+from microcoder_jax.experiments import figure
+from microcoder_jax.experiments.cli import run_experiment
+from microcoder_jax.experiments.runner import Arm
 
 RULE = "conditional_0.1"
 PAGED = ("sampling.engine=paged",)
 INT8 = ("sampling.kv_dtype=int8",)
 PACKED = ("rl.packing=True",)
 ARMS = (
-    common.Arm("paged_sync", RULE, PAGED, label="float pool, padded passes"),
-    common.Arm("paged_int8", RULE, (*PAGED, *INT8), label="int8 pool"),
-    common.Arm("paged_packed", RULE, (*PAGED, *PACKED), label="packed passes"),
+    Arm("paged_sync", RULE, PAGED, label="float pool, padded passes"),
+    Arm("paged_int8", RULE, (*PAGED, *INT8), label="int8 pool"),
+    Arm("paged_packed", RULE, (*PAGED, *PACKED), label="packed passes"),
 )
 KEYS = ("reward_mean", "response_length_mean", "entropy", "sampler_logprob_gap", "eval_greedy_pass@1", "eval_pass@1")
 
 
 def main(argv=None) -> int:
-    return common.run_experiment(
+    return run_experiment(
         "pool_and_packing",
         __doc__,
         argv,

@@ -13,26 +13,28 @@ from __future__ import annotations
 
 import sys
 
-from microcoder_jax.experiments import common, figure
+from microcoder_jax.experiments import figure
+from microcoder_jax.experiments.cli import run_experiment
+from microcoder_jax.experiments.runner import Arm
 
 RULE = "conditional_0.1"
 K1 = ("rl.off_policy_steps=1",)
 HALF_LR = ("rl.learning_rate=3.5e-4",)
 PAGED = ("sampling.engine=paged",)
 ARMS = (
-    common.Arm("sync", RULE, label="synchronous (k = 0)"),
-    common.Arm("k1_tis", RULE, (*K1, "rl.is_correction=tis"), label="k = 1, tis"),
-    common.Arm("k1_none", RULE, (*K1, "rl.is_correction=none"), label="k = 1, no correction"),
-    common.Arm("sync_half_lr", RULE, HALF_LR, label="synchronous, half lr"),
-    common.Arm("k1_tis_half_lr", RULE, (*K1, "rl.is_correction=tis", *HALF_LR), label="k = 1, tis, half lr"),
-    common.Arm("paged_sync", RULE, PAGED, label="paged engine, synchronous"),
-    common.Arm(
+    Arm("sync", RULE, label="synchronous (k = 0)"),
+    Arm("k1_tis", RULE, (*K1, "rl.is_correction=tis"), label="k = 1, tis"),
+    Arm("k1_none", RULE, (*K1, "rl.is_correction=none"), label="k = 1, no correction"),
+    Arm("sync_half_lr", RULE, HALF_LR, label="synchronous, half lr"),
+    Arm("k1_tis_half_lr", RULE, (*K1, "rl.is_correction=tis", *HALF_LR), label="k = 1, tis, half lr"),
+    Arm("paged_sync", RULE, PAGED, label="paged engine, synchronous"),
+    Arm(
         "paged_partial",
         RULE,
         (*PAGED, "rl.partial_rollouts=True", "rl.partial_recompute=False"),
         label="partial rollouts, KV kept",
     ),
-    common.Arm(
+    Arm(
         "paged_partial_recompute",
         RULE,
         (*PAGED, "rl.partial_rollouts=True", "rl.partial_recompute=True"),
@@ -50,7 +52,7 @@ KEYS = ("reward_mean", "response_length_mean", "entropy", "sampler_logprob_gap",
 
 
 def main(argv=None) -> int:
-    return common.run_experiment(
+    return run_experiment(
         "staleness",
         __doc__,
         argv,

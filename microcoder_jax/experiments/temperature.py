@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import sys
 
-from microcoder_jax.experiments import common, figure
+from microcoder_jax.experiments import figure
+from microcoder_jax.experiments.cli import run_experiment
+from microcoder_jax.experiments.runner import Arm
 
 RULE = "conditional_0.1"
 # The diversity policy's ladder is the method's; its window (10) and interval (20) are for 300-step
@@ -36,13 +38,11 @@ RELATIVE = (
 )
 ARMS = (
     *(
-        common.Arm(
-            f"T{t}", RULE, ("temperature.policy=constant", f"temperature.temperature={t}"), label=f"constant T={t}"
-        )
+        Arm(f"T{t}", RULE, ("temperature.policy=constant", f"temperature.temperature={t}"), label=f"constant T={t}")
         for t in (0.6, 1.0)
     ),
-    common.Arm("diversity", RULE, ABSOLUTE, label="diversity policy, paper's band"),
-    common.Arm("diversity_relative", RULE, RELATIVE, label="diversity policy, relative band"),
+    Arm("diversity", RULE, ABSOLUTE, label="diversity policy, paper's band"),
+    Arm("diversity_relative", RULE, RELATIVE, label="diversity policy, relative band"),
 )
 KEYS = (
     "reward_mean",
@@ -56,7 +56,7 @@ COLUMNS = ("reward", "length", "diversity", "temperature", "greedy_pass1", "pass
 
 
 def main(argv=None) -> int:
-    return common.run_experiment(
+    return run_experiment(
         "temperature",
         __doc__,
         argv,

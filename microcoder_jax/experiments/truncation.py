@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import sys
 
-from microcoder_jax.experiments import common, figure
+from microcoder_jax.experiments import figure
+from microcoder_jax.experiments.cli import run_experiment
+from microcoder_jax.experiments.runner import Arm
 
 ARMS = (
-    common.Arm("grpo", "grpo", label="grpo (truncated = reward 0)"),
-    common.Arm("overlong_filter", "overlong_filter", label="overlong filter (mask all)"),
-    common.Arm("conditional_0.1", "conditional_0.1", label="conditional rho=0.1"),
-    common.Arm("conditional_0.3", "conditional_0.3", label="conditional rho=0.3"),
-    common.Arm("soft_overlong", "soft_overlong", label="soft overlong (DAPO)"),
+    Arm("grpo", "grpo", label="grpo (truncated = reward 0)"),
+    Arm("overlong_filter", "overlong_filter", label="overlong filter (mask all)"),
+    Arm("conditional_0.1", "conditional_0.1", label="conditional rho=0.1"),
+    Arm("conditional_0.3", "conditional_0.3", label="conditional rho=0.3"),
+    Arm("soft_overlong", "soft_overlong", label="soft overlong (DAPO)"),
 )
 KEYS = (
     "reward_mean",
@@ -35,7 +37,7 @@ KEYS = (
 
 
 def main(argv=None) -> int:
-    return common.run_experiment(
+    return run_experiment(
         "truncation",
         __doc__,
         argv,
