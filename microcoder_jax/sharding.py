@@ -251,6 +251,31 @@ def sampler_mesh(mesh: AnyMesh | None, tensor: int, kv_heads: int) -> AnyMesh | 
     return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where one role runs: its mesh (None: one device, no sharding) and its paged sampler's mesh
+    over the same devices (`sampler_mesh`)."""
+
+    mesh: Mesh | None
+    sample_mesh: Mesh | None
+
+
+ROLES = ("learner", "rollout")
+
+
+def place_roles(cfg: "MeshConfig", decode_tensor: int, kv_heads: int, devices=None) -> dict[str, Placement]:
+    """The run's one map from role to devices: {"learner": ..., "rollout": ...}. Without
+    `mesh.rollout_devices` both roles share one Placement (the same object); with it the rollout
+    worker gets its own devices, FSDP-like over them for the stored params (`split_devices`)."""
+    rollout, learner = split_devices(cfg.rollout_devices, jax.devices() if devices is None else devices)
+    mesh = mesh_from_sizes(cfg.data, cfg.fsdp, cfg.tensor, devices=learner if rollout else None)
+    shared = Placement(mesh, sampler_mesh(mesh, decode_tensor, kv_heads))
+    if not rollout:
+        return {"learner": shared, "rollout": shared}
+    own = make_mesh(1, len(rollout), 1, devices=rollout)
+    return {"learner": shared, "rollout": Placement(own, sampler_mesh(own, decode_tensor, kv_heads))}
+
+
 def initialize_distributed(
     coordinator_address: str | None = None,
     num_processes: int | None = None,

@@ -3,12 +3,15 @@ fake CPU devices. Quick: the split rule, and the weight transfer's result (the l
 on the worker's shardings and devices). Slow: the demo with k = 0 split 4 + 4 equals it on one
 4-device mesh to float rounding (rows and final params)."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 
 from microcoder_jax import models, sharding
 from microcoder_jax.trainer import loop as train
+from microcoder_jax.trainer import setup
 from microcoder_jax.trainer.worker import transfer
 from short_demo import short_demo, untimed_rows
 
@@ -20,6 +23,22 @@ def test_split_devices_takes_a_count_or_a_fraction_of_the_first_devices():
     assert sharding.split_devices(0.25, devices) == (devices[:2], devices[2:])
     with pytest.raises(ValueError, match="leaves none for the learner"):
         sharding.split_devices(8, devices)
+
+
+def test_roles_map_to_one_shared_placement_or_to_disjoint_devices():
+    shared = sharding.place_roles(sharding.MeshConfig(data=1, fsdp=-1, tensor=1), 0, 2)
+    assert shared["rollout"] is shared["learner"] and shared["learner"].mesh.size == 8
+    split = sharding.place_roles(sharding.MeshConfig(data=1, fsdp=-1, tensor=1, rollout_devices=2), -1, 2)
+    rollout, learner = (set(split[r].mesh.devices.flat) for r in ("rollout", "learner"))
+    assert rollout == set(jax.devices()[:2]) and learner == set(jax.devices()[2:]) and len(learner) == 6
+    assert set(split["rollout"].sample_mesh.devices.flat) == rollout  # its sampler stays on its devices
+    assert split["rollout"].sample_mesh.shape["tensor"] == 2  # decode_tensor -1: the KV heads split
+    blank = {f.name: None for f in dataclasses.fields(setup.Run)}  # only the placement and role are read
+    run = setup.Run(**{**blank, "placement": split, "role": "learner"})
+    assert run.split and run.mesh is split["learner"].mesh
+    assert run.as_role("rollout").mesh is split["rollout"].mesh and run.as_role("learner") is run
+    with pytest.raises(ValueError, match="unknown role 'judge'"):
+        run.as_role("judge")
 
 
 def test_a_fractional_count_is_refused_in_one_line():

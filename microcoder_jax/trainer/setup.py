@@ -59,22 +59,34 @@ class Run:
     env: Environment  # what an episode is: the first prompt, the judging of each answer (envs/)
     prompt_set: loader.PromptSet
     eval_problems: list[Problem]
-    mesh: Mesh | None  # the training mesh (None on one device); the learner's under mesh.rollout_devices
-    sample_mesh: Mesh | None  # the paged sampler's mesh: the same devices (sampling.decode_tensor)
+    # role -> where it runs (sharding.place_roles): "learner" and "rollout", one shared Placement
+    # unless mesh.rollout_devices gives the worker devices of its own
+    placement: dict[str, sharding.Placement]
     stop_ids: list[int]
     pad_id: int
     seed: int
-    # mesh.rollout_devices: the rollout worker's own mesh (its devices, FSDP-like for the stored
-    # params) and its paged sampler's (sampling.decode_tensor over them); None: it shares `mesh`
-    rollout_mesh: Mesh | None = None
-    rollout_sample_mesh: Mesh | None = None
+    role: str = "learner"  # whose placement `mesh` and `sample_mesh` are (`as_role`)
 
+    @property
+    def mesh(self) -> Mesh | None:
+        """The acting role's mesh (None on one device)."""
+        return self.placement[self.role].mesh
 
-def rollout_view(run: Run) -> Run:
-    """The Run as the rollout worker sees it: its own meshes under mesh.rollout_devices."""
-    if run.rollout_mesh is None:
-        return run
-    return dataclasses.replace(run, mesh=run.rollout_mesh, sample_mesh=run.rollout_sample_mesh)
+    @property
+    def sample_mesh(self) -> Mesh | None:
+        """The acting role's paged-sampler mesh: the same devices (sampling.decode_tensor)."""
+        return self.placement[self.role].sample_mesh
+
+    @property
+    def split(self) -> bool:
+        """The rollout worker has devices of its own (mesh.rollout_devices)."""
+        return self.placement["rollout"] is not self.placement["learner"]
+
+    def as_role(self, role: str) -> "Run":
+        """This Run as `role` (sharding.ROLES) sees it: its meshes are that role's."""
+        if role not in self.placement:
+            raise ValueError(f"unknown role {role!r}; roles: {', '.join(self.placement)}")
+        return self if role == self.role else dataclasses.replace(self, role=role)
 
 
 def key(seed: int, *path: int):
@@ -142,11 +154,7 @@ def setup(config, workdir: str, typed: dict | None = None) -> Run:
     data, sampling, model, m = fields["data"], fields["sampling"], fields["model"], typed["mesh"]
     shape = models.model_config_from(model, None, typed["lora"])  # the vocabulary may come from the tokenizer below
     try:  # before anything is written: the devices split, the KV heads split over the sampler's chips
-        rollout, learner = sharding.split_devices(m.rollout_devices, jax.devices())
-        mesh = sharding.mesh_from_sizes(m.data, m.fsdp, m.tensor, devices=learner if rollout else None)
-        sample_mesh = sharding.sampler_mesh(mesh, sampling.decode_tensor, shape.num_kv_heads)
-        rollout_mesh = sharding.make_mesh(1, len(rollout), 1, devices=rollout) if rollout else None
-        rollout_sample_mesh = sharding.sampler_mesh(rollout_mesh, sampling.decode_tensor, shape.num_kv_heads)
+        placement = sharding.place_roles(m, sampling.decode_tensor, shape.num_kv_heads)
     except ValueError as e:
         raise config_lib.ConfigError(str(e)) from None
     if data.task == "demo":
@@ -179,10 +187,7 @@ def setup(config, workdir: str, typed: dict | None = None) -> Run:
         env=env,
         prompt_set=prompt_set,
         eval_problems=eval_problems,
-        mesh=mesh,
-        sample_mesh=sample_mesh,
-        rollout_mesh=rollout_mesh,
-        rollout_sample_mesh=rollout_sample_mesh,
+        placement=placement,
         stop_ids=stop_token_ids(tokenizer),
         pad_id=pad_token_id(tokenizer),
         **fields,

@@ -12,7 +12,7 @@ are produced, and its decision applies to the next batch sampled. The worker's s
 batch (data position, scheduler) travels with it, so the learner checkpoints the state that
 matches what it has consumed (pipeline.py).
 
-Under `mesh.rollout_devices` the worker samples on devices of its own (`setup.rollout_view`:
+Under `mesh.rollout_devices` the worker samples on devices of its own (`Run.as_role("rollout")`:
 its mesh, and its paged sampler's tensor-parallel decode mesh over them): `update_weights` puts
 the learner's params onto the worker's shardings with `jax.device_put`, device to device and
 leaf by leaf (its previous copy freed as each leaf lands), and logs the bytes and seconds of
@@ -33,7 +33,7 @@ from microcoder_jax import models, sharding
 from microcoder_jax.models import lora
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.trainer.rollout import sampler_for
-from microcoder_jax.trainer.setup import key, rollout_view
+from microcoder_jax.trainer.setup import key
 from microcoder_jax.trainer.step_batch import PendingStep, StepRollout, collect_step
 
 
@@ -95,12 +95,12 @@ class RolloutWorker:
     a JudgeCounter; `params` / `version`: the weights it starts sampling with."""
 
     def __init__(self, run, pool, scheduler, data, params, version: int):
-        self.run, self.pool, self.scheduler, self.data = rollout_view(run), pool, scheduler, data
+        self.run, self.pool, self.scheduler, self.data = run.as_role("rollout"), pool, scheduler, data
         self.shardings = None
-        if run.rollout_mesh is not None:  # the stored params' layout on the worker's own devices
+        if run.split:  # the stored params' layout on the worker's own devices
             mc = run.model_config
             self.shardings = sharding.logical_to_sharding(
-                models.param_logical_axes(mc), run.rollout_mesh, models.param_shapes(mc)
+                models.param_logical_axes(mc), self.run.mesh, models.param_shapes(mc)
             )
         self.moved_bytes, self.moved_s, self.params = 0, 0.0, None
         self.sampler = sampler_for(self.run)  # built once: sampling.engine on the worker's mesh
