@@ -101,7 +101,7 @@ def blocks(config: ml_collections.ConfigDict) -> dict:
     typed, errors = {}, []
     for name, cls in block_types().items():
         try:
-            typed[name] = make_rl_config(config) if cls is RLConfig else cls.from_node(config[name])
+            typed[name] = rl_config_of(config) if cls is RLConfig else cls.from_node(config[name])
         except (ValueError, TypeError) as e:
             errors.append(str(e) if isinstance(e, ValueError) else f"{name}: {e}")
     if errors:
@@ -220,14 +220,15 @@ def get(config: ml_collections.ConfigDict, key: str):
 
 
 def rl_overrides(config: ml_collections.ConfigDict) -> dict:
-    """The `rl` block as make_rl_config overrides (set keys except the preset), plus the batch shape."""
+    """The `rl` block as rl.presets.make_rl_config overrides (set keys except the preset), plus the batch shape."""
     out = {k: v for k, v in config.rl.items() if k != "preset" and v is not None}
     out.update({field: get(config, key) for field, key in rl_from_run().items()})
     return out
 
 
-def make_rl_config(config: ml_collections.ConfigDict) -> RLConfig:
-    """The run's RLConfig: the preset with the config's overrides."""
+def rl_config_of(config: ml_collections.ConfigDict) -> RLConfig:
+    """The run's RLConfig, read off a run config: its `rl.preset` with the config's overrides
+    (`rl.presets.make_rl_config` builds one from a preset name and keyword overrides)."""
     from microcoder_jax.rl.presets import make_rl_config as make
 
     return make(config.rl.preset, **rl_overrides(config))
@@ -249,7 +250,7 @@ def to_dict(config: ml_collections.ConfigDict) -> dict:
 def describe(config: ml_collections.ConfigDict) -> str:
     """One line per key: `key = value  meaning` (what `--help` lists); None rl keys show the preset's."""
     try:
-        resolved = dataclasses.asdict(make_rl_config(config))
+        resolved = dataclasses.asdict(rl_config_of(config))
     except (ValueError, TypeError):
         resolved = {}
     notes = meanings()

@@ -28,7 +28,7 @@ def test_all_config_files_exist():
 @pytest.mark.parametrize("arg", [None, *SETTINGS])
 def test_config_file_builds_rl_config_and_scheduler(arg):
     c = load(f"--config={PAPER}:{arg}") if arg else load(f"--config={DEMO}")
-    rl = config_lib.make_rl_config(c)
+    rl = config_lib.rl_config_of(c)
     assert isinstance(rl, RLConfig)
     assert rl.group_size == c.sampling.group_size and rl.total_steps == c.train.steps
     temperature.TemperatureScheduler(c.temperature.to_dict())  # the scheduler accepts every knob
@@ -39,7 +39,7 @@ def test_baselines_differ_only_in_algorithm_block(model):
     dicts = {a: config_lib.to_dict(load(f"--config={PAPER}:{model},{a}")) for a in ("microcoder", "grpo", "dapo")}
     rls = {a: d.pop("rl") for a, d in dicts.items()}
     assert dicts["microcoder"] == dicts["grpo"] == dicts["dapo"]
-    presets = {a: config_lib.make_rl_config(load(f"--config={PAPER}:{model},{a}")) for a in rls}
+    presets = {a: config_lib.rl_config_of(load(f"--config={PAPER}:{model},{a}")) for a in rls}
     assert presets["microcoder"].truncation == "conditional" and presets["microcoder"].rho == 0.1
     assert presets["grpo"].kl_beta > 0 and presets["grpo"].aggregation == "seq_mean_token_mean"
     assert presets["dapo"].dynamic_sampling and presets["dapo"].truncation == "soft_overlong"
@@ -133,7 +133,7 @@ def test_unknown_rl_field_is_an_error():
     c = config_lib.demo_config()
     c.rl.not_a_field = 1
     with pytest.raises(ValueError, match="not_a_field"):
-        config_lib.make_rl_config(c)
+        config_lib.rl_config_of(c)
 
 
 def test_every_key_has_a_meaning_and_help_lists_it(capsys):

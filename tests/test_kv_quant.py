@@ -204,7 +204,7 @@ PAGED = [
 
 def _paged_programs(topology_name, extra):
     from microcoder_jax import cli
-    from microcoder_jax.config import make_rl_config
+    from microcoder_jax.config import rl_config_of
     from microcoder_jax.plan import planner, programs
     from microcoder_jax.plan.topologies import parse_topology
 
@@ -215,7 +215,7 @@ def _paged_programs(topology_name, extra):
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"libtpu cannot make AOT devices here ({str(e).splitlines()[0][:100]})")
     mesh = programs.make_mesh(config, devices)
-    return config, planner.step_programs(config, make_rl_config(config), mesh, tpu=True)
+    return config, planner.step_programs(config, rl_config_of(config), mesh, tpu=True)
 
 
 @pytest.mark.parametrize("topology", ["v5e:2x2", "v4:2x2x1"])

@@ -36,7 +36,7 @@ def test_collective_bytes_count_the_head_per_chunk_only_when_asked():
 
     config = cli.load_config(PAPER)
     mesh = planner.abstract_mesh(config, 8)
-    mc = programs.rl_step_programs(config, config_lib.make_rl_config(config), mesh, tpu=True)[0].model_config
+    mc = programs.rl_step_programs(config, config_lib.rl_config_of(config), mesh, tpu=True)[0].model_config
     once = plan_packing.collective_bytes(mc, mesh, 1, train=True)
     per_chunk = plan_packing.collective_bytes(mc, mesh, 1, train=True, chunks=12)
     head = mc.vocab_size * mc.hidden_size * 2 * 7 / 8

@@ -211,7 +211,7 @@ def test_planner_lowers_the_train_step_with_tis():
 
     config = config_lib.demo_config()
     config.rl.is_correction = "tis"
-    rl = config_lib.make_rl_config(config)
+    rl = config_lib.rl_config_of(config)
     mesh = programs.make_mesh(config, jax.devices()[:1])
     shapes = programs.shapes_of(config, rl, mesh)
     program = programs.train_program(config, rl, mesh, shapes, tpu=False)

@@ -73,7 +73,7 @@ def compare(config, topology, mean_frac: float = 0.45, at_cap: float = 0.05, see
     from microcoder_jax import config as config_lib
     from microcoder_jax.plan import planner, programs
 
-    rl = dataclasses.replace(config_lib.make_rl_config(config), packing=True)
+    rl = dataclasses.replace(config_lib.rl_config_of(config), packing=True)
     sh = programs.shapes_of(config, rl, planner.abstract_mesh(config, topology.num_devices))
     return compare_mask(config, topology, sample_mask(sh.rows, sh.prompt_width, sh.max_new, mean_frac, at_cap, seed))
 
@@ -84,7 +84,7 @@ def compare_mask(config, topology, mask) -> dict:
     from microcoder_jax.plan import analytic, planner, programs
     from microcoder_jax.rl import packing
 
-    rl = dataclasses.replace(config_lib.make_rl_config(config), packing=True)
+    rl = dataclasses.replace(config_lib.rl_config_of(config), packing=True)
     mesh = planner.abstract_mesh(config, topology.num_devices)
     sh = programs.shapes_of(config, rl, mesh)
     progs = {

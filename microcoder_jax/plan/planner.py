@@ -115,7 +115,7 @@ def plan(
     log=lambda *_: None,
 ) -> Plan:
     """Compile (TPU) or model (others, or compile_=False) every program of one RL step on `topology`."""
-    rl_config = config_lib.make_rl_config(config)
+    rl_config = config_lib.rl_config_of(config)
     compile_ = compile_ and topology.aot_name is not None
     mesh = programs.make_mesh(config, topology.devices()) if compile_ else abstract_mesh(config, topology.num_devices)
     progs = step_programs(config, rl_config, mesh, topology.platform)

@@ -38,7 +38,7 @@ class Shapes:
     group: int
     prompt_width: int  # widest prompt bucket
     max_new: int
-    micro: int  # rows per forward/backward (as the train loop computes it)
+    micro: int  # rows per forward/backward: rl.packing.micro_batch over all `rows` (the log-prob pass's)
     eval_prompts: int
     eval_samples: int
     eval_max_new: int
@@ -88,36 +88,31 @@ def model_config_for(config, tpu: bool | str, seq_len: int):
 
 
 def make_mesh(config, devices):
-    """The run's ("data", "fsdp", "tensor") mesh over the topology's devices, sized as
-    sharding.mesh_from_sizes sizes it (-1 = the rest; a smaller mesh uses the first devices)."""
-    devices = list(devices)
-    sizes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
-    if -1 in sizes:
-        known = math.prod(s for s in sizes if s != -1)
-        sizes[sizes.index(-1)] = max(len(devices) // known, 1)
-    if math.prod(sizes) > len(devices):
-        raise config_lib.ConfigError(
-            f"mesh data={sizes[0]} fsdp={sizes[1]} tensor={sizes[2]} needs "
-            f"{math.prod(sizes)} devices; the topology has {len(devices)}"
-        )
-    return sharding.make_mesh(*sizes, devices=devices[: math.prod(sizes)])
+    """The run's ("data", "fsdp", "tensor") mesh over the topology's devices: the trainer's own
+    sharding.mesh_from_sizes (-1 = the rest; a smaller mesh uses the first devices)."""
+    try:
+        mesh = sharding.mesh_from_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, devices=list(devices))
+    except ValueError as e:  # more devices than the topology has
+        raise config_lib.ConfigError(f"{e} on the topology") from None
+    assert mesh is not None  # given devices, mesh_from_sizes builds a mesh, one device included
+    return mesh
 
 
 def shapes_of(config, rl_config, mesh) -> Shapes:
-    """The loop's shapes: sampler rows padded to the data shards, the loop's micro-batch rule."""
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    prompts = -(-config.data.num_prompts // shards) * shards
+    """The loop's shapes: the static sampler's prompts padded to the data shards
+    (static_sampler.padded_prompts), the micro-batch of a pass over the whole batch (rl.packing.micro_batch)."""
+    from microcoder_jax.rl import packing
+    from microcoder_jax.sampling.static_sampler import padded_prompts
+
     rows = config.data.num_prompts * config.sampling.group_size
-    micro = min(rl_config.micro_batch_size, rows)
-    eval_prompts = -(-config.eval.batch_problems // shards) * shards
     return Shapes(
         rows=rows,
-        prompts=prompts,
+        prompts=padded_prompts(config.data.num_prompts, mesh),
         group=config.sampling.group_size,
         prompt_width=max(config.data.prompt_buckets),
         max_new=config.sampling.max_new_tokens,
-        micro=micro,
-        eval_prompts=eval_prompts,
+        micro=packing.micro_batch(rl_config, rows),
+        eval_prompts=padded_prompts(config.eval.batch_problems, mesh),
         eval_samples=config.eval.samples,
         eval_max_new=config.eval.max_new_tokens,
         phases=config.sampling.decode_phases,
@@ -208,7 +203,9 @@ def sampler_programs(tag, config, mc, mesh, prompts, group, width, max_new, phas
 
 
 def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool | str) -> Program:
+    """The old-log-prob pass on the padded batch, micro-batched as the learner runs it."""
     from microcoder_jax.rl.logprobs import compute_logprobs
+    from microcoder_jax.trainer.learner import padded_micro_batch
 
     mc = model_config_for(config, tpu, shapes.seq)
     n, s = shapes.rows, shapes.seq
@@ -219,7 +216,7 @@ def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool | str) ->
         attention_mask=_rows(mesh, (n, s), jnp.int32),
         temperature=_rows(mesh, (n,), jnp.float32),
         chunk=rl_config.logprob_chunk,
-        micro_batch=shapes.micro if n % shapes.micro == 0 else None,
+        micro_batch=padded_micro_batch(rl_config, n),
     )
     return Program("old log-probs", compute_logprobs.jitted, args, kwargs, mc)
 

@@ -78,7 +78,7 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
     from microcoder_jax.plan.planner import abstract_mesh
 
     topo, sh = plan.topology, plan.shapes
-    rl_config = config_lib.make_rl_config(config)
+    rl_config = config_lib.rl_config_of(config)
     mesh = abstract_mesh(config, topo.num_devices)
     out = []
     for row in plan.rows:
@@ -209,7 +209,7 @@ def cuts(plan, config, profile, times, summary, splits=None, dropped: list | Non
     out = []
     total = summary["step_serial_s"]
     by = {t.name: t for t in times}
-    rl_config = config_lib.make_rl_config(config)
+    rl_config = config_lib.rl_config_of(config)
     if not rl_config.packing and not profile.is_cap and "train step" in by:
         packed = packed_times(plan, config, profile)
         now = sum(by[n].serial_s for n in ("train step", "old log-probs") if n in by)
@@ -330,7 +330,7 @@ def _decode_with(plan, config, profile, row, **changes) -> float:
     from microcoder_jax import config as config_lib
 
     prog = dataclasses.replace(p, kwargs=dict(p.kwargs, shape=shape))
-    batches = STEADY_BATCHES if config_lib.make_rl_config(config).partial_rollouts else 1
+    batches = STEADY_BATCHES if config_lib.rl_config_of(config).partial_rollouts else 1
     prompts = plan.shapes.prompts
     sched = schedule_for(shape, profile, prompts, 0, batches)
     flops, bytes_ = decode_terms(prog, sched)
@@ -342,11 +342,17 @@ def _decode_with(plan, config, profile, row, **changes) -> float:
 
 
 def rollout_devices(config, devices: int) -> int:
-    """`mesh.rollout_devices` (a count, or a fraction of the devices below 1) as a count; 0 when
-    the config has no such knob or leaves it at 0 (one mesh for both roles)."""
+    """The rollout worker's devices of `devices` under `mesh.rollout_devices` (a count, or a
+    fraction of the devices below 1), as the trainer splits them (sharding.split_devices); 0 when
+    the config has no such knob, leaves it at 0 (one mesh for both roles) or leaves a role none."""
+    from microcoder_jax import sharding
+
     value = config.mesh.get("rollout_devices", 0) if hasattr(config.mesh, "get") else 0
-    value = float(value or 0)
-    return int(round(value * devices)) if 0 < value < 1 else int(value)
+    try:
+        rollout, _ = sharding.split_devices(value, range(devices))
+    except ValueError:  # every device, or none, to the rollout worker: no split of the config's own
+        return 0
+    return len(rollout)
 
 
 def split_layouts(topology, config=None) -> list[tuple[str, object, object, str]]:

@@ -168,6 +168,12 @@ def batch_devices(mesh) -> int:
     return 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
 
 
+def micro_batch(cfg, rows: int) -> int:
+    """Padded rows per micro-batch of a pass over `rows` rows (the log-prob pass's whole batch, a
+    train-step mini-batch): rl.micro_batch_size, at most all of them (`micro_rows`: as packed rows)."""
+    return min(cfg.micro_batch_size, rows)
+
+
 def micro_rows(micro_batch: int, padded_width: int, width: int | None) -> int:
     """Packed rows per micro-batch: the tokens of `micro_batch` padded rows (same memory)."""
     return max(1, micro_batch * padded_width // (width or padded_width))
@@ -176,7 +182,7 @@ def micro_rows(micro_batch: int, padded_width: int, width: int | None) -> int:
 def for_step(attention_mask, cfg, mesh=None, min_micro: int = 0) -> Packing:
     """The train step's layout: one group per mini-batch, micro-batches of the step's tokens."""
     n, s = np.shape(attention_mask)
-    micro = micro_rows(min(cfg.micro_batch_size, n // cfg.num_minibatches), s, cfg.pack_width)
+    micro = micro_rows(micro_batch(cfg, n // cfg.num_minibatches), s, cfg.pack_width)
     return plan(
         attention_mask,
         groups=cfg.num_minibatches,
@@ -190,5 +196,5 @@ def for_step(attention_mask, cfg, mesh=None, min_micro: int = 0) -> Packing:
 def for_logprobs(attention_mask, cfg, mesh=None) -> tuple[Packing, int]:
     """The log-prob pass's layout (all rows one group) and its micro-batch of packed rows."""
     n, s = np.shape(attention_mask)
-    micro = micro_rows(min(cfg.micro_batch_size, n), s, cfg.pack_width)
+    micro = micro_rows(micro_batch(cfg, n), s, cfg.pack_width)
     return plan(attention_mask, width=cfg.pack_width, micro_rows=micro, devices=batch_devices(mesh)), micro

@@ -361,6 +361,13 @@ def to_decode_layout(params, config: DecoderConfig, mesh=None, rules: dict | Non
 # ------------------------------------------------------------------------------ entry point
 
 
+def padded_prompts(num_prompts: int, mesh) -> int:
+    """The prompts one `generate` call runs: `num_prompts` padded up to a multiple of the mesh's
+    data shards (data x fsdp), so every device holds whole rows (copies of the first prompt fill)."""
+    shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+    return -(-num_prompts // shards) * shards
+
+
 def generate(
     params,
     config: DecoderConfig,
@@ -401,8 +408,7 @@ def generate(
     width = prompt_bucket(max(len(p) for p in prompts), prompt_buckets)
     prompt_ids, prompt_mask = left_pad(prompts, width, pad_id)
 
-    shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
-    padded = -(-num_prompts // shards) * shards
+    padded = padded_prompts(num_prompts, mesh)
     extra = (padded - num_prompts) * num_samples
     rep = lambda a: np.concatenate([a, np.repeat(a[:1], padded - num_prompts, axis=0)])  # noqa: E731
     row_pad = lambda a: np.concatenate([a, np.repeat(a[:1], extra)])  # noqa: E731

@@ -24,15 +24,20 @@ from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.rl.logprobs import compute_logprobs
 
 
+def padded_micro_batch(rl_config, rows: int) -> Optional[int]:
+    """The old-log-prob pass's micro-batch on `rows` padded rows: rl.micro_batch_size rows, at most
+    all of them (rl.packing.micro_batch); None (every row at once) when it does not divide them."""
+    micro = packing.micro_batch(rl_config, rows)
+    return micro if rows % micro == 0 else None
+
+
 def logprob_packing(run, attention_mask) -> tuple[Optional[packing.Packing], Optional[int]]:
     """The old-log-prob pass's (packing, micro-batch): packed rows under rl.packing, else None and
-    micro_batch_size rows (None when it does not divide the batch)."""
-    n = np.shape(attention_mask)[0]
+    `padded_micro_batch`."""
     if run.rl_config.packing:
         pack, micro = packing.for_logprobs(attention_mask, run.rl_config, run.mesh)
         return sharding.put_batch(pack, run.mesh), micro
-    micro = min(run.rl_config.micro_batch_size, n)
-    return None, (micro if n % micro == 0 else None)
+    return None, padded_micro_batch(run.rl_config, np.shape(attention_mask)[0])
 
 
 def step_packing(run, attention_mask) -> Optional[packing.Packing]:

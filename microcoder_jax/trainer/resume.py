@@ -145,10 +145,10 @@ def effective_rl(config: dict) -> dict[str, Any]:
     preset's value); {} when the config cannot be resolved (a config from another version)."""
     import ml_collections
 
-    from microcoder_jax.config import make_rl_config
+    from microcoder_jax.config import rl_config_of
 
     try:
-        rl = make_rl_config(ml_collections.ConfigDict({k: v for k, v in config.items() if k != HISTORY_KEY}))
+        rl = rl_config_of(ml_collections.ConfigDict({k: v for k, v in config.items() if k != HISTORY_KEY}))
     except (ValueError, TypeError, KeyError, AttributeError):
         return {}
     return {f"rl.{k}": list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(rl).items()}
