@@ -15,6 +15,7 @@ from microcoder_jax import config as config_lib
 from microcoder_jax import models, sharding
 from microcoder_jax.models import lora
 from microcoder_jax.models.presets import model_config_from
+from microcoder_jax.rl.logprobs import compute_logprobs
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state, make_train_step, minibatch_grads
 from microcoder_jax.sampling.static_sampler import generate
@@ -103,7 +104,9 @@ def test_only_the_adapters_train(base):
     before = jax.tree.map(np.asarray, state.params)
     step = make_train_step(LC, cfg)
     for i in range(3):
-        state, metrics = step(state, make_batch(i))
+        batch = make_batch(i)
+        old = compute_logprobs(state.params, LC, batch["tokens"], batch["attention_mask"], batch["temperature"])
+        state, metrics = step(state, dict(batch, old_logprobs=np.asarray(old)))
         assert int(metrics["nonfinite_skipped"]) == 0
     after = jax.tree.map(np.asarray, state.params)
     for name in before["layers"]:
@@ -123,8 +126,9 @@ def test_an_int8_lora_step_on_an_fsdp_mesh_matches_one_device(base):
     assert sharded.params["layers"]["q_proj"].dtype == jnp.int8
     assert sharded.params["layers"]["up_proj_lora_a"].sharding.spec != jax.sharding.PartitionSpec()  # FSDP-split
     one = init_train_state(params, cfg)
-    sharded, m_sharded = make_train_step(config, cfg, mesh)(sharded, make_batch(3))
-    one, m_one = make_train_step(config, cfg)(one, make_batch(3))
+    batch = dict(make_batch(3), old_logprobs=np.full((16, 18), -3.0, np.float32))  # the same for both
+    sharded, m_sharded = make_train_step(config, cfg, mesh)(sharded, batch)
+    one, m_one = make_train_step(config, cfg)(one, batch)
     np.testing.assert_allclose(float(m_sharded["loss"]), float(m_one["loss"]), rtol=1e-4, atol=1e-6)
     for a, b in zip(jax.tree.leaves(sharded.params), jax.tree.leaves(one.params), strict=True):
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-4, atol=1e-6)

@@ -48,15 +48,16 @@ def make_batch(seed, long_frac=0.3):
     }
 
 
-def with_old(params, batch, kl):
-    """Off-policy old (and reference) log-probs, so the clip fires on both sides."""
+def with_old(params, batch, kl, noise=0.3):
+    """Old (and reference) log-probs: off-policy by default (`noise`), so the clip fires on both sides;
+    noise 0 gives the on-policy old log-probs of one update per batch."""
     from microcoder_jax.rl.logprobs import compute_logprobs
 
     rng = np.random.default_rng(9)
     logp = np.asarray(
         compute_logprobs(params, MC, batch["tokens"], batch["attention_mask"], batch["temperature"], chunk=8)
     )
-    out = dict(batch, old_logprobs=(logp + rng.normal(0, 0.3, logp.shape)).astype(np.float32))
+    out = dict(batch, old_logprobs=(logp + rng.normal(0, noise, logp.shape)).astype(np.float32))
     if kl:
         out["ref_logprobs"] = (logp + rng.normal(0, 0.3, logp.shape)).astype(np.float32)
     return out
@@ -104,9 +105,7 @@ CASES = [  # every aggregation and truncation rule, KL on and off, accumulation,
 def test_packed_step_equals_padded(params, aggregation, truncation, kl, micro, width, where, given_old):
     cfg = cfg_for(aggregation, truncation, kl, micro, width)
     mesh = sharding.make_mesh(data=2, fsdp=4) if where == "8dev" else None
-    batch = make_batch(1)
-    if given_old:
-        batch = with_old(params, batch, kl)
+    batch = with_old(params, make_batch(1), kl, noise=0.3 if given_old else 0.0)
     pk = packing.for_step(batch["attention_mask"], cfg, mesh)
     assert pk.src.size <= N * S and packing.useful_fraction(pk) >= batch["attention_mask"].mean()
     if micro == 2:
@@ -132,7 +131,7 @@ def test_packed_step_compiles_once_per_size(params):
     state = init_train_state(params, cfg)
     sizes = []
     for seed, long_frac in [(2, 0.0), (3, 0.0), (4, 1.0), (5, 0.0), (6, 1.0)]:
-        batch = make_batch(seed, long_frac)
+        batch = with_old(params, make_batch(seed, long_frac), False)
         pk = packing.for_step(batch["attention_mask"], cfg)
         sizes.append(pk.src.shape[0])
         state, metrics = step(state, dict(batch, packing=pk))

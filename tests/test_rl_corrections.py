@@ -193,13 +193,12 @@ def test_a_correction_reweights_and_drops_tokens(params, batch):
 
 @pytest.mark.slow  # quick tier <= 6 min: a compile-heavy check, run by the full suite
 def test_packed_step_with_correction_equals_padded(params, batch):
-    """tis, old log-probs computed in the step: packed rows give the padded rows' update."""
+    """tis: packed rows give the padded rows' update (the old log-probs gathered into the packed layout)."""
     from microcoder_jax.rl import packing
 
     cfg = cfg_for("tis", is_cap=1.2, adam_eps=1e-4)
-    no_old = {k: v for k, v in batch.items() if k != "old_logprobs"}
-    p0, m0 = run(params, cfg, no_old)
-    pk = dict(no_old, packing=packing.for_step(batch["attention_mask"], cfg))
+    p0, m0 = run(params, cfg, batch)
+    pk = dict(batch, packing=packing.for_step(batch["attention_mask"], cfg))
     p1, m1 = run(params, cfg_for("tis", is_cap=1.2, adam_eps=1e-4, packing=True), pk)
     for k in ("loss", "is_weight_mean", "is_truncated_frac", "is_gap", "loss_tokens"):
         np.testing.assert_allclose(float(m1[k]), float(m0[k]), rtol=2e-4, atol=1e-6, err_msg=k)

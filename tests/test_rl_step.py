@@ -224,6 +224,11 @@ def step_fn():
     return make_train_step(MC, STEP_CFG)
 
 
+def with_old(params, batch):
+    """The batch with its old log-probs at `params` (the train step takes them; the learner computes them)."""
+    return dict(batch, old_logprobs=np.asarray(naive_logprobs_jit(params, batch)))
+
+
 def _row_logp(params, batch):
     return np.asarray((logprobs(params, batch) * batch["response_mask"]).sum(1))
 
@@ -241,7 +246,7 @@ def test_steps_move_logprobs_with_advantage_without_recompiling(params, step_fn)
             truncated=np.roll(batch["truncated"], i),
             no_code=np.roll(batch["no_code"], i),
         )
-        state, metrics = step_fn(state, b)
+        state, metrics = step_fn(state, with_old(state.params, b))
     assert step_fn._cache_size() == 1
     assert int(state.step) == 3 and np.isfinite(float(metrics["loss"]))
     delta = _row_logp(state.params, batch) - before
@@ -252,7 +257,7 @@ def test_steps_move_logprobs_with_advantage_without_recompiling(params, step_fn)
 
 
 def test_step_on_mesh_matches_single_device(params, step_fn):
-    batch = make_batch(6)
+    batch = with_old(params, make_batch(6))
     state, metrics = step_fn(init_train_state(params, STEP_CFG), batch)
     mesh = sharding.make_mesh(data=2, fsdp=4)
     mesh_step = make_train_step(MC, STEP_CFG, mesh)
@@ -276,9 +281,9 @@ def test_step_on_mesh_matches_single_device(params, step_fn):
 def test_nonfinite_update_is_skipped_bit_identically_and_counted(params, step_fn):
     """A NaN temperature makes the loss and gradients NaN: every update it touches is skipped,
     params and optimizer state (its count too) stay bit-identical, the step still counts."""
-    state, _ = step_fn(init_train_state(params, STEP_CFG), make_batch(7))  # a moved optimizer state
+    state, _ = step_fn(init_train_state(params, STEP_CFG), with_old(params, make_batch(7)))  # a moved optimizer state
     before = jax.device_get((state.params, state.opt_state))  # the step donates `state`
-    batch = make_batch(8)
+    batch = with_old(before[0], make_batch(8))
     state, metrics = step_fn(state, dict(batch, temperature=np.full(N, np.nan, np.float32)))
     assert int(metrics["nonfinite_skipped"]) == STEP_CFG.num_minibatches and int(state.step) == 2
     assert not np.isfinite(float(metrics["loss"]))

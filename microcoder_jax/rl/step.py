@@ -1,13 +1,12 @@
 """The jitted MicroCoder-GRPO train step: one call does every mini-batch update of a rollout batch.
 
-The batch is a `Rollout` (rl/batch.py; a dict of its fields, with an optional "packing", is
-accepted too). Inside one jit: advantages and truncation masks (rl.advantages), old log-probs when
-the batch has none (the learner's `rl.logprobs.batch_logprobs`, with the incoming params, before
-the first update: the direct-API path; the loop's learner passes them), then a lax.scan over
-mini-batches, each an AdamW
-update of gradients accumulated over micro-batches with an inner lax.scan. The aggregation's
-per-token loss weights of each update are computed over its whole mini-batch (all micro-batches,
-all devices) first, so accumulation is exact in every aggregation mode.
+The batch is a `Rollout` (rl/batch.py; a dict of its fields, with an optional "packing", is accepted
+too) with its old log-probs (computed once, outside the step, by `rl.logprobs.batch_logprobs`: the
+learner's one place for them). Inside one jit: advantages and truncation masks (rl.advantages), then
+a lax.scan over mini-batches, each an AdamW update of gradients accumulated over micro-batches with
+an inner lax.scan. The aggregation's per-token loss weights of each update are computed over its
+whole mini-batch (all micro-batches, all devices) first, so accumulation is exact in every
+aggregation mode.
 
 An update whose loss, gradient norm or update is not finite is skipped (params and optimizer
 state kept as they were, bit for bit) and counted in the `nonfinite_skipped` metric; the loop
@@ -45,7 +44,7 @@ from microcoder_jax.rl import packing as packing_lib
 from microcoder_jax.rl.advantages import compute_advantages
 from microcoder_jax.rl.config import RLConfig
 from microcoder_jax.rl.batch import Rollout, as_rollout
-from microcoder_jax.rl.logprobs import batch_logprobs, sequence_logprobs
+from microcoder_jax.rl.logprobs import sequence_logprobs
 from microcoder_jax.rl.losses import clipped_surrogate, k3_kl, loss_weights
 
 
@@ -237,27 +236,6 @@ def _packed_data(batch: Rollout, pk, loss_mask, advantages, old, cfg: RLConfig):
     return data
 
 
-def _old_logprobs(params, batch: Rollout, pk, model_config, cfg: RLConfig, micro: int):
-    """The batch's old log-probs [N, S], or, when it has none, the one computation the learner
-    runs (rl.logprobs.batch_logprobs) with the incoming params: the policy before any update."""
-    if batch.old_logprobs is not None:
-        return batch.old_logprobs.astype(jnp.float32)
-    if pk is not None:
-        micro = packing_lib.micro_rows(micro, batch.tokens.shape[1], pk.src.shape[1])
-    return jax.lax.stop_gradient(
-        batch_logprobs(
-            params,
-            model_config,
-            batch.tokens,
-            batch.attention_mask,
-            batch.temperature,
-            cfg.logprob_chunk,
-            micro,
-            packing=pk,
-        )
-    )
-
-
 def all_finite(tree) -> jax.Array:
     """Whether every element of every leaf is finite (a scalar bool)."""
     return jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]).all()
@@ -279,6 +257,11 @@ def train_step(
     pk = packing if packing is not None else pk
     n = batch.tokens.shape[0]
     micro = _check_shapes(n, cfg)
+    if batch.old_logprobs is None:
+        raise ValueError(
+            "the batch has no old_logprobs: compute them once per batch with rl.logprobs.batch_logprobs "
+            "at the params that sampled it (the learner does: trainer/learner.py Learner.score)"
+        )
     if cfg.kl_beta > 0 and batch.ref_logprobs is None:
         raise ValueError("kl_beta > 0 needs batch['ref_logprobs'] (compute_logprobs on the reference)")
     if cfg.is_correction != "none" and batch.sampler_logprobs is None:
@@ -292,7 +275,7 @@ def train_step(
 
     m = cfg.num_minibatches
     loss_mask = batch.response_mask.astype(jnp.float32) * row_weight[:, None]
-    old = _old_logprobs(state.params, batch, pk, model_config, cfg, micro)
+    old = batch.old_logprobs.astype(jnp.float32)
     is_weight, is_metrics = None, {}
     if cfg.is_correction != "none":  # token weights (and dropped tokens) before the aggregation's weights
         loss_mask, is_weight, is_metrics = corrections.apply(cfg, old, batch.sampler_logprobs, loss_mask)
