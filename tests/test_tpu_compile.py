@@ -110,6 +110,7 @@ def compile_train_step(config, mesh, rows: int, seq: int, packed_rows: int = 0, 
     batch |= {k: _rows(mesh, (rows,), jnp.float32) for k in ("rewards", "temperature")}
     batch |= {k: _rows(mesh, (rows,), bool) for k in ("passed", "no_code", "truncated")}
     batch["response_lengths"] = _rows(mesh, (rows,), jnp.int32)
+    batch["old_logprobs"] = _rows(mesh, (rows, seq), jnp.float32)  # the learner's, computed before the step
     if packed_rows:
         from microcoder_jax.rl.packing import Packing
 
