@@ -127,7 +127,7 @@ def test_eval_of_a_pruned_step_lists_the_kept_ones(run_4_8, capsys):
 
 
 def test_convert_of_a_pruned_step_lists_the_kept_ones(run_4_8, tmp_path, capsys):
-    from microcoder_jax.models.convert import main as convert_main
+    from microcoder_jax.convert import main as convert_main
 
     line = _one_line(capsys, convert_main(["--from", run_4_8, "--to-hf", str(tmp_path / "hf"), "--step", "7"]), 1)
     assert line.startswith("convert: error: no checkpoint of step 7 in ") and "kept steps: 4, 8" in line, line

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from microcoder_jax.models import convert
+from microcoder_jax import convert
+from microcoder_jax.models.ckpt import load_checkpoint
 from microcoder_jax.models import DecoderConfig, load_hf_params
 from tiny_checkpoint import make_tiny_hf_checkpoint
 
@@ -33,7 +34,7 @@ def test_cli_round_trip_is_bitwise(hf_dir, tmp_path, capsys):
     ckpt, out = tmp_path / "ckpt", tmp_path / "hf_out"
     assert convert.main(["--from-hf", str(hf_dir), "--to", str(ckpt), "--mesh", "fsdp=2,tensor=4"]) == 0
     assert sorted(os.listdir(ckpt)) == ["hf_files", "model_config.json", "params"]
-    params, config = convert.load_checkpoint(ckpt)
+    params, config = load_checkpoint(ckpt)
     assert config == DecoderConfig.from_hf(hf_dir)
     assert convert.main(["--from", str(ckpt), "--to-hf", str(out), "--max-shard-gb", "0.00005"]) == 0
     assert "wrote" in capsys.readouterr().out
@@ -47,7 +48,7 @@ def test_cli_round_trip_is_bitwise(hf_dir, tmp_path, capsys):
 def test_bf16_checkpoint_and_export(hf_dir, tmp_path):
     ckpt = tmp_path / "ckpt"
     assert convert.main(["--from-hf", str(hf_dir), "--to", str(ckpt), "--param-dtype", "bfloat16"]) == 0
-    params, config = convert.load_checkpoint(ckpt)
+    params, config = load_checkpoint(ckpt)
     assert config.param_dtype == "bfloat16"
     assert {str(x.dtype) for x in jax.tree.leaves(params)} == {"bfloat16"}
     assert convert.main(["--from", str(ckpt), "--to-hf", str(tmp_path / "out")]) == 0

@@ -136,7 +136,7 @@ def test_eval_names_its_step_and_problems_and_writes_only_under_its_folder(tmp_p
     sys.path.insert(0, os.path.dirname(__file__))
     from demo_workdir import make_demo_workdir
 
-    from microcoder_jax.models import convert
+    from microcoder_jax import convert
 
     run = tmp_path / "run"
     make_demo_workdir(str(run), steps=(4, 8))

@@ -10,7 +10,7 @@ import pytest
 
 from microcoder_jax import config as config_lib
 from microcoder_jax import models
-from microcoder_jax.models import convert
+from microcoder_jax import convert
 from microcoder_jax.trainer import setup as run_setup
 from microcoder_jax.models.checkpoint import Checkpointer
 from microcoder_jax.data import demo_task

@@ -13,8 +13,8 @@ from safetensors.numpy import load_file
 from microcoder_jax import config as config_lib
 from microcoder_jax import models
 from microcoder_jax.data import demo_task
-from microcoder_jax import convert as convert_cli
-from microcoder_jax.models import convert, lora
+from microcoder_jax import convert
+from microcoder_jax.models import lora
 from microcoder_jax.models.checkpoint import Checkpointer
 from microcoder_jax.trainer.resume import record_config
 from tiny_checkpoint import make_tiny_hf_checkpoint
@@ -173,13 +173,10 @@ def test_random_init_base_is_rebuilt_from_the_seed(tmp_path, tokenizer, ids, cap
     params = trained(base, config)  # the frozen part is what training's attach stores, whatever the adapter key
     workdir = write_run(tmp_path / "run", c, tokenizer, params)
     out = tmp_path / "merged"
-    cli = convert_cli.main  # `python -m microcoder_jax.convert`: it rebuilds the base with the trainer's set-up
-    assert convert.main(["--from", workdir, "--to-hf", str(out)]) == 1  # models/ alone cannot
-    assert "python -m microcoder_jax.convert" in capsys.readouterr().err
-    assert cli(["--from", workdir, "--to-hf", str(out)]) == 0
+    assert convert.main(["--from", workdir, "--to-hf", str(out)]) == 0  # the base rebuilt by the trainer's set-up
     diff = np.abs(torch_logits(load_hf(out), ids) - ours(params, config, ids)).max()
     assert diff < TOL, diff
-    assert cli(["--from", workdir, "--to-peft", str(tmp_path / "adapter")]) == 0
+    assert convert.main(["--from", workdir, "--to-peft", str(tmp_path / "adapter")]) == 0
     assert "random init" in capsys.readouterr().err
     assert json.load(open(tmp_path / "adapter" / "adapter_config.json"))["base_model_name_or_path"] == ""
 

@@ -124,7 +124,7 @@ def _rel(a, b) -> float:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(gguf file, HF folder from the CLI) of a tiny tied Llama."""
-    from microcoder_jax.models.convert import main
+    from microcoder_jax.convert import main
 
     root = tmp_path_factory.mktemp("gguf")
     file = root / "tiny-llama.gguf"
@@ -185,7 +185,8 @@ def test_tokenizer_equals_transformers_gguf_tokenizer(tiny):
 
 
 def test_cli_to_checkpoint_and_refusals(tiny, tmp_path, capsys):
-    from microcoder_jax.models.convert import load_checkpoint, main
+    from microcoder_jax.convert import main
+    from microcoder_jax.models.ckpt import load_checkpoint
 
     file, folder = tiny
     assert main(["--from-gguf", str(file), "--to", str(tmp_path / "ckpt")]) == 0

@@ -8,122 +8,33 @@
     python -m microcoder_jax.convert --from RUN/checkpoints --model-config HF_DIR_OR_PRESET --to-hf HF_DIR
     python -m microcoder_jax.convert --from LORA_RUN --to-peft ADAPTER_DIR [--step N]
 
-CKPT layout: ``params/`` (Orbax, StandardCheckpointer), ``model_config.json`` (our ``DecoderConfig``)
-and ``hf_files/`` (tokenizer and generation files copied from the HF dir, restored on export so the
-exported dir is complete). A training run (its workdir, or its ``checkpoints`` dir) is read with
-the run's own ``config.json``: model shape, tokenizer (chat template included) and a generation
-config; ``--model-config`` overrides them with another HF dir's. Outputs appear atomically.
+CKPT is our Orbax checkpoint of a model (``models/ckpt.py``: params, model config, and the HF
+dir's tokenizer and generation files, restored on export so the exported dir is complete). A
+training run (its workdir, or its ``checkpoints`` dir) is read with the run's own ``config.json``:
+model shape, tokenizer (chat template included) and a generation config; ``--model-config``
+overrides them with another HF dir's. Outputs appear atomically.
 
 A LoRA run (lora.rank > 0) checkpoints only its adapters: the export rebuilds the frozen base
 (model.path, or ``--model-config`` naming where it is now; a random init is re-initialised from
 the seed, warm start included) and refuses a base other than the one trained on. ``--to-hf``
 writes base + adapters merged, a plain model of the family; ``--to-peft`` the adapters alone as a
 PEFT folder for ``PeftModel.from_pretrained(base, DIR)``.
+
+This module is the command line; the files are written by ``models/`` (ckpt, hf, gguf, peft, lora)
+and a run is read by ``trainer/export_run.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import shutil
 import sys
 
 import jax
-import orbax.checkpoint as ocp
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models import hf, lora, peft
-from microcoder_jax.models.checkpoint import read_checkpoint_meta
-from microcoder_jax.models.qwen3 import DecoderConfig, param_logical_axes, param_shapes
-
-CONFIG_FILE = "model_config.json"
-PARAMS_DIR = "params"
-HF_FILES_DIR = "hf_files"
-_SKIP_HF_FILES = {"config.json", hf.INDEX_FILE}
-
-
-def _abstract_params(config: DecoderConfig, mesh=None, dtype=None) -> dict:
-    """ShapeDtypeStructs with target shardings: Orbax restores straight into them."""
-    shapes = param_shapes(config)
-    is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)  # noqa: E731
-    if mesh is None:
-        one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        shardings = jax.tree.map(lambda _: one, shapes, is_leaf=is_shape)
-    else:
-        shardings = shd.logical_to_sharding(param_logical_axes(config), mesh, shapes)
-    dtype = dtype or config.param_dtype
-    return jax.tree.map(
-        lambda s, sh: jax.ShapeDtypeStruct(s, jax.numpy.dtype(dtype), sharding=sh), shapes, shardings, is_leaf=is_shape
-    )
-
-
-def save_checkpoint(params: dict, config: DecoderConfig, path, hf_files_from=None) -> str:
-    """Write ``params`` + config (+ HF tokenizer files) as CKPT; every process must call it."""
-    path = os.path.abspath(os.fspath(path))
-    if os.path.exists(path):
-        raise FileExistsError(f"{path} exists; refusing to overwrite a checkpoint")
-    tmp = path + ".tmp"  # same name on every process (a shared filesystem for multi-host runs)
-    if jax.process_index() == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-    checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(os.path.join(tmp, PARAMS_DIR), params)
-    checkpointer.wait_until_finished()
-    if jax.process_index() == 0:
-        with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
-            f.write(config.to_json())
-        if hf_files_from is not None:
-            extras = [
-                f
-                for f in glob.glob(os.path.join(os.fspath(hf_files_from), "*"))
-                if os.path.isfile(f) and not f.endswith(".safetensors") and os.path.basename(f) not in _SKIP_HF_FILES
-            ]
-            if extras:
-                os.makedirs(os.path.join(tmp, HF_FILES_DIR))
-                for f in extras:
-                    shutil.copy2(f, os.path.join(tmp, HF_FILES_DIR))
-        os.rename(tmp, path)
-    return path
-
-
-def load_checkpoint(
-    path, mesh=None, config: DecoderConfig | None = None, step: int | None = None, **config_overrides
-) -> tuple[dict, DecoderConfig]:
-    """(params, config) from a CKPT written by ``save_checkpoint``, or from a training run's
-    ``checkpoints`` dir (then ``config`` gives the model shape; ``step`` defaults to the newest)."""
-    path = os.path.abspath(os.fspath(path))
-    config_file = os.path.join(path, CONFIG_FILE)
-    if os.path.exists(config_file):
-        with open(config_file) as f:
-            config = DecoderConfig.from_json(f.read()).replace(**config_overrides)
-        target = _abstract_params(config, mesh)
-        params = ocp.StandardCheckpointer().restore(os.path.join(path, PARAMS_DIR), target)
-        return params, config
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    if config is None:
-        raise ValueError(
-            f"{path} has no {CONFIG_FILE}: pass the model shape (--model-config) to read it as a "
-            "training checkpoint directory"
-        )
-    from microcoder_jax.models.checkpoint import load_params
-
-    config = config.replace(**config_overrides)
-    params, _ = load_params(path, _abstract_params(config, mesh), step=step)
-    return params, config
-
-
-def _model_config(spec: str) -> DecoderConfig:
-    """A model shape from an HF dir / config.json path, our model_config.json, or a preset name."""
-    from microcoder_jax.models.presets import get_preset
-
-    if os.path.isdir(spec) and os.path.exists(os.path.join(spec, CONFIG_FILE)):
-        with open(os.path.join(spec, CONFIG_FILE)) as f:
-            return DecoderConfig.from_json(f.read())
-    if os.path.exists(spec):
-        return DecoderConfig.from_hf(spec)
-    return get_preset(spec)
+from microcoder_jax.models import DecoderConfig, ckpt, export, hf, lora, peft
+from microcoder_jax.trainer import export_run
 
 
 def _parse_mesh(text: str | None):
@@ -188,13 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None, rebuild_base=None) -> int:
-    """The command; `rebuild_base(run_dir)`: a random-init LoRA run's frozen base, rebuilt by the
-    trainer's set-up (`python -m microcoder_jax.convert` passes it: models/ does not import trainer/)."""
+def main(argv=None) -> int:
     shd.describe_host_without_tpu()  # before any backend loads libtpu: no metadata-server noise off a TPU VM
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.rebuild_base = rebuild_base
     if args.from_hf and args.to_hf:
         parser.error("--from-hf with --to-hf is a copy; convert to or from an Orbax CKPT")
     if args.from_ckpt and args.to_ckpt:
@@ -210,7 +118,7 @@ def main(argv=None, rebuild_base=None) -> int:
                 parser.error(f"--from-hf {args.from_hf}: no such directory")
             config = DecoderConfig.from_hf(args.from_hf, param_dtype=args.param_dtype or "float32")
             params = hf.load_hf_params(args.from_hf, config, mesh=mesh)
-            out = save_checkpoint(params, config, args.to_ckpt, hf_files_from=args.from_hf)
+            out = ckpt.save_checkpoint(params, config, args.to_ckpt, hf_files_from=args.from_hf)
         else:
             out_flag, out_dir = ("--to-hf", args.to_hf) if args.to_hf else ("--to-peft", args.to_peft)
             if not os.path.exists(args.from_ckpt):
@@ -252,12 +160,10 @@ def main(argv=None, rebuild_base=None) -> int:
 def _read_source(args, mesh):
     """(params, config, writers of the tokenizer files, base model folder) of ``--from``: our CKPT,
     a training run or its checkpoints dir; a LoRA run's adapters joined with their frozen base."""
-    from microcoder_jax.models import export as export_files
-
-    source, run_dir = args.from_ckpt, export_files.run_dir_of(args.from_ckpt)
+    source, run_dir = args.from_ckpt, export_run.run_dir_of(args.from_ckpt)
     if run_dir is not None and os.path.isdir(os.path.join(source, "checkpoints")):
         source = os.path.join(source, "checkpoints")
-    rank = export_files.lora_rank(run_dir) if run_dir is not None else 0
+    rank = export_run.lora_rank(run_dir) if run_dir is not None else 0
     if args.to_peft and not rank:
         what = "trained every weight (lora.rank=0)" if run_dir is not None else "is no training run's workdir"
         raise ValueError(
@@ -265,76 +171,23 @@ def _read_source(args, mesh):
             "export the whole model with --to-hf, or pass a LoRA run's workdir"
         )
     if rank and run_dir is not None:
-        return _read_lora_run(args, source, run_dir, mesh)
+        return export_run.read_lora_run(run_dir, source, args.step, mesh, base_dir=args.model_config)
     if args.model_config:
-        shape = _model_config(args.model_config)
-        extras = export_files.copy_files_from(
+        shape = ckpt.model_config(args.model_config)
+        extras = export.copy_files_from(
             os.path.dirname(args.model_config) if os.path.isfile(args.model_config) else args.model_config
         )
     elif run_dir is not None:
-        shape, extras = export_files.from_run(run_dir)
+        shape, extras = export_run.run_files(run_dir)
     else:
-        shape, extras = None, export_files.copy_files_from(os.path.join(source, HF_FILES_DIR))
-    if run_dir is None and _holds_adapters_only(source, args.step):
+        shape, extras = None, export.copy_files_from(os.path.join(source, ckpt.HF_FILES_DIR))
+    if run_dir is None and ckpt.holds_adapters_only(source, args.step):
         raise ValueError(
             f"--from {args.from_ckpt} holds LoRA adapters without their base: pass the run's workdir "
             "(its config.json names the base model and the adapters' rank)"
         )
-    params, config = load_checkpoint(source, mesh, config=shape, step=args.step)
+    params, config = ckpt.load_checkpoint(source, mesh, config=shape, step=args.step)
     return params, config, extras, ""
-
-
-def _read_lora_run(args, source: str, run_dir: str, mesh):
-    """A LoRA run's checkpointed adapters on the base they were trained on (a different base is refused)."""
-    from microcoder_jax.models import export as export_files
-    from microcoder_jax.models.checkpoint import load_params
-
-    config = export_files.run_config(run_dir)
-    if args.model_config:
-        if not os.path.isfile(os.path.join(args.model_config, "config.json")):
-            raise ValueError(
-                f"--model-config {args.model_config}: a LoRA run's --model-config is its base model's "
-                "Hugging Face folder (config.json and weights), since its checkpoints hold only the adapters"
-            )
-        config.model.path = os.path.abspath(args.model_config)
-    shape, extras = export_files.from_run(run_dir, config)  # a base that is gone: one line naming --model-config
-    adapters, step = load_params(source, lora.split(_abstract_params(shape, mesh, "float32"))[0], args.step)
-    frozen = _frozen_base(config, shape, run_dir, mesh, args.rebuild_base)
-    saved = read_checkpoint_meta(source, step).get("base_fingerprint")
-    if saved is not None and not lora.same_base(saved, lora.fingerprint(frozen)):
-        raise ValueError(
-            f"checkpoint step {step} in {source} holds adapters trained on another base than "
-            f"{config.model.path or 'the seeded random init'}: pass --model-config with the HF dir of the base "
-            "it was trained on"
-        )
-    return lora.join(adapters, frozen), shape, extras, config.model.path
-
-
-def _frozen_base(config, shape: DecoderConfig, run_dir: str, mesh, rebuild=None) -> dict:
-    """The frozen base as the run stored it (compute dtype or int8): read from model.path, or the
-    seeded random init (+ the demo's warm start) rebuilt as training built it."""
-    if config.model.path:
-        base = hf.load_hf_params(config.model.path, lora.base_config(shape), mesh=mesh)
-        frozen = lora.split(lora.attach(base, shape, jax.random.PRNGKey(0)))[1]  # attach stores it as trained
-    elif rebuild is not None:
-        frozen = rebuild(run_dir)
-    else:
-        raise ValueError(
-            f"{run_dir} trained adapters on a seeded random init (model.path=''): rebuild it with "
-            "`python -m microcoder_jax.convert`, which runs the trainer's set-up"
-        )
-    assert frozen is not None  # a LoRA config: attach added adapters
-    return frozen
-
-
-def _holds_adapters_only(directory: str, step: int | None) -> bool:
-    """Whether a training checkpoints dir is a LoRA run's (its meta names the base it was trained on)."""
-    if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, CONFIG_FILE)):
-        return False
-    try:
-        return "base_fingerprint" in read_checkpoint_meta(directory, step)
-    except Exception:  # noqa: BLE001 - not readable as a training checkpoint: load_checkpoint says why
-        return False
 
 
 def _note_peft_base(config: DecoderConfig, base: str) -> None:
@@ -381,7 +234,7 @@ def _from_gguf(args) -> int:
                 folder = gguf.gguf_to_hf(file, os.path.join(tmp, "hf"))
                 config = DecoderConfig.from_hf(folder, param_dtype=dtype)
                 params = hf.load_hf_params(folder, config, mesh=_parse_mesh(args.mesh))
-                out = save_checkpoint(params, config, args.to_ckpt, hf_files_from=folder)
+                out = ckpt.save_checkpoint(params, config, args.to_ckpt, hf_files_from=folder)
     except (ValueError, OSError) as e:
         return fail("--from-gguf", args.from_gguf, str(e))
     print(f"wrote {out} ({config.num_params() / 1e6:.1f}M params, {config.num_layers} layers)")
