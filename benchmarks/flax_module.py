@@ -1,4 +1,4 @@
-"""The Flax NNX Qwen3 against the functional core it wraps: same weights, same shapes.
+"""The Flax NNX decoder against the functional core it wraps: same weights, same shapes.
 
     python benchmarks/flax_module.py [--layers 2] [--vocab 16384] [--batch 4] [--seq 256] [--reps 5]
 
@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from microcoder_jax import models
-from microcoder_jax.models.flax_qwen3 import Qwen3
+from microcoder_jax.models.flax_decoder import Decoder
 
 
 def _seconds(fn) -> float:
@@ -51,7 +51,7 @@ def main() -> None:
         ("1 token", models.get_preset("tiny", dtype="float32", remat="none"), (1, 1), 100 * a.reps),
     ):
         params = models.init_params(config, jax.random.key(0))
-        model = Qwen3(config, params)
+        model = Decoder(config, params)
         graphdef, state = nnx.split(model)
         functional = jax.jit(lambda p, ids, c=config: models.forward(p, c, ids)[0])
         module = nnx.jit(lambda m, ids: m(ids)[0])

@@ -246,7 +246,7 @@ def test_llama3_rope_frequencies_equal_transformers():
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from microcoder_jax.models.qwen3 import rope_frequencies
+    from microcoder_jax.models.decoder import rope_frequencies
 
     scaling = {
         "rope_type": "llama3",

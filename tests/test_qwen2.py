@@ -21,8 +21,8 @@ from microcoder_jax.models import (
     param_shapes,
     save_hf_params,
 )
-from test_qwen3 import _hf_logits
-from test_qwen3 import _inputs as qwen3_inputs
+from test_decoder import _hf_logits
+from test_decoder import _inputs as qwen3_inputs
 from tiny_checkpoint import make_tiny_hf_model
 
 jit_forward = jax.jit(forward, static_argnums=1)

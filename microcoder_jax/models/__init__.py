@@ -1,7 +1,7 @@
 """The model families (Qwen3, Qwen2, Llama) as pure functions over a params pytree, presets, Hugging Face
 conversion and Orbax checkpoints: everything outside models/ reaches a model through these names.
 
-The Flax NNX module over the same params is ``microcoder_jax.models.flax_qwen3.Qwen3`` (imported
+The Flax NNX module over the same params is ``microcoder_jax.models.flax_decoder.Decoder`` (imported
 on demand, so the functional path does not load flax).
 """
 
@@ -10,7 +10,7 @@ from microcoder_jax.models.config import Qwen3Config
 from microcoder_jax.models.decoding import DecodingParams
 from microcoder_jax.models.gguf import gguf_to_hf, resolve_model_path
 from microcoder_jax.models.presets import PRESETS, get_preset, model_config_from
-from microcoder_jax.models.qwen3 import (
+from microcoder_jax.models.decoder import (
     KVCache,
     ParamSpec,
     DecoderConfig,

@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 from microcoder_jax import sharding as shd
 from microcoder_jax.models import hf
 from microcoder_jax.models.checkpoint import read_checkpoint_meta
-from microcoder_jax.models.qwen3 import DecoderConfig, param_logical_axes, param_shapes
+from microcoder_jax.models.decoder import DecoderConfig, param_logical_axes, param_shapes
 
 CONFIG_FILE = "model_config.json"
 PARAMS_DIR = "params"

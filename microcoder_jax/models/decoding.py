@@ -1,4 +1,4 @@
-"""The decode layout of Qwen3's weights: ``DecodingParams``, made once per sampling call.
+"""The decode layout of the decoder's weights: ``DecodingParams``, made once per sampling call.
 
 A decode step is one token per row: the weights are read whole every step, so the layout decides
 what a step costs. ``decoding_params`` casts the matrices to the compute dtype, makes each one 2-D
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 
 class DecodingParams(NamedTuple):
-    """Qwen3 weights for cached decoding; ``forward`` and ``lm_head`` take it where they take params.
+    """The decoder's weights for cached decoding; ``forward`` and ``lm_head`` take it where they take params.
 
     embed ``[vocab, hidden]`` (compute dtype), layers: one dict per layer whose matrices are 2-D
     ``(out, in)`` in the compute dtype (norms keep the param dtype), final_norm ``[hidden]``,

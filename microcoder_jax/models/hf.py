@@ -21,7 +21,7 @@ import numpy as np
 from safetensors import safe_open
 
 from microcoder_jax import sharding as shd
-from microcoder_jax.models.qwen3 import DecoderConfig, forward, param_logical_axes, param_shapes
+from microcoder_jax.models.decoder import DecoderConfig, forward, param_logical_axes, param_shapes
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -162,7 +162,7 @@ class _Reader:
 
 
 def load_hf_params(path, config: DecoderConfig, mesh=None, param_dtype=None) -> dict:
-    """Read an HF Qwen3 checkpoint directory into our params, each leaf placed in its sharding.
+    """Read an HF checkpoint directory (Qwen3, Qwen2, Llama) into our params, each leaf placed in its sharding.
 
     Without a mesh every leaf lands on the default device. ``param_dtype`` (default
     ``config.param_dtype``) converts on the fly, e.g. bf16 checkpoint -> fp32 params.

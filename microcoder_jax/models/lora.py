@@ -3,7 +3,7 @@
 A LoRA model is the same params dict with, per adapted projection ``NAME`` of every layer, two
 more stacked leaves: ``NAME_lora_a [layers, *in, rank]`` and ``NAME_lora_b [layers, rank, *out]``
 (PEFT's A and B, transposed to our (in, out) layout). The layer adds ``(x A) B * alpha / rank`` to
-``x W`` (qwen3.decoder_layer); B starts at zero, so a fresh adapter leaves the base's logits exactly as
+``x W`` (decoder.decoder_layer); B starts at zero, so a fresh adapter leaves the base's logits exactly as
 they were. Only adapter leaves are trained (`split`/`join`: the train step differentiates them and
 nothing else); the base is stored once in the compute dtype, or as int8 with one float32 scale
 per output channel (``NAME_scale [layers, *out]``, lora.base_dtype=int8). The sampler reads the

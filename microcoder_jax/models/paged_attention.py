@@ -1,4 +1,4 @@
-"""Qwen3 decode steps over a paged KV cache: per-layer page pools read through per-slot page tables.
+"""The decoder's decode steps over a paged KV cache: per-layer page pools read through per-slot page tables.
 
 A pool holds ``[kv_heads, pages, page_size, head_dim]`` keys (and values) per layer, the layout of
 JAX's TPU paged-attention kernel. A slot's keys are contiguous in its page table: logical index
@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from microcoder_jax.models import qwen3
+from microcoder_jax.models import decoder
 from microcoder_jax.models.attention import _fall_back, platform
 from microcoder_jax.models.paged_kernel import paged_kernel_attention, paged_kernel_unsupported
 from microcoder_jax.models.paged_kernel_gpu import gpu_kernel_unsupported, gpu_paged_attention
@@ -63,16 +63,16 @@ def dequantize(q: jax.Array, scale: jax.Array, dtype=jnp.float32) -> jax.Array:
     return (q.astype(jnp.float32) * scale[..., None]).astype(dtype)
 
 
-def pool_shape(config: qwen3.DecoderConfig, num_pages: int, page_size: int) -> tuple[int, ...]:
+def pool_shape(config: decoder.DecoderConfig, num_pages: int, page_size: int) -> tuple[int, ...]:
     return (config.num_kv_heads, num_pages, page_size, config.head_dim)
 
 
-def pool_dtype(kv_dtype: str | None, config: qwen3.DecoderConfig):
+def pool_dtype(kv_dtype: str | None, config: decoder.DecoderConfig):
     """The element dtype of a pool for ``sampling.kv_dtype`` (``model``/None: the model's dtype)."""
     return jnp.dtype(config.dtype if kv_dtype in (None, "model") else kv_dtype)
 
 
-def init_pool(config: qwen3.DecoderConfig, num_pages: int, page_size: int, dtype=None) -> PagePool:
+def init_pool(config: decoder.DecoderConfig, num_pages: int, page_size: int, dtype=None) -> PagePool:
     shape = pool_shape(config, num_pages, page_size)
     dtype = pool_dtype(dtype, config)
     if dtype == jnp.int8:
@@ -249,7 +249,7 @@ def choose(implementation: str, head_dim: int, pool_dtype, on: str | None = None
 
 def paged_decode_step(
     params: Any,
-    config: qwen3.DecoderConfig,
+    config: decoder.DecoderConfig,
     tokens: jax.Array,
     positions: jax.Array,
     pool: PagePool,
@@ -268,7 +268,7 @@ def paged_decode_step(
     kernel = choose(config.attention, config.head_dim, element_dtype(pool.k[0]), page_size=page_size)
     x = jnp.take(params.embed, tokens[:, None], axis=0).astype(dtype)  # [S, 1, E]
     x = constrain(x, ("batch", "length", None))
-    rope = qwen3.rope_tables(positions[:, None], config)
+    rope = decoder.rope_tables(positions[:, None], config)
     new_k, new_v = [], []
     for i in range(config.num_layers):
         pk, pv = pool.k[i], pool.v[i]
@@ -285,8 +285,8 @@ def paged_decode_step(
                 out = paged_attention(q[:, 0], pk, pv, view, block_pages)
             return out[:, None], (pk, pv)
 
-        x, (pk, pv) = qwen3.decoder_layer(config, x, params.layers[i], rope, attend, out_in=True)
+        x, (pk, pv) = decoder.decoder_layer(config, x, params.layers[i], rope, attend, out_in=True)
         new_k.append(pk)
         new_v.append(pv)
-    x = qwen3.rms_norm(x, params.final_norm, config.rms_norm_eps)
-    return qwen3.lm_head(params, config, x[:, 0]), PagePool(tuple(new_k), tuple(new_v))
+    x = decoder.rms_norm(x, params.final_norm, config.rms_norm_eps)
+    return decoder.lm_head(params, config, x[:, 0]), PagePool(tuple(new_k), tuple(new_v))

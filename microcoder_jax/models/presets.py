@@ -7,7 +7,7 @@ import os
 from typing import Optional
 
 from microcoder_jax.blocks import Block, knob
-from microcoder_jax.models.qwen3 import DecoderConfig
+from microcoder_jax.models.decoder import DecoderConfig
 
 _QWEN3 = dict(
     vocab_size=151936,

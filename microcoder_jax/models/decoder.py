@@ -1,11 +1,11 @@
-"""Dense Qwen3 (and Qwen2, its q/k/v-bias sibling, and Llama, with neither q/k norms nor biases:
-``DecoderConfig.family``) as pure functions over a plain params dict.
+"""The decoder of every model family as pure functions over a plain params dict: dense Qwen3, Qwen2
+(its q/k/v-bias sibling) and Llama (SmolLM2; neither q/k norms nor biases), ``DecoderConfig.family``.
 
 The decoder layers are stacked on a leading ``layers`` axis and run with one ``lax.scan`` (28 layers
 compile as one body) under ``jax.checkpoint`` with a configurable remat policy. Plain functions
 keep the params tree a plain nested dict (no boxes to strip) that optax, Orbax and the Hugging
 Face converter use as is; ``param_specs`` gives every param's shape and logical axes. The Flax
-NNX module in ``flax_qwen3`` wraps these functions and arrays for Flax and Tunix users.
+NNX module in ``flax_decoder`` wraps these functions and arrays for Flax and Tunix users.
 
 Math follows transformers' ``modeling_qwen3.py``: pre-norm blocks, RMSNorm in fp32, per-head
 RMSNorm on q and k before rotary embeddings (``rotate_half`` layout), grouped-query attention with

@@ -1,15 +1,15 @@
-"""Qwen3 as a Flax NNX module: the same params and the same pure functions as models.qwen3.
+"""The decoder as a Flax NNX module: the same params and the same pure functions as models.decoder.
 
-For Flax and Tunix code: ``Qwen3(config, params)`` wraps the arrays of a params dict (from
+For Flax and Tunix code: ``Decoder(config, params)`` wraps the arrays of a params dict (from
 ``init_params``, ``load_hf_params`` or a training checkpoint) as ``nnx.Param`` variables without
 copying them, each carrying its logical axes (``param_specs``) as ``out_sharding`` metadata;
-calling it runs ``qwen3.forward``. ``to_params`` gives the dict back, again without copies, so
+calling it runs ``decoder.forward``. ``to_params`` gives the dict back, again without copies, so
 the module, ``nnx.Optimizer`` and our optax state, Orbax checkpoints and converters all share one
 params tree. Training here stays on the functional core (rl.step): see ARCHITECTURE.md.
 For speed, jit over ``nnx.split(model)`` state: ``nnx.jit`` returns the module's whole state, a
 copy of every param per call.
 
-    model = Qwen3(config, load_hf_params(path, config))
+    model = Decoder(config, load_hf_params(path, config))
     logits, _ = model(input_ids, attention_mask=mask)
     with jax.set_mesh(mesh):
         nnx.update(model, jax.device_put(model.to_params(), mesh_shardings(model, mesh)))
@@ -21,8 +21,8 @@ import jax
 from flax import nnx
 
 from microcoder_jax import sharding
-from microcoder_jax.models import qwen3
-from microcoder_jax.models.qwen3 import ParamSpec, DecoderConfig
+from microcoder_jax.models import decoder
+from microcoder_jax.models.decoder import ParamSpec, DecoderConfig
 
 
 def _param(value, spec: ParamSpec, name: str) -> nnx.Param:
@@ -31,18 +31,18 @@ def _param(value, spec: ParamSpec, name: str) -> nnx.Param:
     return nnx.Param(value, out_sharding=spec.axes, eager_sharding=False)  # no device_put: no copy
 
 
-class Qwen3(nnx.Module):
-    """Dense Qwen3 over ``embed``, ``layers`` (stacked), ``final_norm`` [and ``lm_head``] Params."""
+class Decoder(nnx.Module):
+    """The decoder (any family) over ``embed``, ``layers`` (stacked), ``final_norm`` [and ``lm_head``] Params."""
 
     def __init__(self, config: DecoderConfig, params: dict | None = None, *, rngs: nnx.Rngs | None = None):
         """Wrap `params` (not copied), or draw fresh ones with ``init_params`` from `rngs`."""
         if params is None:
             if rngs is None:
                 raise ValueError(
-                    "Qwen3 needs params (e.g. load_hf_params(path, config)) or rngs=nnx.Rngs(seed) to initialise them"
+                    "Decoder needs params (e.g. load_hf_params(path, config)) or rngs=nnx.Rngs(seed) to initialise them"
                 )
-            params = qwen3.init_params(config, rngs.params())
-        specs = qwen3.param_specs(config)
+            params = decoder.init_params(config, rngs.params())
+        specs = decoder.param_specs(config)
         if set(params) != set(specs) or set(params["layers"]) != set(specs["layers"]):
             raise ValueError(
                 f"params have keys {sorted(params)} / layers {sorted(params['layers'])}; "
@@ -58,15 +58,15 @@ class Qwen3(nnx.Module):
         )
 
     def to_params(self) -> dict:
-        """The params dict of ``models.qwen3`` holding this module's arrays (no copies)."""
+        """The params dict of ``models.decoder`` holding this module's arrays (no copies)."""
         return nnx.to_pure_dict(nnx.state(self, nnx.Param))
 
     def __call__(self, input_ids: jax.Array, **forward_kwargs):
-        """``qwen3.forward(params, config, input_ids, **forward_kwargs)``: (logits or hidden, cache)."""
-        return qwen3.forward(self.to_params(), self.config, input_ids, **forward_kwargs)
+        """``decoder.forward(params, config, input_ids, **forward_kwargs)``: (logits or hidden, cache)."""
+        return decoder.forward(self.to_params(), self.config, input_ids, **forward_kwargs)
 
 
-def logical_axes(model: Qwen3) -> dict:
+def logical_axes(model: Decoder) -> dict:
     """Each Param's logical axes, read from its ``out_sharding`` metadata (params-dict structure)."""
     state = nnx.state(model, nnx.Param)
     return nnx.to_pure_dict(
@@ -74,7 +74,7 @@ def logical_axes(model: Qwen3) -> dict:
     )
 
 
-def mesh_shardings(model: Qwen3, mesh: jax.sharding.Mesh) -> dict:
+def mesh_shardings(model: Decoder, mesh: jax.sharding.Mesh) -> dict:
     """``NamedSharding`` per param on `mesh` by sharding.py's rules: what the train step uses."""
     params = model.to_params()
     return sharding.logical_to_sharding(logical_axes(model), mesh, params)

@@ -1,4 +1,5 @@
-"""Qwen3 forward vs transformers' PyTorch Qwen3 (fp32), KV-cache decoding, remat, presets."""
+"""The decoder (models/decoder.py) against transformers' PyTorch Qwen3 (fp32), KV-cache decoding, remat,
+attention kernels, presets; tests/test_qwen2.py runs the Qwen2 family through the same functions."""
 
 import functools
 

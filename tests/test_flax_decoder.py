@@ -1,4 +1,4 @@
-"""The Flax NNX Qwen3 against the functional model and transformers; params, grads, optimizer
+"""The Flax NNX decoder against the functional model and transformers; params, grads, optimizer
 state and checkpoints shared with the functional core."""
 
 import jax
@@ -11,7 +11,7 @@ from flax import nnx
 
 from microcoder_jax import models, sharding
 from microcoder_jax.models.checkpoint import Checkpointer, load_params
-from microcoder_jax.models.flax_qwen3 import Qwen3, load_optax_state, logical_axes, mesh_shardings, optax_state
+from microcoder_jax.models.flax_decoder import Decoder, load_optax_state, logical_axes, mesh_shardings, optax_state
 from microcoder_jax.models.hf import load_hf_params
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state, make_optimizer
@@ -45,7 +45,7 @@ def loss(logits, mask):
 
 def test_module_equals_functional_model_and_transformers(tiny):
     hf, config, params, ids, mask = tiny
-    got = np.asarray(module_logits(Qwen3(config, params), ids, mask))
+    got = np.asarray(module_logits(Decoder(config, params), ids, mask))
     np.testing.assert_array_equal(got, np.asarray(functional_logits(params, config, ids, mask)))
     positions = np.maximum(np.asarray(mask).cumsum(-1) - 1, 0)
     with torch.no_grad():
@@ -60,7 +60,7 @@ def test_module_equals_functional_model_and_transformers(tiny):
 
 def test_params_convert_both_ways_without_copies(tiny):
     _, config, params, ids, mask = tiny
-    model = Qwen3(config, params)
+    model = Decoder(config, params)
     assert all(a is b for a, b in zip(jax.tree.leaves(model.to_params()), jax.tree.leaves(params), strict=True))
     assert jax.tree.structure(model.to_params()) == jax.tree.structure(params)
     assert model.layers["q_proj"].get_value() is params["layers"]["q_proj"]
@@ -73,12 +73,12 @@ def test_params_convert_both_ways_without_copies(tiny):
     nnx.update(again, zeros)  # a params dict loads into the module's state as is
     assert again.to_params()["layers"]["up_proj"] is zeros["layers"]["up_proj"]
     with pytest.raises(ValueError, match="layers.k_proj has shape"):
-        Qwen3(config, {**params, "layers": {**params["layers"], "k_proj": params["layers"]["q_proj"]}})
+        Decoder(config, {**params, "layers": {**params["layers"], "k_proj": params["layers"]["q_proj"]}})
     with pytest.raises(ValueError, match="tie_word_embeddings"):
-        Qwen3(config.replace(tie_word_embeddings=True), params)
+        Decoder(config.replace(tie_word_embeddings=True), params)
     with pytest.raises(ValueError, match="rngs"):
-        Qwen3(config)
-    drawn = Qwen3(config, rngs=nnx.Rngs(0))
+        Decoder(config)
+    drawn = Decoder(config, rngs=nnx.Rngs(0))
     assert jax.tree.map(jnp.shape, drawn.to_params()) == jax.tree.map(jnp.shape, params)
     assert float(drawn.final_norm.get_value().min()) == 1.0 and float(jnp.std(drawn.embed.get_value())) > 0.01
 
@@ -88,7 +88,7 @@ def test_grads_and_optimizer_state_are_the_functional_ones(tiny):
     """nnx.grad through the module = jax.grad of forward; an nnx.Optimizer step with the train
     step's optimizer = the optax update on the params dict; optax states convert both ways."""
     _, config, params, ids, mask = tiny
-    model = Qwen3(config, params)
+    model = Decoder(config, params)
     m = mask.astype(jnp.float32)
     grad_state = nnx.jit(nnx.grad(lambda mod: loss(mod(ids, attention_mask=mask)[0], m)))(model)
     grads = nnx.to_pure_dict(grad_state)
@@ -121,7 +121,7 @@ def test_checkpoint_params_load_into_the_module(tiny, tmp_path):
     ckpt.close()
     restored, step = load_params(str(tmp_path / "ckpt"), params)
     assert step == 3
-    got = module_logits(Qwen3(config, restored), ids, mask)
+    got = module_logits(Decoder(config, restored), ids, mask)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(functional_logits(params, config, ids, mask)))
 
 
@@ -130,7 +130,7 @@ def test_mesh_shardings_follow_the_logical_axes(tiny):
     Params were put there computes the same logits."""
     _, config, params, ids, mask = tiny
     mesh = sharding.make_mesh(data=2, fsdp=4)
-    model = Qwen3(config, params)
+    model = Decoder(config, params)
     specs = jax.tree.map(lambda s: tuple(s.spec), mesh_shardings(model, mesh))
     assert specs["embed"] == (None, "fsdp") and specs["lm_head"] == ("fsdp", None)
     assert specs["layers"]["o_proj"] == (None, None, None, "fsdp")
