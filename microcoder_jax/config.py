@@ -29,6 +29,7 @@ SEED_KEY = ("seed", 0, "seeds model init, data order, sampling keys and the trun
 def block_types() -> dict:
     """Block key -> its typed block class, in the order `--help` lists them (`rl` is `RLConfig`)."""
     from microcoder_jax.data.config import DataConfig, DemoConfig, TokenizerConfig
+    from microcoder_jax.envs.config import EnvConfig
     from microcoder_jax.evaluator.config import EvaluatorConfig
     from microcoder_jax.models.lora import LoRAConfig
     from microcoder_jax.models.presets import ModelConfig
@@ -46,6 +47,7 @@ def block_types() -> dict:
         "temperature": TemperatureConfig,
         "rl": RLConfig,
         "evaluator": EvaluatorConfig,
+        "env": EnvConfig,
         "train": TrainConfig,
         "eval": EvalConfig,
         "wandb": WandbConfig,
@@ -320,6 +322,11 @@ def _check_across(config, typed: dict) -> list[str]:
             "rl.partial_rollouts runs in the synchronous loop for now (its carried rows are already "
             "up to rl.max_staleness steps old): set --config.rl.off_policy_steps=0",
         )
+    turns = typed["env"].turns
+    if turns > 1 and rl.dynamic_sampling:
+        fail("env.max_turns", turns, "multi-turn episodes do not run with rl.dynamic_sampling yet: set env.max_turns=1")
+    if turns > 1 and rl.partial_rollouts:
+        fail("env.max_turns", turns, "multi-turn episodes do not run with rl.partial_rollouts yet: set env.max_turns=1")
     if data.task == "problems":
         if not data.train_files:
             fail("data.train_files", (), "data.task=problems needs problem files: --config.data.train_files=FILE.jsonl")

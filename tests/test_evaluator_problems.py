@@ -7,7 +7,15 @@ import zlib
 
 import pytest
 
-from microcoder_jax.data.problems import Problem, TestCase, func_name_from_starter, load_problems, problem_from_row
+from microcoder_jax.data.problems import (
+    Problem,
+    TestCase,
+    func_name_from_starter,
+    load_problems,
+    private_tests,
+    problem_from_row,
+    public_tests,
+)
 
 
 def _compress(tests):
@@ -44,6 +52,7 @@ def test_lcb_stdin_row_decodes_compressed_private_tests():
     p = Problem.from_lcb_row(LCB_STDIN)
     assert p.question_id == "abc123_a" and not p.call_based and p.source == "livecodebench"
     assert p.tests == [TestCase("1 2\n", "3\n", "stdin"), TestCase("5 5\n", "10\n", "stdin")]
+    assert public_tests(p) == p.tests[:1] and private_tests(p) == p.tests[1:]  # the public ones first
     assert (p.platform, p.difficulty, p.contest_date) == ("atcoder", "easy", "2024-08-03T00:00:00")
 
 
@@ -110,7 +119,7 @@ def test_own_schema_round_trip_and_unknown_keys():
 
 def test_func_name_from_the_starter_code_when_metadata_lacks_it():
     p = problem_from_row(dict(LCB_CALL, metadata="{}"))  # rllm-style LCB rows keep it only there
-    assert p.func_name == "add" and p.metadata == {"func_name_from_starter": True}
+    assert p.func_name == "add" and p.metadata == {"func_name_from_starter": True, "public_tests": 1}
     assert (
         func_name_from_starter(
             "class ListNode:\n    def __init__(self): pass\n\nclass Solution:\n"

@@ -84,6 +84,9 @@ class DemoConfig(Block):
     problems_per_op: int = knob(8, "synthetic problems per operation", at_least=1)
     phrasings: int = knob(1, "statement variants per operation", at_least=1)
     tests_per_problem: int = knob(3, "stdin tests per problem", at_least=1)
+    public_tests: int = knob(
+        0, "of those, how many are public (env.kind=feedback shows their results; the reward uses the rest)", at_least=0
+    )
     held_out_per_op: int = knob(
         0,
         "evaluation problems per operation, with tests of their own, the same for every seed "

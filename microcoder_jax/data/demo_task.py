@@ -91,12 +91,19 @@ HELD_OUT_SEED = 1_000_003  # the held-out problems' tests: one fixed set, whatev
 
 
 def make_problems(
-    ops, problems_per_op: int, tests_per_problem: int, seed: int, phrasings: int = 1, name: str = "demo"
+    ops,
+    problems_per_op: int,
+    tests_per_problem: int,
+    seed: int,
+    phrasings: int = 1,
+    name: str = "demo",
+    public_tests: int = 0,
 ) -> list[Problem]:
     """Synthetic problems with stdin tests on which every listed operation gives a different answer.
 
     `phrasings` statement variants per operation are used in turn (the first ones share one
-    template that differs only in the operation's name); ids are `NAME-OP-I`.
+    template that differs only in the operation's name); ids are `NAME-OP-I`; the first
+    `public_tests` tests are public (metadata, data/problems.py).
     """
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
@@ -120,7 +127,7 @@ def make_problems(
                     difficulty="easy",
                     contest_date="2026-01-01",
                     source="demo",
-                    metadata={"op": op},
+                    metadata={"op": op, "public_tests": public_tests} if public_tests else {"op": op},
                 )
             )
     return problems

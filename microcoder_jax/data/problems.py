@@ -54,7 +54,9 @@ class TestCase:
 
 @dataclasses.dataclass
 class Problem:
-    """A judgeable problem. `func_name` set means call-based (a method of `Solution`, or a function)."""
+    """A judgeable problem. `func_name` set means call-based (a method of `Solution`, or a function).
+    `metadata["public_tests"]`: how many of the first tests are public (the statement's examples,
+    LiveCodeBench's public_test_cases); the rest are private (`public_tests` / `private_tests`)."""
 
     question_id: str
     tests: list[TestCase]
@@ -112,6 +114,7 @@ class Problem:
         if isinstance(meta, str):
             meta = json.loads(meta) if meta.strip() else {}
         tests = [_lcb_test(t) for t in _decode_lcb_tests(row.get("public_test_cases"))]
+        public = len(tests)
         tests += [_lcb_test(t) for t in _decode_lcb_tests(row.get("private_test_cases"))]
         if not tests:
             raise ValueError("no test cases")
@@ -131,7 +134,7 @@ class Problem:
             difficulty=str(row.get("difficulty") or ""),
             contest_date=str(row.get("contest_date") or ""),
             source="livecodebench",
-            metadata={k: v for k, v in meta.items() if k != "func_name"},
+            metadata={k: v for k, v in meta.items() if k != "func_name"} | {"public_tests": public},
         )
         _check_kinds(problem)
         return problem
@@ -190,6 +193,17 @@ class Problem:
 
 _CLASS_RE = re.compile(r"^class\s+Solution\b[^\n]*:", re.MULTILINE)
 _DEF_RE = re.compile(r"^([ \t]*)def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
+
+
+def public_tests(problem: Problem) -> list[TestCase]:
+    """The tests a solver may see (metadata["public_tests"] leading ones; none when unset)."""
+    n = int(problem.metadata.get("public_tests") or 0)
+    return list(problem.tests[: max(0, min(n, len(problem.tests)))])
+
+
+def private_tests(problem: Problem) -> list[TestCase]:
+    """The tests never shown: all but the public ones."""
+    return list(problem.tests[len(public_tests(problem)) :])
 
 
 def func_name_from_starter(starter_code: str) -> str | None:

@@ -126,3 +126,22 @@ def left_pad(prompts: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple
         ids[row, width - len(prompt) :] = prompt
         mask[row, width - len(prompt) :] = 1
     return ids, mask
+
+
+_ANSWER = "\x1fANSWER\x1f"  # a stand-in answer no template or message contains
+
+
+def follow_up(tokenizer, content: str, answer_end: str = "", enable_thinking: bool = False) -> str:
+    """The template's text after an answer, with a user message `content`, up to where the next
+    answer starts: what an environment's feedback turn adds to the sequence the model continues.
+    `answer_end`: how the sampled answer ended (its stop token's text); when the template closes
+    an answer with the same text it is not repeated (the answer's own tokens stay as sampled)."""
+    messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": _ANSWER}]
+    full = tokenizer.apply_chat_template(
+        messages + [{"role": "user", "content": content}],
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=enable_thinking,
+    )
+    tail = full[full.index(_ANSWER) + len(_ANSWER) :]
+    return tail[len(answer_end) :] if answer_end and tail.startswith(answer_end) else tail

@@ -122,11 +122,13 @@ def read_codecontests(row: dict) -> tuple[Problem, Any]:
     that as Python-literal text, as stringified dumps have it), solutions by language enum
     (Python 3 kept), difficulty enum or Codeforces rating. The statement is `description` or,
     in rllm-style rows, `problem`."""
-    tests = []
+    tests, public = [], 0
     for key in ("public_tests", "private_tests", "generated_tests"):
         inputs, outputs = _tests_block(row, key)
         tests += [TestCase(str(i), str(o), "stdin") for i, o in zip(inputs, outputs)]
-    metadata: dict[str, Any] = {}
+        if key == "public_tests":
+            public = len(tests)
+    metadata: dict[str, Any] = {"public_tests": public}
     try:
         limit = literal(row.get("time_limit"), None) if row.get("time_limit") != "None" else None
     except ValueError:

@@ -43,8 +43,9 @@ class PendingTurns(Protocol):
 
 class Environment(Protocol):
     """The seam between the rollout and a task. `messages(problem)`: the chat messages before the
-    first answer. `step(pool, problems, responses, turn)`: start judging these responses (decoded
-    text, special tokens dropped) to their problems on the judge pool, without blocking."""
+    first answer. `step(pool, problems, responses, turn, truncated)`: start judging these
+    responses (decoded text, special tokens dropped; `truncated`: which hit the length cap) to
+    their problems on the judge pool, without blocking."""
 
     @property
     def name(self) -> str: ...
@@ -54,4 +55,6 @@ class Environment(Protocol):
 
     def messages(self, problem) -> list[dict]: ...
 
-    def step(self, pool, problems: Sequence, responses: Sequence[str], turn: int = 0) -> PendingTurns: ...
+    def step(
+        self, pool, problems: Sequence, responses: Sequence[str], turn: int = 0, truncated: Sequence[bool] = ()
+    ) -> PendingTurns: ...

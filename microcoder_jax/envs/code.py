@@ -26,7 +26,9 @@ class CodeTask:
     def messages(self, problem) -> list[dict]:
         return chat_messages(problem, self.data)
 
-    def step(self, pool, problems: Sequence, responses: Sequence[str], turn: int = 0) -> "_Judged":
+    def step(
+        self, pool, problems: Sequence, responses: Sequence[str], turn: int = 0, truncated: Sequence[bool] = ()
+    ) -> "_Judged":
         if turn != 0:
             raise ValueError(f"{self.name} is single-turn: there is no turn {turn}")
         codes = [extract_code(t) for t in responses]
@@ -61,6 +63,11 @@ class _Judged:
         ]
 
 
-def make_env(data_config, reward: str) -> CodeTask:
-    """The run's environment: today the single-turn code task with the named reward."""
-    return CodeTask(data_config, lookup(reward))
+def make_env(data_config, reward: str, env_config=None):
+    """The run's environment (`env_config`: the env.* block; None: the code task) with the named
+    reward. One turn is the code task whatever `env.kind`: with no second answer there is no feedback."""
+    from microcoder_jax.envs.feedback import FeedbackTask
+
+    if env_config is None or env_config.turns == 1:
+        return CodeTask(data_config, lookup(reward))
+    return FeedbackTask(data_config, lookup(reward), env_config.max_turns, env_config.feedback_chars)

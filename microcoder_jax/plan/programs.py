@@ -43,10 +43,12 @@ class Shapes:
     eval_samples: int
     eval_max_new: int
     phases: int
+    episode_width: int = 0  # multi-turn episodes (env.max_turns > 1): the learner's rows are this wide
 
     @property
     def seq(self) -> int:
-        return self.prompt_width + self.max_new
+        """The learner's row width: prompt + answer, or a whole multi-turn episode (trainer/episodes.py)."""
+        return self.episode_width or self.prompt_width + self.max_new
 
 
 @dataclasses.dataclass
@@ -116,7 +118,18 @@ def shapes_of(config, rl_config, mesh) -> Shapes:
         eval_samples=config.eval.samples,
         eval_max_new=config.eval.max_new_tokens,
         phases=config.sampling.decode_phases,
+        episode_width=_episode_width(config),
     )
+
+
+def _episode_width(config) -> int:
+    """The learner's row width under multi-turn episodes (EnvConfig.row_width), else 0."""
+    from microcoder_jax.envs.config import EnvConfig
+
+    env = EnvConfig.from_node(config.env) if "env" in config else EnvConfig()
+    if env.turns == 1:
+        return 0
+    return env.row_width(max(config.data.prompt_buckets), config.sampling.max_new_tokens)
 
 
 def _sds(shape, dtype, sh):

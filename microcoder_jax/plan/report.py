@@ -154,7 +154,9 @@ def render(plan, config_name: str) -> str:
         f"plan: {config_name} on {t.name}: {t.num_devices} x {t.chip.name}, {t.chip.hbm_bytes / GIB:.1f} GiB "
         f"HBM each; mesh {mesh}; {how}",
         f"model: {params / 1e9:.2f}B params, {mc.num_layers} layers, attention {attention}, remat {mc.remat}; "
-        f"rows {sh.rows} (prompts {sh.prompts} x G {sh.group}), sequence {sh.prompt_width} + {sh.max_new}, "
+        f"rows {sh.rows} (prompts {sh.prompts} x G {sh.group}), sequence {sh.prompt_width} + {sh.max_new}"
+        + (f" (episodes: learner rows {sh.seq} wide; later turns' sampling not planned)" if sh.episode_width else "")
+        + ", "
         f"micro-batch {sh.micro}; eval {sh.eval_prompts} x {sh.eval_samples} at {sh.eval_max_new} new tokens",
         *lora_lines(mc),
         "",

@@ -177,6 +177,7 @@ def step_row(
     record["sampler_logprob_gap"] = sum(gaps) / len(gaps) if gaps else float("nan")
     record["staleness"] = staleness
     record.update(decode_metrics(got.decode or {}, staleness))
+    record.update({f"episode_{k}": v for k, v in (got.episodes or {}).items()})  # multi-turn (trainer/episodes.py)
     if "rollout_wait" in times:  # the learner waiting for the worker's batch
         record["time_rollout_wait_s"] = times["rollout_wait"]
     if "weights" in times:  # mesh.rollout_devices: the learner -> worker weight transfer

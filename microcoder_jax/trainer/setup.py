@@ -25,6 +25,7 @@ from microcoder_jax.data import demo_task, loader, truncation_task
 from microcoder_jax.data.config import DataConfig, DemoConfig
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
 from microcoder_jax.envs import Environment, make_env
+from microcoder_jax.envs.config import EnvConfig
 from microcoder_jax.evaluator.config import EvaluatorConfig
 from microcoder_jax.models.presets import ModelConfig
 from microcoder_jax.data.problems import Problem
@@ -47,6 +48,7 @@ class Run:
     workdir: str
     model_config: models.DecoderConfig
     rl_config: RLConfig
+    env_config: EnvConfig  # the env.* block; `env` is the Environment built from it
     data: DataConfig
     sampling: SamplingConfig
     temperature: TemperatureConfig
@@ -101,7 +103,9 @@ def _demo_data(d: DemoConfig, data: DataConfig, seed: int, workdir: str):
     """The demo's problems and tokenizer (trained once, then reloaded from the workdir); with
     demo.votes, the truncation task's (data/truncation_task.py)."""
     task = truncation_task if d.votes else demo_task
-    problems = demo_task.make_problems(d.ops, d.problems_per_op, d.tests_per_problem, seed, d.phrasings)
+    problems = demo_task.make_problems(
+        d.ops, d.problems_per_op, d.tests_per_problem, seed, d.phrasings, public_tests=d.public_tests
+    )
     path = os.path.join(workdir, "tokenizer")
     exists = os.path.exists(os.path.join(path, "tokenizer.json"))
     if jax.process_count() > 1:  # every host looks before process 0 writes (shared or local disks)
@@ -131,6 +135,7 @@ def block_fields(config, typed: dict | None = None) -> dict:
     typed = config_lib.blocks(config) if typed is None else typed
     return dict(
         rl_config=typed["rl"],
+        env_config=typed["env"],
         data=typed["data"],
         sampling=typed["sampling"],
         temperature=typed["temperature"],
@@ -172,7 +177,7 @@ def setup(config, workdir: str, typed: dict | None = None) -> Run:
         problems, skipped = loader.read_problems(data.train_files)
         eval_files = fields["eval"].files
         eval_problems = loader.read_problems(eval_files)[0] if eval_files else []
-    env = make_env(data, fields["evaluator"].reward)
+    env = make_env(data, fields["evaluator"].reward, fields["env_config"])
     # none usable: nothing written
     prompt_set = loader.make_prompt_set(problems, tokenizer, data, skipped, env.messages)
     log.info("training prompts: %s", prompt_set.report())

@@ -50,6 +50,7 @@ class StepRollout:
     gaps: list
     sessions: int = 0
     decode: dict = dataclasses.field(default_factory=dict)  # the paged engine's counts (+ partial rollouts')
+    episodes: dict = dataclasses.field(default_factory=dict)  # multi-turn episodes' stats (trainer/episodes.py)
 
     def meta(self) -> dict:
         """Every field but the batch, as saved beside it (trainer/batch_files.py)."""
@@ -83,11 +84,23 @@ def collect_step(
     temperature: float,
     key_for: Callable[[int], object],
     times: dict,
+    later_sampler=None,
 ) -> PendingStep:
     """The step's batch by `sampler` (the worker's: rollout.sampler_for); `next_prompts()` gives
     the next generation batch's (problems, prompts), `key_for(k)` the sampling key of generation
-    batch k (see the module doc)."""
+    batch k (see the module doc). Multi-turn episodes (env.max_turns > 1) sample turns after the
+    first with `later_sampler` (episodes.turn_sampler) and are judged before the rows are known."""
     rl = run.rl_config
+    if run.env.max_turns > 1:
+        from microcoder_jax.trainer.episodes import collect_episodes
+
+        problems, prompts = next_prompts()
+        rollout, counts, stats = collect_episodes(
+            run, sampler, later_sampler, pool, params, problems, prompts,
+            temperature=temperature, rng=key_for(0), times=times,
+        )  # fmt: skip
+        got = StepRollout(rollout, counts, {}, 1, [], episodes=stats)
+        return PendingStep(rollout.scoring_rows(), lambda: got)
     if not rl.dynamic_sampling:  # one generation batch: returned as soon as it is sampled
         decode: dict = {}
         problems, prompts = next_prompts()

@@ -104,6 +104,11 @@ class RolloutWorker:
             )
         self.moved_bytes, self.moved_s, self.params = 0, 0.0, None
         self.sampler = sampler_for(self.run)  # built once: sampling.engine on the worker's mesh
+        self.later_sampler = None  # multi-turn episodes: turns after the first (wider prompts)
+        if run.env.max_turns > 1:
+            from microcoder_jax.trainer.episodes import turn_sampler
+
+            self.later_sampler = turn_sampler(self.run)
         self.partial = None  # rl.partial_rollouts: the session kept across steps (trainer/partial.py)
         if run.rl_config.partial_rollouts:
             from microcoder_jax.trainer.partial import PartialRollouts
@@ -173,6 +178,7 @@ class RolloutWorker:
                 temperature=temperature,
                 key_for=functools.partial(key, run.seed, 1, step),
                 times=times,
+                later_sampler=self.later_sampler,
             )
         version = self.version
 

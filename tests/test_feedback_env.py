@@ -1,0 +1,156 @@
+"""Multi-turn episodes with public-test feedback (envs/feedback.py, trainer/episodes.py): feedback
+shows public tests only and is bounded, the reward reads the private tests, a truncated or
+last answer ends the episode, and a two-turn demo run's batch has the model's tokens (and only
+them) in its response mask, the feedback turns as holes, and replays to the same update."""
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from microcoder_jax import config as config_lib
+from microcoder_jax.data import demo_task
+from microcoder_jax.data.problems import Problem, TestCase
+from microcoder_jax.data.tokenizer import load_tokenizer
+from microcoder_jax.data.prompts import follow_up
+from microcoder_jax.envs import CodeTask, FeedbackTask, make_env
+from microcoder_jax.envs.config import EnvConfig
+from microcoder_jax.envs.feedback import NO_CODE
+from microcoder_jax.evaluator import EvaluatorPool
+from microcoder_jax.trainer import batch_files
+from microcoder_jax.trainer.loop import train
+from microcoder_jax.trainer.replay import _base, replay
+from microcoder_jax.trainer.setup import block_fields
+from short_demo import short_demo, untimed_rows
+
+PUBLIC_IN, PUBLIC_OUT = "3 4\n", "7\n"
+SECRET_IN, SECRET_OUT = "1234567 7654321\n", "8888888\n"  # a private test: must never reach a prompt
+ADD = Problem(
+    "add",
+    [TestCase(PUBLIC_IN, PUBLIC_OUT), TestCase(SECRET_IN, SECRET_OUT), TestCase("0 0\n", "0\n")],
+    question_content="Print a + b.",
+    metadata={"public_tests": 1},
+)
+RIGHT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+WRONG = "```python\na, b = map(int, input().split())\nprint(a * b)\n```"
+HARD_CODED = "```python\nprint(7)\n```"  # passes the public test only
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with EvaluatorPool(workers=2, timeout=2.0, memory_mb=256) as p:
+        yield p
+
+
+def data_block():
+    return block_fields(config_lib.default_config())["data"]
+
+
+def env(reward="all", turns=2, chars=400):
+    return make_env(data_block(), reward, EnvConfig(kind="feedback", max_turns=turns, feedback_chars=chars))
+
+
+def test_one_turn_is_the_code_task():
+    assert isinstance(make_env(data_block(), "all", EnvConfig(kind="feedback", max_turns=1)), CodeTask)
+    assert isinstance(env(), FeedbackTask) and env().max_turns == 2
+
+
+def test_feedback_shows_public_tests_only_and_the_reward_reads_the_private_ones(pool):
+    turns = env().step(pool, [ADD] * 4, [RIGHT, WRONG, HARD_CODED, "no code"], 0).result()
+    right, wrong, hard, none = turns
+    assert right.done and right.reward == 1.0 and right.feedback is None
+    assert not wrong.done and wrong.reward == 0.0 and "Example 1: wrong answer" in wrong.feedback
+    assert "3 4" in wrong.feedback and "7" in wrong.feedback
+    assert hard.done and hard.reward == 0.0  # the public test passes (done), the private ones do not
+    assert not none.done and none.no_code and none.feedback == NO_CODE
+    for t in turns:
+        assert SECRET_IN.strip() not in (t.feedback or "") and SECRET_OUT.strip() not in (t.feedback or "")
+    fraction = env("fraction").step(pool, [ADD], [HARD_CODED], 0).result()[0]
+    assert fraction.reward == 0.0  # of the two private tests, print(7) passes none: the shown one is not scored
+
+
+def test_the_last_or_a_truncated_answer_ends_the_episode_and_no_public_tests_means_one_turn(pool):
+    last = env().step(pool, [ADD], [WRONG], 1).result()[0]
+    assert last.done and last.feedback is None
+    cut_off = env().step(pool, [ADD], [WRONG], 0, truncated=[True]).result()[0]
+    assert cut_off.done and cut_off.feedback is None
+    private_only = dataclasses.replace(ADD, metadata={})
+    alone = env().step(pool, [private_only], [WRONG], 0).result()[0]
+    assert alone.done and alone.reward == 0.0
+    with pytest.raises(ValueError, match="turns 0..1"):
+        env().step(pool, [ADD], [WRONG], 2)
+
+
+def test_feedback_is_bounded_whatever_the_test_size(pool):
+    big = Problem("big", [TestCase("x" * 100_000 + "\n", "y" * 50_000 + "\n")], metadata={"public_tests": 1})
+    (turn,) = env(chars=200).step(pool, [big], ["```python\nprint(input()[:3])\n```"], 0).result()
+    assert not turn.done and "more characters cut" in turn.feedback and len(turn.feedback) < 1500
+
+
+def test_a_feedback_turn_continues_the_conversation_as_the_template_writes_it():
+    problems = demo_task.make_problems(("sum", "product"), 2, 1, 0)
+    tok = demo_task.build_tokenizer(problems, ("sum", "product"), data_block(), 384)
+    q = [{"role": "user", "content": "Q?"}]
+    answer = "```python\nprint(1)\n```"
+    later = [{"role": "assistant", "content": answer}, {"role": "user", "content": "It failed."}]
+    for thinking in (True, False):
+        start = tok.apply_chat_template(q, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
+        more = follow_up(tok, "It failed.", "<|im_end|>", enable_thinking=thinking)
+        # the next answer starts after the same assistant header as the first (an empty think block included)
+        assert more.endswith(start[start.rindex("<|im_start|>assistant") :])
+        if thinking:  # no think block: the whole conversation rendered at once is the same text
+            whole = tok.apply_chat_template(q + later, tokenize=False, add_generation_prompt=True, enable_thinking=True)
+            assert start + answer + "<|im_end|>" + more == whole
+    # an answer that stopped on another token gets the template's own end of turn
+    assert follow_up(tok, "It failed.", "<|endoftext|>").startswith("<|im_end|>")
+
+
+@pytest.fixture(scope="module")
+def two_turn_run(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("feedback_run"))
+    c = short_demo(
+        2,
+        **{
+            "env.kind": "feedback",
+            "env.max_turns": 2,
+            "env.feedback_tokens": 192,
+            "demo.public_tests": 1,
+            "demo.tests_per_problem": 3,
+            "train.save_rollouts": (1, 2),
+        },
+    )
+    train(c, workdir, log_fn=lambda *a: None)
+    return workdir, c
+
+
+def test_two_turn_batches_train_on_the_models_tokens_only(two_turn_run):
+    workdir, c = two_turn_run
+    rows = untimed_rows(workdir)
+    assert [r["step"] for r in rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in rows)
+    assert all(1.0 <= r["episode_turns_mean"] <= 2.0 for r in rows)
+    batch, _ = batch_files.read(_base(workdir, 1))
+    tokens, attention, response = (np.asarray(batch[k]) for k in ("tokens", "attention_mask", "response_mask"))
+    P = c.data.prompt_buckets[0]
+    assert tokens.shape[1] == P + 2 * c.sampling.max_new_tokens + 192
+    assert not (response & ~attention.astype(bool)).any()  # every trained token is attended
+    assert not response[:, :P].any()  # nothing of the prompt is trained
+    holes = attention[:, P:].astype(bool) & ~response[:, P:].astype(bool)
+    with_feedback = holes.any(1)
+    assert with_feedback.any(), "no episode got feedback in two steps"
+    # the holes are the environment's turns: the feedback text, never a private test
+    tok = load_tokenizer(os.path.join(workdir, "tokenizer"))
+    row = np.flatnonzero(with_feedback)[0]
+    shown = tok.decode(tokens[row, P:][holes[row]])
+    assert "example tests" in shown or "No Python program" in shown, shown
+    assert shown.rstrip().endswith("assistant") or "<think>" in shown  # each ends where the next answer starts
+    assert holes.sum(1).max() <= 192  # one feedback turn, within env.feedback_tokens
+    assert np.all(np.asarray(batch.sampler_logprobs)[~response.astype(bool)] == 0)
+    # the span ends at the last model token: at most the row's attended response
+    assert np.all(np.asarray(batch.response_lengths) <= attention[:, P:].sum(1))
+
+
+def test_a_two_turn_step_replays_to_the_same_update(two_turn_run):
+    workdir, _ = two_turn_run
+    row, diffs = replay(workdir, 2, log_fn=lambda *a: None)
+    assert diffs == {} and row["episode_turns_mean"] >= 1.0
