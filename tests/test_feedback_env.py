@@ -118,6 +118,10 @@ def two_turn_run(tmp_path_factory):
             "demo.public_tests": 1,
             "demo.tests_per_problem": 3,
             "train.save_rollouts": (1, 2),
+            "demo.held_out_per_op": 1,
+            "demo.hidden_op": True,  # the operation only the tests reveal (configs/feedback_task.py)
+            "train.eval_every": 2,
+            "eval.batch_problems": 5,
         },
     )
     train(c, workdir, log_fn=lambda *a: None)
@@ -126,7 +130,7 @@ def two_turn_run(tmp_path_factory):
 
 def test_two_turn_batches_train_on_the_models_tokens_only(two_turn_run):
     workdir, c = two_turn_run
-    rows = untimed_rows(workdir)
+    rows = [r for r in untimed_rows(workdir) if "loss" in r]  # the training rows (not the eval's)
     assert [r["step"] for r in rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in rows)
     assert all(1.0 <= r["episode_turns_mean"] <= 2.0 for r in rows)
     batch, _ = batch_files.read(_base(workdir, 1))
@@ -148,6 +152,15 @@ def test_two_turn_batches_train_on_the_models_tokens_only(two_turn_run):
     assert np.all(np.asarray(batch.sampler_logprobs)[~response.astype(bool)] == 0)
     # the span ends at the last model token: at most the row's attended response
     assert np.all(np.asarray(batch.response_lengths) <= attention[:, P:].sum(1))
+
+
+def test_evaluation_scores_pass_at_1_after_each_turn(two_turn_run):
+    workdir, _ = two_turn_run
+    rows = [r for r in untimed_rows(workdir) if "eval_episode_pass_turn1" in r]
+    assert [r["step"] for r in rows] == [2]
+    (row,) = rows
+    assert 0 <= row["eval_episode_pass_turn1"] <= row["eval_episode_pass_turn2"] <= 1
+    assert 1 <= row["eval_episode_turns_mean"] <= 2 and 0 <= row["eval_episode_repaired_frac"] <= 1
 
 
 def test_a_two_turn_step_replays_to_the_same_update(two_turn_run):

@@ -87,6 +87,7 @@ class DemoConfig(Block):
     public_tests: int = knob(
         0, "of those, how many are public (env.kind=feedback shows their results; the reward uses the rest)", at_least=0
     )
+    hidden_op: bool = knob(False, "one statement for every operation: only the tests (feedback) reveal it")
     held_out_per_op: int = knob(
         0,
         "evaluation problems per operation, with tests of their own, the same for every seed "
@@ -120,6 +121,12 @@ class DemoConfig(Block):
         unknown = [op for op in self.ops if op not in demo_task.OPS]
         if unknown:
             self.fail("ops", self.ops, f"unknown {unknown}; known: {', '.join(demo_task.OPS)}")
+        if self.public_tests >= self.tests_per_problem:
+            self.fail(
+                "public_tests",
+                self.public_tests,
+                f"must leave a private test for the reward: below demo.tests_per_problem={self.tests_per_problem}",
+            )
         c = self.vote_chain
         if c and not (len(c) == 2 and all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in c)):
             self.fail("vote_chain", c, "expected () or (enter, stay), two probabilities, e.g. (0.06, 0.97)")

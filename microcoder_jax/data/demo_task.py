@@ -75,6 +75,9 @@ OPS = {
 }
 
 DEMO_INSTRUCTION = "Answer with one ```python``` block."
+# demo.hidden_op: one statement for every operation, which only the examples' outputs reveal (the
+# feedback environment shows a failing example: a task on which feedback pays)
+HIDDEN_STATEMENT = "Read two integers a and b and print the value of f(a, b)."
 
 
 def program(op: str) -> str:
@@ -98,12 +101,14 @@ def make_problems(
     phrasings: int = 1,
     name: str = "demo",
     public_tests: int = 0,
+    hidden_op: bool = False,
 ) -> list[Problem]:
     """Synthetic problems with stdin tests on which every listed operation gives a different answer.
 
     `phrasings` statement variants per operation are used in turn (the first ones share one
     template that differs only in the operation's name); ids are `NAME-OP-I`; the first
-    `public_tests` tests are public (metadata, data/problems.py).
+    `public_tests` tests are public (metadata, data/problems.py); `hidden_op`: every statement is
+    HIDDEN_STATEMENT, the operation shown only by the tests.
     """
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
@@ -122,7 +127,7 @@ def make_problems(
                 Problem(
                     question_id=f"{name}-{op}-{i}",
                     tests=tests,
-                    question_content=statements[i % min(phrasings, len(statements))],
+                    question_content=HIDDEN_STATEMENT if hidden_op else statements[i % min(phrasings, len(statements))],
                     platform="demo",
                     difficulty="easy",
                     contest_date="2026-01-01",
@@ -133,10 +138,14 @@ def make_problems(
     return problems
 
 
-def held_out_problems(ops, per_op: int, tests_per_problem: int, phrasings: int = 1) -> list[Problem]:
+def held_out_problems(
+    ops, per_op: int, tests_per_problem: int, phrasings: int = 1, public_tests: int = 0, hidden_op: bool = False
+) -> list[Problem]:
     """Evaluation problems: the training statements (the prompt names only the operation) with
     tests of their own, drawn from a fixed seed so every run is scored on the same set."""
-    return make_problems(ops, per_op, tests_per_problem, HELD_OUT_SEED, phrasings, name="demo-heldout")
+    return make_problems(
+        ops, per_op, tests_per_problem, HELD_OUT_SEED, phrasings, "demo-heldout", public_tests, hidden_op
+    )
 
 
 def tokenizer_corpus(problems, ops, data_config) -> list[str]:

@@ -79,12 +79,30 @@ def feedback_ids(run, text: str, answer_end: str) -> list[int]:
     return ids
 
 
-def collect_episodes(run, sampler, later_sampler, pool, params, problems, prompts, *, temperature, rng, times):
+def collect_episodes(
+    run,
+    sampler,
+    later_sampler,
+    pool,
+    params,
+    problems,
+    prompts,
+    *,
+    temperature,
+    rng,
+    times,
+    env=None,
+    group_size=None,
+    real_rows=None,
+):
     """One generation batch of episodes: (Rollout, verdict counts of the last answers, episode
-    stats). `sampler` samples turn 0 (the worker's), `later_sampler` the turns after (turn_sampler)."""
+    stats). `sampler` samples turn 0 (the worker's), `later_sampler` the turns after (turn_sampler);
+    `env` (default the run's), `group_size` (default sampling.group_size) and `real_rows` (the
+    stats' rows, the rest padding; default all) for evaluation."""
     if jax.process_count() > 1:
         raise ValueError("multi-turn episodes (env.max_turns > 1) run on one process for now")
-    G, T = run.sampling.group_size, run.env.max_turns
+    env = env or run.env
+    G, T = group_size or run.sampling.group_size, env.max_turns
     n = len(problems) * G
     row_problem = [problems[r // G] for r in range(n)]
     context = [list(prompts[r // G]) for r in range(n)]  # what the model has seen, unpadded
@@ -93,7 +111,7 @@ def collect_episodes(run, sampler, later_sampler, pool, params, problems, prompt
     logp: list[list[float]] = [[] for _ in range(n)]
     last: list = [None] * n
     truncated, turns_used = np.zeros(n, bool), np.zeros(n, np.int32)
-    first_passed, entropy, env_tokens = np.zeros(n, bool), np.zeros(n, np.float32), np.zeros(n, np.int32)
+    passed_at, entropy, env_tokens = np.full(n, T, np.int32), np.zeros(n, np.float32), np.zeros(n, np.int32)
     active, temps = list(range(n)), None
     for turn in range(T):
         t0 = time.perf_counter()
@@ -113,7 +131,7 @@ def collect_episodes(run, sampler, later_sampler, pool, params, problems, prompt
         lps, cut_off, ent = np.asarray(out.logprobs, np.float32), np.asarray(out.truncated), np.asarray(out.entropy)
         k = len(active)
         texts = decode(run, tokens[:k], lengths[:k])
-        judged = run.env.step(pool, [row_problem[r] for r in active], texts, turn, truncated=cut_off[:k]).result()
+        judged = env.step(pool, [row_problem[r] for r in active], texts, turn, truncated=cut_off[:k]).result()
         times["judge"] += time.perf_counter() - t1
         times["judge_wait"] += time.perf_counter() - t1
         still = []
@@ -124,8 +142,8 @@ def collect_episodes(run, sampler, later_sampler, pool, params, problems, prompt
             logp[r] += lps[i, : lengths[i]].tolist()
             last[r], turns_used[r], truncated[r] = judged[i], turn + 1, bool(cut_off[i])
             entropy[r] = ent[i]
-            if turn == 0:
-                first_passed[r] = judged[i].passed
+            if judged[i].passed:
+                passed_at[r] = min(passed_at[r], turn)
             if not judged[i].done and turn < T - 1:
                 end = run.tokenizer.decode(answer[-1:]) if answer else ""
                 fb = feedback_ids(run, judged[i].feedback, end)
@@ -143,12 +161,13 @@ def collect_episodes(run, sampler, later_sampler, pool, params, problems, prompt
     rollout = rollout.replace(
         truncated=truncated, temperature=temps, rewards=rewards, passed=passed, no_code=no_code, sample_entropy=entropy
     )
-    failed_first = ~first_passed
+    m = real_rows or n
+    at, ok = passed_at[:m], passed[:m]
     stats = {
-        "turns_mean": float(turns_used.mean()),
-        "first_turn_pass": float(first_passed.mean()),
-        "repaired_frac": float((passed & failed_first).sum() / max(failed_first.sum(), 1)),
-        "feedback_tokens_mean": float(env_tokens.mean()),
+        "turns_mean": float(turns_used[:m].mean()),
+        **{f"pass_turn{t + 1}": float((at <= t).mean()) for t in range(T)},
+        "repaired_frac": float((ok & (at > 0)).sum() / max((at > 0).sum(), 1)),
+        "feedback_tokens_mean": float(env_tokens[:m].mean()),
     }
     return rollout, counts, stats
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import collections
 from collections import defaultdict
 
 import numpy as np
@@ -298,7 +299,40 @@ def evaluate_run(run, pool, params, rng) -> dict:
             else evaluate_problems(run, pool, params, run.eval_problems, rng=rng, temperature=0.0, samples=1)
         )
         report["greedy"] = {k: greedy[k] for k in ("overall", "lengths", "reasons", "examples")}
+    if run.env.max_turns > 1:
+        report["episodes"] = evaluate_episodes(run, pool, params, run.eval_problems, rng=rng)
     return report
+
+
+def evaluate_episodes(run, pool, params, problems, *, rng) -> dict:
+    """Multi-turn episodes on the evaluation problems (env.kind=feedback), one per problem at
+    `eval.temperature`, judged with the `all` reward: pass@1 after each turn (an episode counts from
+    the turn its answer passes), how often a failing first answer is repaired, turns per episode."""
+    import jax
+
+    from microcoder_jax.data.loader import make_prompt_set
+    from microcoder_jax.envs import make_env
+    from microcoder_jax.trainer.episodes import collect_episodes, turn_sampler
+    from microcoder_jax.trainer.rollout import sampler_for
+
+    e = run.eval
+    problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)][: e.max_problems or None]
+    env = make_env(run.data, "all", run.env_config)
+    prompt_set = make_prompt_set(problems, run.tokenizer, run.data, messages=env.messages)
+    kept, prompts, size = prompt_set.problems, prompt_set.prompts, e.batch_problems
+    first, later = sampler_for(run), turn_sampler(run)
+    totals: dict = {}
+    for start in range(0, len(kept), size):
+        chunk, chunk_prompts = kept[start : start + size], prompts[start : start + size]
+        pad = size - len(chunk)  # a full batch every call: one compiled shape
+        _, _, stats = collect_episodes(
+            run, first, later, pool, params, chunk + [chunk[-1]] * pad, chunk_prompts + [chunk_prompts[-1]] * pad,
+            temperature=e.temperature, rng=jax.random.fold_in(rng, start), times=collections.Counter(),
+            env=env, group_size=1, real_rows=len(chunk),
+        )  # fmt: skip
+        for k, v in stats.items():  # means over this chunk's real rows: weighed by their count
+            totals[k] = totals.get(k, 0.0) + v * len(chunk)
+    return {k: v / max(len(kept), 1) for k, v in totals.items()} | {"problems": len(kept)}
 
 
 def reason_shares(report: dict) -> dict:
@@ -330,6 +364,7 @@ def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) ->
                 "eval_truncation_rate": report["lengths"]["truncated"],
                 **reason_shares(report),
                 **({"eval_greedy_pass@1": report["greedy"]["overall"]["pass@1"]} if "greedy" in report else {}),
+                **{f"eval_episode_{k}": v for k, v in report.get("episodes", {}).items() if k != "problems"},
             },
         )
         writer.write_text(step, "eval", format_table(report))

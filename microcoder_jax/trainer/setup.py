@@ -104,7 +104,13 @@ def _demo_data(d: DemoConfig, data: DataConfig, seed: int, workdir: str):
     demo.votes, the truncation task's (data/truncation_task.py)."""
     task = truncation_task if d.votes else demo_task
     problems = demo_task.make_problems(
-        d.ops, d.problems_per_op, d.tests_per_problem, seed, d.phrasings, public_tests=d.public_tests
+        d.ops,
+        d.problems_per_op,
+        d.tests_per_problem,
+        seed,
+        d.phrasings,
+        public_tests=d.public_tests,
+        hidden_op=d.hidden_op,
     )
     path = os.path.join(workdir, "tokenizer")
     exists = os.path.exists(os.path.join(path, "tokenizer.json"))
@@ -168,7 +174,9 @@ def setup(config, workdir: str, typed: dict | None = None) -> Run:
         problems, tokenizer = _demo_data(d, data, fields["seed"], workdir)
         skipped = 0
         eval_problems = (
-            demo_task.held_out_problems(d.ops, d.held_out_per_op, d.tests_per_problem, d.phrasings)
+            demo_task.held_out_problems(
+                d.ops, d.held_out_per_op, d.tests_per_problem, d.phrasings, d.public_tests, d.hidden_op
+            )
             if d.held_out_per_op
             else problems
         )

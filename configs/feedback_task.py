@@ -1,0 +1,34 @@
+"""The demo with the operation hidden, for multi-turn feedback: `--config=configs/feedback_task.py:ARM`.
+
+    python -m microcoder_jax.train --config=configs/feedback_task.py:feedback --workdir=runs/fb
+
+Every statement reads "print the value of f(a, b)": only the tests say which of the five
+operations f is. Each problem has 3 tests, the first public. With one answer (ARM `single`) the
+model cannot know f from the prompt; with feedback (`feedback`, env.max_turns=2) a failing first
+answer is shown the public example's input and expected output, from which f can be read off
+(every test tells the five operations apart), and it answers again. The reward is judged on the
+two private tests. Held-out problems (their own tests) are scored before RL and every 10 steps:
+first-answer pass@1, and for `feedback` pass@1 after each turn.
+"""
+
+from microcoder_jax.config import demo_config
+
+ARMS = ("single", "feedback")
+
+
+def get_config(arg: str = "feedback"):
+    if arg not in ARMS:
+        raise ValueError(f"configs/feedback_task.py:{arg}: expected one of {', '.join(ARMS)}")
+    c = demo_config()
+    c.demo.hidden_op = True
+    c.demo.tests_per_problem = 3
+    c.demo.public_tests = 1
+    c.demo.held_out_per_op = 4
+    c.eval.samples = 1
+    c.eval.greedy = False
+    c.eval.batch_problems = 20  # the 20 held-out problems in one call
+    c.train.eval_every = 10
+    c.env.feedback_tokens = 160
+    if arg == "feedback":
+        c.env.kind, c.env.max_turns = "feedback", 2
+    return c
