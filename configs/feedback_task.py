@@ -28,7 +28,8 @@ def get_config(arg: str = "feedback"):
     c.eval.greedy = False
     c.eval.batch_problems = 20  # the 20 held-out problems in one call
     c.train.eval_every = 10
-    c.env.feedback_tokens = 160
+    c.train.eval_at_start = True  # the starting policy: what RL changed
+    c.env.feedback_tokens = 192  # a whole feedback turn of this task in the demo tokenizer: ~181
     if arg == "feedback":
         c.env.kind, c.env.max_turns = "feedback", 2
     return c

@@ -233,7 +233,7 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
     assert e.value.code == 2 and "this experiment's arms: a, b" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["truncation", "temperature", "staleness", "lora", "pool_and_packing"])
+@pytest.mark.parametrize("name", ["truncation", "temperature", "staleness", "lora", "pool_and_packing", "feedback"])
 def test_every_arm_is_a_valid_config(name, tmp_path):
     """Each arm's overrides name real knobs with values the config accepts (a typo fails here,
     not an hour into an experiment)."""
@@ -343,3 +343,22 @@ def test_paired_differences_count_seeds_and_give_a_t_interval():
     assert paired(one, "filter", "grpo", "length")["ci95"] is None
     text = paired_table(summary, ("length",))
     assert "| filter - grpo | +2 [" in text and ">0 in 3/4, <0 in 0" in text
+
+
+@pytest.mark.slow
+def test_feedback_experiment_short(tmp_path, capsys):
+    """The multi-turn experiment end to end: both arms, held-out first-answer and per-turn pass@1
+    before and after RL, the paired quantities, the note that --short is no result."""
+    from microcoder_jax.experiments import feedback
+
+    out = str(tmp_path / "feedback")
+    assert feedback.main(["--out", out, "--short"]) == 0
+    assert SHORT_NOTE in capsys.readouterr().out
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert list(summary["arms"]) == ["single", "feedback"] and summary["short"]
+    fb = summary["arms"]["feedback"]["0"]
+    for part in ("start", "end"):
+        assert 0 <= fb[part]["episode_pass_turn1"] <= fb[part]["episode_pass_turn2"] <= 1
+        assert "episode_pass_turn1" not in summary["arms"]["single"]["0"][part]
+    assert summary["feedback_gap_change"]["seeds"] == 1 and summary["turn2_minus_single"]["seeds"] == 1
+    assert open(os.path.join(out, "table.md")).read().startswith(f"**{SHORT_NOTE}**")

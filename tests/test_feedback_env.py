@@ -167,3 +167,26 @@ def test_a_two_turn_step_replays_to_the_same_update(two_turn_run):
     workdir, _ = two_turn_run
     row, diffs = replay(workdir, 2, log_fn=lambda *a: None)
     assert diffs == {} and row["episode_turns_mean"] >= 1.0
+
+
+def test_the_two_turn_warm_start_shows_the_feedback_a_failing_answer_gets():
+    from microcoder_jax.trainer.warm_start import feedback_batch
+
+    problems = demo_task.make_problems(("sum", "product"), 3, 3, 0, public_tests=1, hidden_op=True)
+    data = data_block()
+    tok = demo_task.build_tokenizer(problems, ("sum", "product"), data, 384)
+    cfg = EnvConfig(kind="feedback", max_turns=2, feedback_tokens=256)
+    tokens, attention, loss = feedback_batch(
+        tok, problems, ("sum", "product"), data, 40, np.random.default_rng(0), env_config=cfg
+    )
+    P = tokens.shape[1] - cfg.row_width(0, 40)
+    assert tokens.shape == (6, cfg.row_width(P, 40)) and not loss[:, :P].any()
+    assert not (loss & (1 - attention)).any()
+    two = [i for i in range(6) if ((attention[i, P:] == 1) & (loss[i, P:] == 0)).any()]
+    assert two and len(two) < 6  # a random operation sometimes passes the public test: one turn then
+    for i in two:
+        hole = (attention[i, P:] == 1) & (loss[i, P:] == 0)
+        text = tok.decode(tokens[i, P:][hole])
+        test = problems[i].tests[0]
+        assert "Expected output" in text and test.output.strip() in text and test.input.split()[0] in text
+        assert tok.decode(tokens[i, P:][loss[i, P:] == 1]).count("```python") == 2  # two answers trained

@@ -31,12 +31,14 @@ SHORT = (
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """One side of the comparison: the config file's RULE argument and extra KEY=VALUE overrides."""
+    """One side of the comparison: the config file's RULE argument and extra KEY=VALUE overrides
+    (`config_file`: another file of configs/ than the truncation task's)."""
 
     name: str
     rule: str
     overrides: tuple = ()
     label: str = ""
+    config_file: str = ""
 
 
 def run_config(arm: Arm, seed: int, steps: int, short: bool, out: str):
@@ -50,7 +52,8 @@ def run_config(arm: Arm, seed: int, steps: int, short: bool, out: str):
         "train.progress=False",
         *(SHORT if short else ()),
     ]
-    config = load_config(f"{CONFIG_FILE}:{arm.rule}", overrides)
+    path = os.path.join(config_dir(), arm.config_file) if arm.config_file else CONFIG_FILE
+    config = load_config(f"{path}:{arm.rule}", overrides)
     if "compile_cache" in config.train:  # shared by every run of the experiment
         config.train.compile_cache = os.path.join(os.path.abspath(out), "compile_cache")
     return config

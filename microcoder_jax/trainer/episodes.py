@@ -54,13 +54,12 @@ def turn_sampler(run):
     )
 
 
-def feedback_ids(run, text: str, answer_end: str) -> list[int]:
-    """Token ids of a feedback turn (`follow_up` in the model's template), at most
-    `env.feedback_tokens`: a longer one is cut shorter (the cut marked) until it fits."""
-    tok, limit = run.tokenizer, run.env_config.feedback_tokens
+def feedback_ids(tok, text: str, answer_end: str, limit: int, enable_thinking: bool = False) -> list[int]:
+    """Token ids of a feedback turn (`follow_up` in the model's template), at most `limit`
+    (env.feedback_tokens): a longer one is cut shorter (the cut marked) until it fits."""
 
     def encode(content: str) -> list[int]:
-        rendered = follow_up(tok, content, answer_end, enable_thinking=run.data.enable_thinking)
+        rendered = follow_up(tok, content, answer_end, enable_thinking=enable_thinking)
         return tok.encode(rendered, add_special_tokens=False)
 
     head, _, last = text.rpartition("\n\n")  # the closing instruction is kept whole
@@ -146,7 +145,9 @@ def collect_episodes(
                 passed_at[r] = min(passed_at[r], turn)
             if not judged[i].done and turn < T - 1:
                 end = run.tokenizer.decode(answer[-1:]) if answer else ""
-                fb = feedback_ids(run, judged[i].feedback, end)
+                fb = feedback_ids(
+                    run.tokenizer, judged[i].feedback, end, run.env_config.feedback_tokens, run.data.enable_thinking
+                )
                 body[r] += fb
                 mine[r] += [0] * len(fb)
                 logp[r] += [0.0] * len(fb)

@@ -226,6 +226,7 @@ def initial_params(run: Run, log_fn=print, record: bool = True):
                 run.prompt_set.problems,
                 run.demo,
                 run.data,
+                env_config=run.env_config,
                 steps=run.train.warm_start_steps,
                 max_new_tokens=run.sampling.max_new_tokens,
                 seed=run.seed,

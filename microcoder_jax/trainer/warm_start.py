@@ -6,6 +6,7 @@ only lay out the batches; the training loop is here, where the model is."""
 from __future__ import annotations
 
 import functools
+import types
 
 import jax
 import jax.numpy as jnp
@@ -63,6 +64,55 @@ def _fingerprint(params, tokenizer, problems, *args) -> tuple:
     )
 
 
+def feedback_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, rng, *, env_config):
+    """demo.warm_start_batch's rows, but where the random operation fails the problem's public
+    test the row goes on as a two-turn episode does: the feedback that answer gets (the judge's
+    comparison, envs.feedback's text, the template's follow-up) and a second answer of another
+    random operation. Format only, as the one-turn warm start: which operation the feedback points
+    to is left to RL. (tokens, attention, loss_mask) [B, EnvConfig.row_width]."""
+    from microcoder_jax.data.problems import public_tests
+    from microcoder_jax.data.prompts import encode_prompt, left_pad, prompt_bucket
+    from microcoder_jax.data.tokenizer import pad_token_id
+    from microcoder_jax.envs.feedback import feedback_text
+    from microcoder_jax.evaluator.compare import compare_stdout
+    from microcoder_jax.trainer.episodes import feedback_ids
+
+    pad, end = pad_token_id(tokenizer), tokenizer.eos_token_id
+    prompts = [encode_prompt(tokenizer, p, data_config) for p in problems]
+    P = prompt_bucket(max(map(len, prompts)), data_config.prompt_buckets)
+    S = env_config.row_width(P, max_new_tokens)
+    tokens, _ = left_pad(prompts, P, pad)
+    tokens = np.concatenate([tokens, np.full((len(problems), S - P), pad, np.int32)], 1)
+    attention = (np.arange(S)[None, :] >= P - np.array([len(p) for p in prompts])[:, None]).astype(np.int32)
+    loss_mask = np.zeros_like(tokens)
+
+    def answer(op):
+        ids = tokenizer.encode(demo_task.response_text(op), add_special_tokens=False) + [end]
+        if len(ids) > max_new_tokens:
+            raise ValueError(f"demo answer of {len(ids)} tokens exceeds max_new_tokens={max_new_tokens}")
+        return ids
+
+    for i, problem in enumerate(problems):
+        op = str(rng.choice(list(ops)))
+        body, mine = answer(op), [1] * len(answer(op))
+        public = public_tests(problem)
+        if public and env_config.turns > 1:
+            a, b = (int(x) for x in public[0].input.split())
+            ok, reason = compare_stdout(public[0].output, f"{demo_task.OPS[op][2](a, b)}\n")
+            if not ok:
+                failed = types.SimpleNamespace(passed=False, verdict="wrong_answer", reason=f"test 0: {reason}")
+                text = feedback_text(public[:1], [failed], env_config.feedback_chars)
+                fb = feedback_ids(
+                    tokenizer, text, tokenizer.decode([end]), env_config.feedback_tokens, data_config.enable_thinking
+                )
+                second = answer(str(rng.choice(list(ops))))
+                body, mine = body + fb + second, mine + [0] * len(fb) + [1] * len(second)
+        tokens[i, P : P + len(body)] = body
+        attention[i, P + len(body) :] = 0
+        loss_mask[i, P : P + len(body)] = mine
+    return tokens, attention, loss_mask
+
+
 def warm_start(
     params,
     model_config,
@@ -71,6 +121,7 @@ def warm_start(
     demo_config,
     data_config,
     *,
+    env_config=None,
     steps: int,
     max_new_tokens: int,
     seed: int,
@@ -79,7 +130,8 @@ def warm_start(
     on_loss=None,
 ):
     """Supervised training on the task's answers (the truncation task's when `demo_config.votes`
-    is set, else the demo's); returns new params. `on_loss(step, loss)` receives every step's loss
+    is set; with multi-turn episodes, `env_config`, and public tests, two-turn rows: feedback_batch;
+    else the demo's); returns new params. `on_loss(step, loss)` receives every step's loss
     (the warm-start curve in the plots). Under `reuse_warm_starts`, a warm start already computed in
     this process is returned again (a copy: the trainer donates its params) and its curve replayed."""
     from tqdm import tqdm
@@ -90,6 +142,9 @@ def warm_start(
         make_batch = functools.partial(truncation_task.warm_start_batch, **votes)
         rule = f", chain (enter, stay) {tuple(d.vote_chain)}" if d.vote_chain else ""
         label = f"warm start (scratchpad votes {tuple(d.votes)}, vote accuracy {d.vote_accuracy:g}{rule})"
+    elif env_config is not None and env_config.turns > 1 and d.public_tests:
+        make_batch = functools.partial(feedback_batch, env_config=env_config)
+        label = "warm start (two-turn rows where the answer fails the public test)"
     else:
         make_batch, label = demo_task.warm_start_batch, "warm start"
     key = None
@@ -107,6 +162,7 @@ def warm_start(
             max_new_tokens,
             seed,
             label,
+            repr(env_config),
         )
         if key in _reused:
             done, losses = _reused[key]

@@ -1,0 +1,119 @@
+"""`python -m microcoder_jax.experiments.feedback --out DIR [--seeds N] [--steps S] [--short]`
+
+Does RL learn to use execution feedback? configs/feedback_task.py hides the operation from the
+statement: only the tests say what f(a, b) is. Arm `single` answers once; arm `feedback` (two
+turns) sees the public example's input, expected output and what its program printed after a
+failing answer, and answers again; both warm-start on the answer format only (random operations,
+and for `feedback` a random second answer after a feedback turn), so reading the feedback is left
+to RL. Held-out problems are scored before RL and every 10 steps: first-answer pass@1 (every arm)
+and, for `feedback`, pass@1 after each turn of one episode per problem (private tests).
+
+Writes DIR/summary.json and DIR/table.md: per seed, before RL and at the end, the first-answer
+pass@1 and the episode's pass@1 after turns 1 and 2 with the repaired share, and paired 95%
+intervals over seeds of what RL changed in the turn-2 minus turn-1 gap (the use of feedback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from microcoder_jax.experiments.cli import parse_args
+from microcoder_jax.experiments.report import SHORT_NOTE
+from microcoder_jax.experiments.runner import Arm, run_all
+
+ARMS = (
+    Arm("single", "single", label="one answer", config_file="feedback_task.py"),
+    Arm("feedback", "feedback", label="two turns with feedback", config_file="feedback_task.py"),
+)
+
+
+def _at(reports: dict, step: int) -> dict:
+    """The held-out numbers of one evaluation: first-answer pass@1, episode pass@1 per turn."""
+    r = reports[step]
+    out = {"pass@1": r["overall"]["pass@1"]}
+    for k, v in r.get("episodes", {}).items():
+        if k != "problems":
+            out[f"episode_{k}"] = v
+    return out
+
+
+def interval(d) -> dict:
+    """Mean, sign counts and a 95% Student-t interval of paired differences `d` (None below 2)."""
+    from scipy import stats as scipy_stats
+
+    d = np.asarray(d, float)
+    out = {"seeds": len(d), "mean": float(d.mean()), "positive": int((d > 0).sum()), "negative": int((d < 0).sum())}
+    half = float(scipy_stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))) if len(d) >= 2 else None
+    out["ci95"] = None if half is None else [out["mean"] - half, out["mean"] + half]
+    return out
+
+
+def summarize(results: dict, steps: int) -> dict:
+    arms = {}
+    for name, seeds in results.items():
+        arms[name] = {str(s): {"start": _at(rep, 0), "end": _at(rep, max(rep))} for s, (_, _, rep) in seeds.items()}
+    out: dict = {"steps": steps, "arms": arms}
+    fb = arms.get("feedback", {})
+    if fb:
+        gap = {
+            p: [v[p]["episode_pass_turn2"] - v[p]["episode_pass_turn1"] for v in fb.values()] for p in ("start", "end")
+        }
+        out["feedback_gap_change"] = interval(np.subtract(gap["end"], gap["start"]))
+        out["feedback_gap_end"] = interval(gap["end"])
+    if fb and "single" in arms:
+        both = sorted(set(fb) & set(arms["single"]), key=int)
+        d = [fb[s]["end"]["episode_pass_turn2"] - arms["single"][s]["end"]["pass@1"] for s in both]
+        out["turn2_minus_single"] = interval(d)
+    return out
+
+
+def table(summary: dict) -> str:
+    head = "| arm | seed | pass@1 start | pass@1 end | turn 1 start | turn 2 start | turn 1 end | turn 2 end "
+    lines = [head + "| repaired end |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, seeds in summary["arms"].items():
+        for s, v in seeds.items():
+            a, b = v["start"], v["end"]
+            f = lambda d, k: f"{d[k]:.3f}" if k in d else "-"  # noqa: E731
+            lines.append(
+                f"| {name} | {s} | {a['pass@1']:.3f} | {b['pass@1']:.3f} | {f(a, 'episode_pass_turn1')} | "
+                f"{f(a, 'episode_pass_turn2')} | {f(b, 'episode_pass_turn1')} | {f(b, 'episode_pass_turn2')} | "
+                f"{f(b, 'episode_repaired_frac')} |"
+            )
+    for key, what in (
+        ("feedback_gap_change", "RL's change in the turn-2 minus turn-1 gap (feedback)"),
+        ("feedback_gap_end", "turn-2 minus turn-1 pass@1 at the end (feedback)"),
+        ("turn2_minus_single", "feedback's turn-2 pass@1 minus single's pass@1 at the end"),
+    ):
+        if key in summary:
+            i = summary[key]
+            ci = f"[{i['ci95'][0]:+.3f}, {i['ci95'][1]:+.3f}]" if i["ci95"] else "(one seed)"
+            lines.append(f"\n{what}: {i['mean']:+.3f} {ci}, higher on {i['positive']}/{i['seeds']} seeds")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(
+        argv, "python -m microcoder_jax.experiments.feedback", __doc__, 3, 40, arm_names=[a.name for a in ARMS]
+    )
+    arms = [a for a in ARMS if args.arms is None or a.name in args.arms]
+    results = run_all(
+        arms, list(range(args.seeds)), args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True)
+    )
+    summary = summarize(results, args.steps) | {"short": args.short}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    text = (f"**{SHORT_NOTE}**\n\n" if args.short else "") + table(summary)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    print(f"wrote {args.out}/summary.json, table.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
