@@ -1,7 +1,8 @@
 """Devices: the mesh, multi-host start-up, the logical-axis rules, host/device transfers.
 
 The only module that knows devices and processes: `make_mesh` / `mesh_from_sizes` build the one
-mesh (`sampler_mesh` lays the same devices out for the paged sampler), `initialize_distributed`
+mesh (`mesh_sizes`: its axis sizes, -1 resolved; `sampler_mesh` lays the same devices out for the
+paged sampler), `batch_shards` / `rows_split` say how a batch's rows split, `initialize_distributed`
 joins a multi-host run, `host_rows` / `allgather_rows` / `allgather_counts` / `to_host` /
 `put_batch` move a batch between this host and the global arrays; `describe_host_without_tpu`
 keeps libtpu quiet on a machine without TPU chips.
@@ -116,6 +117,16 @@ LOGICAL_AXIS_RULES: dict[str, tuple[str, ...] | str | None] = {
 }
 
 
+def mesh_sizes(data: int, fsdp: int, tensor: int, n: int) -> tuple[int, int, int]:
+    """The ``(data, fsdp, tensor)`` sizes on `n` devices: the one -1, if any, is all the remaining
+    devices, `n` // the fixed axes' product, at least 1 (a mesh then uses the first devices)."""
+    sizes = [data, fsdp, tensor]
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = max(n // math.prod(s for s in sizes if s != -1), 1)
+    d, f, t = sizes
+    return d, f, t
+
+
 def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices: Sequence[Any] | None = None) -> Mesh:
     """A ``("data", "fsdp", "tensor")`` mesh; one size may be -1 (= all remaining devices)."""
     devices = list(jax.devices() if devices is None else devices)
@@ -123,10 +134,9 @@ def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices: Sequence[
     if sizes.count(-1) > 1:
         raise ValueError(f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} tensor={tensor}")
     known = math.prod(s for s in sizes if s != -1)
-    if -1 in sizes:
-        if len(devices) % known:
-            raise ValueError(f"{len(devices)} devices are not divisible by the fixed axes' product {known}")
-        sizes[sizes.index(-1)] = len(devices) // known
+    if -1 in sizes and len(devices) % known:
+        raise ValueError(f"{len(devices)} devices are not divisible by the fixed axes' product {known}")
+    sizes = list(mesh_sizes(data, fsdp, tensor, len(devices)))
     if math.prod(sizes) != len(devices):
         raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, have {len(devices)}")
     try:  # topology-aware device order on real TPU/GPU slices
@@ -197,6 +207,18 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(("data", "fsdp"), *([None] * (ndim - 1))))
 
 
+def batch_shards(mesh: Mesh | jax.sharding.AbstractMesh | None) -> int:
+    """The devices a batch's rows split over: the data axes (data x fsdp, the ``batch`` rule), 1
+    without a mesh."""
+    return 1 if mesh is None else _axis_size(dict(mesh.shape), ("data", "fsdp"))
+
+
+def rows_split(mesh: Mesh | jax.sharding.AbstractMesh | None, rows: int) -> bool:
+    """Whether `rows` rows are split over the data axes (`put_batch`): when `batch_shards` divides
+    them; else every device holds them all (replicated)."""
+    return rows % batch_shards(mesh) == 0
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
@@ -214,11 +236,7 @@ def mesh_from_sizes(data: int, fsdp: int, tensor: int, devices: Sequence[Any] | 
     """The run's mesh over the first data * fsdp * tensor devices (-1 = the rest), or None for one
     device (then no sharding machinery runs at all). Given `devices` (a split run's learner's), a
     mesh over them, one device included: its arrays must not land on the default device."""
-    sizes = [data, fsdp, tensor]
-    n = len(jax.devices() if devices is None else devices)
-    if -1 in sizes:
-        known = math.prod(s for s in sizes if s != -1)
-        sizes[sizes.index(-1)] = max(n // known, 1)
+    sizes = mesh_sizes(data, fsdp, tensor, len(jax.devices() if devices is None else devices))
     total = math.prod(sizes)
     if devices is not None:
         return make_mesh(*sizes, devices=list(devices)[:total])
@@ -385,13 +403,12 @@ def put_batch(batch, mesh: Mesh | None):
     """
     if mesh is None:
         return batch
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
 
     def put(x):
         if isinstance(x, jax.Array):
             return x
         x = np.asarray(x)
-        rows = x.ndim and x.shape[0] % shards == 0
+        rows = x.ndim and rows_split(mesh, x.shape[0])
         return jax.device_put(x, batch_sharding(mesh, x.ndim) if rows else replicated(mesh))
 
     return jax.tree.map(put, batch)

@@ -223,6 +223,23 @@ def test_analytic_only_plan_for_gpus():
     assert train.estimate.seconds(result.topology.chip, 8) > 0
 
 
+def test_train_step_micro_batch_is_capped_at_a_mini_batch_as_the_step_runs_it():
+    """rl/step.py runs micro-batches of at most one mini-batch (rows // num_minibatches); the
+    old-log-prob pass, of at most the whole batch: the planner sizes each pass by its own."""
+    from microcoder_jax.config import rl_config_of
+
+    # demo: 16 prompts x G 8 = 128 rows, 2 mini-batches of 64
+    config = cli.load_config(DEMO, ["mesh.fsdp=-1", "rl.micro_batch_size=128"])
+    topo = parse_topology("h100", devices=4)
+    mesh = planner.abstract_mesh(config, topo.num_devices)
+    sh = programs.shapes_of(config, rl_config_of(config), mesh)
+    assert (sh.rows, sh.micro, sh.step_micro) == (128, 128, 64)
+    capped = planner.plan(config, topo, search=False, only=("train step",)).rows[0].estimate
+    config.rl.micro_batch_size = 64  # the same step: identical estimate
+    same = planner.plan(config, topo, search=False, only=("train step",)).rows[0].estimate
+    assert capped.total == same.total and capped.hbm_bytes == same.hbm_bytes
+
+
 def test_topology_names():
     assert parse_topology("v5e-8").aot_name == "v5e:2x4"
     assert parse_topology("v4-8").num_devices == 4 and parse_topology("v4-8").aot_name == "v4:2x2x1"

@@ -43,6 +43,24 @@ def test_make_mesh_shapes_and_errors():
         shd.make_mesh(data=-1, fsdp=-1)
 
 
+def test_mesh_sizes_and_the_batch_rows_rule():
+    """The one -1 rule (mesh_from_sizes and the planner's abstract mesh) and put_batch's rows rule
+    (the planner's abstract batches and per-device rows), on a mesh and on an AbstractMesh."""
+    assert shd.mesh_sizes(1, -1, 1, 8) == (1, 8, 1)
+    assert shd.mesh_sizes(-1, 3, 1, 8) == (2, 3, 1)  # the rest, rounded down: a mesh on the first 6
+    assert shd.mesh_sizes(1, -1, 16, 8) == (1, 1, 16)  # at least 1 (mesh_from_sizes then refuses)
+    assert shd.mesh_sizes(2, 2, 2, 8) == (2, 2, 2)
+    mesh = shd.make_mesh(data=2, fsdp=2, tensor=2)
+    abstract = jax.sharding.AbstractMesh((2, 2, 2), shd.MESH_AXES)
+    for m in (mesh, abstract):
+        assert shd.batch_shards(m) == 4
+        assert shd.rows_split(m, 8) and not shd.rows_split(m, 6)
+    assert shd.batch_shards(None) == 1 and shd.rows_split(None, 3)
+    placed = shd.put_batch({"split": np.zeros((8, 2)), "whole": np.zeros((6, 2))}, mesh)
+    assert placed["split"].sharding.spec == P(("data", "fsdp"), None)
+    assert placed["whole"].sharding.spec == P()
+
+
 def test_logical_rules_and_divisibility_fallback():
     mesh = shd.make_mesh(fsdp=2, tensor=4)
     assert shd.logical_to_spec(("layers", "embed", "heads", "head_dim"), mesh) == P(None, "fsdp", "tensor", None)

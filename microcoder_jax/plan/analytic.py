@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from microcoder_jax import sharding
 from microcoder_jax.plan.programs import Program, Shapes, local_bytes
 
 
@@ -106,13 +107,15 @@ def recompute(mc, slots: int, width: int, max_new: int, prompts: int) -> tuple[f
     return flops, chunks * weights_read(mc), tokens
 
 
-def _split(n: int, shards: int) -> int:
-    """Rows per device: split when the shards divide them, else every device holds all (sharding.py)."""
-    return n // shards if n % shards == 0 else n
+def _split(n: int, mesh) -> int:
+    """Rows per device of `n` rows on `mesh`: split over the data axes when they divide them, else
+    every device holds all (sharding.rows_split, the rule sharding.put_batch places them by)."""
+    return n // sharding.batch_shards(mesh) if sharding.rows_split(mesh, n) else n
 
 
 def _mesh(mesh):
-    return mesh.shape["data"] * mesh.shape["fsdp"], mesh.shape["tensor"], mesh.size
+    """(tensor, devices) of `mesh`."""
+    return mesh.shape["tensor"], mesh.size
 
 
 def _attention_flops(mc, rows, q_len, k_len, causal_skip: bool) -> float:
@@ -138,10 +141,10 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
 
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
-    shards, t, n = _mesh(mesh)
+    t, n = _mesh(mesh)
     state, batch = program.args
     trained = local_bytes(trainable_part(state.params))  # every param, or the LoRA adapters
-    mb = _split(sh.micro, shards)
+    mb = _split(sh.step_micro, mesh)
     tokens = mb * sh.seq
     splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
     saved = {
@@ -174,7 +177,7 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     # forward's worth of dense FLOPs) are never formed.
     frozen = dense if lora else 0.0
     flops = (3.0 + recompute) * (dense + attn + adapters) + 2.0 * v * d * rows_tokens - frozen
-    steps = sh.rows // sh.micro
+    steps = sh.rows // sh.step_micro
     hbm = steps * 3 * weights_read(mc) / t + rl_config.num_minibatches * 16 * trained
     return Estimate(comp, flops=flops, model_flops=3.0 * (dense + attn + adapters) - frozen, hbm_bytes=hbm)
 
@@ -182,9 +185,9 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
 def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
-    shards, t, n = _mesh(mesh)
+    t, n = _mesh(mesh)
     params = local_bytes(program.args[0])
-    mb = _split(sh.micro, shards)
+    mb = _split(sh.micro, mesh)
     tokens = mb * sh.seq
     splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
     chunk = min(rl_config.logprob_chunk, sh.seq - 1)
@@ -192,7 +195,7 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     comp = {
         "params (args)": params,
         "tokens, mask (args)": local_bytes([kw["tokens"], kw["attention_mask"], kw["temperature"]]),
-        "log-probs out": _split(sh.rows, shards) * sh.seq * 4,
+        "log-probs out": _split(sh.rows, mesh) * sh.seq * 4,
         "gathered weights (one layer)": layer * _layer_weight_bytes(mc) // t,
         "activations (one layer, forward)": _layer_activations(mc, tokens, splash, t, sh.seq) // 2,
         "final hidden": tokens * d * 4,
@@ -213,8 +216,8 @@ def _kv(mc, rows_local: int, slots: int, t: int) -> int:
 def prefill(program: Program, mesh, prompts: int, width: int, group: int) -> Estimate:
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
-    shards, t, n = _mesh(mesh)
-    p_local = _split(prompts, shards)
+    t, n = _mesh(mesh)
+    p_local = _split(prompts, mesh)
     tokens = p_local * width
     splash = False  # prefill writes a cache: forward's cached branch, XLA attention whatever the kernel
     comp = {
@@ -241,9 +244,9 @@ def decode(
 
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
-    shards, t, n = _mesh(mesh)
+    t, n = _mesh(mesh)
     rows = prompts * group
-    r_local = _split(rows, shards)
+    r_local = _split(rows, mesh)
     ends = phase_ends(max_new, phases)
     weights_bf16 = (l * layer + v * d) * 2
     comp = {
@@ -260,7 +263,7 @@ def decode(
         comp["gathered weights (one layer x2)"] = 2 * layer * 2 // t
     # steps of each phase read its cache size; every step reads all weights once per device
     flops, hbm, prev = 0.0, 0.0, 0
-    p_local = _split(prompts, shards)
+    p_local = _split(prompts, mesh)
     for end in ends:
         steps = end - prev
         flops += steps * (2.0 * (l * layer + v * d) * rows + _attention_flops(mc, rows, 1, end + width, False))
@@ -276,7 +279,7 @@ def decode_layout(program: Program, mesh) -> Estimate:
     of a copy either way, two 1.7B-wide layers on v5e:2x2 0.78 and 0.52)."""
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
-    _, t, _ = _mesh(program.out_mesh if program.out_mesh is not None else mesh)
+    t, _ = _mesh(program.out_mesh if program.out_mesh is not None else mesh)
     copy = (l * layer + v * d) * 2 // t
     return Estimate(
         {

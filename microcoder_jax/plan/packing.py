@@ -53,10 +53,11 @@ def collective_bytes(mc, mesh, micro_steps: int, train: bool, chunks: int = 0) -
     gradient; `chunks` > 0 adds the head gathered (and its gradient reduced) in every chunk. LoRA
     (`lora.rank` > 0): the base is gathered at its stored bytes (1 per weight for an int8 base) and
     only the adapters' float32 gradient is reduced: no gradient of the frozen base or head moves."""
+    from microcoder_jax import sharding
     from microcoder_jax.plan.analytic import _dims, weights_read
 
     d, _, _, _, _, v, l, layer = _dims(mc)
-    shards, t = mesh.shape["data"] * mesh.shape["fsdp"], mesh.shape["tensor"]
+    shards, t = sharding.batch_shards(mesh), mesh.shape["tensor"]
     share = (shards - 1) / max(shards, 1)
     weights = weights_read(mc) / t * share
     head = v * d * 2 / t * share
@@ -106,19 +107,20 @@ def compare_mask(config, topology, mask) -> dict:
         "seq": sh.seq,
         "passes": {},
     }
-    step_micro = packing.micro_rows(sh.micro, sh.seq, rl.pack_width)
+    step_micro = packing.micro_rows(sh.step_micro, sh.seq, rl.pack_width)
     layouts = {
-        "padded": (sh, sh.micro, sh),
+        "padded": (sh, sh),
         "packed": (
             dataclasses.replace(sh, rows=lp_pack.src.shape[0], prompt_width=width - sh.max_new, micro=lp_micro),
-            step_micro,
-            dataclasses.replace(sh, rows=step_pack.src.shape[0], prompt_width=width - sh.max_new, micro=step_micro),
+            dataclasses.replace(
+                sh, rows=step_pack.src.shape[0], prompt_width=width - sh.max_new, step_micro=step_micro
+            ),
         ),
     }
-    for name, (lp_sh, _, st_sh) in layouts.items():
+    for name, (lp_sh, st_sh) in layouts.items():
         for prog_name, s, train in (("old log-probs", lp_sh, False), ("train step", st_sh, True)):
             est = (analytic.train_step if train else analytic.logprobs)(progs[prog_name], mesh, s, rl)
-            steps = s.rows // s.micro
+            steps = s.rows // (s.step_micro if train else s.micro)
             coll = collective_bytes(progs[prog_name].model_config, mesh, steps, train) / ici
             out["passes"][(prog_name, name)] = {
                 "compute_s": est.seconds(chip, n),

@@ -180,7 +180,7 @@ def estimate(program: Program, mesh):
     }
     if program.name.endswith("admit"):
         a, width = program.args[2].shape
-        local = analytic._split(a, mesh.shape["data"] * mesh.shape["fsdp"])  # XLA splits the block's rows
+        local = analytic._split(a, mesh)  # XLA splits the block's rows
         comp["prompt KV cache (dense, one layer alive)"] = analytic._kv(mc, local, width, t) // l
         comp["activations (one layer, forward)"] = analytic._layer_activations(mc, local * width, True, t, width) // 2
         comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * width * width * 6
@@ -230,7 +230,7 @@ def decode_terms(program, schedule):
     mc, shape, mesh = program.model_config, program.kwargs["shape"], program.mesh
     d, _, k, _, _, v, l, layer = analytic._dims(mc)
     t = mesh.shape["tensor"]
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    shards = sharding.batch_shards(mesh)  # each step's rows split over them when they divide them (analytic._split)
     kvh, token = max(k // t, 1), token_head_bytes(mc, shape.kv_dtype)
     block = shape.block_pages * shape.page_size
     keys = -(-schedule.keys // block) * block  # attention reads whole blocks up to the longest live slot

@@ -4,11 +4,11 @@ fits the chip's HBM beside what stays resident, and search a few candidates for 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 
 from microcoder_jax import config as config_lib
+from microcoder_jax import sharding
 from microcoder_jax.plan import analytic, paged, programs
 from microcoder_jax.plan.topologies import HEADROOM, Topology
 
@@ -69,10 +69,8 @@ class Plan:
 
 def abstract_mesh(config, devices: int):
     """A device-free mesh of the config's shape for analytic-only plans (GPUs and others)."""
-    sizes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
-    if -1 in sizes:
-        sizes[sizes.index(-1)] = max(devices // math.prod(s for s in sizes if s != -1), 1)
-    return jax.sharding.AbstractMesh(tuple(sizes), ("data", "fsdp", "tensor"))
+    sizes = sharding.mesh_sizes(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, devices)
+    return jax.sharding.AbstractMesh(sizes, sharding.MESH_AXES)
 
 
 def _resident(program, state_bytes: int, params_bytes: int, rl_config, open_session: int = 0) -> int:

@@ -38,7 +38,8 @@ class Shapes:
     group: int
     prompt_width: int  # widest prompt bucket
     max_new: int
-    micro: int  # rows per forward/backward: rl.packing.micro_batch over all `rows` (the log-prob pass's)
+    micro: int  # the old-log-prob pass's rows per forward: rl.packing.micro_batch over all `rows`
+    step_micro: int  # the train step's rows per forward/backward: rl.packing.micro_batch over one mini-batch
     eval_prompts: int
     eval_samples: int
     eval_max_new: int
@@ -102,7 +103,8 @@ def make_mesh(config, devices):
 
 def shapes_of(config, rl_config, mesh) -> Shapes:
     """The loop's shapes: the static sampler's prompts padded to the data shards
-    (static_sampler.padded_prompts), the micro-batch of a pass over the whole batch (rl.packing.micro_batch)."""
+    (static_sampler.padded_prompts), the micro-batches of the log-prob pass (over the whole batch)
+    and of the train step (over one mini-batch, as rl/step.py caps it), by rl.packing.micro_batch."""
     from microcoder_jax.rl import packing
     from microcoder_jax.sampling.static_sampler import padded_prompts
 
@@ -114,6 +116,7 @@ def shapes_of(config, rl_config, mesh) -> Shapes:
         prompt_width=max(config.data.prompt_buckets),
         max_new=config.sampling.max_new_tokens,
         micro=packing.micro_batch(rl_config, rows),
+        step_micro=packing.micro_batch(rl_config, rows // rl_config.num_minibatches),
         eval_prompts=padded_prompts(config.eval.batch_problems, mesh),
         eval_samples=config.eval.samples,
         eval_max_new=config.eval.max_new_tokens,
@@ -138,8 +141,7 @@ def _sds(shape, dtype, sh):
 
 def _rows(mesh, shape, dtype):
     """An array with rows over the data axes when they divide it (sharding.put_batch's rule)."""
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    sh = sharding.batch_sharding(mesh, len(shape)) if shape[0] % shards == 0 else sharding.replicated(mesh)
+    sh = sharding.batch_sharding(mesh, len(shape)) if sharding.rows_split(mesh, shape[0]) else sharding.replicated(mesh)
     return _sds(shape, dtype, sh)
 
 

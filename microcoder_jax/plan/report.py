@@ -135,6 +135,13 @@ def lora_lines(mc) -> list[str]:
     ]
 
 
+def _micro(sh) -> str:
+    """The micro-batch: one number, or the train step's (capped at a mini-batch) and the log-prob pass's."""
+    if sh.step_micro == sh.micro:
+        return str(sh.micro)
+    return f"{sh.step_micro} in the train step (one mini-batch at most), {sh.micro} in the log-prob pass"
+
+
 def render(plan, config_name: str) -> str:
     t, mc, sh = plan.topology, plan.model_config, plan.shapes
     params = mc.num_params()
@@ -157,7 +164,7 @@ def render(plan, config_name: str) -> str:
         f"rows {sh.rows} (prompts {sh.prompts} x G {sh.group}), sequence {sh.prompt_width} + {sh.max_new}"
         + (f" (episodes: learner rows {sh.seq} wide; later turns' sampling not planned)" if sh.episode_width else "")
         + ", "
-        f"micro-batch {sh.micro}; eval {sh.eval_prompts} x {sh.eval_samples} at {sh.eval_max_new} new tokens",
+        f"micro-batch {_micro(sh)}; eval {sh.eval_prompts} x {sh.eval_samples} at {sh.eval_max_new} new tokens",
         *lora_lines(mc),
         "",
         "== memory per device",

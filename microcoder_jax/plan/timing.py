@@ -61,7 +61,8 @@ def _collective_bytes(row, mesh, shapes, train: bool | None) -> float:
         return 0.0
     from microcoder_jax.plan.packing import collective_bytes
 
-    return collective_bytes(row.program.model_config, mesh, max(shapes.rows // shapes.micro, 1), train)
+    micro = shapes.step_micro if train else shapes.micro
+    return collective_bytes(row.program.model_config, mesh, max(shapes.rows // micro, 1), train)
 
 
 decode_terms = paged.decode_terms  # one model of a paged decode call, shared with paged.estimate

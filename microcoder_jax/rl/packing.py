@@ -23,6 +23,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from microcoder_jax import sharding
+
 
 class Packing(NamedTuple):
     """src / segment_ids / positions [G * R, W] int32 (see the module doc); a pytree of arrays."""
@@ -163,11 +165,6 @@ def scatter(y, packing: Packing, shape: tuple[int, int]):
 # ------------------------------------------------------------------ the two passes' layouts
 
 
-def batch_devices(mesh) -> int:
-    """Devices the rows of a batch split over (the data axes), 1 without a mesh."""
-    return 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
-
-
 def micro_batch(cfg, rows: int) -> int:
     """Padded rows per micro-batch of a pass over `rows` rows (the log-prob pass's whole batch, a
     train-step mini-batch): rl.micro_batch_size, at most all of them (`micro_rows`: as packed rows)."""
@@ -188,7 +185,7 @@ def for_step(attention_mask, cfg, mesh=None, min_micro: int = 0) -> Packing:
         groups=cfg.num_minibatches,
         width=cfg.pack_width,
         micro_rows=micro,
-        devices=batch_devices(mesh),
+        devices=sharding.batch_shards(mesh),
         min_micro=min_micro,
     )
 
@@ -197,4 +194,4 @@ def for_logprobs(attention_mask, cfg, mesh=None) -> tuple[Packing, int]:
     """The log-prob pass's layout (all rows one group) and its micro-batch of packed rows."""
     n, s = np.shape(attention_mask)
     micro = micro_rows(micro_batch(cfg, n), s, cfg.pack_width)
-    return plan(attention_mask, width=cfg.pack_width, micro_rows=micro, devices=batch_devices(mesh)), micro
+    return plan(attention_mask, width=cfg.pack_width, micro_rows=micro, devices=sharding.batch_shards(mesh)), micro

@@ -206,7 +206,7 @@ def _check_shapes(n: int, cfg: RLConfig) -> int:
     if n % cfg.num_minibatches:
         raise ValueError(f"{n} rows do not split into {cfg.num_minibatches} mini-batches")
     mini = n // cfg.num_minibatches
-    micro = min(cfg.micro_batch_size, mini)
+    micro = packing_lib.micro_batch(cfg, mini)
     if mini % micro:
         raise ValueError(f"mini-batch of {mini} rows is not divisible by micro_batch_size={micro}")
     return micro

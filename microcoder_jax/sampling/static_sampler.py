@@ -364,7 +364,7 @@ def to_decode_layout(params, config: DecoderConfig, mesh=None, rules: dict | Non
 def padded_prompts(num_prompts: int, mesh) -> int:
     """The prompts one `generate` call runs: `num_prompts` padded up to a multiple of the mesh's
     data shards (data x fsdp), so every device holds whole rows (copies of the first prompt fill)."""
-    shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+    shards = shd.batch_shards(mesh)
     return -(-num_prompts // shards) * shards
 
 
