@@ -105,25 +105,19 @@ def collect_episodes(
     n = len(problems) * G
     row_problem = [problems[r // G] for r in range(n)]
     context = [list(prompts[r // G]) for r in range(n)]  # what the model has seen, unpadded
-    body: list[list[int]] = [[] for _ in range(n)]  # tokens after the prompt
-    mine: list[list[int]] = [[] for _ in range(n)]  # 1 where the model wrote them
-    logp: list[list[float]] = [[] for _ in range(n)]
+    # per row: the tokens after the prompt, 1 where the model wrote them, the sampler's log-probs
+    body, mine, logp = ([[] for _ in range(n)] for _ in range(3))
     last: list = [None] * n
     truncated, turns_used = np.zeros(n, bool), np.zeros(n, np.int32)
     passed_at, entropy, env_tokens = np.full(n, T, np.int32), np.zeros(n, np.float32), np.zeros(n, np.int32)
     active, temps = list(range(n)), None
     for turn in range(T):
         t0 = time.perf_counter()
-        key = jax.random.fold_in(rng, turn)
-        if turn == 0:
-            out = generate(run, params, prompts, num_samples=G, temperature=temperature, rng=key, sampler=sampler)
-            temps = np.asarray(out.temperature, np.float32)
-        else:  # a static row count: finished rows are stood in for by the last continuing one
-            rows = active + [active[-1]] * (n - len(active))
-            out = generate(
-                run, params, [context[r] for r in rows], num_samples=1, temperature=temperature, rng=key,
-                sampler=later_sampler,
-            )  # fmt: skip
+        rows = None if turn == 0 else [context[r] for r in active + [active[-1]] * (n - len(active))]
+        out = _sample(
+            run, params, (sampler, later_sampler), prompts, rows, G, temperature, jax.random.fold_in(rng, turn)
+        )
+        temps = np.asarray(out.temperature, np.float32) if turn == 0 else temps
         times["sample"] += time.perf_counter() - t0
         t1 = time.perf_counter()
         tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
@@ -162,15 +156,31 @@ def collect_episodes(
     rollout = rollout.replace(
         truncated=truncated, temperature=temps, rewards=rewards, passed=passed, no_code=no_code, sample_entropy=entropy
     )
-    m = real_rows or n
-    at, ok = passed_at[:m], passed[:m]
-    stats = {
-        "turns_mean": float(turns_used[:m].mean()),
-        **{f"pass_turn{t + 1}": float((at <= t).mean()) for t in range(T)},
-        "repaired_frac": float((ok & (at > 0)).sum() / max((at > 0).sum(), 1)),
-        "feedback_tokens_mean": float(env_tokens[:m].mean()),
-    }
+    stats = episode_stats(turns_used, passed_at, passed, env_tokens, T, real_rows or n)
     return rollout, counts, stats
+
+
+def _sample(run, params, samplers, prompts, contexts, group_size: int, temperature, key):
+    """Turn 0: G answers per prompt (the first sampler); a later turn (`contexts`: one per row, a
+    static count): one answer per context (the second sampler, wider prompt buckets)."""
+    if contexts is None:
+        return generate(
+            run, params, prompts, num_samples=group_size, temperature=temperature, rng=key, sampler=samplers[0]
+        )
+    return generate(run, params, contexts, num_samples=1, temperature=temperature, rng=key, sampler=samplers[1])
+
+
+def episode_stats(turns_used, passed_at, passed, env_tokens, turns: int, rows: int) -> dict:
+    """Over the first `rows` episodes: turns used, the share passed by each turn (`passed_at`: the
+    first turn an answer passed, `turns` if none), the repaired share of those whose first answer
+    failed, feedback tokens."""
+    at, ok = passed_at[:rows], passed[:rows]
+    return {
+        "turns_mean": float(turns_used[:rows].mean()),
+        **{f"pass_turn{t + 1}": float((at <= t).mean()) for t in range(turns)},
+        "repaired_frac": float((ok & (at > 0)).sum() / max((at > 0).sum(), 1)),
+        "feedback_tokens_mean": float(env_tokens[:rows].mean()),
+    }
 
 
 def assemble(run, prompts, group_size: int, body, mine, logp) -> Rollout:
