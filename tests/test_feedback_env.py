@@ -4,6 +4,7 @@ last answer ends the episode, and a two-turn demo run's batch has the model's to
 them) in its response mask, the feedback turns as holes, and replays to the same update."""
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -19,6 +20,7 @@ from microcoder_jax.envs.config import EnvConfig
 from microcoder_jax.envs.feedback import NO_CODE
 from microcoder_jax.evaluator import EvaluatorPool
 from microcoder_jax.trainer import batch_files
+from microcoder_jax.trainer.evaluation import format_table
 from microcoder_jax.trainer.loop import train
 from microcoder_jax.trainer.replay import _base, replay
 from microcoder_jax.trainer.setup import block_fields
@@ -161,6 +163,8 @@ def test_evaluation_scores_pass_at_1_after_each_turn(two_turn_run):
     (row,) = rows
     assert 0 <= row["eval_episode_pass_turn1"] <= row["eval_episode_pass_turn2"] <= 1
     assert 1 <= row["eval_episode_turns_mean"] <= 2 and 0 <= row["eval_episode_repaired_frac"] <= 1
+    report = json.load(open(os.path.join(workdir, "eval", "step_2.json")))
+    assert "pass@1 after turn 2" in format_table(report) and report["episodes"]["problems"] == 5
 
 
 def test_a_two_turn_step_replays_to_the_same_update(two_turn_run):

@@ -85,6 +85,14 @@ def format_table(report: dict) -> str:
             row(f"{section[3:]}={name}", g)
     if "greedy" in report:
         lines.append(f"greedy (T = 0) pass@1: {100 * report['greedy']['overall']['pass@1']:.1f}%")
+    if "episodes" in report:  # multi-turn: one episode per problem, pass@1 by the turn it passed
+        e = report["episodes"]
+        turns = sorted(k for k in e if k.startswith("pass_turn"))
+        lines.append(
+            "episodes: "
+            + ", ".join(f"pass@1 after turn {k[9:]} {100 * e[k]:.1f}%" for k in turns)
+            + f", repaired {100 * e['repaired_frac']:.1f}%, {e['turns_mean']:.2f} turns"
+        )
     if report.get("reasons"):
         total = sum(report["reasons"].values()) or 1
         lines.append(
