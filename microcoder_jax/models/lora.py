@@ -6,9 +6,10 @@ more stacked leaves: ``NAME_lora_a [layers, *in, rank]`` and ``NAME_lora_b [laye
 ``x W`` (decoder.decoder_layer); B starts at zero, so a fresh adapter leaves the base's logits exactly as
 they were. Only adapter leaves are trained (`split`/`join`: the train step differentiates them and
 nothing else); the base is stored once in the compute dtype, or as int8 with one float32 scale
-per output channel (``NAME_scale [layers, *out]``, lora.base_dtype=int8). The sampler reads the
-merged weights (``decoding_params`` folds adapters and scales into its compute-dtype copy), so
-decoding costs what it costs without adapters.
+per output channel (``NAME_scale [layers, *out]``, lora.base_dtype=int8). The forward-only passes
+read merged weights: the sampler (``decoding_params`` folds adapters and scales into its
+compute-dtype copy) and the learner's old- and reference-log-prob pass (``for_scoring``, inside
+its jit), so they cost one matmul per projection, as without adapters.
 """
 
 from __future__ import annotations
@@ -216,6 +217,27 @@ def merge(params: dict, config, dtype=None) -> dict:
     out = {k: cast(k, v) for k, v in params.items() if k != "layers"}
     out["layers"] = out_layers
     return out
+
+
+def for_scoring(params: dict, config) -> tuple[dict, object]:
+    """(params, config) for a forward-only pass: with adapters, ``merge`` into the compute dtype
+    (an int8 base dequantised) and the plain ``base_config``, so each projection is one matmul
+    instead of the base's plus ``(x A) B``; without adapters the arguments themselves (rank 0:
+    no change of program). Traced inside the pass's jit, the merged copy is a temporary of that
+    pass (one compute-dtype copy of the adapted and int8 matrices, placed as the stored ones are
+    on a mesh); the stored base is not copied beyond it. Equal to the adapter forward to float
+    rounding (in bf16: the merged weight is rounded once, where the adapter forward rounds the
+    base's product and the adapters' separately)."""
+    if not config.lora_rank:
+        return params, config
+    from microcoder_jax import sharding
+    from microcoder_jax.models.decoder import param_logical_axes  # decoder imports this module
+
+    plain = base_config(config)
+    merged = merge(params, config, config.dtype)
+    axes = param_logical_axes(plain)
+    is_axes = lambda x: isinstance(x, tuple)  # noqa: E731
+    return jax.tree.map(lambda ax, x: sharding.constrain(x, ax), axes, merged, is_leaf=is_axes), plain
 
 
 def delta(a: jax.Array, b: jax.Array, n_in: int, s: float) -> jax.Array:

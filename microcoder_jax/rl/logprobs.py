@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import models, sharding
+from microcoder_jax.models import lora
 from microcoder_jax.rl import packing as packing_lib
 
 
@@ -210,7 +211,10 @@ def batch_logprobs(
     packing=None,
 ):
     """[N, S] log-probs of padded rows, on their packed layout when `packing` is given: the one
-    old-log-prob computation (traceable; the learner jits it, the step calls it for a batch without)."""
+    old- and reference-log-prob computation (traceable; the learner jits it). Forward-only, so a
+    LoRA model's adapters are merged into its weights first, inside the program (models.lora.for_scoring:
+    one matmul per projection; a temporary compute-dtype copy of the adapted matrices)."""
+    params, model_config = lora.for_scoring(params, model_config)
     if packing is None:
         return micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature, chunk, micro_batch)
     return packed_logprobs(params, model_config, tokens, temperature, packing, chunk, micro_batch)

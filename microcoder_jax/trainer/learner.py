@@ -6,7 +6,9 @@ rl.logprobs.batch_logprobs: here and nowhere else in the loop), for every rl.off
 the loop calls `score` on a batch's rows as soon as they are sampled, so in a synchronous run
 (k = 0; the params that sampled it) they run on the device while the judge works; a batch
 sampled k updates ago is ready when asked for, and rl.is_correction weighs the sampler's stale
-log-probs against them. Packing is decided here for both passes (rl.packing).
+log-probs against them. Packing is decided here for both passes (rl.packing). With LoRA adapters
+both passes read merged weights (the program folds W + A B * alpha/r once per call: one matmul a
+projection, a temporary compute-dtype copy of the adapted matrices; models.lora.for_scoring).
 """
 
 from __future__ import annotations
