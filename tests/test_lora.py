@@ -101,7 +101,7 @@ def test_full_finetuning_scores_on_the_unchanged_program(base):
     """Rank 0: the pass is the plain forward, bit for bit (no merge, no change of program)."""
     batch = make_batch(1)
     args = (batch["tokens"], batch["attention_mask"], batch["temperature"])
-    scored, config = lora.for_scoring(base, MC)
+    scored, config = lora.for_scoring(base, MC, models.param_logical_axes)
     assert scored is base and config is MC
     np.testing.assert_array_equal(
         np.asarray(compute_logprobs(base, MC, *args, chunk=8, micro_batch=8)),

@@ -219,7 +219,7 @@ def merge(params: dict, config, dtype=None) -> dict:
     return out
 
 
-def for_scoring(params: dict, config) -> tuple[dict, object]:
+def for_scoring(params: dict, config, logical_axes) -> tuple[dict, object]:
     """(params, config) for a forward-only pass: with adapters, ``merge`` into the compute dtype
     (an int8 base dequantised) and the plain ``base_config``, so each projection is one matmul
     instead of the base's plus ``(x A) B``; without adapters the arguments themselves (rank 0:
@@ -227,15 +227,15 @@ def for_scoring(params: dict, config) -> tuple[dict, object]:
     pass (one compute-dtype copy of the adapted and int8 matrices, placed as the stored ones are
     on a mesh); the stored base is not copied beyond it. Equal to the adapter forward to float
     rounding (in bf16: the merged weight is rounded once, where the adapter forward rounds the
-    base's product and the adapters' separately)."""
+    base's product and the adapters' separately). `logical_axes(config)`: the params' logical axes
+    (decoder.param_logical_axes, passed in: the decoder imports this module)."""
     if not config.lora_rank:
         return params, config
     from microcoder_jax import sharding
-    from microcoder_jax.models.decoder import param_logical_axes  # decoder imports this module
 
     plain = base_config(config)
     merged = merge(params, config, config.dtype)
-    axes = param_logical_axes(plain)
+    axes = logical_axes(plain)
     is_axes = lambda x: isinstance(x, tuple)  # noqa: E731
     return jax.tree.map(lambda ax, x: sharding.constrain(x, ax), axes, merged, is_leaf=is_axes), plain
 

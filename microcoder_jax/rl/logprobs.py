@@ -214,7 +214,7 @@ def batch_logprobs(
     old- and reference-log-prob computation (traceable; the learner jits it). Forward-only, so a
     LoRA model's adapters are merged into its weights first, inside the program (models.lora.for_scoring:
     one matmul per projection; a temporary compute-dtype copy of the adapted matrices)."""
-    params, model_config = lora.for_scoring(params, model_config)
+    params, model_config = lora.for_scoring(params, model_config, models.param_logical_axes)
     if packing is None:
         return micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature, chunk, micro_batch)
     return packed_logprobs(params, model_config, tokens, temperature, packing, chunk, micro_batch)
