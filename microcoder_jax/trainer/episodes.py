@@ -26,8 +26,7 @@ import numpy as np
 from microcoder_jax.data.prompts import follow_up, prompt_bucket
 from microcoder_jax.envs.feedback import cut
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.sampling.interface import make_sampler
-from microcoder_jax.trainer.rollout import decode, generate, verdict_arrays
+from microcoder_jax.trainer.rollout import decode, generate, sampler_for, verdict_arrays
 
 TOO_LONG = "The feedback was too long to show. Check the program against the examples in the statement."
 
@@ -43,15 +42,7 @@ def turn_buckets(run) -> tuple[int, ...]:
 
 def turn_sampler(run):
     """The run's sampler for turns >= 1 (its prompt buckets `turn_buckets`)."""
-    return make_sampler(
-        run.sampling,
-        run.model_config,
-        stop_ids=run.stop_ids,
-        pad_id=run.pad_id,
-        prompt_buckets=turn_buckets(run),
-        mesh=run.mesh,
-        sample_mesh=run.sample_mesh,
-    )
+    return sampler_for(run, turn_buckets(run))
 
 
 def feedback_ids(tok, text: str, answer_end: str, limit: int, enable_thinking: bool = False) -> list[int]:

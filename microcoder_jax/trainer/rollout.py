@@ -46,14 +46,15 @@ def sampler_logprobs(sample, response_mask) -> np.ndarray:
     return np.where(response_mask > 0, full, np.float32(0))
 
 
-def sampler_for(run):
-    """The run's sampler (`sampling.engine`) on its model, stop ids, prompt buckets and mesh."""
+def sampler_for(run, prompt_buckets=None):
+    """The run's sampler (`sampling.engine`) on its model, stop ids, prompt buckets (`data.prompt_buckets`
+    unless given: a multi-turn episode's later turns are wider) and mesh."""
     return make_sampler(
         run.sampling,
         run.model_config,
         stop_ids=run.stop_ids,
         pad_id=run.pad_id,
-        prompt_buckets=run.data.prompt_buckets,
+        prompt_buckets=run.data.prompt_buckets if prompt_buckets is None else prompt_buckets,
         mesh=run.mesh,
         sample_mesh=run.sample_mesh,
     )
