@@ -167,6 +167,7 @@ def train(name: str, mc, rows: int, seq: int, micro: int, device, peak: float | 
         prompt_width=seq // 4,
         max_new=seq - seq // 4,
         micro=micro,
+        step_micro=micro,  # one mini-batch (num_minibatches=1): the step's micro-batch is the pass's
         eval_prompts=0,
         eval_samples=0,
         eval_max_new=0,

@@ -293,7 +293,7 @@ def test_eval_judges_each_problem_as_its_samples_finish(params, pool, monkeypatc
     monkeypatch.setattr(
         loader,
         "make_prompt_set",
-        lambda probs, tokenizer, data: types.SimpleNamespace(
+        lambda probs, tokenizer, data, **_: types.SimpleNamespace(
             problems=list(probs), prompts=prompts[: len(probs)], skipped_too_long=0
         ),
     )
