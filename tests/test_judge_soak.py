@@ -18,7 +18,9 @@ def test_a_short_soak_does_not_grow():
     g = judge_soak.growth(result)
     g["throughput_ratio"] = 1.0  # wall-clock is not asserted (a shared machine's load moves it)
     # A sample also counts the pipes of the runs in flight, and a short soak has few samples to
-    # take the minimum over: allow one run's pipes and a channel. A leak of one descriptor per
-    # program would show as ~80 over the 4,000 runs after warm-up (40 tests a program).
+    # take the minimum over: allow a run's pipes and a channel per worker (on a loaded machine every
+    # tail sample can catch both workers mid-run: 14 seen once in a full suite at load 7.7). A leak
+    # of one descriptor per program would show as ~80 over the 4,000 runs after warm-up (40 tests a
+    # program).
     fds, g["fds"] = g["fds"], 0
-    assert fds <= 8 and judge_soak.failures(g) == [], {**g, "fds": fds}
+    assert fds <= 8 * 2 and judge_soak.failures(g) == [], {**g, "fds": fds}
