@@ -130,6 +130,7 @@ def two_turn_run(tmp_path_factory):
     return workdir, c
 
 
+@pytest.mark.slow  # a two-turn demo run (~40 s): the quick tier keeps the environment's own tests
 def test_two_turn_batches_train_on_the_models_tokens_only(two_turn_run):
     workdir, c = two_turn_run
     rows = [r for r in untimed_rows(workdir) if "loss" in r]  # the training rows (not the eval's)
@@ -156,6 +157,7 @@ def test_two_turn_batches_train_on_the_models_tokens_only(two_turn_run):
     assert np.all(np.asarray(batch.response_lengths) <= attention[:, P:].sum(1))
 
 
+@pytest.mark.slow  # a two-turn demo run (~40 s): the quick tier keeps the environment's own tests
 def test_evaluation_scores_pass_at_1_after_each_turn(two_turn_run):
     workdir, _ = two_turn_run
     rows = [r for r in untimed_rows(workdir) if "eval_episode_pass_turn1" in r]
@@ -167,6 +169,7 @@ def test_evaluation_scores_pass_at_1_after_each_turn(two_turn_run):
     assert "pass@1 after turn 2" in format_table(report) and report["episodes"]["problems"] == 5
 
 
+@pytest.mark.slow  # a two-turn demo run (~40 s): the quick tier keeps the environment's own tests
 def test_a_two_turn_step_replays_to_the_same_update(two_turn_run):
     workdir, _ = two_turn_run
     row, diffs = replay(workdir, 2, log_fn=lambda *a: None)
