@@ -142,7 +142,7 @@ class _Judged:
             if code is None and not last and not self.truncated[row] and public_tests(p):
                 turn = dataclasses.replace(turn, done=False, feedback=NO_CODE)
             elif row in public_results and not all(x.passed for x in public_results[row]):
-                text = feedback_text(public_tests(p), public_results[row], env.feedback_chars)
-                turn = dataclasses.replace(turn, done=False, feedback=text)
+                shown = feedback_text(public_tests(p), public_results[row], env.feedback_chars)
+                turn = dataclasses.replace(turn, done=False, feedback=shown)
             turns.append(turn)
         return turns
