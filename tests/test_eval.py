@@ -144,8 +144,11 @@ def test_eval_names_its_step_and_problems_and_writes_only_under_its_folder(tmp_p
     (run / "eval" / "step_0.json").write_text(json.dumps({"overall": {"problems": 40, "pass@1": 0.2}}))
     few = ["--config.eval.max_problems=4"]
     assert ev.main([f"--checkpoint={run}", *few]) == 0
-    out = capsys.readouterr().out.splitlines()
+    got = capsys.readouterr()
+    out = got.out.splitlines()
     assert out[0] == f"scored: step 8 of {run}", out
+    # progress on stderr after each batch of problems (the table alone goes to stdout)
+    assert "4 of 4 problems at T = " in got.err and got.err.startswith("eval ["), got.err
     assert out[1].startswith("problems: the 4 training problems (demo.held_out_per_op=0"), out
     assert f"the start (step 0, before RL; the run's own eval): pass@1 20.0% ({run}/eval/step_0.json)" in out
     report = json.loads((run / "eval.json").read_text())

@@ -20,6 +20,7 @@ from microcoder_jax.envs.config import EnvConfig
 from microcoder_jax.envs.feedback import NO_CODE
 from microcoder_jax.evaluator import EvaluatorPool
 from microcoder_jax.trainer import batch_files
+from microcoder_jax.trainer.episodes import episode_stats
 from microcoder_jax.trainer.evaluation import format_table
 from microcoder_jax.trainer.loop import train
 from microcoder_jax.trainer.replay import _base, replay
@@ -108,6 +109,20 @@ def test_a_feedback_turn_continues_the_conversation_as_the_template_writes_it():
     assert follow_up(tok, "It failed.", "<|endoftext|>").startswith("<|im_end|>")
 
 
+def test_episode_stats_count_passes_by_turn_repairs_and_repeats():
+    # four 3-turn episodes: passed at turn 1; repaired at turn 2; never (a repeat at turns 2 and 3);
+    # never, changing its program each turn; plus one padding row left out
+    turns_used = np.array([1, 2, 3, 3, 3])
+    passed_at = np.array([0, 1, 3, 3, 0])
+    passed = np.array([True, True, False, False, True])
+    repeats = np.array([0, 0, 2, 0, 2])
+    s = episode_stats(turns_used, passed_at, passed, np.array([0, 40, 80, 80, 0]), 3, 4, repeats)
+    assert s["pass_turn1"] == 0.25 and s["pass_turn2"] == s["pass_turn3"] == 0.5
+    assert s["repaired_frac"] == 1 / 3  # of the three first answers that failed, one was repaired
+    assert s["repeat_frac"] == 2 / 5  # of the 5 answers after feedback, 2 repeat the program before
+    assert s["turns_mean"] == 9 / 4 and s["feedback_tokens_mean"] == 50
+
+
 @pytest.fixture(scope="module")
 def two_turn_run(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("feedback_run"))
@@ -124,6 +139,8 @@ def two_turn_run(tmp_path_factory):
             "demo.hidden_op": True,  # the operation only the tests reveal (configs/feedback_task.py)
             "train.eval_every": 2,
             "eval.batch_problems": 5,
+            "eval.samples": 2,  # two episodes a problem
+            "eval.max_new_tokens": 32,  # the eval's own answer cap, not the training one
         },
     )
     train(c, workdir, log_fn=lambda *a: None)
@@ -165,6 +182,7 @@ def test_evaluation_scores_pass_at_1_after_each_turn(two_turn_run):
     (row,) = rows
     assert 0 <= row["eval_episode_pass_turn1"] <= row["eval_episode_pass_turn2"] <= 1
     assert 1 <= row["eval_episode_turns_mean"] <= 2 and 0 <= row["eval_episode_repaired_frac"] <= 1
+    assert 0 <= row["eval_episode_repeat_frac"] <= 1
     report = json.load(open(os.path.join(workdir, "eval", "step_2.json")))
     assert "pass@1 after turn 2" in format_table(report) and report["episodes"]["problems"] == 5
 

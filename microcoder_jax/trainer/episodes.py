@@ -31,18 +31,20 @@ from microcoder_jax.trainer.rollout import decode, generate, sampler_for, verdic
 TOO_LONG = "The feedback was too long to show. Check the program against the examples in the statement."
 
 
-def turn_buckets(run) -> tuple[int, ...]:
+def turn_buckets(run, max_new_tokens: int | None = None) -> tuple[int, ...]:
     """Prompt widths of turns >= 1: a turn-t context is at most the widest prompt plus t answers
-    and t feedback turns (rounded up to the paged engine's page size)."""
-    e, w, base = run.env_config, run.sampling.max_new_tokens, max(run.data.prompt_buckets)
+    (`max_new_tokens`, default the sampling cap) and t feedback turns (rounded up to the paged
+    engine's page size)."""
+    e, base = run.env_config, max(run.data.prompt_buckets)
+    w = max_new_tokens or run.sampling.max_new_tokens
     page = run.sampling.page_size if run.sampling.engine == "paged" else 1
     grown = {math.ceil((base + t * (w + e.feedback_tokens)) / page) * page for t in range(1, e.max_turns)}
     return tuple(sorted(set(run.data.prompt_buckets) | grown))
 
 
-def turn_sampler(run):
+def turn_sampler(run, max_new_tokens: int | None = None):
     """The run's sampler for turns >= 1 (its prompt buckets `turn_buckets`)."""
-    return sampler_for(run, turn_buckets(run))
+    return sampler_for(run, turn_buckets(run, max_new_tokens))
 
 
 def feedback_ids(tok, text: str, answer_end: str, limit: int, enable_thinking: bool = False) -> list[int]:
@@ -84,11 +86,13 @@ def collect_episodes(
     env=None,
     group_size=None,
     real_rows=None,
+    max_new_tokens=None,
 ):
     """One generation batch of episodes: (Rollout, verdict counts of the last answers, episode
     stats). `sampler` samples turn 0 (the worker's), `later_sampler` the turns after (turn_sampler);
-    `env` (default the run's), `group_size` (default sampling.group_size) and `real_rows` (the
-    stats' rows, the rest padding; default all) for evaluation."""
+    `env` (default the run's), `group_size` (default sampling.group_size), `real_rows` (the
+    stats' rows, the rest padding; default all) and `max_new_tokens` (an answer's cap, default
+    sampling.max_new_tokens; `later_sampler` must be built for it) for evaluation."""
     if jax.process_count() > 1:
         raise ValueError("multi-turn episodes (env.max_turns > 1) run on one process for now")
     env = env or run.env
@@ -101,13 +105,13 @@ def collect_episodes(
     last: list = [None] * n
     truncated, turns_used = np.zeros(n, bool), np.zeros(n, np.int32)
     passed_at, entropy, env_tokens = np.full(n, T, np.int32), np.zeros(n, np.float32), np.zeros(n, np.int32)
+    repeats = np.zeros(n, np.int32)  # later answers whose program is the previous answer's, unchanged
     active, temps = list(range(n)), None
     for turn in range(T):
         t0 = time.perf_counter()
         rows = None if turn == 0 else [context[r] for r in active + [active[-1]] * (n - len(active))]
-        out = _sample(
-            run, params, (sampler, later_sampler), prompts, rows, G, temperature, jax.random.fold_in(rng, turn)
-        )
+        key = jax.random.fold_in(rng, turn)
+        out = _sample(run, params, (sampler, later_sampler), prompts, rows, G, temperature, key, max_new_tokens)
         temps = np.asarray(out.temperature, np.float32) if turn == 0 else temps
         times["sample"] += time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -124,6 +128,8 @@ def collect_episodes(
             body[r] += answer
             mine[r] += [1] * len(answer)
             logp[r] += lps[i, : lengths[i]].tolist()
+            if turn and judged[i].program is not None and judged[i].program == last[r].program:
+                repeats[r] += 1
             last[r], turns_used[r], truncated[r] = judged[i], turn + 1, bool(cut_off[i])
             entropy[r] = ent[i]
             if judged[i].passed:
@@ -142,45 +148,53 @@ def collect_episodes(
         active = still
         if not active:
             break
-    rollout = assemble(run, prompts, G, body, mine, logp)
+    rollout = assemble(run, prompts, G, body, mine, logp, max_new_tokens)
     rewards, passed, no_code, counts = verdict_arrays(last)
     rollout = rollout.replace(
         truncated=truncated, temperature=temps, rewards=rewards, passed=passed, no_code=no_code, sample_entropy=entropy
     )
-    stats = episode_stats(turns_used, passed_at, passed, env_tokens, T, real_rows or n)
+    stats = episode_stats(turns_used, passed_at, passed, env_tokens, T, real_rows or n, repeats)
     return rollout, counts, stats
 
 
-def _sample(run, params, samplers, prompts, contexts, group_size: int, temperature, key):
+def _sample(run, params, samplers, prompts, contexts, group_size: int, temperature, key, max_new_tokens=None):
     """Turn 0: G answers per prompt (the first sampler); a later turn (`contexts`: one per row, a
     static count): one answer per context (the second sampler, wider prompt buckets)."""
     if contexts is None:
         return generate(
-            run, params, prompts, num_samples=group_size, temperature=temperature, rng=key, sampler=samplers[0]
-        )
-    return generate(run, params, contexts, num_samples=1, temperature=temperature, rng=key, sampler=samplers[1])
+            run, params, prompts, num_samples=group_size, temperature=temperature, rng=key, sampler=samplers[0],
+            max_new_tokens=max_new_tokens,
+        )  # fmt: skip
+    return generate(
+        run, params, contexts, num_samples=1, temperature=temperature, rng=key, sampler=samplers[1],
+        max_new_tokens=max_new_tokens,
+    )  # fmt: skip
 
 
-def episode_stats(turns_used, passed_at, passed, env_tokens, turns: int, rows: int) -> dict:
+def episode_stats(turns_used, passed_at, passed, env_tokens, turns: int, rows: int, repeats=None) -> dict:
     """Over the first `rows` episodes: turns used, the share passed by each turn (`passed_at`: the
     first turn an answer passed, `turns` if none), the repaired share of those whose first answer
-    failed, feedback tokens."""
+    failed, feedback tokens, and the share of answers after feedback that repeat the previous
+    program unchanged (`repeats`: per episode; a model that ignores the feedback repeats itself)."""
     at, ok = passed_at[:rows], passed[:rows]
+    later = int((turns_used[:rows] - 1).sum())
+    repeat = {} if repeats is None else {"repeat_frac": float(repeats[:rows].sum() / max(later, 1))}
     return {
         "turns_mean": float(turns_used[:rows].mean()),
         **{f"pass_turn{t + 1}": float((at <= t).mean()) for t in range(turns)},
         "repaired_frac": float((ok & (at > 0)).sum() / max((at > 0).sum(), 1)),
         "feedback_tokens_mean": float(env_tokens[:rows].mean()),
+        **repeat,
     }
 
 
-def assemble(run, prompts, group_size: int, body, mine, logp) -> Rollout:
+def assemble(run, prompts, group_size: int, body, mine, logp, max_new_tokens=None) -> Rollout:
     """The episodes as batch rows: [left-padded prompt | body], right-padded to
     EnvConfig.row_width; the response mask is `mine`, the sampler's log-probs `logp` on it, the
     span the first answer token to the last model token. Verdict fields are left for the caller."""
     n = len(body)
     P = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
-    S = run.env_config.row_width(P, run.sampling.max_new_tokens)
+    S = run.env_config.row_width(P, max_new_tokens or run.sampling.max_new_tokens)
     tokens = np.full((n, S), run.pad_id, np.int32)
     attention, response = np.zeros((n, S), np.int32), np.zeros((n, S), np.int32)
     sampler_lp, span = np.zeros((n, S), np.float32), np.zeros(n, np.int32)

@@ -92,6 +92,7 @@ def format_table(report: dict) -> str:
             "episodes: "
             + ", ".join(f"pass@1 after turn {k[9:]} {100 * e[k]:.1f}%" for k in turns)
             + f", repaired {100 * e['repaired_frac']:.1f}%, {e['turns_mean']:.2f} turns"
+            + (f", {100 * e['repeat_frac']:.0f}% of later answers repeat the program" if "repeat_frac" in e else "")
         )
     if report.get("reasons"):
         total = sum(report["reasons"].values()) or 1
@@ -171,9 +172,10 @@ def _failure_reasons(turns, truncated, judged, texts, examples: dict) -> np.ndar
     return reason
 
 
-def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, samples=None) -> dict:
+def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, samples=None, progress=None) -> dict:
     """Sample `eval.samples` answers per problem in the date window (at `eval.temperature`; the
-    keyword arguments override both), judge them, summarize pass@k and the answers' lengths."""
+    keyword arguments override both), judge them, summarize pass@k and the answers' lengths.
+    `progress(line)`: told after each batch of problems (the eval CLI prints it)."""
     import jax
 
     from microcoder_jax import sharding
@@ -229,6 +231,11 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
             [bool(p) for p, j in zip(passed[i * k : (i + 1) * k], judged[i * k : (i + 1) * k]) if j]
             for i in range(len(chunk))
         ]
+        if progress is not None:
+            progress(
+                f"{len(passes)} of {len(kept)} problems at T = {float(temperature):g}: "
+                f"{sum(judged_passes)} of {len(judged_passes)} answers passed"
+            )
     report = summarize(kept, passes, judge_errors=judge_errors)
     report["skipped_too_long"] = prompt_set.skipped_too_long
     report["date_window"] = [e.date_from, e.date_to]
@@ -295,27 +302,30 @@ def start_score(workdir: str) -> dict | None:
     return {"file": path, **{k: v for k, v in overall.items() if k.startswith("pass@")}}
 
 
-def evaluate_run(run, pool, params, rng) -> dict:
+def evaluate_run(run, pool, params, rng, progress=None) -> dict:
     """The run's evaluation problems at `eval.*`; with `eval.greedy` also one greedy answer each
     (report["greedy"]): pass@1 of the policy itself, free of the sampling temperature."""
-    report = evaluate_problems(run, pool, params, run.eval_problems, rng=rng)
+    report = evaluate_problems(run, pool, params, run.eval_problems, rng=rng, progress=progress)
     if run.eval.greedy:
         already = run.eval.temperature == 0 and run.eval.samples == 1  # the report is the greedy pass
         greedy = (
             report
             if already
-            else evaluate_problems(run, pool, params, run.eval_problems, rng=rng, temperature=0.0, samples=1)
+            else evaluate_problems(
+                run, pool, params, run.eval_problems, rng=rng, temperature=0.0, samples=1, progress=progress
+            )
         )
         report["greedy"] = {k: greedy[k] for k in ("overall", "lengths", "reasons", "examples")}
     if run.env.max_turns > 1:
-        report["episodes"] = evaluate_episodes(run, pool, params, run.eval_problems, rng=rng)
+        report["episodes"] = evaluate_episodes(run, pool, params, run.eval_problems, rng=rng, progress=progress)
     return report
 
 
-def evaluate_episodes(run, pool, params, problems, *, rng) -> dict:
-    """Multi-turn episodes on the evaluation problems (env.kind=feedback), one per problem at
-    `eval.temperature`, judged with the `all` reward: pass@1 after each turn (an episode counts from
-    the turn its answer passes), how often a failing first answer is repaired, turns per episode."""
+def evaluate_episodes(run, pool, params, problems, *, rng, progress=None) -> dict:
+    """Multi-turn episodes on the evaluation problems (env.kind=feedback), `eval.samples` per problem
+    at `eval.temperature`, judged with the `all` reward: pass@1 after each turn (an episode counts
+    from the turn its answer passes), how often a failing first answer is repaired, how often an
+    answer after feedback repeats the previous program, turns per episode."""
     import jax
 
     from microcoder_jax.data.loader import make_prompt_set
@@ -327,20 +337,30 @@ def evaluate_episodes(run, pool, params, problems, *, rng) -> dict:
     problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)][: e.max_problems or None]
     env = make_env(run.data, "all", run.env_config)
     prompt_set = make_prompt_set(problems, run.tokenizer, run.data, messages=env.messages)
-    kept, prompts, size = prompt_set.problems, prompt_set.prompts, e.batch_problems
-    first, later = sampler_for(run), turn_sampler(run)
+    kept, prompts, size, samples = prompt_set.problems, prompt_set.prompts, e.batch_problems, e.samples
+    first, later = sampler_for(run), turn_sampler(run, e.max_new_tokens)
     totals: dict = {}
+    norms: dict = {}
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start : start + size], prompts[start : start + size]
         pad = size - len(chunk)  # a full batch every call: one compiled shape
         _, _, stats = collect_episodes(
             run, first, later, pool, params, chunk + [chunk[-1]] * pad, chunk_prompts + [chunk_prompts[-1]] * pad,
             temperature=e.temperature, rng=jax.random.fold_in(rng, start), times=collections.Counter(),
-            env=env, group_size=1, real_rows=len(chunk),
+            env=env, group_size=samples, real_rows=len(chunk) * samples, max_new_tokens=e.max_new_tokens,
         )  # fmt: skip
-        for k, v in stats.items():  # means over this chunk's real rows: weighed by their count
-            totals[k] = totals.get(k, 0.0) + v * len(chunk)
-    return {k: v / max(len(kept), 1) for k, v in totals.items()} | {"problems": len(kept)}
+        rows = len(chunk) * samples  # each share weighed by the episodes it is a share of
+        weights = {"repaired_frac": rows * (1 - stats["pass_turn1"]), "repeat_frac": rows * (stats["turns_mean"] - 1)}
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v * weights.get(k, rows)
+            norms[k] = norms.get(k, 0.0) + weights.get(k, rows)
+        if progress is not None:
+            done = min(start + size, len(kept))
+            turns = ", ".join(
+                f"after turn {k[9:]} {totals[k] / norms[k]:.3f}" for k in sorted(totals) if k.startswith("pass_turn")
+            )
+            progress(f"episodes: {done} of {len(kept)} problems, pass@1 {turns}")
+    return {k: v / norms[k] if norms[k] else 0.0 for k, v in totals.items()} | {"problems": len(kept)}
 
 
 def reason_shares(report: dict) -> dict:
@@ -404,6 +424,15 @@ def _load_params(run, checkpoint: str, step: int | None):
 
     meta = read_checkpoint_meta(directory, found)  # LoRA: adapters on the base they were trained on
     return with_base(run, params, frozen_base(run), meta, f"checkpoint step {found} in {directory}"), found
+
+
+def _progress():
+    """A progress printer for the eval CLI: each line on stderr with the seconds since the start."""
+    import sys
+    import time
+
+    start = time.perf_counter()
+    return lambda line: print(f"eval [{time.perf_counter() - start:6.0f} s] {line}", file=sys.stderr, flush=True)
 
 
 def _define_flags(fv) -> None:
@@ -495,7 +524,7 @@ def main(argv=None) -> int:
             raise config_lib.ConfigError(f"--step={args.step}: {e}" if args.step is not None else str(e)) from None
         pool = open_pool(run.evaluator, hide=problem_files(run))
         try:  # the judge hides every problem file: programs cannot read the answers
-            report = evaluate_run(run, pool, params, key(run.seed, 4))
+            report = evaluate_run(run, pool, params, key(run.seed, 4), progress=_progress())
         finally:
             pool.close()
         report["checkpoint"], report["step"] = os.path.abspath(args.checkpoint), step
