@@ -172,6 +172,21 @@ def write_tokens(pool_layer, page: jax.Array, offset: jax.Array, new: jax.Array)
     return pool_layer.at[at].set(new.astype(pool_layer.dtype), mode="drop")
 
 
+def read_pages(pool_layer, table: jax.Array, dtype=jnp.float32) -> jax.Array:
+    """The keys (or values) of each row's pages in table order: ``table [A, M]`` page ids (out of
+    range: zeros) -> ``[A, K, M * page_size, D]`` in ``dtype`` (an int8 layer dequantised)."""
+    a, m = table.shape
+
+    def gather(x):  # [K, pages, ps, ...] -> [A, K, M * ps, ...]
+        got = jnp.take(x, table.reshape(-1), axis=1, mode="fill", fill_value=0)
+        got = got.reshape(x.shape[0], a, m * x.shape[2], *x.shape[3:])
+        return jnp.moveaxis(got, 0, 1)
+
+    if isinstance(pool_layer, QuantizedPages):
+        return dequantize(gather(pool_layer.data), gather(pool_layer.scale), dtype)
+    return gather(pool_layer).astype(dtype)
+
+
 def copy_pages(pool: PagePool, src: jax.Array, dst: jax.Array) -> PagePool:
     """Page ``src[i]`` copied to page ``dst[i]`` in every layer (ids out of range: nothing copied)."""
     # every device copies all pages in its own replica of the pool (ids replicated, not per slot

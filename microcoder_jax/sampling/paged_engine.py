@@ -11,7 +11,10 @@ Jitted programs per shape (`EngineShape`, all static):
   from the stored prompt logits. It stops when the queue is empty and every slot is done, or after
   `budget` steps (so the host can hand finished groups on and push more prompts, then call again);
 - `recompute` (partial rollouts after a weight update, optional) prefills again, with the new
-  weights, the prompts still needed and every running sequence's tokens so far.
+  weights, the prompts still needed and every running sequence's tokens so far;
+- with ``hold`` (multi-turn episodes) a finished sequence keeps its pages: `extend` makes a new
+  prompt of it and the tokens that follow (the environment's turn), prefilling only those, over
+  the kept keys, and queues one sample of it; `drop` gives a held sequence's pages back.
 
 Everything per row is data: cap (<= the static output width), temperature, top-p, top-k. Token t of
 sequence r (counted over the session, `row_id`) is drawn with key fold_in(fold_in(rng, r), t), so
@@ -36,7 +39,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from microcoder_jax.models import DecoderConfig, decoding_params, forward, init_cache, lm_head
+from microcoder_jax.models import DecoderConfig, KVCache, decoding_params, forward, init_cache, lm_head
 from microcoder_jax.models.decoding import is_decoding
 from microcoder_jax.models import paged_attention as pa
 from microcoder_jax.sampling import pages as pg
@@ -59,6 +62,7 @@ class EngineShape:
     refill_every: int
     shrink_at: int  # once the queue is empty, `run` returns when this few slots are live (0: never)
     kv_dtype: str = "model"  # the pool's dtype (`sampling.kv_dtype`): model (the model's), bfloat16, float32, int8
+    hold: bool = False  # finished sequences keep their pages (row_table) for `extend` or `drop`
 
     @property
     def rows(self) -> int:
@@ -121,6 +125,7 @@ def init_state(config: DecoderConfig, shape: EngineShape, pad_id) -> dict[str, A
         slot_last=jnp.zeros((s,), jnp.int32),
         slot_done=jnp.ones((s,), bool),
         table=jnp.full((s, shape.table_width), none),
+        row_table=jnp.full((n if shape.hold else 0, shape.table_width), none),  # held rows' pages
         steps=jnp.int32(0),
         slot_steps=jnp.int32(0),
         live_steps=jnp.int32(0),
@@ -146,7 +151,8 @@ def admit(
     config: DecoderConfig,
     shape: EngineShape,
 ):
-    """Prefill the first ``count`` of ``prompt_ids [A, P]`` (left-padded) and queue their samples.
+    """Prefill the first ``count`` of ``prompt_ids [A, P]`` (left-padded; P a multiple of the page
+    size up to the shape's prompt width) and queue their samples.
 
     Per-row arrays are ``[A * G]`` in prompt-major order; ``order [A * G]`` lists the local rows
     in the order they join the queue (the first ``count * G`` entries are used).
@@ -171,9 +177,10 @@ def admit(
     need = jnp.arange(shape.prompt_pages)[None, :] < -(-prompt_len // ps)[:, None]
     pages, ids = pg.allocate(state["pages"], need.reshape(-1), refs=g)
     ids = ids.reshape(a, shape.prompt_pages)
+    written = ids[:, : width // ps]  # a narrower prompt needs no more pages than it has columns
     pool = pa.PagePool(
         *(
-            tuple(pa.write_prompt_pages(p, c, prompt_len, ids) for p, c in zip(pool_part, cache_part))
+            tuple(pa.write_prompt_pages(p, c, prompt_len, written) for p, c in zip(pool_part, cache_part))
             for pool_part, cache_part in zip(state["pool"], cache)
         )
     )
@@ -252,14 +259,110 @@ def _sample(state, logits, mask, rng, stop_ids, pad_id, shape, version=None):
 
 
 def release_finished(state: dict[str, Any], shape: EngineShape) -> dict[str, Any]:
-    """Slots whose sequence is done give back their pages (prompt pages: one reference) and go idle."""
+    """Slots whose sequence is done give back their pages (prompt pages: one reference) and go idle;
+    with ``shape.hold`` the sequence keeps them (its row of ``row_table``) for `extend` or `drop`."""
     finished = (state["slot_seq"] >= 0) & state["slot_done"]
-    pages = pg.release(state["pages"], jnp.where(finished[:, None], state["table"], shape.num_pages))
+    if shape.hold:
+        rows = jnp.where(finished, state["slot_seq"], shape.rows)
+        state = dict(state, row_table=state["row_table"].at[rows].set(state["table"], mode="drop"))
+    else:
+        state = dict(
+            state, pages=pg.release(state["pages"], jnp.where(finished[:, None], state["table"], shape.num_pages))
+        )
     return dict(
         state,
-        pages=pages,
         slot_seq=jnp.where(finished, -1, state["slot_seq"]),
         table=jnp.where(finished[:, None], shape.num_pages, state["table"]),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("shape",), donate_argnames=("state",))
+def drop(state, rows, *, shape: EngineShape):
+    """Held sequences ``rows [A]`` (out of range: none) give back their pages (``shape.hold``)."""
+    held = state["row_table"].at[rows].get(mode="fill", fill_value=shape.num_pages)
+    return dict(
+        state,
+        pages=pg.release(state["pages"], held),
+        row_table=state["row_table"].at[rows].set(shape.num_pages, mode="drop"),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
+def extend(
+    state, params, rows, tail_ids, context_len, count, cap, temperature, top_p, top_k, *, config, shape: EngineShape
+):
+    """The first ``count`` held sequences ``rows [A]`` go on as new prompts of one sample each: the
+    whole context so far (its first ``context_len [A]`` tokens, ending with ``tail_ids [A, C]``, the
+    last C, right-aligned) is the prompt. The keys before those C come from the sequence's pages;
+    only the C tokens are prefilled (the host passes every token the pages lack among them: the
+    answer's last, never fed, and the environment's turn). The new prompt's keys are written into
+    pages of its own and the old sequence's pages given back; its one sample is queued with the
+    row's ``cap, temperature, top_p, top_k [A]``."""
+    a, c = tail_ids.shape
+    g, ps, width, none = shape.samples, shape.page_size, shape.prompt_width, shape.num_pages
+    real = jnp.arange(a) < count
+    held = jnp.where(real[:, None], state["row_table"].at[rows].get(mode="fill", fill_value=none), none)
+    start = width - context_len  # the context is left-padded to the prompt width
+    column = jnp.arange(width)[None, :]
+    src = jnp.clip(column - start[:, None], 0, shape.table_width * ps - 1)  # a column's index in the pages
+    mask = (column >= start[:, None]) & real[:, None]
+
+    def dense(pool_layer):  # [K, pages, ps, D] -> the rows' keys, left-padded: [A, K, width, D]
+        keys = pa.read_pages(pool_layer, held, jnp.dtype(config.dtype))  # [A, K, table_width * ps, D]
+        keys = jnp.take_along_axis(keys, src[:, None, :, None], axis=2)
+        return jnp.where(mask[:, None, :, None], keys, 0).astype(config.dtype)
+
+    cache = KVCache(*(tuple(dense(layer) for layer in part) for part in state["pool"]))
+    positions = jnp.maximum(jnp.arange(width - c, width)[None, :] - start[:, None], 0)
+    hidden, cache = forward(
+        params,
+        config,
+        tail_ids,
+        attention_mask=mask,
+        positions=positions,
+        cache=cache,
+        cache_index=width - c,
+        return_hidden=True,
+    )
+    assert cache is not None  # forward returns the cache it was given
+    logits = lm_head(params, config, hidden[:, -1])
+    prompt_len = jnp.where(real, context_len, 0)
+    pages = pg.release(state["pages"], held)  # read above; the new prompt's pages may reuse them
+    need = jnp.arange(shape.prompt_pages)[None, :] < -(-prompt_len // ps)[:, None]
+    pages, ids = pg.allocate(pages, need.reshape(-1), refs=1)
+    ids = ids.reshape(a, shape.prompt_pages)
+    pool = pa.PagePool(
+        *(
+            tuple(pa.write_prompt_pages(p, k, prompt_len, ids) for p, k in zip(pool_part, cache_part))
+            for pool_part, cache_part in zip(state["pool"], cache)
+        )
+    )
+    base = state["prompts_used"]
+    position = (base + jnp.arange(a)) % shape.max_prompts
+    slot_of = jnp.where(real, position, shape.max_prompts)
+    row = jnp.where(real, position * g, shape.rows)  # sample 0 of each new prompt; the others stay empty
+    put = lambda name, value: state[name].at[row].set(value, mode="drop")  # noqa: E731
+    queue = state["queue"].at[jnp.where(real, (state["tail"] + jnp.arange(a)) % shape.rows, shape.rows)]
+    return dict(
+        state,
+        pool=pool,
+        pages=pages,
+        row_table=state["row_table"].at[jnp.where(real, rows, shape.rows)].set(none, mode="drop"),
+        queue=queue.set(position * g, mode="drop"),
+        tail=state["tail"] + count,
+        prompts_used=base + count,
+        prompt_pages=state["prompt_pages"].at[slot_of].set(ids, mode="drop"),
+        prompt_len=state["prompt_len"].at[slot_of].set(prompt_len, mode="drop"),
+        prompt_logits=state["prompt_logits"].at[slot_of].set(logits, mode="drop"),
+        prompt_version=state["prompt_version"].at[slot_of].set(state["version"], mode="drop"),
+        cap=put("cap", cap),
+        temperature=put("temperature", temperature),
+        top_p=put("top_p", top_p),
+        top_k=put("top_k", top_k),
+        row_id=put("row_id", (base + jnp.arange(a)) * g),
+        lengths=put("lengths", 0),
+        stopped=put("stopped", False),
+        entropy=put("entropy", 0.0),
     )
 
 

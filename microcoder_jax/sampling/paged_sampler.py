@@ -6,6 +6,8 @@
 finishes (the engine returns to the host every `report_every` steps to check), so judging can
 overlap the tail. `PagedSession` is the same machinery for callers that push more prompts while
 it runs (DAPO refills): `push` queues prompts behind the ones still running, in the same programs.
+With ``hold`` (multi-turn episodes) finished rows keep their KV: `extend` continues a row with the
+environment's turn appended (only the new tokens are prefilled) and `drop` frees a row that ends.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class PagedSession:
         mesh=None,
         kv_dtype: str = "model",
         version: int = 0,
+        hold: bool = False,
     ):
         tail_slots = default_tail_slots(slots) if tail_slots is None else tail_slots
         if min(num_samples, max_prompts, max_new_tokens, slots, page_size, refill_every, max_admit, tail_slots) < 1:
@@ -141,6 +144,7 @@ class PagedSession:
             refill_every=refill_every,
             shrink_at=shrink_at(self.sizes, slots),
             kv_dtype=kv_dtype,
+            hold=hold,
         )
         self.full_shape = self.shape
         self.config, self.mesh, self.max_admit = config, mesh, max_admit
@@ -152,6 +156,8 @@ class PagedSession:
         self.prompt_ids = np.zeros((max_prompts, prompt_width), np.int32)
         self.prompt_mask = np.zeros((max_prompts, prompt_width), np.int32)
         self.temperature = np.zeros((max_prompts * num_samples,), np.float32)
+        self.samples_of = np.full((max_prompts,), num_samples, np.int64)  # an extend's prompt: 1
+        self.held: set[int] = set()  # rows (position * G + sample) keeping their pages (hold)
         self.pushed = 0  # prompts pushed so far (prompt indices count on; positions wrap)
         self.reported: set[int] = set()
         self.retired: set[int] = set()  # prompts whose positions push may reuse (`retire`)
@@ -184,6 +190,8 @@ class PagedSession:
         for p in prompts:
             if p not in self.reported:
                 raise ValueError(f"prompt {p} has not finished; only finished prompts can be retired")
+            if self.held.intersection(self._rows(p)):
+                raise ValueError(f"prompt {p} has held rows; extend or drop them before retiring it")
             self.retired.add(int(p))
 
     def active(self) -> list[int]:
@@ -239,12 +247,14 @@ class PagedSession:
         top_k=0,
         caps=None,
         queue_order: Sequence[int] | None = None,
+        width: int | None = None,
     ) -> range:
         """Prefill ``prompts`` and queue their G samples each; returns their prompt indices.
 
         temperature / top_p / top_k / caps: a scalar or one value per row (len(prompts) * G); caps
         default to max_new_tokens. queue_order (tests): a permutation of these rows, the order in
-        which they take slots (only for a push of at most max_admit prompts).
+        which they take slots (only for a push of at most max_admit prompts). width: the prefill's
+        width (a multiple of the page size, at most the session's prompt width, its default).
         """
         self._check_open()
         shape, g = self.shape, self.shape.samples
@@ -266,7 +276,13 @@ class PagedSession:
             raise ValueError(
                 f"queue_order must be a permutation of range({rows}) for a push of <= {self.max_admit} prompts"
             )
-        ids, mask = left_pad(prompts, shape.prompt_width, self.pad_id)
+        width = shape.prompt_width if width is None else width
+        if width % shape.page_size or not 0 < width <= shape.prompt_width:
+            raise ValueError(
+                f"push width {width}: need a multiple of page_size={shape.page_size} up to the prompt "
+                f"width {shape.prompt_width}"
+            )
+        ids, mask = left_pad(prompts, width, self.pad_id)
         first = self.num_prompts
         if self.shape.slots != self.full_shape.slots:  # the tail had shrunk S: back to full width
             self._resize(self.full_shape.slots)
@@ -297,10 +313,119 @@ class PagedSession:
                     shape=self.full_shape,
                 )
         at = (first + np.arange(n)) % shape.max_prompts
-        self.prompt_ids[at], self.prompt_mask[at] = ids, mask
+        self.prompt_ids[at], self.prompt_mask[at] = left_pad(prompts, shape.prompt_width, self.pad_id)
         self.temperature[(at[:, None] * g + np.arange(g)).reshape(-1)] = temperature
+        self.samples_of[at] = g
         self.pushed += n
         return range(first, first + n)
+
+    def _rows(self, prompt: int) -> list[int]:
+        """The rows of a prompt index: its G samples, or the one of an extend's prompt."""
+        at = prompt % self.shape.max_prompts
+        return [at * self.shape.samples + j for j in range(int(self.samples_of[at]))]
+
+    def extend(
+        self,
+        rows: Sequence[tuple[int, int]],
+        contexts: Sequence[Sequence[int]],
+        *,
+        temperature,
+        top_p=1.0,
+        top_k=0,
+        caps=None,
+    ) -> range:
+        """Continue held rows (``hold``): row (prompt index, sample) gets one more sample, its prompt
+        ``contexts[i]``, the whole conversation so far: its prompt, its answer and the tokens that
+        follow (the environment's turn). The kept keys are reused; only the tokens the pages lack
+        are prefilled. The row's pages go to the new prompt (the row is no longer held); returns
+        the new prompt indices (one sample each). temperature / top_p / top_k / caps as in push."""
+        self._check_open()
+        shape, g, n = self.shape, self.shape.samples, len(rows)
+        if not shape.hold:
+            raise ValueError("extend needs a session opened with hold=True (finished rows keep their KV)")
+        if n == 0 or n != len(contexts) or n > self.room():
+            raise ValueError(f"extend of {n} rows with {len(contexts)} contexts: need 1..{self.room()} of each")
+        temperature = _per_row(temperature, n, np.float32, "temperature")
+        top_p, top_k = _per_row(top_p, n, np.float32, "top_p"), _per_row(top_k, n, np.int32, "top_k")
+        caps = _per_row(shape.max_new if caps is None else caps, n, np.int32, "caps")
+        if ((caps < 1) | (caps > shape.max_new)).any():
+            raise ValueError(f"caps must be in 1..max_new_tokens={shape.max_new}")
+        flat = [(p % shape.max_prompts) * g + j for p, j in rows]
+        outs = self._kept(rows)
+        new = []
+        for (p, j), row, ctx, kept in zip(rows, flat, contexts, outs):
+            if row not in self.held:
+                raise ValueError(f"row ({p}, {j}) is not held: it has not finished, or was extended or dropped")
+            if len(ctx) > shape.prompt_width:
+                raise ValueError(
+                    f"context of row ({p}, {j}) has {len(ctx)} tokens, more than the prompt width {shape.prompt_width}"
+                )
+            if len(ctx) <= len(kept) or list(ctx[: len(kept)]) != kept:
+                raise ValueError(
+                    f"context of row ({p}, {j}) does not continue the row: it must start with the row's prompt "
+                    f"and answer ({len(kept)} tokens) and add at least one token"
+                )
+            new.append(len(ctx) - len(kept))  # the answer's last token (never fed) and what follows
+        chunk = min(shape.prompt_width, max(shape.page_size, 1 << (max(new) - 1).bit_length()))
+        first = self.num_prompts
+        if self.shape.slots != self.full_shape.slots:
+            self._resize(self.full_shape.slots)
+        for lo in range(0, n, self.max_admit):
+            hi = min(n, lo + self.max_admit)
+            size = 1 << (hi - lo - 1).bit_length()
+            pick = list(range(lo, hi)) + [lo] * (size - (hi - lo))
+            tail = np.full((size, chunk), self.pad_id, np.int32)
+            for i, k in enumerate(pick):
+                got = list(contexts[k])[-chunk:]
+                tail[i, chunk - len(got) :] = got
+            with self._mesh():
+                self.state = engine.extend(
+                    self.state,
+                    self.params,
+                    jnp.asarray([flat[k] for k in pick], jnp.int32),
+                    tail,
+                    np.asarray([len(contexts[k]) for k in pick], np.int32),
+                    jnp.int32(hi - lo),
+                    caps[pick],
+                    temperature[pick],
+                    top_p[pick],
+                    top_k[pick],
+                    config=self.config,
+                    shape=self.full_shape,
+                )
+            self.pushed += hi - lo
+        at = (first + np.arange(n)) % shape.max_prompts
+        self.prompt_ids[at], self.prompt_mask[at] = left_pad(contexts, shape.prompt_width, self.pad_id)
+        self.temperature[at * g] = temperature
+        self.samples_of[at] = 1
+        self.held.difference_update(flat)
+        return range(first, first + n)
+
+    def drop(self, rows: Sequence[tuple[int, int]]) -> None:
+        """Held rows (prompt index, sample) that end give their pages back (``hold``)."""
+        flat = [(p % self.shape.max_prompts) * self.shape.samples + j for p, j in rows]
+        if any(r not in self.held for r in flat):
+            raise ValueError("drop of a row that is not held (not finished, or already extended or dropped)")
+        for lo in range(0, len(flat), self.max_admit):
+            part = flat[lo : lo + self.max_admit]
+            size = 1 << (len(part) - 1).bit_length()
+            ids = np.asarray(part + [self.shape.rows] * (size - len(part)), np.int32)
+            with self._mesh():
+                self.state = engine.drop(self.state, ids, shape=self.full_shape)
+        self.held.difference_update(flat)
+
+    def _kept(self, rows: Sequence[tuple[int, int]]) -> list[list[int]]:
+        """Each row's tokens whose keys its pages hold: its prompt and its answer but the last token."""
+        g, m = self.shape.samples, self.shape.max_prompts
+        flat = jnp.asarray([(p % m) * g + j for p, j in rows], jnp.int32)
+        picked = _take_rows({k: self.state[k] for k in ("tokens", "lengths")}, flat)
+        tokens, lengths = (np.asarray(shd.to_host(picked[k])) for k in ("tokens", "lengths"))
+        out = []
+        for (p, _), row, n in zip(rows, tokens, lengths):
+            at = p % m
+            prompt = self.prompt_ids[at][self.prompt_mask[at] > 0].tolist()
+            out.append(prompt + row[: max(int(n) - 1, 0)].tolist())
+        return out
 
     def run(self, steps: int | None = None) -> list[int]:
         """Decode for at most ``steps`` steps (all that is queued if None); returns the prompt indices
@@ -330,10 +455,13 @@ class PagedSession:
             raise RuntimeError("the page pool ran out (engine sizing bug); raise num_pages")
         lengths, stopped, cap = (np.asarray(shd.to_host(self.state[k])) for k in ("lengths", "stopped", "cap"))
         g, m = self.shape.samples, self.shape.max_prompts
-        done_rows = np.asarray((lengths > 0) & (stopped | (lengths >= cap)), bool)
-        finished = np.all(done_rows.reshape(-1, g), axis=1).tolist()  # per position
+        done_rows = np.asarray((lengths > 0) & (stopped | (lengths >= cap)), bool).reshape(-1, g)
+        used = np.arange(g)[None, :] < self.samples_of[:, None]  # an extend's prompt has one sample
+        finished = np.all(done_rows | ~used, axis=1).tolist()  # per position
         new = [p for p in self.active() if p not in self.reported and bool(finished[p % m])]
         self.reported.update(new)
+        if self.shape.hold:  # their rows now keep their pages until extended or dropped
+            self.held.update(r for p in new for r in self._rows(p))
         return new
 
     def _scalar(self, name: str) -> int:
@@ -350,13 +478,13 @@ class PagedSession:
         return len(self.reported) == self.pushed
 
     def output(self, prompts: Sequence[int] | None = None) -> SamplerOutput:
-        """Results for these prompt indices (all pushed ones by default), rows prompt-major."""
-        g, m = self.shape.samples, self.shape.max_prompts
+        """Results for these prompt indices (all pushed ones by default), rows prompt-major (G rows
+        a pushed prompt, one an extend's)."""
+        g = self.shape.samples
         picks = np.asarray(self.active() if prompts is None else prompts, np.int64)
         if any(int(p) in self.retired or not 0 <= p < self.pushed for p in picks):
             raise ValueError("output() of a prompt never pushed or already retired (its position may be reused)")
-        at = picks % m
-        rows = (at[:, None] * g + np.arange(g)).reshape(-1)
+        rows = np.asarray([r for p in picks for r in self._rows(int(p))], np.int64)
         keys = ("tokens", "logprobs", "versions", "lengths", "stopped", "entropy")
         picked = _take_rows({k: self.state[k] for k in keys}, jnp.asarray(rows, jnp.int32))  # only these rows
         tokens, logprobs, versions, lengths, stopped, entropy = (shd.to_host(picked[k]) for k in keys)
@@ -368,8 +496,8 @@ class PagedSession:
             truncated=~stopped,
             entropy=entropy / np.maximum(lengths, 1),
             temperature=self.temperature[rows],
-            prompt_tokens=np.repeat(self.prompt_ids[at], g, axis=0),
-            prompt_mask=np.repeat(self.prompt_mask[at], g, axis=0),
+            prompt_tokens=self.prompt_ids[rows // g],
+            prompt_mask=self.prompt_mask[rows // g],
             versions=np.where(written, versions, np.int32(0)),
         )
 
