@@ -187,6 +187,43 @@ def test_evaluation_scores_pass_at_1_after_each_turn(two_turn_run):
     assert "pass@1 after turn 2" in format_table(report) and report["episodes"]["problems"] == 5
 
 
+@pytest.mark.slow  # a two-turn demo run (~40 s, shared) and both paths' programs (~20 s)
+def test_kept_kv_episodes_sample_what_re_prefilled_ones_sample(two_turn_run, pool):
+    """The paged engine keeps each row's KV across turns (HeldTurns) where the static path
+    re-prefills the whole conversation (PrefilledTurns): greedy, with the two-turn run's trained
+    params, the same episodes token for token."""
+    import collections
+
+    import jax
+
+    from microcoder_jax import config as config_lib
+    from microcoder_jax.trainer.episodes import collect_episodes, turn_sampler
+    from microcoder_jax.trainer.evaluation import _load_params
+    from microcoder_jax.trainer.rollout import sampler_for
+    from microcoder_jax.trainer.setup import setup
+
+    workdir, c = two_turn_run
+    c = c.copy_and_resolve_references()
+    c.sampling.engine, c.sampling.slots, c.env.max_turns = "paged", 8, 3
+    run = setup(c, workdir, config_lib.validate(c))
+    params, _ = _load_params(run, workdir, None)
+    problems, prompts = run.prompt_set.problems[:4], run.prompt_set.prompts[:4]
+    got = {}
+    for keep in (True, False):
+        got[keep] = collect_episodes(
+            run, sampler_for(run), turn_sampler(run), pool, params, problems, prompts,
+            temperature=0.0, rng=jax.random.key(0), times=collections.Counter(), keep_kv=keep,
+        )  # fmt: skip
+    (held, _, held_stats), (fresh, _, fresh_stats) = got[True], got[False]
+    assert held_stats["turns_mean"] > 1.5, held_stats  # most episodes went on after feedback
+    cost = "later_prefill_tokens"  # only the feedback turns' tokens are prefilled again
+    assert 0 < held_stats.pop(cost) < 0.6 * fresh_stats.pop(cost), (held_stats, fresh_stats)
+    assert held_stats == fresh_stats
+    for field in ("tokens", "attention_mask", "response_mask", "response_lengths", "rewards"):
+        np.testing.assert_array_equal(getattr(held, field), getattr(fresh, field), err_msg=field)
+    np.testing.assert_allclose(held.sampler_logprobs, fresh.sampler_logprobs, atol=1e-4)
+
+
 @pytest.mark.slow  # a two-turn demo run (~40 s): the quick tier keeps the environment's own tests
 def test_a_two_turn_step_replays_to_the_same_update(two_turn_run):
     workdir, _ = two_turn_run

@@ -26,7 +26,8 @@ def tiny(tmp_path_factory):
 def _session(tiny, **kw):
     _, config, params = tiny
     rows = len(PROMPTS) * G
-    kw = {"slots": 3, "max_prompts": len(PROMPTS) + rows, "num_pages": 200, "hold": True, **kw}
+    # 3 slots and no tail shrink: one `run` program for the file
+    kw = {"slots": 3, "tail_slots": 3, "max_prompts": len(PROMPTS) + rows, "num_pages": 200, "hold": True, **kw}
     return PagedSession(
         params,
         config,
@@ -111,6 +112,8 @@ def test_extend_refuses_a_context_that_does_not_continue_the_row(tiny):
         session.extend([(p, 0)], [PROMPTS[0] + answer[:-1]], temperature=0.0)  # less than its keys
     with pytest.raises(ValueError, match="more than the prompt width"):
         session.extend([(p, 0)], [PROMPTS[0] + answer + [33] * WIDTH], temperature=0.0)
+    with pytest.raises(ValueError, match="chunk=1: need at least the 2 new tokens"):
+        session.extend([(p, 0)], [PROMPTS[0] + answer + [33]], temperature=0.0, chunk=1)
     with pytest.raises(ValueError, match="retiring"):
         session.retire([p])
     session.extend([(p, 0)], [PROMPTS[0] + answer + [33]], temperature=0.0)

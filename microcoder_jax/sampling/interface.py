@@ -160,6 +160,41 @@ class PagedSampler(_Common):
             version=version,
         )
 
+    def open_held_session(
+        self,
+        params,
+        *,
+        num_samples: int,
+        max_prompts: int,
+        prompt_width: int,
+        rows: int,
+        max_new_tokens: int,
+        num_pages: int,
+        rng,
+    ) -> paged_sampler.PagedSession:
+        """A session whose finished rows keep their KV (`hold`) for multi-turn episodes: `num_samples`
+        per first prompt, room for `max_prompts` prompts up to `prompt_width` tokens (the last
+        turn's context), `num_pages` pages (the caller sizes them for every turn), slots for `rows`."""
+        c = self.config
+        return paged_sampler.PagedSession(
+            params,
+            self.model_config,
+            num_samples=num_samples,
+            max_prompts=max_prompts,
+            max_new_tokens=max_new_tokens,
+            prompt_width=prompt_width,
+            stop_token_ids=self.stop_ids,
+            pad_id=self.pad_id,
+            rng=rng,
+            slots=c.slots_for(rows),
+            page_size=c.page_size,
+            refill_every=c.refill_every,
+            num_pages=num_pages,
+            kv_dtype=c.kv_dtype,
+            mesh=self.mesh,
+            hold=True,
+        )
+
 
 ENGINES = {"static": StaticSampler, "paged": PagedSampler}
 

@@ -124,7 +124,8 @@ class PagedSession:
             )
         block_pages = block_pages or max(1, 64 // page_size)
         need = engine.max_own_pages(max_new_tokens, page_size)
-        prompt_pages = max_prompts * (prompt_width // page_size)
+        # a holding session's caller sizes its pool for its turns; it must hold one prompt at the width
+        prompt_pages = (1 if hold else max_prompts) * (prompt_width // page_size)
         num_pages = num_pages or engine.default_num_pages(max_prompts, prompt_width, slots, max_new_tokens, page_size)
         if num_pages < prompt_pages + need:
             raise ValueError(
@@ -157,6 +158,7 @@ class PagedSession:
         self.prompt_mask = np.zeros((max_prompts, prompt_width), np.int32)
         self.temperature = np.zeros((max_prompts * num_samples,), np.float32)
         self.samples_of = np.full((max_prompts,), num_samples, np.int64)  # an extend's prompt: 1
+        self.extend_columns = 0  # token columns extend prefilled (rows x chunk, padding included)
         self.held: set[int] = set()  # rows (position * G + sample) keeping their pages (hold)
         self.pushed = 0  # prompts pushed so far (prompt indices count on; positions wrap)
         self.reported: set[int] = set()
@@ -333,12 +335,16 @@ class PagedSession:
         top_p=1.0,
         top_k=0,
         caps=None,
+        chunk: int | None = None,
     ) -> range:
         """Continue held rows (``hold``): row (prompt index, sample) gets one more sample, its prompt
         ``contexts[i]``, the whole conversation so far: its prompt, its answer and the tokens that
         follow (the environment's turn). The kept keys are reused; only the tokens the pages lack
         are prefilled. The row's pages go to the new prompt (the row is no longer held); returns
-        the new prompt indices (one sample each). temperature / top_p / top_k / caps as in push."""
+        the new prompt indices (one sample each). temperature / top_p / top_k / caps as in push;
+        chunk: the tokens each row prefills (the new ones and, before them, some it already had),
+        a static shape: by default the power of two covering the most new tokens of this call;
+        a caller that knows its bound passes it (one program for every call)."""
         self._check_open()
         shape, g, n = self.shape, self.shape.samples, len(rows)
         if not shape.hold:
@@ -366,7 +372,13 @@ class PagedSession:
                     f"and answer ({len(kept)} tokens) and add at least one token"
                 )
             new.append(len(ctx) - len(kept))  # the answer's last token (never fed) and what follows
-        chunk = min(shape.prompt_width, max(shape.page_size, 1 << (max(new) - 1).bit_length()))
+        if chunk is None:
+            chunk = min(shape.prompt_width, max(shape.page_size, 1 << (max(new) - 1).bit_length()))
+        elif not max(new) <= chunk <= shape.prompt_width:
+            raise ValueError(
+                f"extend chunk={chunk}: need at least the {max(new)} new tokens of a row and at most the "
+                f"prompt width {shape.prompt_width}"
+            )
         first = self.num_prompts
         if self.shape.slots != self.full_shape.slots:
             self._resize(self.full_shape.slots)
@@ -394,6 +406,7 @@ class PagedSession:
                     shape=self.full_shape,
                 )
             self.pushed += hi - lo
+            self.extend_columns += size * chunk
         at = (first + np.arange(n)) % shape.max_prompts
         self.prompt_ids[at], self.prompt_mask[at] = left_pad(contexts, shape.prompt_width, self.pad_id)
         self.temperature[at * g] = temperature

@@ -8,11 +8,13 @@ trained), the sampler's log-probs sit on the model's tokens, the reward and flag
 answer's, `truncated` says whether that answer hit the length cap, and `response_lengths` spans
 from the first answer token to the last model token.
 
-Turn t >= 1 re-prefills each continuing row's whole context (prompt, answers and feedback so far)
-with the turn sampler (the run's sampler with prompt buckets wide enough for the grown context),
-at a static row count: finished rows are stood in for by a continuing one and their answers
-dropped, so every turn reuses one compiled shape per bucket. Keeping the earlier turns' KV in a
-paged session instead of re-prefilling is not built yet (Known limits).
+How turn t >= 1 is sampled depends on the engine. The paged engine keeps every row's KV in one
+session across the turns (`PagedSession(hold=True)`): a continuing row is extended with its
+feedback tokens, and only those (and the answer's last token) are prefilled over the kept keys;
+a row whose episode ends gives its pages back at once. The static engine has no session: it
+re-prefills each continuing row's whole context with the turn sampler (prompt buckets wide enough
+for the grown context) at a static row count (finished rows stood in for by a continuing one,
+their answers dropped), one compiled shape per bucket.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from microcoder_jax.data.prompts import follow_up, prompt_bucket
 from microcoder_jax.envs.feedback import cut
 from microcoder_jax.rl.batch import Rollout
+from microcoder_jax.sampling.paged_engine import max_own_pages
 from microcoder_jax.trainer.rollout import decode, generate, sampler_for, verdict_arrays
 
 TOO_LONG = "The feedback was too long to show. Check the program against the examples in the statement."
@@ -87,12 +90,15 @@ def collect_episodes(
     group_size=None,
     real_rows=None,
     max_new_tokens=None,
+    keep_kv=None,
 ):
     """One generation batch of episodes: (Rollout, verdict counts of the last answers, episode
-    stats). `sampler` samples turn 0 (the worker's), `later_sampler` the turns after (turn_sampler);
+    stats). `sampler` samples turn 0 (the worker's); a paged one samples the turns after in the
+    same session (KV kept), a static one leaves them to `later_sampler` (turn_sampler);
     `env` (default the run's), `group_size` (default sampling.group_size), `real_rows` (the
     stats' rows, the rest padding; default all) and `max_new_tokens` (an answer's cap, default
-    sampling.max_new_tokens; `later_sampler` must be built for it) for evaluation."""
+    sampling.max_new_tokens; `later_sampler` must be built for it) for evaluation; `keep_kv=False`
+    re-prefills later turns even on the paged engine (the reference the kept KV is checked against)."""
     if jax.process_count() > 1:
         raise ValueError("multi-turn episodes (env.max_turns > 1) run on one process for now")
     env = env or run.env
@@ -107,11 +113,14 @@ def collect_episodes(
     passed_at, entropy, env_tokens = np.full(n, T, np.int32), np.zeros(n, np.float32), np.zeros(n, np.int32)
     repeats = np.zeros(n, np.int32)  # later answers whose program is the previous answer's, unchanged
     active, temps = list(range(n)), None
+    turns = (
+        HeldTurns(run, sampler, params, prompts, G, T, temperature, rng, max_new_tokens)
+        if (sampler.sessions if keep_kv is None else keep_kv)
+        else PrefilledTurns(run, (sampler, later_sampler), params, prompts, G, temperature, rng, max_new_tokens)
+    )
     for turn in range(T):
         t0 = time.perf_counter()
-        rows = None if turn == 0 else [context[r] for r in active + [active[-1]] * (n - len(active))]
-        key = jax.random.fold_in(rng, turn)
-        out = _sample(run, params, (sampler, later_sampler), prompts, rows, G, temperature, key, max_new_tokens)
+        out = turns.sample(turn, active, context)
         temps = np.asarray(out.temperature, np.float32) if turn == 0 else temps
         times["sample"] += time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -145,30 +154,105 @@ def collect_episodes(
                 context[r] += answer + fb
                 env_tokens[r] += len(fb)
                 still.append(r)
+        turns.end([r for r in active if r not in set(still)])
         active = still
         if not active:
             break
+    turns.close()
     rollout = assemble(run, prompts, G, body, mine, logp, max_new_tokens)
     rewards, passed, no_code, counts = verdict_arrays(last)
     rollout = rollout.replace(
         truncated=truncated, temperature=temps, rewards=rewards, passed=passed, no_code=no_code, sample_entropy=entropy
     )
     stats = episode_stats(turns_used, passed_at, passed, env_tokens, T, real_rows or n, repeats)
+    stats["later_prefill_tokens"] = turns.prefilled / n  # per episode: the cost kept KV saves
     return rollout, counts, stats
 
 
-def _sample(run, params, samplers, prompts, contexts, group_size: int, temperature, key, max_new_tokens=None):
-    """Turn 0: G answers per prompt (the first sampler); a later turn (`contexts`: one per row, a
-    static count): one answer per context (the second sampler, wider prompt buckets)."""
-    if contexts is None:
+class PrefilledTurns:
+    """Turns sampled by fresh calls (the static engine): turn 0 G answers per prompt (the first
+    sampler), a later turn one answer per continuing row's whole context (the second sampler, its
+    wider prompt buckets), at a static row count (the last row stands in for finished ones)."""
+
+    def __init__(self, run, samplers, params, prompts, group_size, temperature, rng, max_new_tokens):
+        self.run, self.samplers, self.params, self.prompts = run, samplers, params, prompts
+        self.group_size, self.temperature, self.rng, self.max_new = group_size, temperature, rng, max_new_tokens
+        self.prefilled = 0  # token columns prefilled for turns >= 1 (rows x bucket width)
+
+    def sample(self, turn: int, active: list[int], context: list[list[int]]):
+        """The answers of the `active` rows (in that order, then padding rows)."""
+        first = turn == 0
+        rows = self.prompts if first else [context[r] for r in active + [active[-1]] * (len(context) - len(active))]
+        if not first:
+            self.prefilled += len(rows) * prompt_bucket(max(map(len, rows)), self.samplers[1].prompt_buckets)
         return generate(
-            run, params, prompts, num_samples=group_size, temperature=temperature, rng=key, sampler=samplers[0],
-            max_new_tokens=max_new_tokens,
+            self.run, self.params, rows, num_samples=self.group_size if first else 1, temperature=self.temperature,
+            rng=jax.random.fold_in(self.rng, turn), sampler=self.samplers[0 if first else 1],
+            max_new_tokens=self.max_new,
         )  # fmt: skip
-    return generate(
-        run, params, contexts, num_samples=1, temperature=temperature, rng=key, sampler=samplers[1],
-        max_new_tokens=max_new_tokens,
-    )  # fmt: skip
+
+    def end(self, rows: list[int]) -> None:
+        """These rows' episodes ended (nothing is kept for them)."""
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+class HeldTurns:
+    """Turns sampled in one paged session that keeps each row's KV (`PagedSession(hold=True)`):
+    turn 0 pushes the prompts (G samples each); a later turn extends each continuing row with the
+    tokens its context gained (its answer's last and the feedback turn), prefilling only those;
+    `end` gives a finished episode's pages back at once."""
+
+    def __init__(self, run, sampler, params, prompts, group_size, turns, temperature, rng, max_new_tokens):
+        c = run.sampling
+        w = max_new_tokens or c.max_new_tokens
+        n, ps = len(prompts) * group_size, c.page_size
+        self.width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
+        widest = max(turn_buckets(run, w))
+        # every row holds at most its prompt (turn 0's shared by its group, counted apart) and one
+        # answer's pages; a continued row's prompt is at most the widest turn's
+        pages = len(prompts) * (-(-self.width // ps)) + n * (widest // ps + max_own_pages(w, ps))
+        self.session = sampler.open_held_session(
+            params, num_samples=group_size, max_prompts=len(prompts) + n * (turns - 1), prompt_width=widest,
+            rows=n, max_new_tokens=w, num_pages=pages, rng=jax.random.fold_in(rng, 0),
+        )  # fmt: skip
+        self.prompts, self.group_size, self.temperature = prompts, group_size, temperature
+        self.sampling = dict(top_p=c.top_p, top_k=c.top_k)
+        # what a continued row lacks: its answer's last token and a feedback turn (one program)
+        self.chunk = min(widest, -(-(1 + run.env_config.feedback_tokens) // ps) * ps)
+        self.handle: list = []  # per row: its (prompt index, sample) in the session
+
+    def sample(self, turn: int, active: list[int], context: list[list[int]]):
+        """The answers of the `active` rows, in that order."""
+        s = self.session
+        if turn == 0:
+            pushed = s.push(self.prompts, temperature=self.temperature, width=self.width, **self.sampling)
+            self.handle = [(p, j) for p in pushed for j in range(self.group_size)]
+        else:
+            new = s.extend(
+                [self.handle[r] for r in active], [context[r] for r in active], temperature=self.temperature,
+                chunk=self.chunk, **self.sampling,
+            )  # fmt: skip
+            for r, p in zip(active, new):
+                self.handle[r] = (p, 0)
+        picks = sorted({self.handle[r][0] for r in active})
+        while not s.done:
+            s.run()
+        return s.output(picks)  # rows prompt-major: the active rows' order (extends number them in it)
+
+    @property
+    def prefilled(self) -> int:
+        """Token columns prefilled for turns >= 1 (extend's chunks, padding included)."""
+        return self.session.extend_columns
+
+    def end(self, rows: list[int]) -> None:
+        """These rows' episodes ended: their pages go back."""
+        if rows:
+            self.session.drop([self.handle[r] for r in rows])
+
+    def close(self) -> None:
+        self.session.close()
 
 
 def episode_stats(turns_used, passed_at, passed, env_tokens, turns: int, rows: int, repeats=None) -> dict:
