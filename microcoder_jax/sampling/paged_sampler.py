@@ -28,6 +28,10 @@ from microcoder_jax.sampling.static_sampler import SamplerOutput, _per_row, left
 
 NO_LIMIT = np.iinfo(np.int32).max
 RECOMPUTE_CHUNK = 8  # sequences per prefill when set_params recomputes KV (the planner counts the same)
+# Context columns one extend block gathers into its dense cache (rows x the prompt width): 64
+# prompts of 512, the admit block of the paper's config; a 8,704-token turn width extends 2 rows
+# at a time, so the dense copy stays at admit's size
+EXTEND_COLUMNS = 64 * 512
 
 
 def default_slots(rows: int) -> int:
@@ -38,6 +42,15 @@ def default_slots(rows: int) -> int:
 def call_slots(slots: int | None, rows: int) -> int:
     """S for a call of ``rows`` rows: ``slots`` (the default when None or 0), never more than the rows."""
     return min(slots or default_slots(rows), rows)
+
+
+def held_session_pages(prompts: int, prompt_width: int, rows: int, widest: int, max_new: int, page_size: int) -> int:
+    """Pages a holding session (multi-turn episodes) never runs out of: the first prompts at their
+    width (shared by their samples), and per row at most one prompt of its own up to the widest
+    turn's context (an extend's) and one answer's pages."""
+    return prompts * -(-prompt_width // page_size) + rows * (
+        -(-widest // page_size) + engine.max_own_pages(max_new, page_size)
+    )
 
 
 def default_tail_slots(slots: int) -> int:
@@ -382,8 +395,9 @@ class PagedSession:
         first = self.num_prompts
         if self.shape.slots != self.full_shape.slots:
             self._resize(self.full_shape.slots)
-        for lo in range(0, n, self.max_admit):
-            hi = min(n, lo + self.max_admit)
+        block = min(self.max_admit, 1 << max(0, (EXTEND_COLUMNS // shape.prompt_width).bit_length() - 1))
+        for lo in range(0, n, block):
+            hi = min(n, lo + block)
             size = 1 << (hi - lo - 1).bit_length()
             pick = list(range(lo, hi)) + [lo] * (size - (hi - lo))
             tail = np.full((size, chunk), self.pad_id, np.int32)

@@ -28,7 +28,7 @@ import numpy as np
 from microcoder_jax.data.prompts import follow_up, prompt_bucket
 from microcoder_jax.envs.feedback import cut
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.sampling.paged_engine import max_own_pages
+from microcoder_jax.sampling.paged_sampler import held_session_pages
 from microcoder_jax.trainer.rollout import decode, generate, sampler_for, verdict_arrays
 
 TOO_LONG = "The feedback was too long to show. Check the program against the examples in the statement."
@@ -210,9 +210,7 @@ class HeldTurns:
         n, ps = len(prompts) * group_size, c.page_size
         self.width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
         widest = max(turn_buckets(run, w))
-        # every row holds at most its prompt (turn 0's shared by its group, counted apart) and one
-        # answer's pages; a continued row's prompt is at most the widest turn's
-        pages = len(prompts) * (-(-self.width // ps)) + n * (widest // ps + max_own_pages(w, ps))
+        pages = held_session_pages(len(prompts), self.width, n, widest, w, ps)
         self.session = sampler.open_held_session(
             params, num_samples=group_size, max_prompts=len(prompts) + n * (turns - 1), prompt_width=widest,
             rows=n, max_new_tokens=w, num_pages=pages, rng=jax.random.fold_in(rng, 0),
