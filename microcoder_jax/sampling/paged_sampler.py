@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 from typing import Callable, Sequence
 
 import jax
@@ -495,7 +496,9 @@ class PagedSession:
         return int(shd.to_host(self.state[name]))
 
     def _resize(self, slots: int):
-        with self._mesh():
+        with self._mesh(), warnings.catch_warnings():
+            # the per-slot arrays change shape, so their donated buffers cannot be reused (the pool's are)
+            warnings.filterwarnings("ignore", "Some donated buffers were not usable")
             self.state = engine.resize(self.state, shape=self.shape, slots=slots)
         self.shape = dataclasses.replace(self.shape, slots=slots, shrink_at=shrink_at(self.sizes, slots))
 

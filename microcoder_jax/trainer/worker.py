@@ -104,8 +104,8 @@ class RolloutWorker:
             )
         self.moved_bytes, self.moved_s, self.params = 0, 0.0, None
         self.sampler = sampler_for(self.run)  # built once: sampling.engine on the worker's mesh
-        self.later_sampler = None  # multi-turn episodes: turns after the first (wider prompts)
-        if run.env.max_turns > 1:
+        self.later_sampler = None  # multi-turn episodes on the static engine: later turns' (wider prompts)
+        if run.env.max_turns > 1 and not self.sampler.sessions:  # the paged engine keeps one session
             from microcoder_jax.trainer.episodes import turn_sampler
 
             self.later_sampler = turn_sampler(self.run)
