@@ -96,7 +96,7 @@ def test_int8_base_plans_below_a_bf16_base():
     assert i.estimate.total < b.estimate.total
     lp_b, lp_i = _rows(bf16)["old log-probs"], _rows(int8)["old log-probs"]
     assert lp_b.estimate.components["params (args)"] - lp_i.estimate.components["params (args)"] == drop
-    assert lp_i.estimate.hbm_bytes < lp_b.estimate.hbm_bytes  # the pass reads the base at 1 byte a weight
+    assert lp_i.estimate.hbm_bytes < lp_b.estimate.hbm_bytes  # its merge reads the base at 1 byte a weight
 
 
 def test_lora_train_step_flops_form_no_base_weight_gradients():
@@ -112,9 +112,13 @@ def test_lora_train_step_flops_form_no_base_weight_gradients():
     f, lo = _rows(full)["train step"].estimate, _rows(lora)["train step"].estimate
     assert f.flops - lo.flops == pytest.approx(dense - 4 * adapters, rel=1e-9)
     assert f.model_flops - lo.model_flops == pytest.approx(dense - 3 * adapters, rel=1e-9)
-    # the log-prob pass: the same forward plus the adapters' (x A) B
+    # the log-prob pass merges the adapters first (models.lora.for_scoring): the same forward plus
+    # one A B per projection and layer (2 r x in x out), and a bf16 copy of the layers' weights
     fl, ll = _rows(full)["old log-probs"].estimate, _rows(lora)["old log-probs"].estimate
-    assert ll.flops - fl.flops == pytest.approx(adapters, rel=1e-9)
+    assert ll.flops - fl.flops == pytest.approx(2.0 * 8 * c["projections"], rel=1e-9)
+    assert ll.model_flops == fl.model_flops
+    merged = ll.components["merged weights (LoRA folded in, one compute-dtype copy)"]
+    assert merged == 2 * c["projections"] + 2 * (c["norms"] - mc.hidden_size)  # the layers' weights, bf16
 
 
 def test_lora_collectives_and_weight_sync_move_no_base_gradient():

@@ -251,10 +251,10 @@ class DecoderConfig:
         head = 0 if self.tie_word_embeddings else d * self.vocab_size
         return self.vocab_size * d + layers * per_layer + d + head
 
-    def num_adapter_params(self) -> int:
-        """Trainable adapter parameters (0 without LoRA): r * (in + out) per adapted projection and layer."""
+    def projection_dims(self) -> dict[str, tuple[int, int]]:
+        """(inputs, outputs) of each of a layer's seven projections, by name."""
         d, hd, f = self.hidden_size, self.head_dim, self.intermediate_size
-        in_out = {
+        return {
             "q_proj": (d, self.num_heads * hd),
             "k_proj": (d, self.num_kv_heads * hd),
             "v_proj": (d, self.num_kv_heads * hd),
@@ -263,6 +263,10 @@ class DecoderConfig:
             "up_proj": (d, f),
             "down_proj": (f, d),
         }
+
+    def num_adapter_params(self) -> int:
+        """Trainable adapter parameters (0 without LoRA): r * (in + out) per adapted projection and layer."""
+        in_out = self.projection_dims()
         return self.num_layers * self.lora_rank * sum(sum(in_out[t]) for t in self.lora_targets)
 
 

@@ -10,12 +10,15 @@ LoRA (`lora.rank` > 0, models/lora.py): the train state's bytes are the abstract
 in the compute dtype or int8, fp32 adapters, Adam moments of the adapters); gradients and the
 optimizer's temporaries are the adapters'; the training passes read the base at its stored bytes
 (1 per weight for an int8 base) and add the adapters' (x A) B; the train step forms no weight
-gradient for the base or the head (backward = activation gradients + the adapters' own).
+gradient for the base or the head (backward = activation gradients + the adapters' own). The
+forward-only log-prob pass merges the adapters into a compute-dtype copy first and reads that.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+import jax.numpy as jnp
 
 from microcoder_jax import sharding
 from microcoder_jax.plan.programs import Program, Shapes, local_bytes
@@ -182,11 +185,33 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     return Estimate(comp, flops=flops, model_flops=3.0 * (dense + attn + adapters) - frozen, hbm_bytes=hbm)
 
 
+def merge_cost(mc, params) -> tuple[int, float, float]:
+    """The LoRA merge at the start of a forward-only pass (models.lora.for_scoring): the merged
+    layer weights' bytes per device (one compute-dtype copy, sharded as the stored ones), the
+    FLOPs of every A B (2 r x in x out per adapted projection and layer) and its HBM bytes per
+    device (the stored base and adapters read once, the copy written once)."""
+    if not _lora(mc):
+        return 0, 0.0, 0.0
+    from microcoder_jax.models import lora
+
+    layers = params["layers"]
+    base = [x for name, x in layers.items() if not lora.is_adapter(name) and not name.endswith(lora.SCALE)]
+    elements = sum(local_bytes(x) // x.dtype.itemsize for x in base)
+    merged = elements * jnp.dtype(mc.dtype).itemsize  # one copy in the compute dtype
+    dims = mc.projection_dims()
+    flops = 2.0 * mc.num_layers * mc.lora_rank * sum(dims[name][0] * dims[name][1] for name in mc.lora_targets)
+    return merged, flops, float(local_bytes(layers) + merged)
+
+
 def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
+    """The old-log-prob pass: forward only over every row, micro-batch by micro-batch. LoRA: the
+    adapters are merged into a compute-dtype copy first (merge_cost), so each projection is one
+    matmul and the micro-batches read the merged copy."""
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
     t, n = _mesh(mesh)
     params = local_bytes(program.args[0])
+    merged, merge_flops, merge_hbm = merge_cost(mc, program.args[0])
     mb = _split(sh.micro, mesh)
     tokens = mb * sh.seq
     splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
@@ -196,16 +221,18 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
         "params (args)": params,
         "tokens, mask (args)": local_bytes([kw["tokens"], kw["attention_mask"], kw["temperature"]]),
         "log-probs out": _split(sh.rows, mesh) * sh.seq * 4,
-        "gathered weights (one layer)": layer * _layer_weight_bytes(mc) // t,
+        "gathered weights (one layer)": layer * (2 if merged else _layer_weight_bytes(mc)) // t,
         "activations (one layer, forward)": _layer_activations(mc, tokens, splash, t, sh.seq) // 2,
         "final hidden": tokens * d * 4,
         "vocab-projection chunk (logits)": mb * chunk * (v // t) * 4,
     }
+    if merged:
+        comp["merged weights (LoRA folded in, one compute-dtype copy)"] = merged
     rows_tokens = sh.rows * sh.seq
     flops = 2.0 * (l * layer + v * d) * rows_tokens + _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
-    flops += adapter_flops(mc, rows_tokens)
-    hbm = (sh.rows // sh.micro) * weights_read(mc) / t
-    return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm)
+    read = float((l * layer + v * d) * jnp.dtype(mc.dtype).itemsize) if merged else weights_read(mc)
+    hbm = (sh.rows // sh.micro) * read / t + merge_hbm
+    return Estimate(comp, flops=flops + merge_flops, model_flops=flops, hbm_bytes=hbm)
 
 
 def _kv(mc, rows_local: int, slots: int, t: int) -> int:
