@@ -185,6 +185,9 @@ def test_evaluation_scores_pass_at_1_after_each_turn(two_turn_run):
     assert 0 <= row["eval_episode_repeat_frac"] <= 1
     report = json.load(open(os.path.join(workdir, "eval", "step_2.json")))
     assert "pass@1 after turn 2" in format_table(report) and report["episodes"]["problems"] == 5
+    by_turn = report["episodes"]["answers_by_turn"]  # why each turn's answers failed (or passed)
+    assert sum(by_turn["turn1"].values()) == 5 * 2  # every episode's first answer, 2 a problem
+    assert sum(by_turn.get("turn2", {}).values()) <= 10 and "answers of turn1: " in format_table(report)
 
 
 @pytest.mark.slow  # a two-turn demo run (~40 s, shared) and both paths' programs (~20 s)

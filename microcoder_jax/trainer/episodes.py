@@ -91,6 +91,7 @@ def collect_episodes(
     real_rows=None,
     max_new_tokens=None,
     keep_kv=None,
+    answers=None,
 ):
     """One generation batch of episodes: (Rollout, verdict counts of the last answers, episode
     stats). `sampler` samples turn 0 (the worker's); a paged one samples the turns after in the
@@ -98,7 +99,8 @@ def collect_episodes(
     `env` (default the run's), `group_size` (default sampling.group_size), `real_rows` (the
     stats' rows, the rest padding; default all) and `max_new_tokens` (an answer's cap, default
     sampling.max_new_tokens; `later_sampler` must be built for it) for evaluation; `keep_kv=False`
-    re-prefills later turns even on the paged engine (the reference the kept KV is checked against)."""
+    re-prefills later turns even on the paged engine (the reference the kept KV is checked against);
+    `answers`: a list that gets (turn, row, why) for every answer, why its verdict or `truncated`."""
     if jax.process_count() > 1:
         raise ValueError("multi-turn episodes (env.max_turns > 1) run on one process for now")
     env = env or run.env
@@ -140,6 +142,8 @@ def collect_episodes(
             if turn and judged[i].program is not None and judged[i].program == last[r].program:
                 repeats[r] += 1
             last[r], turns_used[r], truncated[r] = judged[i], turn + 1, bool(cut_off[i])
+            if answers is not None:
+                answers.append((turn, r, "truncated" if cut_off[i] and not judged[i].passed else judged[i].verdict))
             entropy[r] = ent[i]
             if judged[i].passed:
                 passed_at[r] = min(passed_at[r], turn)

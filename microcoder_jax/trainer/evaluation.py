@@ -94,6 +94,10 @@ def format_table(report: dict) -> str:
             + f", repaired {100 * e['repaired_frac']:.1f}%, {e['turns_mean']:.2f} turns"
             + (f", {100 * e['repeat_frac']:.0f}% of later answers repeat the program" if "repeat_frac" in e else "")
         )
+        for turn, counts in e.get("answers_by_turn", {}).items():
+            total = sum(counts.values()) or 1
+            shares = ", ".join(f"{k} {100 * c / total:.0f}%" for k, c in sorted(counts.items(), key=lambda x: -x[1]))
+            lines.append(f"  answers of {turn}: {shares}")
     if report.get("reasons"):
         total = sum(report["reasons"].values()) or 1
         lines.append(
@@ -341,14 +345,21 @@ def evaluate_episodes(run, pool, params, problems, *, rng, progress=None) -> dic
     first, later = sampler_for(run), turn_sampler(run, e.max_new_tokens)
     totals: dict = {}
     norms: dict = {}
+    whys: dict = {}  # turn -> why its answers failed (or passed), over the real episodes
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start : start + size], prompts[start : start + size]
         pad = size - len(chunk)  # a full batch every call: one compiled shape
+        answers: list = []
         _, _, stats = collect_episodes(
             run, first, later, pool, params, chunk + [chunk[-1]] * pad, chunk_prompts + [chunk_prompts[-1]] * pad,
             temperature=e.temperature, rng=jax.random.fold_in(rng, start), times=collections.Counter(),
             env=env, group_size=samples, real_rows=len(chunk) * samples, max_new_tokens=e.max_new_tokens,
+            answers=answers,
         )  # fmt: skip
+        for turn, row, why in answers:
+            if row < len(chunk) * samples:
+                counts = whys.setdefault(f"turn{turn + 1}", {})
+                counts[why] = counts.get(why, 0) + 1
         rows = len(chunk) * samples  # each share weighed by the episodes it is a share of
         weights = {"repaired_frac": rows * (1 - stats["pass_turn1"]), "repeat_frac": rows * (stats["turns_mean"] - 1)}
         for k, v in stats.items():
@@ -360,7 +371,8 @@ def evaluate_episodes(run, pool, params, problems, *, rng, progress=None) -> dic
                 f"after turn {k[9:]} {totals[k] / norms[k]:.3f}" for k in sorted(totals) if k.startswith("pass_turn")
             )
             progress(f"episodes: {done} of {len(kept)} problems, pass@1 {turns}")
-    return {k: v / norms[k] if norms[k] else 0.0 for k, v in totals.items()} | {"problems": len(kept)}
+    means = {k: v / norms[k] if norms[k] else 0.0 for k, v in totals.items()}
+    return means | {"problems": len(kept), "answers_by_turn": whys}
 
 
 def reason_shares(report: dict) -> dict:
@@ -392,7 +404,11 @@ def evaluate_at_step(run, pool, params, step: int, writer, rng, log_fn=print) ->
                 "eval_truncation_rate": report["lengths"]["truncated"],
                 **reason_shares(report),
                 **({"eval_greedy_pass@1": report["greedy"]["overall"]["pass@1"]} if "greedy" in report else {}),
-                **{f"eval_episode_{k}": v for k, v in report.get("episodes", {}).items() if k != "problems"},
+                **{
+                    f"eval_episode_{k}": v
+                    for k, v in report.get("episodes", {}).items()
+                    if k != "problems" and isinstance(v, (int, float))
+                },
             },
         )
         writer.write_text(step, "eval", format_table(report))
