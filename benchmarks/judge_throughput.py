@@ -1,6 +1,6 @@
 """Judging throughput: the fork-server pool against one fresh `python3` per test, same batch.
 
-    python benchmarks/evaluate.py [--programs 200] [--workers N]
+    python benchmarks/judge_throughput.py [--programs 200] [--workers N]
 
 The batch is small correct and wrong programs (stdin and call-based) over 5 tests each; both
 designs stop a program at its first failing test and must agree on every verdict. Prints a table:
