@@ -225,6 +225,17 @@ def test_kept_kv_episodes_sample_what_re_prefilled_ones_sample(two_turn_run, poo
     for field in ("tokens", "attention_mask", "response_mask", "response_lengths", "rewards"):
         np.testing.assert_array_equal(getattr(held, field), getattr(fresh, field), err_msg=field)
     np.testing.assert_allclose(held.sampler_logprobs, fresh.sampler_logprobs, atol=1e-4)
+    # sampled episodes of other problems continue and end other numbers of rows: no new program
+    from microcoder_jax.sampling import paged_engine
+
+    sizes = (paged_engine.extend._cache_size(), paged_engine.drop._cache_size())
+    _, _, stats = collect_episodes(
+        run, sampler_for(run), None, pool, params, run.prompt_set.problems[4:8], run.prompt_set.prompts[4:8],
+        temperature=1.0, rng=jax.random.key(1), times=collections.Counter(),
+    )  # fmt: skip
+    assert stats["turns_mean"] != held_stats["turns_mean"]  # another count of rows went on
+    after = (paged_engine.extend._cache_size(), paged_engine.drop._cache_size())
+    assert after == sizes, (after, sizes, stats, held_stats)
 
 
 @pytest.mark.slow  # a two-turn demo run (~40 s): the quick tier keeps the environment's own tests

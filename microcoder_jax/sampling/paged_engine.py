@@ -276,15 +276,12 @@ def release_finished(state: dict[str, Any], shape: EngineShape) -> dict[str, Any
     )
 
 
-@functools.partial(jax.jit, static_argnames=("shape",), donate_argnames=("state",))
-def drop(state, rows, *, shape: EngineShape):
-    """Held sequences ``rows [A]`` (out of range: none) give back their pages (``shape.hold``)."""
-    held = state["row_table"].at[rows].get(mode="fill", fill_value=shape.num_pages)
-    return dict(
-        state,
-        pages=pg.release(state["pages"], held),
-        row_table=state["row_table"].at[rows].set(shape.num_pages, mode="drop"),
-    )
+@functools.partial(jax.jit, static_argnames=("shape",), donate_argnames=("pages", "row_table"))
+def drop(pages, row_table, rows, *, shape: EngineShape):
+    """Held sequences ``rows [A]`` (out of range: none) give back their pages (``shape.hold``):
+    (pages, row_table) after. Only these two of the state: the slots' width does not matter."""
+    held = row_table.at[rows].get(mode="fill", fill_value=shape.num_pages)
+    return pg.release(pages, held), row_table.at[rows].set(shape.num_pages, mode="drop")
 
 
 @functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))

@@ -54,6 +54,13 @@ def held_session_pages(prompts: int, prompt_width: int, rows: int, widest: int, 
     )
 
 
+def extend_block(prompt_width: int, max_admit: int, block_rows: int | None = None) -> int:
+    """Rows per extend program: at most `max_admit`, `block_rows` (when given) and EXTEND_COLUMNS
+    context columns at the session's prompt width (a power of two)."""
+    most = min(max_admit, 1 << max(0, (EXTEND_COLUMNS // prompt_width).bit_length() - 1))
+    return min(most, block_rows) if block_rows else most
+
+
 def default_tail_slots(slots: int) -> int:
     """The smallest S the tail shrinks to: S / 8."""
     return max(1, slots // 8)
@@ -350,6 +357,7 @@ class PagedSession:
         top_k=0,
         caps=None,
         chunk: int | None = None,
+        block_rows: int | None = None,
     ) -> range:
         """Continue held rows (``hold``): row (prompt index, sample) gets one more sample, its prompt
         ``contexts[i]``, the whole conversation so far: its prompt, its answer and the tokens that
@@ -358,7 +366,9 @@ class PagedSession:
         the new prompt indices (one sample each). temperature / top_p / top_k / caps as in push;
         chunk: the tokens each row prefills (the new ones and, before them, some it already had),
         a static shape: by default the power of two covering the most new tokens of this call;
-        a caller that knows its bound passes it (one program for every call)."""
+        a caller that knows its bound passes it (one program for every call). block_rows: the
+        rows of every extend program (padding included; default a power of two per block): a
+        caller whose number of continuing rows varies passes one value and compiles one program."""
         self._check_open()
         shape, g, n = self.shape, self.shape.samples, len(rows)
         if not shape.hold:
@@ -396,10 +406,10 @@ class PagedSession:
         first = self.num_prompts
         if self.shape.slots != self.full_shape.slots:
             self._resize(self.full_shape.slots)
-        block = min(self.max_admit, 1 << max(0, (EXTEND_COLUMNS // shape.prompt_width).bit_length() - 1))
+        block = extend_block(shape.prompt_width, self.max_admit, block_rows)
         for lo in range(0, n, block):
             hi = min(n, lo + block)
-            size = 1 << (hi - lo - 1).bit_length()
+            size = block if block_rows else 1 << (hi - lo - 1).bit_length()
             pick = list(range(lo, hi)) + [lo] * (size - (hi - lo))
             tail = np.full((size, chunk), self.pad_id, np.int32)
             for i, k in enumerate(pick):
@@ -429,17 +439,20 @@ class PagedSession:
         self.held.difference_update(flat)
         return range(first, first + n)
 
-    def drop(self, rows: Sequence[tuple[int, int]]) -> None:
-        """Held rows (prompt index, sample) that end give their pages back (``hold``)."""
+    def drop(self, rows: Sequence[tuple[int, int]], *, block_rows: int | None = None) -> None:
+        """Held rows (prompt index, sample) that end give their pages back (``hold``); block_rows as
+        in extend."""
         flat = [(p % self.shape.max_prompts) * self.shape.samples + j for p, j in rows]
         if any(r not in self.held for r in flat):
             raise ValueError("drop of a row that is not held (not finished, or already extended or dropped)")
-        for lo in range(0, len(flat), self.max_admit):
-            part = flat[lo : lo + self.max_admit]
-            size = 1 << (len(part) - 1).bit_length()
+        block = block_rows or self.max_admit
+        for lo in range(0, len(flat), block):
+            part = flat[lo : lo + block]
+            size = block if block_rows else 1 << (len(part) - 1).bit_length()
             ids = np.asarray(part + [self.shape.rows] * (size - len(part)), np.int32)
             with self._mesh():
-                self.state = engine.drop(self.state, ids, shape=self.full_shape)
+                pages, table = engine.drop(self.state["pages"], self.state["row_table"], ids, shape=self.full_shape)
+            self.state = dict(self.state, pages=pages, row_table=table)
         self.held.difference_update(flat)
 
     def _kept(self, rows: Sequence[tuple[int, int]]) -> list[list[int]]:

@@ -28,7 +28,7 @@ import numpy as np
 from microcoder_jax.data.prompts import follow_up, prompt_bucket
 from microcoder_jax.envs.feedback import cut
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.sampling.paged_sampler import held_session_pages
+from microcoder_jax.sampling.paged_sampler import extend_block, held_session_pages
 from microcoder_jax.trainer.rollout import decode, generate, sampler_for, verdict_arrays
 
 TOO_LONG = "The feedback was too long to show. Check the program against the examples in the statement."
@@ -214,7 +214,8 @@ class HeldTurns:
         n, ps = len(prompts) * group_size, c.page_size
         self.width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
         widest = max(turn_buckets(run, w))
-        pages = held_session_pages(len(prompts), self.width, n, widest, w, ps)
+        # sized for the widest first-prompt bucket, whatever this batch's: one engine shape a run
+        pages = held_session_pages(len(prompts), max(run.data.prompt_buckets), n, widest, w, ps)
         self.session = sampler.open_held_session(
             params, num_samples=group_size, max_prompts=len(prompts) + n * (turns - 1), prompt_width=widest,
             rows=n, max_new_tokens=w, num_pages=pages, rng=jax.random.fold_in(rng, 0),
@@ -223,6 +224,8 @@ class HeldTurns:
         self.sampling = dict(top_p=c.top_p, top_k=c.top_k)
         # what a continued row lacks: its answer's last token and a feedback turn (one program)
         self.chunk = min(widest, -(-(1 + run.env_config.feedback_tokens) // ps) * ps)
+        # every extend and drop program at one row count, whatever the number of rows going on
+        self.block = extend_block(widest, self.session.max_admit, 1 << (n - 1).bit_length())
         self.handle: list = []  # per row: its (prompt index, sample) in the session
 
     def sample(self, turn: int, active: list[int], context: list[list[int]]):
@@ -234,7 +237,7 @@ class HeldTurns:
         else:
             new = s.extend(
                 [self.handle[r] for r in active], [context[r] for r in active], temperature=self.temperature,
-                chunk=self.chunk, **self.sampling,
+                chunk=self.chunk, block_rows=self.block, **self.sampling,
             )  # fmt: skip
             for r, p in zip(active, new):
                 self.handle[r] = (p, 0)
@@ -251,7 +254,7 @@ class HeldTurns:
     def end(self, rows: list[int]) -> None:
         """These rows' episodes ended: their pages go back."""
         if rows:
-            self.session.drop([self.handle[r] for r in rows])
+            self.session.drop([self.handle[r] for r in rows], block_rows=self.block)
 
     def close(self) -> None:
         self.session.close()
