@@ -100,6 +100,33 @@ def test_extend_samples_what_a_fresh_prefill_of_the_conversation_samples(tiny):
     session.close()
 
 
+@pytest.mark.slow  # compiles the engine's programs on a mesh (~20 s): the quick tier keeps one device
+def test_extend_on_a_sampler_mesh_matches_one_device(tiny):
+    """Keys split over the KV heads (tensor) and slots over data: the same two turns as one device."""
+    from microcoder_jax.sharding import make_mesh
+
+    def two_turns(mesh):
+        session = _session(tiny, mesh=mesh)
+        first = session.push(PROMPTS, temperature=0.7, width=32)
+        while not session.done:
+            session.run(4)
+        out = session.output(list(first))
+        rows = [(p, j) for p in first for j in range(G)]
+        contexts = [
+            PROMPTS[p] + out.tokens[k, : out.lengths[k]].tolist() + _feedback(k) for k, (p, _) in enumerate(rows)
+        ]
+        second = session.extend(rows, contexts, temperature=0.7)
+        while not session.done:
+            session.run(4)
+        got = session.output(list(second))
+        session.close()
+        return got
+
+    single, sharded = two_turns(None), two_turns(make_mesh(data=2, fsdp=2, tensor=2))
+    np.testing.assert_array_equal(sharded.tokens, single.tokens)
+    np.testing.assert_allclose(sharded.logprobs, single.logprobs, atol=1e-5)
+
+
 def test_extend_refuses_a_context_that_does_not_continue_the_row(tiny):
     session = _session(tiny, max_prompts=len(PROMPTS) + 2)
     (p,) = session.push(PROMPTS[:1], temperature=0.0, width=32)
