@@ -219,6 +219,13 @@ def merge(params: dict, config, dtype=None) -> dict:
     return out
 
 
+def merged_layer_leaves(params: dict) -> list:
+    """The layer weights ``merge`` writes a copy of: every layer leaf but the adapters and the int8
+    scales (the planner sizes the merged copy from them)."""
+    layers = params["layers"]
+    return [x for name, x in layers.items() if not is_adapter(name) and not name.endswith(SCALE)]
+
+
 def for_scoring(params: dict, config, logical_axes) -> tuple[dict, object]:
     """(params, config) for a forward-only pass: with adapters, ``merge`` into the compute dtype
     (an int8 base dequantised) and the plain ``base_config``, so each projection is one matmul

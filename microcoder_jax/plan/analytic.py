@@ -194,13 +194,12 @@ def merge_cost(mc, params) -> tuple[int, float, float]:
         return 0, 0.0, 0.0
     from microcoder_jax.models import lora
 
-    layers = params["layers"]
-    base = [x for name, x in layers.items() if not lora.is_adapter(name) and not name.endswith(lora.SCALE)]
-    elements = sum(local_bytes(x) // x.dtype.itemsize for x in base)
+    elements = sum(local_bytes(x) // x.dtype.itemsize for x in lora.merged_layer_leaves(params))
     merged = elements * jnp.dtype(mc.dtype).itemsize  # one copy in the compute dtype
     dims = mc.projection_dims()
     flops = 2.0 * mc.num_layers * mc.lora_rank * sum(dims[name][0] * dims[name][1] for name in mc.lora_targets)
-    return merged, flops, float(local_bytes(layers) + merged)
+    read = local_bytes(lora.merged_layer_leaves(params)) + local_bytes(lora.split(params)[0])  # base + adapters
+    return merged, flops, float(read + merged)
 
 
 def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:

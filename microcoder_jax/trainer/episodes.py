@@ -106,15 +106,7 @@ def collect_episodes(
     env = env or run.env
     G, T = group_size or run.sampling.group_size, env.max_turns
     n = len(problems) * G
-    row_problem = [problems[r // G] for r in range(n)]
-    context = [list(prompts[r // G]) for r in range(n)]  # what the model has seen, unpadded
-    # per row: the tokens after the prompt, 1 where the model wrote them, the sampler's log-probs
-    body, mine, logp = ([[] for _ in range(n)] for _ in range(3))
-    last: list = [None] * n
-    truncated, turns_used = np.zeros(n, bool), np.zeros(n, np.int32)
-    passed_at, entropy, env_tokens = np.full(n, T, np.int32), np.zeros(n, np.float32), np.zeros(n, np.int32)
-    repeats = np.zeros(n, np.int32)  # later answers whose program is the previous answer's, unchanged
-    active, temps = list(range(n)), None
+    rows, active, temps = EpisodeRows(prompts, G, T), list(range(n)), None
     turns = (
         HeldTurns(run, sampler, params, prompts, G, T, temperature, rng, max_new_tokens)
         if (sampler.sessions if keep_kv is None else keep_kv)
@@ -122,7 +114,7 @@ def collect_episodes(
     )
     for turn in range(T):
         t0 = time.perf_counter()
-        out = turns.sample(turn, active, context)
+        out = turns.sample(turn, active, rows.context)
         temps = np.asarray(out.temperature, np.float32) if turn == 0 else temps
         times["sample"] += time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -130,47 +122,73 @@ def collect_episodes(
         lps, cut_off, ent = np.asarray(out.logprobs, np.float32), np.asarray(out.truncated), np.asarray(out.entropy)
         k = len(active)
         texts = decode(run, tokens[:k], lengths[:k])
-        judged = env.step(pool, [row_problem[r] for r in active], texts, turn, truncated=cut_off[:k]).result()
+        judged = env.step(pool, [problems[r // G] for r in active], texts, turn, truncated=cut_off[:k]).result()
         times["judge"] += time.perf_counter() - t1
         times["judge_wait"] += time.perf_counter() - t1
         still = []
         for i, r in enumerate(active):
             answer = tokens[i, : lengths[i]].tolist()
-            body[r] += answer
-            mine[r] += [1] * len(answer)
-            logp[r] += lps[i, : lengths[i]].tolist()
-            if turn and judged[i].program is not None and judged[i].program == last[r].program:
-                repeats[r] += 1
-            last[r], turns_used[r], truncated[r] = judged[i], turn + 1, bool(cut_off[i])
+            rows.answer(r, turn, answer, lps[i, : lengths[i]].tolist(), judged[i], bool(cut_off[i]), ent[i])
             if answers is not None:
                 answers.append((turn, r, "truncated" if cut_off[i] and not judged[i].passed else judged[i].verdict))
-            entropy[r] = ent[i]
-            if judged[i].passed:
-                passed_at[r] = min(passed_at[r], turn)
             if not judged[i].done and turn < T - 1:
                 end = run.tokenizer.decode(answer[-1:]) if answer else ""
-                fb = feedback_ids(
-                    run.tokenizer, judged[i].feedback, end, run.env_config.feedback_tokens, run.data.enable_thinking
+                e = run.env_config
+                rows.feedback(
+                    r,
+                    answer,
+                    feedback_ids(run.tokenizer, judged[i].feedback, end, e.feedback_tokens, run.data.enable_thinking),
                 )
-                body[r] += fb
-                mine[r] += [0] * len(fb)
-                logp[r] += [0.0] * len(fb)
-                context[r] += answer + fb
-                env_tokens[r] += len(fb)
                 still.append(r)
         turns.end([r for r in active if r not in set(still)])
         active = still
         if not active:
             break
     turns.close()
-    rollout = assemble(run, prompts, G, body, mine, logp, max_new_tokens)
-    rewards, passed, no_code, counts = verdict_arrays(last)
+    rollout = assemble(run, prompts, G, rows.body, rows.mine, rows.logp, max_new_tokens)
+    rewards, passed, no_code, counts = verdict_arrays(rows.last)
     rollout = rollout.replace(
-        truncated=truncated, temperature=temps, rewards=rewards, passed=passed, no_code=no_code, sample_entropy=entropy
-    )
-    stats = episode_stats(turns_used, passed_at, passed, env_tokens, T, real_rows or n, repeats)
+        truncated=rows.truncated, temperature=temps, rewards=rewards, passed=passed, no_code=no_code,
+        sample_entropy=rows.entropy,
+    )  # fmt: skip
+    stats = episode_stats(rows.turns_used, rows.passed_at, passed, rows.env_tokens, T, real_rows or n, rows.repeats)
     stats["later_prefill_tokens"] = turns.prefilled / n  # per episode: the cost kept KV saves
     return rollout, counts, stats
+
+
+class EpisodeRows:
+    """Per row of a generation batch, filled turn by turn: what the model has seen (`context`,
+    unpadded), the tokens after the prompt (`body`), 1 where the model wrote them (`mine`), the
+    sampler's log-probs (`logp`), and what the episode came to so far."""
+
+    def __init__(self, prompts, group_size: int, turns: int):
+        n = len(prompts) * group_size
+        self.context = [list(prompts[r // group_size]) for r in range(n)]
+        self.body, self.mine, self.logp = ([[] for _ in range(n)] for _ in range(3))
+        self.last: list = [None] * n  # the latest Turn
+        self.truncated, self.turns_used = np.zeros(n, bool), np.zeros(n, np.int32)
+        self.passed_at = np.full(n, turns, np.int32)  # the first turn an answer passed (`turns`: none)
+        self.entropy, self.env_tokens = np.zeros(n, np.float32), np.zeros(n, np.int32)
+        self.repeats = np.zeros(n, np.int32)  # later answers whose program is the previous one, unchanged
+
+    def answer(self, r: int, turn: int, tokens: list, logprobs: list, judged, cut: bool, entropy) -> None:
+        """Row r's answer of this turn, and the environment's Turn for it."""
+        self.body[r] += tokens
+        self.mine[r] += [1] * len(tokens)
+        self.logp[r] += logprobs
+        if turn and judged.program is not None and judged.program == self.last[r].program:
+            self.repeats[r] += 1
+        self.last[r], self.turns_used[r], self.truncated[r], self.entropy[r] = judged, turn + 1, cut, entropy
+        if judged.passed:
+            self.passed_at[r] = min(self.passed_at[r], turn)
+
+    def feedback(self, r: int, answer: list, ids: list) -> None:
+        """The environment's turn after row r's `answer`: context for the next, a hole in the mask."""
+        self.body[r] += ids
+        self.mine[r] += [0] * len(ids)
+        self.logp[r] += [0.0] * len(ids)
+        self.context[r] += answer + ids
+        self.env_tokens[r] += len(ids)
 
 
 class PrefilledTurns:

@@ -189,9 +189,7 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
 
     e = run.eval
     temperature = e.temperature if temperature is None else temperature
-    problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)]
-    if e.max_problems:
-        problems = problems[: e.max_problems]
+    problems = [p for p in problems if in_window(p.contest_date, e.date_from, e.date_to)][: e.max_problems or None]
     env = make_env(run.data, "all")  # pass@k counts answers that pass every test, whatever the training reward
     prompt_set = make_prompt_set(problems, run.tokenizer, run.data, messages=env.messages)
     kept, prompts = prompt_set.problems, prompt_set.prompts
@@ -236,10 +234,8 @@ def evaluate_problems(run, pool, params, problems, *, rng, temperature=None, sam
             for i in range(len(chunk))
         ]
         if progress is not None:
-            progress(
-                f"{len(passes)} of {len(kept)} problems at T = {float(temperature):g}: "
-                f"{sum(judged_passes)} of {len(judged_passes)} answers passed"
-            )
+            progress(f"{len(passes)} of {len(kept)} problems at T = {float(temperature):g}: {sum(judged_passes)} of "
+                     f"{len(judged_passes)} answers passed")  # fmt: skip
     report = summarize(kept, passes, judge_errors=judge_errors)
     report["skipped_too_long"] = prompt_set.skipped_too_long
     report["date_window"] = [e.date_from, e.date_to]
