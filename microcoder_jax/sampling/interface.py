@@ -136,52 +136,31 @@ class PagedSampler(_Common):
         )
 
     def open_session(
-        self, params, *, max_prompts: int, prompt_width: int, rng, rows: int, version: int = 0
-    ) -> paged_sampler.PagedSession:
-        """A session with room for `max_prompts` prompts at `prompt_width`, its slots sized for
-        `rows` rows (one generation batch) so every session of a run has the same shape;
-        `version`: the weights' (recorded with every token)."""
-        c = self.config
-        return paged_sampler.PagedSession(
-            params,
-            self.model_config,
-            num_samples=c.group_size,
-            max_prompts=max_prompts,
-            max_new_tokens=c.max_new_tokens,
-            prompt_width=prompt_width,
-            stop_token_ids=self.stop_ids,
-            pad_id=self.pad_id,
-            rng=rng,
-            slots=c.slots_for(rows),
-            page_size=c.page_size,
-            refill_every=c.refill_every,
-            kv_dtype=c.kv_dtype,
-            mesh=self.mesh,
-            version=version,
-        )
-
-    def open_held_session(
         self,
         params,
         *,
-        num_samples: int,
         max_prompts: int,
         prompt_width: int,
-        rows: int,
-        max_new_tokens: int,
-        num_pages: int,
         rng,
+        rows: int,
+        version: int = 0,
+        num_samples: int | None = None,
+        max_new_tokens: int | None = None,
+        num_pages: int | None = None,
+        hold: bool = False,
     ) -> paged_sampler.PagedSession:
-        """A session whose finished rows keep their KV (`hold`) for multi-turn episodes: `num_samples`
-        per first prompt, room for `max_prompts` prompts up to `prompt_width` tokens (the last
-        turn's context), `num_pages` pages (the caller sizes them for every turn), slots for `rows`."""
+        """A session with room for `max_prompts` prompts at `prompt_width`, its slots sized for
+        `rows` rows (one generation batch) so every session of a run has the same shape;
+        `version`: the weights' (recorded with every token). Multi-turn episodes pass `hold`
+        (finished rows keep their KV), their own `num_samples` / `max_new_tokens` (default the
+        sampling config's) and `num_pages` sized for every turn."""
         c = self.config
         return paged_sampler.PagedSession(
             params,
             self.model_config,
-            num_samples=num_samples,
+            num_samples=num_samples or c.group_size,
             max_prompts=max_prompts,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=max_new_tokens or c.max_new_tokens,
             prompt_width=prompt_width,
             stop_token_ids=self.stop_ids,
             pad_id=self.pad_id,
@@ -189,10 +168,11 @@ class PagedSampler(_Common):
             slots=c.slots_for(rows),
             page_size=c.page_size,
             refill_every=c.refill_every,
-            num_pages=num_pages,
             kv_dtype=c.kv_dtype,
+            num_pages=num_pages,
             mesh=self.mesh,
-            hold=True,
+            version=version,
+            hold=hold,
         )
 
 

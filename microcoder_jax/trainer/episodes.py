@@ -234,9 +234,9 @@ class HeldTurns:
         widest = max(turn_buckets(run, w))
         # sized for the widest first-prompt bucket, whatever this batch's: one engine shape a run
         pages = held_session_pages(len(prompts), max(run.data.prompt_buckets), n, widest, w, ps)
-        self.session = sampler.open_held_session(
+        self.session = sampler.open_session(
             params, num_samples=group_size, max_prompts=len(prompts) + n * (turns - 1), prompt_width=widest,
-            rows=n, max_new_tokens=w, num_pages=pages, rng=jax.random.fold_in(rng, 0),
+            rows=n, max_new_tokens=w, num_pages=pages, rng=jax.random.fold_in(rng, 0), hold=True,
         )  # fmt: skip
         self.prompts, self.group_size, self.temperature = prompts, group_size, temperature
         self.sampling = dict(top_p=c.top_p, top_k=c.top_k)
