@@ -261,3 +261,39 @@ def cached_attention(q, k_cache, v_cache, key_mask, query_slots, prefix=None):
         e_pre = e_pre.reshape(bp, b // bp, kv, h // kv, p, 1)  # a multiply-reduce here: ~4x the einsum on CPU
         out = out + jnp.sum(e_pre * pv[:, None, :, None].astype(jnp.float32), axis=-2).reshape(b, kv, h // kv, d)
     return (out / total[..., None]).reshape(b, 1, h, d).astype(q.dtype)
+
+
+def shared_prefix_attention(q, k, v, token_mask, prefix):
+    """Causal self-attention of ``q, k, v [B, T, ...]`` that also sees a prompt block shared by groups
+    of consecutive rows: the training forward of G samples whose prompt was computed once.
+
+    ``prefix = (pk, pv, pmask)``: keys and values ``[Bp, P, K, D]`` and ``pmask [Bp, P]``, read by
+    ``B // Bp`` consecutive rows each. ``token_mask [B, T]`` marks the rows' own real keys. One
+    softmax over both blocks (each block's max and sum combined), fp32; nothing is repeated per
+    row, so the gradient of the shared keys sums over the rows that read them.
+    """
+    b, t, h, d = q.shape
+    pk, pv, pmask = prefix
+    bp, kv = pk.shape[0], k.shape[2]
+    f, g = b // bp, h // kv
+    low, scale = jnp.finfo(jnp.float32).min, d**-0.5
+    qo = q.reshape(b, t, kv, g, d).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, D]
+    own = jnp.einsum("bkgtd,bksd->bkgts", qo, k.transpose(0, 2, 1, 3), preferred_element_type=jnp.float32) * scale
+    mask = jnp.tril(jnp.ones((t, t), bool))[None] & token_mask[:, None, :].astype(bool)  # [B, T, T]
+    own = jnp.where(mask[:, None, None], own, low)
+    qp = qo.reshape(bp, f, kv, g, t, d).transpose(0, 2, 1, 3, 4, 5)  # [Bp, K, f, G, T, D]
+    pre = jnp.einsum("bkfgtd,bkpd->bkfgtp", qp, pk.transpose(0, 2, 1, 3), preferred_element_type=jnp.float32) * scale
+    pre = jnp.where(pmask[:, None, None, None, None, :].astype(bool), pre, low)
+    to_rows = lambda x: x.swapaxes(1, 2).reshape(b, kv, *x.shape[3:])  # noqa: E731  [Bp, K, f, ...] -> [B, K, ...]
+    top = jax.lax.stop_gradient(jnp.maximum(jnp.max(own, -1), to_rows(jnp.max(pre, -1))))  # [B, K, G, T]
+    e_own = jnp.exp(own - top[..., None])
+    e_pre = jnp.exp(pre - top.reshape(bp, f, kv, g, t).swapaxes(1, 2)[..., None])
+    total = jnp.sum(e_own, -1) + to_rows(jnp.sum(e_pre, -1))
+    out = jnp.einsum(
+        "bkgts,bksd->bkgtd", e_own.astype(v.dtype), v.transpose(0, 2, 1, 3), preferred_element_type=jnp.float32
+    )
+    out_pre = jnp.einsum(
+        "bkfgtp,bkpd->bkfgtd", e_pre.astype(pv.dtype), pv.transpose(0, 2, 1, 3), preferred_element_type=jnp.float32
+    )
+    out = (out + to_rows(out_pre)) / total[..., None]
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d).astype(q.dtype)

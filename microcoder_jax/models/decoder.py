@@ -391,3 +391,41 @@ def forward(
         return x, cache
     logits = constrain(lm_head(params, config, x), ("batch", "length", "vocab"))
     return logits, cache
+
+
+def forward_shared_prompt(
+    params: dict, config: DecoderConfig, input_ids: jax.Array, attention_mask: jax.Array, prefix_width: int, rows: int
+) -> tuple[jax.Array, jax.Array]:
+    """The no-cache forward of rows whose first ``prefix_width`` columns are the same in each group
+    of ``rows`` consecutive rows (the G samples of a prompt), computing those columns once a group.
+
+    Returns final-normed hidden states: the prefix ``[B / rows, prefix_width, D]`` (from each
+    group's first row) and the rest ``[B, S - prefix_width, D]``, equal to ``forward``'s to float
+    rounding. The rest's attention sees its group's prefix (``attention.shared_prefix_attention``).
+    """
+    b, s = input_ids.shape
+    w = prefix_width
+    if not 0 < w < s or b % rows:
+        raise ValueError(f"a shared prefix of {w} of {s} columns in groups of {rows} of {b} rows does not split them")
+    dtype = jnp.dtype(config.dtype)
+    mask = attention_mask.astype(bool)
+    positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
+    first = slice(None, None, rows)  # each group's first row holds its prefix
+    ids_p, mask_p, rope_p = input_ids[first, :w], mask[first, :w], rope_tables(positions[first, :w], config)
+    ids_r, mask_r, rope_r = input_ids[:, w:], mask[:, w:], rope_tables(positions[:, w:], config)
+    embed = lambda ids: constrain(jnp.take(params["embed"], ids, axis=0).astype(dtype), ("batch", "length", None))  # noqa: E731
+
+    def body(carry, p):
+        x_p, x_r = carry
+
+        def attend_p(q, k, v):
+            return attn_lib.causal_attention(q, k, v, mask_p, config.attention), (k, v)
+
+        x_p, (k_p, v_p) = decoder_layer(config, x_p, p, rope_p, attend_p)
+        attend_r = lambda q, k, v: (attn_lib.shared_prefix_attention(q, k, v, mask_r, (k_p, v_p, mask_p)), None)  # noqa: E731
+        x_r, _ = decoder_layer(config, x_r, p, rope_r, attend_r)
+        return (x_p, x_r), None
+
+    (x_p, x_r), _ = jax.lax.scan(_remat(body, config.remat), (embed(ids_p), embed(ids_r)), params["layers"])
+    norm = lambda x: rms_norm(x, params["final_norm"], config.rms_norm_eps)  # noqa: E731
+    return norm(x_p), norm(x_r)

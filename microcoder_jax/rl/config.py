@@ -75,6 +75,14 @@ class RLConfig(Block):
         False, "run the old-log-prob pass and the train step on rows laid end to end (same loss and update)"
     )
     pack_width: Optional[int] = knob(None, "packing: tokens per packed row (None = the batch's padded width)")
+    # Shared prompts (models.forward_shared_prompt): the G rows of a group begin with the same
+    # prompt, so both passes run its columns once per group inside each micro-batch and the rows
+    # attend to its keys: the same log-probs and update to float rounding, 1/G of the prompt's work.
+    share_prompts: bool = knob(
+        False,
+        "run each group's prompt columns once a micro-batch in the old-log-prob pass and the train step "
+        "(same values to float rounding; not with rl.packing)",
+    )
     # Sampler-trainer mismatch correction (rl.corrections): per-token loss weights from
     # r = pi_old / pi_sampler at `is_level` (token, sequence = product, geometric = geometric mean);
     # tis: min(r, is_cap); mis: r outside [is_low, is_high] leaves the loss.
@@ -165,6 +173,12 @@ class RLConfig(Block):
                 "is_low",
                 f"with rl.is_high={self.is_high!r}: need 0 < is_low <= 1 <= is_high < 1e8 "
                 "(the band keeps on-policy tokens)",
+            )
+        if self.share_prompts and self.packing:
+            self._fail(
+                "share_prompts",
+                "packed rows lay several prompts end to end, so no prompt block is shared: "
+                "set rl.packing=False to share prompts, or rl.share_prompts=False to pack",
             )
         if self.pack_width is not None and self.pack_width < 2:
             self._fail(

@@ -12,6 +12,7 @@ same chunks; a segment's first token and padding get 0.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -110,14 +111,50 @@ def head_logprobs(params, model_config, hidden, targets, inv_temp, chunk: int):
     )(w, hidden, targets, inv_temp)
 
 
+def shared_prompt_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int, shared):
+    """`sequence_logprobs` of rows whose first `w` columns repeat in each group of `f` consecutive
+    rows (`shared = (w, f)`, the G samples of a prompt at one temperature): those columns run once
+    a group (models.forward_shared_prompt), the same values to float rounding, every column."""
+    w, f = shared
+    b, s = tokens.shape
+    if temperature.ndim != 1:
+        raise ValueError("a shared prompt needs one temperature per row [B], not per token")
+    hid_p, hid_r = models.forward_shared_prompt(params, model_config, tokens, attention_mask, w, f)
+    inv_temp = 1.0 / temperature.astype(jnp.float32)
+    group_temp = jnp.broadcast_to(inv_temp[::f, None], (b // f, w - 1))
+    pre = head_logprobs(params, model_config, hid_p[:, :-1], tokens[::f, 1:w], group_temp, chunk)
+    # the rest's first token is predicted by the prefix's last position, shared by the group's rows
+    last = jnp.repeat(hid_p[:, -1:], f, axis=0)
+    rest_in = jnp.concatenate([last, hid_r[:, :-1]], axis=1)
+    rest = head_logprobs(
+        params, model_config, rest_in, tokens[:, w:], jnp.broadcast_to(inv_temp[:, None], (b, s - w)), chunk
+    )
+    return tuple(
+        jnp.concatenate([jnp.pad(jnp.repeat(p, f, axis=0), ((0, 0), (1, 0))), r], axis=1) for p, r in zip(pre, rest)
+    )
+
+
 def sequence_logprobs(
-    params, model_config, tokens, attention_mask, temperature, chunk: int = 512, positions=None, segment_ids=None
+    params,
+    model_config,
+    tokens,
+    attention_mask,
+    temperature,
+    chunk: int = 512,
+    positions=None,
+    segment_ids=None,
+    shared=None,
 ):
     """Differentiable (log p(token), entropy) per position, both [B, S] f32, zero at position 0.
 
     `temperature` is per row [B] or per token [B, S]; with `segment_ids` (and `positions`) the rows
     are packed: attention stays within a segment, and a segment's first token and padding get 0.
+    `shared = (w, f)`: the first w columns repeat in each group of f rows (`shared_prompt_logprobs`).
     """
+    if shared is not None:
+        if segment_ids is not None:
+            raise ValueError("packed rows (segment_ids) have no shared prompt block: pass shared=None")
+        return shared_prompt_logprobs(params, model_config, tokens, attention_mask, temperature, chunk, shared)
     hidden, _ = models.forward(
         params,
         model_config,
@@ -138,6 +175,16 @@ def sequence_logprobs(
     return logp, ent
 
 
+def shared_in(shared, rows: int):
+    """`sequence_logprobs`' `shared = (w, f)` for blocks of `rows` consecutive rows of a batch whose
+    first w columns repeat in each group of g rows (`shared = (w, g)`, g | the batch's rows): the
+    rows of a group inside one block (gcd(rows, g)); None when that is one row or nothing is shared."""
+    if not shared or not shared[0]:
+        return None
+    f = math.gcd(rows, shared[1])
+    return (shared[0], f) if f > 1 else None
+
+
 def micro_batched_logprobs(
     params,
     model_config,
@@ -148,23 +195,26 @@ def micro_batched_logprobs(
     micro_batch: int | None = None,
     positions=None,
     segment_ids=None,
+    shared=None,
 ):
     """`sequence_logprobs`' log-probs, `micro_batch` rows at a time (lax.map) to bound memory.
 
     Traceable inside a larger jit (the train step computes old log-probs with it); each micro-batch
     keeps its rows split over the mesh's batch axes. Packed rows: pass `positions`, `segment_ids`.
+    `shared = (w, g)`: the first w columns repeat in each group of g rows (`shared_in`).
     """
+    n = tokens.shape[0]
+    in_micro = shared_in(shared, micro_batch if micro_batch and micro_batch < n else n)
 
     def one(xs):
         xs = {k: sharding.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) for k, x in xs.items()}
         return sequence_logprobs(
-            params, model_config, xs["t"], xs["m"], xs["temp"], chunk, xs.get("pos"), xs.get("seg")
+            params, model_config, xs["t"], xs["m"], xs["temp"], chunk, xs.get("pos"), xs.get("seg"), in_micro
         )[0]
 
     xs = {"t": tokens, "m": attention_mask, "temp": temperature}
     if segment_ids is not None:
         xs.update(pos=positions, seg=segment_ids)
-    n = tokens.shape[0]
     if micro_batch is None or micro_batch >= n:
         return one(xs)
     if n % micro_batch:
@@ -209,18 +259,44 @@ def batch_logprobs(
     chunk: int = 512,
     micro_batch: int | None = None,
     packing=None,
+    shared=None,
 ):
     """[N, S] log-probs of padded rows, on their packed layout when `packing` is given: the one
     old- and reference-log-prob computation (traceable; the learner jits it). Forward-only, so a
     LoRA model's adapters are merged into its weights first, inside the program (models.lora.for_scoring:
-    one matmul per projection; a temporary compute-dtype copy of the adapted matrices)."""
+    one matmul per projection; a temporary compute-dtype copy of the adapted matrices).
+    `shared = (w, g)` (rl.share_prompts): each group's first w columns run once (`shared_in`)."""
     params, model_config = lora.for_scoring(params, model_config, models.param_logical_axes)
     if packing is None:
-        return micro_batched_logprobs(params, model_config, tokens, attention_mask, temperature, chunk, micro_batch)
+        return micro_batched_logprobs(
+            params, model_config, tokens, attention_mask, temperature, chunk, micro_batch, shared=shared
+        )
+    if shared:
+        raise ValueError("packed rows have no shared prompt block: rl.packing and rl.share_prompts exclude each other")
     return packed_logprobs(params, model_config, tokens, temperature, packing, chunk, micro_batch)
 
 
-_jit_logprobs = jax.jit(batch_logprobs, static_argnames=("model_config", "chunk", "micro_batch"))
+_jit_logprobs = jax.jit(batch_logprobs, static_argnames=("model_config", "chunk", "micro_batch", "shared"))
+
+
+def shared_prompt_width(tokens, attention_mask, temperature, group: int, widths, cap: int | None = None) -> int:
+    """The widest of `widths` (the prompt buckets) whose first columns are identical (tokens, mask)
+    in every group of `group` consecutive rows sampled at one temperature, at most `cap` and short
+    of the last column; 0 when none is. Host-side: the static width the shared-prompt programs take.
+    """
+    if any(isinstance(x, jax.Array) and not x.is_fully_addressable for x in (tokens, attention_mask, temperature)):
+        return 0
+    t, m, temp = np.asarray(tokens), np.asarray(attention_mask), np.asarray(temperature)
+    n, s = t.shape
+    if group < 2 or n % group or temp.ndim != 1:
+        return 0
+    temp = temp.reshape(-1, group)
+    if not (temp == temp[:, :1]).all():
+        return 0
+    tg, mg = t.reshape(-1, group, s), m.reshape(-1, group, s)
+    same = ((tg == tg[:, :1]) & (mg == mg[:, :1])).all(axis=(0, 1))
+    limit = min(s if same.all() else int(np.argmin(same)), s - 1, s if cap is None else cap)
+    return max((int(w) for w in widths if 0 < w <= limit), default=0)
 
 
 def check_temperature(temperature) -> None:
@@ -251,6 +327,7 @@ def compute_logprobs(
     chunk: int = 512,
     micro_batch: int | None = None,
     packing=None,
+    shared=None,
 ):
     """log p(tokens[:, t] | tokens[:, :t]) at each row's temperature, [N, S] f32 (column 0 = 0).
 
@@ -258,10 +335,19 @@ def compute_logprobs(
     the rollout temperature and for reference log-probs when the KL term is on. Raises on T <= 0.
     `packing` (an rl.packing.Packing of these rows): the forward runs on the packed rows, then the
     result goes back to the [N, S] layout (0 outside the rows' real tokens and at their first).
+    `shared = (w, g)`: the first w columns repeat in each group of g rows (`shared_prompt_width`).
     """
     check_temperature(temperature)
     return _jit_logprobs(
-        params, model_config, tokens, attention_mask, temperature, chunk=chunk, micro_batch=micro_batch, packing=packing
+        params,
+        model_config,
+        tokens,
+        attention_mask,
+        temperature,
+        chunk=chunk,
+        micro_batch=micro_batch,
+        packing=packing,
+        shared=shared,
     )
 
 

@@ -44,7 +44,7 @@ from microcoder_jax.rl import packing as packing_lib
 from microcoder_jax.rl.advantages import compute_advantages
 from microcoder_jax.rl.config import RLConfig
 from microcoder_jax.rl.batch import Rollout, as_rollout
-from microcoder_jax.rl.logprobs import sequence_logprobs
+from microcoder_jax.rl.logprobs import sequence_logprobs, shared_in
 from microcoder_jax.rl.losses import clipped_surrogate, k3_kl, loss_weights
 
 
@@ -123,8 +123,9 @@ def init_train_state(params, rl_config: RLConfig, mesh=None, *, model_config=Non
     return TrainState(params, opt_state, jax.device_put(step, sh.step), jax.device_put(rng, sh.rng))
 
 
-def _micro_loss(params, mb, model_config, cfg: RLConfig):
-    """Loss contribution of one micro-batch (its share of the mini-batch's weighted sum) + sums."""
+def _micro_loss(params, mb, model_config, cfg: RLConfig, shared=None):
+    """Loss contribution of one micro-batch (its share of the mini-batch's weighted sum) + sums.
+    `shared = (w, f)`: its first w columns repeat in each group of f rows (run once a group)."""
     logp, entropy = sequence_logprobs(
         params,
         model_config,
@@ -134,6 +135,7 @@ def _micro_loss(params, mb, model_config, cfg: RLConfig):
         cfg.logprob_chunk,
         mb.get("positions"),
         mb.get("segment_ids"),
+        shared,
     )
     mask = mb["loss_mask"]
     adv = mb["advantages"] if mb["advantages"].ndim == 2 else mb["advantages"][:, None]
@@ -159,11 +161,14 @@ def _micro_loss(params, mb, model_config, cfg: RLConfig):
     return loss, (sums, jnp.max(jnp.where(mask > 0, sg(ratio), 0.0)))
 
 
-def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_size: int, param_sh=None, frozen=None):
+def minibatch_grads(
+    params, minibatch, model_config, cfg: RLConfig, micro_batch_size: int, param_sh=None, frozen=None, shared=None
+):
     """Gradients of one mini-batch's loss, accumulated over micro-batches with lax.scan.
 
     `params` are the trained leaves; `frozen` (LoRA) the base they are joined with for the
     forward: no gradient is formed for it (no weight-gradient matmuls, no accumulator).
+    `shared = (w, G)` (rl.share_prompts): each micro-batch runs its groups' first w columns once.
 
     `minibatch` holds tokens, attention_mask, loss_mask, advantages, old_logprobs, temperature
     (and ref_logprobs when kl_beta > 0) with `rows` leading; returns (grads, loss, sums, ratio_max).
@@ -180,7 +185,10 @@ def minibatch_grads(params, minibatch, model_config, cfg: RLConfig, micro_batch_
         lambda x: x.reshape(rows // micro_batch_size, micro_batch_size, *x.shape[1:]),
         {**minibatch, "loss_weights": weights},
     )
-    grad_fn = jax.value_and_grad(lambda p, mb, mc, c: _micro_loss(lora.join(p, frozen), mb, mc, c), has_aux=True)
+    in_micro = shared_in(shared, micro_batch_size)
+    grad_fn = jax.value_and_grad(
+        lambda p, mb, mc, c: _micro_loss(lora.join(p, frozen), mb, mc, c, in_micro), has_aux=True
+    )
     zeros = jax.tree.map(jnp.zeros_like, params)
 
     def body(carry, mb):
@@ -248,13 +256,16 @@ def skip_unless(ok: jax.Array, new, old):
 
 
 def train_step(
-    state: TrainState, batch: Any, *, model_config, cfg: RLConfig, param_sh=None, packing=None
+    state: TrainState, batch: Any, *, model_config, cfg: RLConfig, param_sh=None, packing=None, shared=None
 ) -> tuple[TrainState, dict]:
     """Un-jitted step body (see module doc); `make_train_step` wraps it in jit with donation.
-    `batch`: a Rollout, or a dict of its fields (+ "packing"); `packing` an rl.packing.Packing."""
+    `batch`: a Rollout, or a dict of its fields (+ "packing"); `packing` an rl.packing.Packing;
+    `shared = (w, G)`: the first w columns repeat in each group (rl.logprobs.shared_prompt_width)."""
     optimizer = make_optimizer(cfg)
     batch, pk = as_rollout(batch)
     pk = packing if packing is not None else pk
+    if shared and pk is not None:
+        raise ValueError("packed rows have no shared prompt block: rl.packing and rl.share_prompts exclude each other")
     n = batch.tokens.shape[0]
     micro = _check_shapes(n, cfg)
     if batch.old_logprobs is None:
@@ -311,7 +322,7 @@ def train_step(
 
     def update(carry, mini):
         params, opt_state = carry
-        grads, loss, sums, rmax = minibatch_grads(params, mini, model_config, cfg, micro, grad_sh, frozen)
+        grads, loss, sums, rmax = minibatch_grads(params, mini, model_config, cfg, micro, grad_sh, frozen, shared)
         grad_norm = optax.tree.norm(grads)
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & all_finite(updates)
@@ -351,30 +362,28 @@ def train_step(
 
 
 def make_train_step(model_config, rl_config: RLConfig, mesh=None):
-    """step(state, batch) -> (state, metrics): jitted, state donated, FSDP-sharded under a mesh."""
-    if mesh is None:
-        fn = lambda state, batch, packing=None: train_step(
+    """step(state, batch, packing=None, shared=None) -> (state, metrics): jitted, state donated,
+    FSDP-sharded under a mesh; `shared` (static) as in `train_step`."""
+    sh = None if mesh is None else state_shardings(model_config, rl_config, mesh)
+
+    def fn(state, batch, packing=None, shared=None):
+        return train_step(
             state,
             batch,
-            model_config=model_config,  # noqa: E731
+            model_config=model_config,
             cfg=rl_config,
+            param_sh=None if sh is None else sh.params,
             packing=packing,
+            shared=shared,
         )
-        return jax.jit(fn, donate_argnums=0)
-    sh = state_shardings(model_config, rl_config, mesh)
-    fn = lambda state, batch, packing=None: train_step(
-        state,
-        batch,
-        model_config=model_config,  # noqa: E731
-        cfg=rl_config,
-        param_sh=sh.params,
-        packing=packing,
-    )
-    jitted = jax.jit(fn, donate_argnums=0, out_shardings=(sh, sharding.replicated(mesh)))
 
-    def step(state: TrainState, batch: Any, packing=None):  # a Rollout, or a dict of its fields
+    if mesh is None:
+        return jax.jit(fn, donate_argnums=0, static_argnames=("shared",))
+    jitted = jax.jit(fn, donate_argnums=0, static_argnames=("shared",), out_shardings=(sh, sharding.replicated(mesh)))
+
+    def step(state: TrainState, batch: Any, packing=None, shared=None):  # a Rollout, or a dict of its fields
         with jax.set_mesh(mesh):
-            return jitted(state, batch, packing)
+            return jitted(state, batch, packing, shared=shared)
 
     step.jitted = jitted  # for compile counting (`step.jitted._cache_size()`)
     return step

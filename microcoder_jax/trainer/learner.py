@@ -23,7 +23,7 @@ import numpy as np
 from microcoder_jax import sharding
 from microcoder_jax.rl import packing
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.rl.logprobs import compute_logprobs
+from microcoder_jax.rl.logprobs import compute_logprobs, shared_prompt_width
 
 
 def padded_micro_batch(rl_config, rows: int) -> Optional[int]:
@@ -47,11 +47,23 @@ def step_packing(run, attention_mask) -> Optional[packing.Packing]:
     return packing.for_step(attention_mask, run.rl_config, run.mesh) if run.rl_config.packing else None
 
 
+def prompt_sharing(run, tokens, attention_mask, temperature) -> Optional[tuple[int, int]]:
+    """Both passes' `shared = (w, G)` under rl.share_prompts: w the widest prompt bucket every
+    group repeats (rl.logprobs.shared_prompt_width; at most the columns before the answers), else None."""
+    cfg = run.rl_config
+    if not cfg.share_prompts:
+        return None
+    cap = np.shape(tokens)[1] - run.sampling.max_new_tokens
+    w = shared_prompt_width(tokens, attention_mask, temperature, cfg.group_size, run.data.prompt_buckets, cap)
+    return (w, cfg.group_size) if w else None
+
+
 def logprobs(run, params, tokens, attention_mask, temperature):
     """[N, S] log-probs of these rows at `params` (dispatched, not waited for): the one old- and
     reference-log-prob pass of the loop."""
     on_device = sharding.put_batch({"tokens": tokens, "mask": attention_mask, "t": temperature}, run.mesh)
     pack, micro = logprob_packing(run, attention_mask)
+    shared = prompt_sharing(run, tokens, attention_mask, temperature)
     return compute_logprobs(
         params,
         run.model_config,
@@ -61,6 +73,7 @@ def logprobs(run, params, tokens, attention_mask, temperature):
         chunk=run.rl_config.logprob_chunk,
         micro_batch=micro,
         packing=pack,
+        shared=shared,
     )
 
 
@@ -121,7 +134,11 @@ class Learner:
         t0 = time.perf_counter()
         batch, gap = self.complete(batch, scores)
         pack = step_packing(self.run, batch.attention_mask)
+        shared = prompt_sharing(self.run, batch.tokens, batch.attention_mask, batch.temperature)
         self.state, metrics = self.train_step(
-            self.state, sharding.put_batch(batch, self.run.mesh), sharding.put_batch(pack, self.run.mesh)
+            self.state,
+            sharding.put_batch(batch, self.run.mesh),
+            sharding.put_batch(pack, self.run.mesh),
+            shared=shared,
         )
         return batch, jax.device_get(metrics), time.perf_counter() - t0, gap

@@ -1,0 +1,146 @@
+"""rl.share_prompts: a group's prompt columns run once, its G rows attend to them; the log-probs,
+their gradients and a whole train step equal the unshared ones to float rounding (tiny fp32 model)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from microcoder_jax import models
+from microcoder_jax.rl.logprobs import compute_logprobs, sequence_logprobs, shared_prompt_width
+from microcoder_jax.rl.presets import make_rl_config
+from microcoder_jax.rl.step import init_train_state, make_train_step
+from random_params import numpy_params
+
+G, PROMPTS, P, R = 4, 3, 8, 10
+N, S = G * PROMPTS, P + R
+MC = models.get_preset("tiny", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def params():
+    return numpy_params(MC, 0.02)
+
+
+def grouped_batch(seed=0):
+    """Left-padded prompts repeated over each group's G rows (one temperature a group), answers of
+    random lengths (an empty one and one at the cap), right-padded."""
+    rng = np.random.default_rng(seed)
+    tokens, attn, resp = (np.zeros((N, S), np.int32) for _ in range(3))
+    temperature = np.zeros(N, np.float32)
+    lengths = rng.integers(1, R + 1, N).astype(np.int32)
+    lengths[1], lengths[6] = 0, R
+    for g in range(PROMPTS):
+        plen = int(rng.integers(2, P + 1))
+        prompt = rng.integers(1, MC.vocab_size, plen)
+        t = rng.choice([0.6, 1.0, 1.3])
+        for i in range(g * G, (g + 1) * G):
+            tokens[i, P - plen : P] = prompt
+            tokens[i, P : P + lengths[i]] = rng.integers(1, MC.vocab_size, lengths[i])
+            attn[i, P - plen : P + lengths[i]] = 1
+            resp[i, P : P + lengths[i]] = 1
+            temperature[i] = t
+    return {
+        "tokens": tokens,
+        "attention_mask": attn,
+        "response_mask": resp,
+        "response_lengths": lengths,
+        "truncated": lengths == R,
+        "temperature": temperature,
+        "rewards": rng.integers(0, 2, N).astype(np.float32),
+        "passed": rng.random(N) < 0.5,
+        "no_code": np.zeros(N, bool),
+    }
+
+
+def conditioned(attn):
+    """Columns whose log-prob means something: a real token after a real token (the one a padding
+    position predicts is garbage in either layout, and no loss reads it)."""
+    return (attn > 0) & np.pad(attn[:, :-1] > 0, ((0, 0), (1, 0)))
+
+
+@pytest.mark.parametrize("rows", [G, G // 2])
+def test_logprobs_and_gradients_equal_unshared(params, rows):
+    b = grouped_batch()
+    args = (MC, b["tokens"], b["attention_mask"], b["temperature"], 5)
+    keep = conditioned(b["attention_mask"])
+    want, got = sequence_logprobs(params, *args), sequence_logprobs(params, *args, shared=(P, rows))
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(np.where(keep, g, 0), np.where(keep, w, 0), atol=5e-6)
+
+    weight = keep * np.linspace(-1, 1, S)[None]
+
+    def loss(p, shared):
+        return jnp.sum(sequence_logprobs(p, *args, shared=shared)[0] * weight)
+
+    g_want, g_got = jax.grad(loss)(params, None), jax.grad(loss)(params, (P, rows))
+    for path, w in jax.tree_util.tree_leaves_with_path(g_want):
+        g = g_got
+        for k in path:
+            g = g[k.key]
+        np.testing.assert_allclose(g, w, atol=1e-6 + 1e-4 * float(np.abs(w).max()), err_msg=str(path))
+
+
+def test_old_logprob_pass_shares_within_each_micro_batch(params):
+    """compute_logprobs with micro-batches of 2 rows (2 rows of a group share) and of the whole batch."""
+    b = grouped_batch(1)
+    keep = conditioned(b["attention_mask"])
+    args = (params, MC, b["tokens"], b["attention_mask"], b["temperature"])
+    want = np.asarray(compute_logprobs(*args, chunk=5))
+    for micro in (2, None):
+        got = np.asarray(compute_logprobs(*args, chunk=5, micro_batch=micro, shared=(P, G)))
+        np.testing.assert_allclose(np.where(keep, got, 0), np.where(keep, want, 0), atol=5e-6)
+
+
+def test_train_step_equals_unshared(params):
+    """Two mini-batches, micro-batches of 2 rows: params, optimizer state and metrics as unshared."""
+    cfg = make_rl_config(
+        "microcoder", group_size=G, num_minibatches=2, micro_batch_size=2, learning_rate=1e-3, logprob_chunk=5
+    )
+    b = grouped_batch(2)
+    b["old_logprobs"] = np.asarray(compute_logprobs(params, MC, b["tokens"], b["attention_mask"], b["temperature"]))
+    step = make_train_step(MC, cfg)
+    want_state, want = step(init_train_state(params, cfg), b)
+    got_state, got = step(init_train_state(params, cfg), b, shared=(P, G))
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-6, err_msg=k)
+    # Adam divides by sqrt(v): an element whose gradient is ~0 turns rounding into a visible step,
+    # so the updates are compared to within 1% of the learning rate (an update's size)
+    for w, g in zip(jax.tree.leaves(want_state.params), jax.tree.leaves(got_state.params)):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-5)
+    assert float(got["loss_tokens"]) == float(b["response_mask"].sum())
+    assert step._cache_size() == 2  # the shared program is its own (static `shared`), not the plain one again
+
+
+def test_shared_width_is_the_widest_bucket_every_group_repeats():
+    b = grouped_batch(3)
+    t, m, temp = b["tokens"], b["attention_mask"], b["temperature"]
+    assert shared_prompt_width(t, m, temp, G, (4, P)) == P
+    assert shared_prompt_width(t, m, temp, G, (4, P), cap=P - 1) == 4  # capped below the answers
+    assert shared_prompt_width(t, m, temp, G, (4, P, 12)) in (P, 12)  # 12 only if every group's answers agree
+    other = t.copy()
+    other[G + 1, P - 1] += 1  # one row of the second group has another last prompt token
+    assert shared_prompt_width(other, m, temp, G, (4, P)) == 4
+    mixed = temp.copy()
+    mixed[2] *= 2  # a group sampled at two temperatures shares no prompt log-probs
+    assert shared_prompt_width(t, m, mixed, G, (4, P)) == 0
+    assert shared_prompt_width(t, m, temp, 5, (P,)) == 0  # rows that are no whole groups
+
+
+def test_share_prompts_and_packing_refused_together():
+    with pytest.raises(ValueError, match=r"rl\.share_prompts=True: packed rows .*rl\.packing=False"):
+        make_rl_config("microcoder", share_prompts=True, packing=True)
+
+
+def test_shared_pass_runs_the_prompt_once_a_group(params):
+    """The compiled pass does less work: XLA's cost analysis counts fewer flops with the prompt shared."""
+    b = grouped_batch(4)
+    args = (params, MC, b["tokens"], b["attention_mask"], b["temperature"])
+
+    def flops(shared):
+        lowered = compute_logprobs.jitted.lower(*args, chunk=5, shared=shared)
+        return lowered.compile().cost_analysis()["flops"]
+
+    plain, shared = flops(None), flops((P, G))
+    # the prompt is 8 of 18 columns, run for 3 of 12 rows: the layers see 156 of 216 row-columns
+    assert shared < 0.85 * plain, (shared, plain)
