@@ -12,9 +12,10 @@ the learner's work on the real model. Sides, on the same weights and batch, in o
 
 Timed round-robin (one of each side per round, the order rotated, median over rounds): one train
 step (forward + backward + AdamW) and one old-log-prob pass at the step's micro-batch. Also: the
-train step's FLOPs and temporaries by XLA's cost and memory analysis (counts, no timing noise), and
-each side's first loss and its old log-probs' largest difference from the padded side's (the same
-values to bf16 rounding).
+train step's FLOPs per micro-batch and temporaries by XLA's cost and memory analysis (counts, no
+timing noise; XLA counts a loop body once), each side's first loss, and the accuracy check: the
+old log-probs of one group, padded and shared, in float32 and bfloat16, against float32 padded
+(shared is exact in float32; in bfloat16 both differ from float32 by rounding alike).
 
     python benchmarks/shared_prompt.py                      # SmolLM2, 16 rows, 3 rounds (~8 min, 2 cores)
     python benchmarks/shared_prompt.py --model tiny-llama --rounds 2
@@ -133,6 +134,7 @@ def main() -> None:
                 out[name][key].append(time.perf_counter() - t0)
         print(f"round {r + 1}: " + ", ".join(f"{n} {out[n]['step'][-1]:.1f} s" for n in sides), flush=True)
 
+    accuracy = accuracy_check(mc, params, args)
     keep = host["response_mask"] > 0
     base = out[sides[0]]
     base_t = np.median(base["step"]) + np.median(base["logprob"])
@@ -141,7 +143,8 @@ def main() -> None:
         f"{args.response} answer tokens, median of {args.rounds} rounds"
     )
     print(
-        "| side | train step s | old log-probs s | learner s | speed-up | XLA GFLOP | XLA temp MB | first loss | max old-logprob diff |"
+        "| side | train step s | old log-probs s | learner s | speed-up | XLA GFLOP per micro-batch | "
+        "XLA temp MB | first loss | max old-logprob diff |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     table = []
@@ -160,9 +163,29 @@ def main() -> None:
         "rounds (train step s): "
         + "; ".join(f"{r['side']} " + " / ".join(f"{t:.1f}" for t in r["rounds"]) for r in table)
     )
+    print("\nold log-probs of one group against float32 padded rows (answer tokens): mean / max |difference|")
+    for key, (mean, top) in accuracy.items():
+        print(f"  {key}: {mean:.2e} / {top:.2e}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(table, f, indent=1)
+            json.dump({"table": table, "accuracy": accuracy}, f, indent=1)
+
+
+def accuracy_check(mc, params, args) -> dict:
+    """Mean and max |log p - float32 padded log p| over one group's answer tokens, padded and shared,
+    in float32 and in the model's bfloat16 (float32 params, the compute dtype changed)."""
+    from microcoder_jax.rl.logprobs import compute_logprobs
+
+    b = grouped_batch(1, args.group, args.prompt, args.response, mc.vocab_size, seed=1)
+    rows = (b["tokens"], b["attention_mask"], b["temperature"])
+    keep = b["response_mask"] > 0
+    out = {}
+    for dtype in ("float32", mc.dtype):
+        for name, shared in (("padded", None), ("shared", (args.prompt, args.group))):
+            lp = compute_logprobs(params, mc.replace(dtype=dtype), *rows, micro_batch=args.group, shared=shared)
+            out[f"{dtype} {name}"] = np.asarray(lp)
+    ref = out["float32 padded"]
+    return {k: (float(np.abs(v - ref)[keep].mean()), float(np.abs(v - ref)[keep].max())) for k, v in out.items()}
 
 
 if __name__ == "__main__":

@@ -144,3 +144,55 @@ def test_shared_pass_runs_the_prompt_once_a_group(params):
     plain, shared = flops(None), flops((P, G))
     # the prompt is 8 of 18 columns, run for 3 of 12 rows: the layers see 156 of 216 row-columns
     assert shared < 0.85 * plain, (shared, plain)
+
+
+def test_learner_shares_the_widest_bucket_under_the_answers():
+    """The learner's rule: only under rl.share_prompts, a bucket at most the columns before the answers."""
+    from types import SimpleNamespace
+
+    from microcoder_jax.trainer.learner import prompt_sharing
+
+    b = grouped_batch(5)
+    rows = (b["tokens"], b["attention_mask"], b["temperature"])
+
+    def run(share, buckets=(4, P, 12)):
+        cfg = make_rl_config("microcoder", group_size=G, share_prompts=share)
+        return SimpleNamespace(
+            rl_config=cfg, data=SimpleNamespace(prompt_buckets=buckets), sampling=SimpleNamespace(max_new_tokens=R)
+        )
+
+    assert prompt_sharing(run(False), *rows) is None
+    assert prompt_sharing(run(True), *rows) == (P, G)  # 12 would reach into the answers
+    assert prompt_sharing(run(True, buckets=(P + 2,)), *rows) is None
+
+
+@pytest.mark.slow
+def test_demo_trains_the_same_with_shared_prompts(tmp_path):
+    """Two demo steps with and without rl.share_prompts: the first step's metrics (same batch, same
+    params) agree to float rounding and the shared programs ran."""
+    from microcoder_jax.trainer import learner as learner_lib
+    from microcoder_jax.trainer import loop as train
+    from microcoder_jax.trainer.metrics import read_metrics
+    from short_demo import short_demo
+
+    shared_calls = []
+    real = learner_lib.prompt_sharing
+
+    def spy(*args):
+        out = real(*args)
+        shared_calls.append(out)
+        return out
+
+    rows = {}
+    for share in (False, True):
+        c = short_demo(2, **{"train.warm_start_steps": 0, "rl.share_prompts": share})
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(learner_lib, "prompt_sharing", spy)
+            train.train(c, str(tmp_path / str(share)), log_fn=lambda *a: None)
+        rows[share] = read_metrics(str(tmp_path / str(share) / "metrics.jsonl"))
+    assert [x for x in shared_calls if x is not None] and all(x is not None for x in shared_calls[-4:])
+    plain, shared = rows[False][0], rows[True][0]
+    assert plain["reward_mean"] == shared["reward_mean"]  # the same sampled batch
+    for key in ("loss", "grad_norm", "policy_entropy", "approx_kl", "ratio_mean"):
+        assert shared[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
+    assert len(rows[True]) == 2 and np.isfinite(rows[True][1]["loss"])

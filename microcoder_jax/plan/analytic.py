@@ -127,6 +127,16 @@ def _attention_flops(mc, rows, q_len, k_len, causal_skip: bool) -> float:
     return 4.0 * rows * q_len * k_len * h * hd * l * (0.5 if causal_skip else 1.0)
 
 
+def _learner_attention_flops(mc, sh: Shapes, micro: int, splash: bool) -> float:
+    """Attention FLOPs of the learner's rows: each row over its own columns, or under
+    rl.share_prompts the prompt once per sharing rows and every answer over prompt + answer."""
+    w = sh.shared_width
+    if not w:
+        return _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
+    prompts = -(-sh.rows // sh.sharing(micro))
+    return _attention_flops(mc, prompts, w, w, splash) + _attention_flops(mc, sh.rows, sh.seq - w, sh.seq, False)
+
+
 def _layer_activations(mc, tokens: int, splash: bool, t: int, seq: int) -> int:
     """One layer's working set in the backward pass (recomputed under remat), per device."""
     d, h, k, hd, f, _, _, _ = _dims(mc)
@@ -148,7 +158,7 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     state, batch = program.args
     trained = local_bytes(trainable_part(state.params))  # every param, or the LoRA adapters
     mb = _split(sh.step_micro, mesh)
-    tokens = mb * sh.seq
+    tokens = sh.learner_tokens(mb, sh.step_micro)
     splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
     saved = {
         "full": l * tokens * d * 2,
@@ -170,9 +180,9 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
         "final hidden + its gradient": tokens * d * 4 * 2,
         "vocab-projection chunk (logits and their gradient)": mb * chunk * (v // t) * 4 * 2,
     }
-    rows_tokens = sh.rows * sh.seq
+    rows_tokens = sh.learner_tokens(sh.rows, sh.step_micro)
     dense = 2.0 * (l * layer + v * d) * rows_tokens
-    attn = _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
+    attn = _learner_attention_flops(mc, sh, sh.step_micro, splash)
     adapters = adapter_flops(mc, rows_tokens)
     recompute = {"full": 1.0, "none": 0.0, "dots": 0.5, "dots_saveable": 0.5}[mc.remat]
     # forward + backward (2x forward: activation and weight gradients) + remat's extra forward; the
@@ -212,7 +222,7 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     params = local_bytes(program.args[0])
     merged, merge_flops, merge_hbm = merge_cost(mc, program.args[0])
     mb = _split(sh.micro, mesh)
-    tokens = mb * sh.seq
+    tokens = sh.learner_tokens(mb, sh.micro)
     splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
     chunk = min(rl_config.logprob_chunk, sh.seq - 1)
     kw = program.kwargs
@@ -227,8 +237,8 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     }
     if merged:
         comp["merged weights (LoRA folded in, one compute-dtype copy)"] = merged
-    rows_tokens = sh.rows * sh.seq
-    flops = 2.0 * (l * layer + v * d) * rows_tokens + _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
+    rows_tokens = sh.learner_tokens(sh.rows, sh.micro)
+    flops = 2.0 * (l * layer + v * d) * rows_tokens + _learner_attention_flops(mc, sh, sh.micro, splash)
     read = float((l * layer + v * d) * jnp.dtype(mc.dtype).itemsize) if merged else weights_read(mc)
     hbm = (sh.rows // sh.micro) * read / t + merge_hbm
     return Estimate(comp, flops=flops + merge_flops, model_flops=flops, hbm_bytes=hbm)

@@ -45,11 +45,27 @@ class Shapes:
     eval_max_new: int
     phases: int
     episode_width: int = 0  # multi-turn episodes (env.max_turns > 1): the learner's rows are this wide
+    shared_width: int = 0  # rl.share_prompts: the prompt columns a group's rows share (0 = none)
 
     @property
     def seq(self) -> int:
         """The learner's row width: prompt + answer, or a whole multi-turn episode (trainer/episodes.py)."""
         return self.episode_width or self.prompt_width + self.max_new
+
+    @property
+    def shared(self):
+        """The learner programs' static `shared` argument (rl.logprobs.shared_in): (width, G) or None."""
+        return (self.shared_width, self.group) if self.shared_width else None
+
+    def sharing(self, micro: int) -> int:
+        """Rows that run one copy of the shared prompt in a micro-batch of `micro` rows (1: none)."""
+        return math.gcd(micro, self.group) if self.shared_width else 1
+
+    def learner_tokens(self, rows: int, micro: int) -> int:
+        """Token columns the learner's layers run for `rows` rows in micro-batches of `micro`: every
+        row's columns, or under rl.share_prompts the answers' plus one prompt per sharing rows."""
+        w = self.shared_width
+        return rows * (self.seq - w) + -(-rows // self.sharing(micro)) * w
 
 
 @dataclasses.dataclass
@@ -122,6 +138,7 @@ def shapes_of(config, rl_config, mesh) -> Shapes:
         eval_max_new=config.eval.max_new_tokens,
         phases=config.sampling.decode_phases,
         episode_width=_episode_width(config),
+        shared_width=max(config.data.prompt_buckets) if rl_config.share_prompts else 0,
     )
 
 
@@ -232,6 +249,7 @@ def logprob_program(config, rl_config, mesh, shapes: Shapes, tpu: bool | str) ->
         temperature=_rows(mesh, (n,), jnp.float32),
         chunk=rl_config.logprob_chunk,
         micro_batch=padded_micro_batch(rl_config, n),
+        shared=shapes.shared,
     )
     return Program("old log-probs", compute_logprobs.jitted, args, kwargs, mc)
 
@@ -252,7 +270,7 @@ def train_program(config, rl_config, mesh, shapes: Shapes, tpu: bool | str) -> P
     )
     step = rl_step.make_train_step(mc, rl_config, mesh)
     jitted = step.jitted  # pyright: ignore[reportAttributeAccessIssue] (set on the step function in rl/step.py)
-    return Program("train step", jitted, (abstract_state(mc, rl_config, mesh), batch), {}, mc)
+    return Program("train step", jitted, (abstract_state(mc, rl_config, mesh), batch), {"shared": shapes.shared}, mc)
 
 
 def rl_step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Program]:
