@@ -196,3 +196,46 @@ def test_demo_trains_the_same_with_shared_prompts(tmp_path):
     for key in ("loss", "grad_norm", "policy_entropy", "approx_kl", "ratio_mean"):
         assert shared[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
     assert len(rows[True]) == 2 and np.isfinite(rows[True][1]["loss"])
+
+
+def _learner_estimates(overrides, devices):
+    from microcoder_jax import cli
+    from microcoder_jax.plan import planner
+    from microcoder_jax.plan.topologies import parse_topology
+
+    config = cli.load_config("configs/demo.py", ["mesh.fsdp=-1", "rl.packing=False", *overrides])
+    result = planner.plan(config, parse_topology("h100", devices=devices), search=False)
+    return {r.program.name: r.estimate for r in result.rows if r.program.name in ("old log-probs", "train step")}
+
+
+def test_planner_counts_the_prompt_once_per_group_a_device_holds():
+    """One device holds whole groups: the learner's FLOPs drop by the prompt's share. Eight devices
+    with micro-batches of 8 rows hold one row of a group each: every device runs the whole prompt,
+    so the planner claims no saving in the layers there (and counts the unfused attention's scores)."""
+    micro = ["rl.micro_batch_size=8", "sampling.group_size=8"]
+    one = _learner_estimates(micro, 1), _learner_estimates([*micro, "rl.share_prompts=True"], 1)
+    eight = _learner_estimates(micro, 8), _learner_estimates([*micro, "rl.share_prompts=True"], 8)
+    for name in ("old log-probs", "train step"):
+        on_one, on_eight = (x[1][name].flops / x[0][name].flops for x in (one, eight))
+        # the demo's prompt is 64 of 104 columns: one device skips most of it in 7 of 8 rows;
+        # on eight only the attention's masked prompt-to-answer block is left out
+        assert on_one < 0.6 and on_eight > on_one + 0.2, (name, on_one, on_eight)
+        assert "shared-prompt attention scores (XLA, one layer)" in eight[1][name].components
+
+
+@pytest.mark.slow  # compiles the two learner programs for a TPU topology
+def test_learner_programs_with_a_shared_prompt_compile_for_tpu():
+    from microcoder_jax import cli
+    from microcoder_jax.plan import planner
+    from microcoder_jax.plan.topologies import parse_topology
+
+    try:
+        topology = parse_topology("v5e:2x2")
+        topology.devices()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"libtpu cannot make AOT devices here: {str(e).splitlines()[0][:100]}")
+    config = cli.load_config("configs/demo.py", ["mesh.fsdp=-1", "rl.share_prompts=True"])
+    result = planner.plan(config, topology, cache_dir=None, only=("old log-probs", "train step"), search=False)
+    assert [r.program.name for r in result.rows] == ["old log-probs", "train step"]
+    for row in result.rows:
+        assert row.error == "" and row.program.kwargs["shared"] == (max(config.data.prompt_buckets), 8), row.error

@@ -85,7 +85,7 @@ def weights_read(mc) -> float:
     return float(l * layer * _layer_weight_bytes(mc) + v * d * 2)
 
 
-def adapter_flops(mc, tokens: int) -> float:
+def adapter_flops(mc, tokens: float) -> float:
     """Forward FLOPs of the LoRA adapters over `tokens`: (x A) B per adapted projection, 2 r (in + out)
     per token (0 without LoRA)."""
     return 2.0 * mc.num_adapter_params() * tokens if _lora(mc) else 0.0
@@ -127,14 +127,24 @@ def _attention_flops(mc, rows, q_len, k_len, causal_skip: bool) -> float:
     return 4.0 * rows * q_len * k_len * h * hd * l * (0.5 if causal_skip else 1.0)
 
 
-def _learner_attention_flops(mc, sh: Shapes, micro: int, splash: bool) -> float:
-    """Attention FLOPs of the learner's rows: each row over its own columns, or under
-    rl.share_prompts the prompt once per sharing rows and every answer over prompt + answer."""
+def _learner_work(mc, sh: Shapes, micro: int, local: int, splash: bool) -> tuple[float, float]:
+    """(token columns, attention FLOPs) of the learner's layers over all rows, in micro-batches of
+    `micro` with `local` rows on each device: each row's own columns, or under rl.share_prompts
+    each device's slice runs one prompt per group it holds rows of (Shapes.learner_tokens)."""
     w = sh.shared_width
     if not w:
-        return _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
-    prompts = -(-sh.rows // sh.sharing(micro))
-    return _attention_flops(mc, prompts, w, w, splash) + _attention_flops(mc, sh.rows, sh.seq - w, sh.seq, False)
+        return float(sh.rows * sh.seq), _attention_flops(mc, sh.rows, sh.seq, sh.seq, splash)
+    slices = sh.rows / local  # (micro-batch, device) slices
+    prompts = slices * -(-local // sh.sharing(micro))
+    attn = _attention_flops(mc, prompts, w, w, splash) + _attention_flops(mc, sh.rows, sh.seq - w, sh.seq, False)
+    return float(slices * sh.learner_tokens(local, micro)), attn
+
+
+def _shared_scores(mc, sh: Shapes, local: int, t: int) -> int:
+    """Under rl.share_prompts, one layer's attention scores (f32) and probabilities (bf16) of the
+    answers over the shared prompt and themselves: that attention is XLA's, no fused kernel."""
+    _, h, _, _, _, _, _, _ = _dims(mc)
+    return local * (h // t) * (sh.seq - sh.shared_width) * sh.seq * 6 if sh.shared_width else 0
 
 
 def _layer_activations(mc, tokens: int, splash: bool, t: int, seq: int) -> int:
@@ -180,9 +190,10 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
         "final hidden + its gradient": tokens * d * 4 * 2,
         "vocab-projection chunk (logits and their gradient)": mb * chunk * (v // t) * 4 * 2,
     }
-    rows_tokens = sh.learner_tokens(sh.rows, sh.step_micro)
+    if sh.shared_width:
+        comp["shared-prompt attention scores (XLA, one layer)"] = _shared_scores(mc, sh, mb, t)
+    rows_tokens, attn = _learner_work(mc, sh, sh.step_micro, mb, splash)
     dense = 2.0 * (l * layer + v * d) * rows_tokens
-    attn = _learner_attention_flops(mc, sh, sh.step_micro, splash)
     adapters = adapter_flops(mc, rows_tokens)
     recompute = {"full": 1.0, "none": 0.0, "dots": 0.5, "dots_saveable": 0.5}[mc.remat]
     # forward + backward (2x forward: activation and weight gradients) + remat's extra forward; the
@@ -237,8 +248,10 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     }
     if merged:
         comp["merged weights (LoRA folded in, one compute-dtype copy)"] = merged
-    rows_tokens = sh.learner_tokens(sh.rows, sh.micro)
-    flops = 2.0 * (l * layer + v * d) * rows_tokens + _learner_attention_flops(mc, sh, sh.micro, splash)
+    if sh.shared_width:
+        comp["shared-prompt attention scores (XLA, one layer)"] = _shared_scores(mc, sh, mb, t)
+    rows_tokens, attn = _learner_work(mc, sh, sh.micro, mb, splash)
+    flops = 2.0 * (l * layer + v * d) * rows_tokens + attn
     read = float((l * layer + v * d) * jnp.dtype(mc.dtype).itemsize) if merged else weights_read(mc)
     hbm = (sh.rows // sh.micro) * read / t + merge_hbm
     return Estimate(comp, flops=flops + merge_flops, model_flops=flops, hbm_bytes=hbm)

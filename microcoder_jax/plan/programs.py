@@ -62,8 +62,10 @@ class Shapes:
         return math.gcd(micro, self.group) if self.shared_width else 1
 
     def learner_tokens(self, rows: int, micro: int) -> int:
-        """Token columns the learner's layers run for `rows` rows in micro-batches of `micro`: every
-        row's columns, or under rl.share_prompts the answers' plus one prompt per sharing rows."""
+        """Token columns the learner's layers run for `rows` rows of one device's slice of a
+        micro-batch of `micro`: every row's columns, or under rl.share_prompts the answers' plus
+        one prompt per group the slice holds rows of (a device with one row of a group runs its
+        whole prompt: sharing pays where a device holds several rows of a group)."""
         w = self.shared_width
         return rows * (self.seq - w) + -(-rows // self.sharing(micro)) * w
 
