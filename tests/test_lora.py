@@ -268,3 +268,21 @@ def test_the_lora_experiments_arms_differ_from_full_finetuning_only_in_their_key
         assert {k: v for k, v in config_lib.to_dict(c).items() if k not in ("lora", "rl")} == {
             k: v for k, v in config_lib.to_dict(full).items() if k not in ("lora", "rl")
         }
+
+
+def test_kl_reference_is_the_frozen_base_without_a_copy(base):
+    """rl.kl_beta > 0 under LoRA: the learner keeps no reference copy; its reference log-probs are
+    the base model's, exactly, even after the adapters moved (B != 0)."""
+    from types import SimpleNamespace
+
+    from microcoder_jax.trainer.learner import Learner
+
+    cfg = make_rl_config("microcoder", group_size=4, kl_beta=0.05)
+    params = _nonzero_b(lora.attach(base, LC, jax.random.PRNGKey(2)))
+    run = SimpleNamespace(model_config=LC, rl_config=cfg, mesh=None)
+    learner = Learner(run, init_train_state(params, cfg), None)
+    b = make_batch(4)
+    scores = learner.score({k: b[k] for k in ("tokens", "attention_mask", "temperature")})
+    want = compute_logprobs(base, MC, b["tokens"], b["attention_mask"], b["temperature"])
+    np.testing.assert_allclose(np.asarray(scores["ref_logprobs"]), np.asarray(want), atol=1e-6)
+    assert np.abs(np.asarray(scores["old_logprobs"]) - np.asarray(want)).max() > 1e-4  # the adapters moved

@@ -73,12 +73,15 @@ def abstract_mesh(config, devices: int):
     return jax.sharding.AbstractMesh(sizes, sharding.MESH_AXES)
 
 
-def _resident(program, state_bytes: int, params_bytes: int, rl_config, open_session: int = 0) -> int:
+def _resident(
+    program, state_bytes: int, params_bytes: int, rl_config, open_session: int = 0, lora: bool = False
+) -> int:
     """The train state (and a KL reference) stays in HBM through every program; minus what the
     program takes as its arguments (the stored params, or the whole state for the train step).
     `open_session`: bytes of a paged DAPO session still decoding refills while a finished batch's
-    old log-probs run (its pool, engine state and decode-layout weights)."""
-    ref = params_bytes if rl_config.kl_beta > 0 else 0
+    old log-probs run (its pool, engine state and decode-layout weights). Under LoRA the reference
+    is the state's own frozen base with zero adapters (trainer/learner.py): no second copy."""
+    ref = params_bytes if rl_config.kl_beta > 0 and not lora else 0
     if program.name == "train step":
         return ref
     # stored params (or the paged engine's state, then the stored params), not the sampler's decode copy
@@ -137,7 +140,8 @@ def plan(
             if paged.is_paged(prog)
             else analytic.estimate(prog, mesh, shapes, rl_config, gathers_weights=gathers)
         )
-        rows.append(Row(prog, compiled, est, _resident(prog, state_bytes, params_bytes, rl_config, open_session)))
+        resident = _resident(prog, state_bytes, params_bytes, rl_config, open_session, lora=bool(mc.lora_rank))
+        rows.append(Row(prog, compiled, est, resident))
     result = Plan(topology, dict(mesh.shape), mc, shapes, rows, attention=attention_label(config, topology, shapes))
     if search and not result.fits:
         from microcoder_jax.plan import suggest

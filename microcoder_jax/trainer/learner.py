@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from microcoder_jax import sharding
+from microcoder_jax.models import lora
 from microcoder_jax.rl import packing
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.rl.logprobs import compute_logprobs, shared_prompt_width
@@ -115,8 +116,17 @@ class Learner:
         def at(params):
             return logprobs(run, params, rows["tokens"], rows["attention_mask"], rows["temperature"])
 
-        ref = at(self.ref_params) if run.rl_config.uses_reference else None
+        ref = at(self.reference_params()) if run.rl_config.uses_reference else None
         return {"old_logprobs": at(self.params), "ref_logprobs": ref}
+
+    def reference_params(self):
+        """The KL reference (rl.kl_beta > 0): the frozen copy of the initial params, or under LoRA
+        the live state's frozen base with zero adapters, which is the policy at step 0 (B = 0)
+        without a second copy of the base in memory."""
+        if self.ref_params is not None:
+            return self.ref_params
+        adapters, base = lora.split(self.params)
+        return lora.join(jax.tree.map(jnp.zeros_like, adapters), base)
 
     def complete(self, batch: Rollout, scores: Optional[dict] = None) -> tuple[Rollout, Optional[float]]:
         """The batch with its old (and reference) log-probs (`scores`: from `score` on its rows at

@@ -311,7 +311,9 @@ def start_state(run: Run, ckpt, log_fn=print) -> Start:
     restored = ckpt.restore_readable(abstract_train_state(run), log_fn)
     if restored is None:
         params = initial_params(run, log_fn)
-        ref = jax.tree.map(jnp.copy, params) if rl.uses_reference else None  # the state's copy is donated
+        # the KL reference: a copy (the state's is donated), or under LoRA none: the learner reads
+        # the state's frozen base with zero adapters (Learner.reference_params)
+        ref = jax.tree.map(jnp.copy, params) if rl.uses_reference and not run.model_config.lora_rank else None
         state = rl_step.init_train_state(params, rl, run.mesh, model_config=run.model_config, seed=run.config.seed)
         return Start(state, ref, None, None, 0, base_meta(lora.split(params)[1]))
     state, meta, _ = restored
@@ -320,6 +322,6 @@ def start_state(run: Run, ckpt, log_fn=print) -> Start:
     frozen = lora.split(base)[1] if base is not None and run.model_config.lora_rank else None
     where = f"checkpoint step {int(meta['step'])} in {ckpt.directory}"
     state = state._replace(params=with_base(run, state.params, frozen, meta, where))
-    ref = base if rl.uses_reference else None  # deterministic: rebuilt
+    ref = base if rl.uses_reference and not run.model_config.lora_rank else None  # deterministic: rebuilt
     log_fn(f"resumed from step {int(meta['step'])} ({ckpt.directory})")
     return Start(state, ref, meta["data"], meta["scheduler"], int(meta["step"]), base_meta(frozen))
