@@ -1,6 +1,8 @@
 """rl.share_prompts: a group's prompt columns run once, its G rows attend to them; the log-probs,
 their gradients and a whole train step equal the unshared ones to float rounding (tiny fp32 model)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -56,24 +58,29 @@ def grouped_batch(seed=0):
 def conditioned(attn):
     """Columns whose log-prob means something: a real token after a real token (the one a padding
     position predicts is garbage in either layout, and no loss reads it)."""
-    return (attn > 0) & np.pad(attn[:, :-1] > 0, ((0, 0), (1, 0)))
+    return (attn > 0) & jnp.pad(attn[:, :-1] > 0, ((0, 0), (1, 0)))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def values_and_grads(params, b, shared):
+    """(gradients of a weighted sum of log-probs, (log-probs, entropy)) of batch `b`."""
+    weight = conditioned(b["attention_mask"]) * jnp.linspace(-1, 1, S)[None]
+
+    def loss(p):
+        logp, ent = sequence_logprobs(p, MC, b["tokens"], b["attention_mask"], b["temperature"], 5, shared=shared)
+        return jnp.sum(logp * weight), (logp, ent)
+
+    return jax.grad(loss, has_aux=True)(params)
 
 
 @pytest.mark.parametrize("rows", [G, G // 2])
 def test_logprobs_and_gradients_equal_unshared(params, rows):
-    b = grouped_batch()
-    args = (MC, b["tokens"], b["attention_mask"], b["temperature"], 5)
+    b = {k: v for k, v in grouped_batch().items() if k in ("tokens", "attention_mask", "temperature")}
     keep = conditioned(b["attention_mask"])
-    want, got = sequence_logprobs(params, *args), sequence_logprobs(params, *args, shared=(P, rows))
+    g_want, want = values_and_grads(params, b, None)  # compiled once for both parametrisations
+    g_got, got = values_and_grads(params, b, (P, rows))
     for w, g in zip(want, got):
         np.testing.assert_allclose(np.where(keep, g, 0), np.where(keep, w, 0), atol=5e-6)
-
-    weight = keep * np.linspace(-1, 1, S)[None]
-
-    def loss(p, shared):
-        return jnp.sum(sequence_logprobs(p, *args, shared=shared)[0] * weight)
-
-    g_want, g_got = jax.grad(loss)(params, None), jax.grad(loss)(params, (P, rows))
     for path, w in jax.tree_util.tree_leaves_with_path(g_want):
         g = g_got
         for k in path:
@@ -92,6 +99,7 @@ def test_old_logprob_pass_shares_within_each_micro_batch(params):
         np.testing.assert_allclose(np.where(keep, got, 0), np.where(keep, want, 0), atol=5e-6)
 
 
+@pytest.mark.slow  # two compiles of the step; the quick tier keeps the log-prob and gradient checks
 def test_train_step_equals_unshared(params):
     """Two mini-batches, micro-batches of 2 rows: params, optimizer state and metrics as unshared."""
     cfg = make_rl_config(
