@@ -135,6 +135,22 @@ def init_state(config: DecoderConfig, shape: EngineShape, pad_id) -> dict[str, A
     )
 
 
+def _store_prompts(pages, pool, cache, prompt_len, *, refs: int, columns: int, shape: EngineShape):
+    """Allocate each new prompt's pages (`refs` rows read them) and write its keys and values from
+    the dense prefill `cache` per layer into its first `columns` pages; returns (pages, pool, the
+    prompts' page ids [a, prompt_pages]). Admit and extend both end this way."""
+    need = jnp.arange(shape.prompt_pages)[None, :] < -(-prompt_len // shape.page_size)[:, None]
+    pages, ids = pg.allocate(pages, need.reshape(-1), refs=refs)
+    ids = ids.reshape(prompt_len.shape[0], shape.prompt_pages)
+    pool = pa.PagePool(
+        *(
+            tuple(pa.write_prompt_pages(p, c, prompt_len, ids[:, :columns]) for p, c in zip(pool_part, cache_part))
+            for pool_part, cache_part in zip(pool, cache)
+        )
+    )
+    return pages, pool, ids
+
+
 @functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
 def admit(
     state,
@@ -174,15 +190,9 @@ def admit(
     logits = lm_head(params, config, hidden[:, -1])
     real = jnp.arange(a) < count
     prompt_len = jnp.where(real, jnp.sum(prompt_mask, axis=-1), 0)
-    need = jnp.arange(shape.prompt_pages)[None, :] < -(-prompt_len // ps)[:, None]
-    pages, ids = pg.allocate(state["pages"], need.reshape(-1), refs=g)
-    ids = ids.reshape(a, shape.prompt_pages)
-    written = ids[:, : width // ps]  # a narrower prompt needs no more pages than it has columns
-    pool = pa.PagePool(
-        *(
-            tuple(pa.write_prompt_pages(p, c, prompt_len, written) for p, c in zip(pool_part, cache_part))
-            for pool_part, cache_part in zip(state["pool"], cache)
-        )
+    # a narrower prompt needs no more pages than it has columns
+    pages, pool, ids = _store_prompts(
+        state["pages"], state["pool"], cache, prompt_len, refs=g, columns=width // ps, shape=shape
     )
     base = state["prompts_used"]
     # prompt p lives at position p % max_prompts: a session that retires prompts reuses positions
@@ -325,14 +335,8 @@ def extend(
     logits = lm_head(params, config, hidden[:, -1])
     prompt_len = jnp.where(real, context_len, 0)
     pages = pg.release(state["pages"], held)  # read above; the new prompt's pages may reuse them
-    need = jnp.arange(shape.prompt_pages)[None, :] < -(-prompt_len // ps)[:, None]
-    pages, ids = pg.allocate(pages, need.reshape(-1), refs=1)
-    ids = ids.reshape(a, shape.prompt_pages)
-    pool = pa.PagePool(
-        *(
-            tuple(pa.write_prompt_pages(p, k, prompt_len, ids) for p, k in zip(pool_part, cache_part))
-            for pool_part, cache_part in zip(state["pool"], cache)
-        )
+    pages, pool, ids = _store_prompts(
+        pages, state["pool"], cache, prompt_len, refs=1, columns=shape.prompt_pages, shape=shape
     )
     base = state["prompts_used"]
     position = (base + jnp.arange(a)) % shape.max_prompts
