@@ -53,3 +53,17 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     _fail_skip(outcome.get_result(), getattr(collector, "path", None) and collector.path.name)
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache_off_after_each_test():
+    """A training run a test starts turns JAX's persistent compile cache on for its workdir
+    (trainer/compile_cache.py), and it stayed on for the rest of the worker: every later program
+    was serialised into an old test's folder (a worker aborted once inside that write, in
+    test_partial_engine). Each test's runs keep their cache; it is turned off after the test."""
+    yield
+    jax = sys.modules.get("jax")
+    if jax is not None and getattr(jax.config, "jax_compilation_cache_dir", None) is not None:
+        from microcoder_jax.trainer import compile_cache
+
+        compile_cache.enable("", "")
