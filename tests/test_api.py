@@ -25,8 +25,39 @@ def test_builtin_rewards_and_what_they_need_from_the_judge():
     assert runs(problem, "", JudgeResult(False, "runtime_error", 1, 4, first_failure=0)) == pytest.approx(0.225)
     assert runs(problem, "", JudgeResult(True, "passed", 4, 4)) == pytest.approx(1.0)
     assert runs(problem, "", JudgeResult(False, "no_code", 0, 4)) == 0.0
-    with pytest.raises(ValueError, match="registered: all, fraction, fraction_runs"):
+    with pytest.raises(ValueError, match="registered: all, fraction, fraction_reads, fraction_runs"):
         lookup("nope")
+
+
+@pytest.mark.parametrize(
+    "code, reads",
+    [
+        ("print(sum(map(int, input().split())))", True),
+        ("import sys\nprint(len(sys.stdin.read().split()))", True),
+        ("from sys import stdin\nprint(stdin.readline())", True),
+        ("print(open(0).read())", True),
+        ("def main():\n    n = int(input())\n    print(n)\n\nif __name__ == '__main__':\n    main()", True),
+        ("def g():\n    return input()\n\ndef f():\n    return g()\n\nprint(f())", True),
+        ("class A:\n    x = input()", True),
+        ("n = 8\nprint(n * 2)  # n = int(input())", False),  # a comment is not a read
+        ("print('input()')", False),  # nor a string
+        ("def f():\n    return int(input())", False),  # a function never called reads nothing
+        ("def f(n):\n    return n\nprint(f(3))", False),
+        ("print(open(False))", False),
+        ("def (:", False),
+    ],
+)
+def test_fraction_reads_pays_the_running_bonus_only_to_programs_that_read_stdin(code, reads):
+    problem = Problem("p", [TestCase("1\n", "1\n")] * 4)
+    wrong = JudgeResult(False, "wrong_answer", 1, 4, first_failure=1)
+    response = f"Here:\n```python\n{code}\n```"
+    reward = lookup("fraction_reads")
+    assert reward.every_test
+    assert reward(problem, response, wrong) == pytest.approx(0.9 * 0.25 + 0.1 * reads)
+    assert reward(problem, response, JudgeResult(True, "passed", 4, 4)) == pytest.approx(0.9 + 0.1 * reads)
+    crash = JudgeResult(False, "runtime_error", 0, 4, first_failure=0)
+    assert reward(problem, response, crash) == 0.0  # a crash earns no running bonus, read or not
+    assert reward(problem, "no fenced program", wrong) == pytest.approx(0.9 * 0.25)
 
 
 def test_a_registered_reward_is_a_config_value_and_an_unknown_one_is_refused():

@@ -1,6 +1,7 @@
 """The planner (`python -m microcoder_jax.plan`) on tiny configs, compiled with libtpu for v5e:2x2."""
 
 import dataclasses
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 from microcoder_jax import cli
+from microcoder_jax import config as config_lib
 from microcoder_jax.plan import analytic, hlo, planner, programs, suggest
 from microcoder_jax.plan.topologies import TopologyError, parse_topology
 
@@ -419,3 +421,19 @@ def test_report_names_the_sampler_mesh():
     assert "mesh data=1 fsdp=8 tensor=1; sampler mesh data=4 fsdp=1 tensor=2;" in header, header
     decode = next(r for r in result.rows if r.program.name == "sample decode")
     assert dict(decode.program.mesh.shape) == {"data": 4, "fsdp": 1, "tensor": 2}
+
+
+@pytest.mark.parametrize("name", ["demo", "truncation_task"])
+def test_planned_vocabulary_is_the_one_a_run_builds(name, tmp_path):
+    """The demo's BPE stops short of demo.vocab_size (359 of 384 by default): the planner plans
+    the model the run builds, for the demo and for the truncation task's tokenizer."""
+    from microcoder_jax.trainer import setup as run_setup
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(config_lib.config_dir(), f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config()
+    run = run_setup.setup(c, str(tmp_path))
+    planned = programs.model_config_for(c, False, 104).vocab_size
+    assert planned == run.model_config.vocab_size == len(run.tokenizer)
+    assert planned < c.demo.vocab_size

@@ -48,7 +48,8 @@ def _parse_args(argv):
         choices=sorted(rewards.REWARDS),
         default="all",
         help="the reward written per row (evaluator/rewards.py): all = 1 iff every test passes (judging stops "
-        "at the first failure), fraction = share of tests passed (every test runs), fraction_runs",
+        "at the first failure), fraction = share of tests passed (every test runs); fraction_runs and "
+        "fraction_reads are shaped rewards (their docstrings)",
     )
     p.add_argument("--skip-malformed", action="store_true", help="skip malformed problem rows")
     return p.parse_args(argv)

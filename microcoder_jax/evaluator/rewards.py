@@ -21,10 +21,12 @@ The module that registers it must be imported before the run's config is checked
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 from typing import Callable
 
+from microcoder_jax.evaluator.extract import extract_code
 from microcoder_jax.evaluator.judge import JudgeResult
 
 RewardFn = Callable[..., float]  # (problem, response text, JudgeResult) -> float
@@ -95,3 +97,51 @@ def fraction_runs(problem, response, result) -> float:
     runs = result.passed or result.verdict == "wrong_answer"
     share = result.tests_passed / result.tests_total if result.tests_total else 0.0
     return 0.9 * share + 0.1 * float(runs)
+
+
+@register_reward("fraction_reads", every_test=True)
+def fraction_reads(problem, response, result) -> float:
+    """`fraction_runs` with its 0.1 paid only to a program that also reads standard input (an
+    `input()` call, `sys.stdin` or `open(0)` in its code). On SmolLM2, `fraction_runs` taught
+    programs that hard-code a value or never call their function: they run cleanly and read
+    nothing (docs/experiments.md). This rung pays for the first step of a right answer instead."""
+    runs = result.passed or result.verdict == "wrong_answer"
+    share = result.tests_passed / result.tests_total if result.tests_total else 0.0
+    return 0.9 * share + 0.1 * float(runs and reads_stdin(extract_code(response)))
+
+
+def reads_stdin(code: str | None) -> bool:
+    """Whether a program's source reads standard input where it runs: an `input()` call,
+    `sys.stdin`/`stdin`, or `open(0)`, at module level or in a function that module-level code
+    calls (by name, transitively). Read from the syntax tree, so comments, strings and functions
+    never called do not count; source that does not parse reads nothing."""
+    if not code:
+        return False
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    pending, entered = list(tree.body), set()
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            pending.extend(node.decorator_list)  # its body runs only when called
+            continue
+        if (isinstance(node, ast.Attribute) and node.attr == "stdin") or (
+            isinstance(node, ast.Name) and node.id == "stdin"
+        ):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            name = node.func.id
+            if name == "input" or (name == "open" and node.args and _is_zero(node.args[0])):
+                return True
+            if name in functions and name not in entered:
+                entered.add(name)
+                pending.extend(functions[name].body)
+        pending.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _is_zero(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == 0 and not isinstance(node.value, bool)

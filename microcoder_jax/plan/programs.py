@@ -94,8 +94,9 @@ def model_config_for(config, tpu: bool | str, seq_len: int):
     the target chip, not this host's CPU, by models/attention.py's rules: on TPU the flash kernel
     where the shape allows, on a GPU cuDNN in half precision (head_dim a multiple of 8 up to 128, an
     even length), else XLA. `tpu`: True / "tpu", "gpu", or False / "cpu" (see target_platform)."""
-    vocab = config.demo.vocab_size if (config.data.task == "demo" and not config.model.path) else None
-    mc = models.model_config_from(config, vocab)
+    from microcoder_jax.trainer.setup import model_vocab_size
+
+    mc = models.model_config_from(config, model_vocab_size(config))
     if mc.attention == "auto":
         on = target_platform(tpu)
         if on == "tpu":

@@ -8,6 +8,7 @@ and scheduler state to continue from. Training and evaluation share both.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -102,16 +103,7 @@ def key(seed: int, *path: int):
 def _demo_data(d: DemoConfig, data: DataConfig, seed: int, workdir: str):
     """The demo's problems and tokenizer (trained once, then reloaded from the workdir); with
     demo.votes, the truncation task's (data/truncation_task.py)."""
-    task = truncation_task if d.votes else demo_task
-    problems = demo_task.make_problems(
-        d.ops,
-        d.problems_per_op,
-        d.tests_per_problem,
-        seed,
-        d.phrasings,
-        public_tests=d.public_tests,
-        hidden_op=d.hidden_op,
-    )
+    problems = _demo_problems(d, seed)
     path = os.path.join(workdir, "tokenizer")
     exists = os.path.exists(os.path.join(path, "tokenizer.json"))
     if jax.process_count() > 1:  # every host looks before process 0 writes (shared or local disks)
@@ -121,10 +113,51 @@ def _demo_data(d: DemoConfig, data: DataConfig, seed: int, workdir: str):
     if exists:
         tokenizer = load_tokenizer(path)
     else:
-        tokenizer = task.build_tokenizer(problems, d.ops, data, d.vocab_size)
+        tokenizer = _demo_tokenizer(d, data, problems)
         if jax.process_index() == 0:
             tokenizer.save_pretrained(path)
     return problems, tokenizer
+
+
+def _demo_problems(d: DemoConfig, seed: int):
+    return demo_task.make_problems(
+        d.ops,
+        d.problems_per_op,
+        d.tests_per_problem,
+        seed,
+        d.phrasings,
+        public_tests=d.public_tests,
+        hidden_op=d.hidden_op,
+    )
+
+
+def _demo_tokenizer(d: DemoConfig, data: DataConfig, problems):
+    task = truncation_task if d.votes else demo_task
+    return task.build_tokenizer(problems, d.ops, data, d.vocab_size)
+
+
+def model_vocab_size(config) -> int | None:
+    """The vocabulary of a run's model without a checkpoint: its tokenizer's size (the demo's BPE,
+    trained deterministically from the config, can stop short of demo.vocab_size). None when
+    model.path gives it, or no tokenizer is named (the preset's then). What `setup` builds and
+    what the planner plans, from one rule."""
+    if config.model.path:
+        return None
+    if config.data.task == "demo":
+        return _demo_vocab_size(DemoConfig.from_node(config.demo), DataConfig.from_node(config.data), config.seed)
+    if config.tokenizer.path:
+        return _tokenizer_size(config.tokenizer.path)
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _demo_vocab_size(d: DemoConfig, data: DataConfig, seed: int) -> int:
+    return len(_demo_tokenizer(d, data, _demo_problems(d, seed)))
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer_size(path: str) -> int:
+    return len(load_tokenizer(models.resolve_model_path(path)))
 
 
 def problem_files(config, *extra) -> list[str]:
@@ -190,7 +223,7 @@ def setup(config, workdir: str, typed: dict | None = None) -> Run:
     prompt_set = loader.make_prompt_set(problems, tokenizer, data, skipped, env.messages)
     log.info("training prompts: %s", prompt_set.report())
     os.makedirs(workdir, exist_ok=True)
-    vocab = None if model.path else len(tokenizer)
+    vocab = None if model.path else len(tokenizer)  # the rule of model_vocab_size
     model_config = shape if vocab is None else models.model_config_from(model, vocab, typed["lora"])
     return Run(
         config=config,
