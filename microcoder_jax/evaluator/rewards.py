@@ -122,7 +122,8 @@ def reads_stdin(code: str | None) -> bool:
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    pending, entered = list(tree.body), set()
+    pending: list[ast.AST] = list(tree.body)
+    entered: set[str] = set()
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
