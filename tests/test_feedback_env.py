@@ -191,7 +191,7 @@ def test_evaluation_scores_pass_at_1_after_each_turn(two_turn_run):
 
 
 @pytest.mark.slow  # a two-turn demo run (~40 s, shared) and both paths' programs (~20 s)
-def test_kept_kv_episodes_sample_what_re_prefilled_ones_sample(two_turn_run, pool):
+def test_kept_kv_episodes_sample_what_re_prefilled_ones_sample(two_turn_run, pool, monkeypatch):
     """The paged engine keeps each row's KV across turns (HeldTurns) where the static path
     re-prefills the whole conversation (PrefilledTurns): greedy, with the two-turn run's trained
     params, the same episodes token for token."""
@@ -211,6 +211,15 @@ def test_kept_kv_episodes_sample_what_re_prefilled_ones_sample(two_turn_run, poo
     run = setup(c, workdir, config_lib.validate(c))
     params, _ = _load_params(run, workdir, None)
     problems, prompts = run.prompt_set.problems[:4], run.prompt_set.prompts[:4]
+    from microcoder_jax.sampling import paged_sampler
+
+    extends, real_extend = [], paged_sampler.engine.extend
+
+    def recorded(*args, **kwargs):  # what the session's extend calls run at: the planner plans that
+        extends.append((kwargs["shape"], args[3].shape))
+        return real_extend(*args, **kwargs)
+
+    monkeypatch.setattr(paged_sampler.engine, "extend", recorded)
     got = {}
     for keep in (True, False):
         got[keep] = collect_episodes(
@@ -218,6 +227,15 @@ def test_kept_kv_episodes_sample_what_re_prefilled_ones_sample(two_turn_run, poo
             temperature=0.0, rng=jax.random.key(0), times=collections.Counter(), keep_kv=keep,
         )  # fmt: skip
     (held, _, held_stats), (fresh, _, fresh_stats) = got[True], got[False]
+    monkeypatch.undo()
+    from microcoder_jax.plan import paged as plan_paged, planner
+
+    planned = c.copy_and_resolve_references()
+    planned.data.num_prompts = len(prompts)  # this call's episodes
+    mesh = planner.abstract_mesh(planned, 1)
+    progs = {p.name: p for p in plan_paged.step_programs(planned, config_lib.rl_config_of(planned), mesh, False)}
+    shape, tail = progs["sample extend"].kwargs["shape"], progs["sample extend"].args[3].shape
+    assert extends and set(extends) == {(shape, tail)}, (extends[0], shape, tail)
     assert held_stats["turns_mean"] > 1.5, held_stats  # most episodes went on after feedback
     cost = "later_prefill_tokens"  # only the feedback turns' tokens are prefilled again
     assert 0 < held_stats.pop(cost) < 0.6 * fresh_stats.pop(cost), (held_stats, fresh_stats)

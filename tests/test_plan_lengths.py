@@ -364,3 +364,46 @@ def test_partial_recompute_is_planned_as_a_prefill_of_every_slot_at_full_width()
     assert f"{tokens:,} tokens" in row.note and row.serial_s > 0
     added = summary["phases"]["sampling"]["serial_s"] - got[False][1]["phases"]["sampling"]["serial_s"]
     assert added == pytest.approx(row.serial_s)
+
+
+def test_multi_turn_sampling_is_planned_at_the_session_the_episodes_open():
+    """env.max_turns = T on the paged engine: admit, decode and extend are planned at the shape
+    HeldTurns opens (its prompt width the widest turn's, its pool every row's context); the time
+    decodes T turns and extends T - 1 of them. On the static engine the later turns are fresh
+    calls over the whole context ("turn prefill", "turn decode"), T - 1 a step."""
+    from microcoder_jax.sampling.paged_sampler import extend_block, held_session_pages
+    from microcoder_jax.trainer.episodes import turn_widths
+
+    base = ["mesh.fsdp=-1", "sampling.slots=8", "env.kind=feedback", "env.feedback_tokens=64"]
+    sampling, step = {}, {}
+    for engine in ("paged", "static"):
+        for turns in (1, 2, 3):
+            config = cli.load_config(DEMO, [*base, f"sampling.engine={engine}", f"env.max_turns={turns}"])
+            result = planner.plan(config, parse_topology("h100", devices=4), search=False)
+            times = {t.name: t for t in timing.program_times(result, config, lengths.parse("paper"))}
+            progs = {r.program.name: r.program for r in result.rows}
+            sampling[engine, turns] = timing.step_summary(result, config, list(times.values()))["phases"]["sampling"]
+            step[engine, turns] = times
+            if turns == 1:
+                assert not {"sample extend", "turn prefill", "turn decode"} & set(progs)
+                continue
+            blocks = [config[b] for b in ("data", "sampling", "env")]
+            widest, rows = max(turn_widths(*blocks)), 16 * 8
+            if engine == "paged":
+                shape = progs["sample decode"].kwargs["shape"]
+                assert (
+                    shape.hold and shape.prompt_width == widest == progs["sample extend"].kwargs["shape"].prompt_width
+                )
+                assert shape.num_pages == held_session_pages(16, 64, rows, widest, 40, 16)
+                assert shape.max_prompts == 16 + rows * (turns - 1)
+                block, chunk = progs["sample extend"].args[3].shape
+                assert block == extend_block(widest, 64, rows) and chunk == 16 * -(-65 // 16)
+                assert times["sample extend"].calls == (turns - 1) * -(-rows // block)
+                assert f"env.max_turns={turns}" in times["sample decode"].note
+            else:
+                assert progs["turn prefill"].args[1].shape == (rows, widest)  # one answer per row's context
+                assert times["turn prefill"].calls == times["turn decode"].calls == turns - 1
+    for engine in ("paged", "static"):  # each turn adds sampling work
+        assert sampling[engine, 1]["serial_s"] < sampling[engine, 2]["serial_s"] < sampling[engine, 3]["serial_s"]
+    # the learner's rows are the same episodes whatever the engine
+    assert step["paged", 3]["train step"].compute_s == pytest.approx(step["static", 3]["train step"].compute_s)

@@ -21,14 +21,16 @@ import numpy as np
 
 from microcoder_jax import sharding
 from microcoder_jax.plan.programs import Program, _sds, local_bytes, sampler_params
+from microcoder_jax.sampling.paged_sampler import MAX_ADMIT  # PagedSession's admit block
 
-MAX_ADMIT = 64  # PagedSession's default admit block (prompts prefilled per admit call)
 
-
-def engine_shape(config, prompts: int, group: int, width: int, max_new: int, batch_prompts: int | None = None):
+def engine_shape(
+    config, prompts: int, group: int, width: int, max_new: int, batch_prompts: int | None = None, held=None
+):
     """The EngineShape PagedSession builds for one call of `prompts` x `group` rows (its defaults);
     a session with room for more (DAPO's refills, partial rollouts' ring) sizes its slots for one
-    generation batch of `batch_prompts`, as the worker's open_session does."""
+    generation batch of `batch_prompts`, as the worker's open_session does. `held`: the
+    episodes.HeldLayout of a multi-turn session (its prompt width, queue and pool)."""
     from microcoder_jax.sampling import paged_engine as engine, paged_sampler
 
     s = config.sampling
@@ -37,6 +39,8 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int, bat
     ps = s.page_size
     if width % ps:
         raise ValueError(f"prompt bucket {width} is not a multiple of sampling.page_size={ps}")
+    if held is not None:
+        prompts, width = held.max_prompts, held.prompt_width
     return engine.EngineShape(
         slots=slots,
         samples=group,
@@ -44,13 +48,14 @@ def engine_shape(config, prompts: int, group: int, width: int, max_new: int, bat
         prompt_width=width,
         max_new=max_new,
         page_size=ps,
-        num_pages=engine.default_num_pages(prompts, width, slots, max_new, ps),
+        num_pages=held.num_pages if held else engine.default_num_pages(prompts, width, slots, max_new, ps),
         block_pages=max(1, 64 // ps),
         refill_every=s.refill_every,
         shrink_at=paged_sampler.shrink_at(
             paged_sampler.tail_sizes(slots, paged_sampler.default_tail_slots(slots)), slots
         ),
         kv_dtype=s.kv_dtype,
+        hold=held is not None,
     )
 
 
@@ -68,12 +73,15 @@ def _state(mc, shape, mesh):
     return out
 
 
-def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new, batch_prompts=None) -> list[Program]:
+def paged_programs(
+    tag, config, mc, mesh, prompts, group, width, max_new, batch_prompts=None, held=None
+) -> list[Program]:
     """`engine.admit` (one block of min(batch_prompts, 64) prompts: a push is one generation batch)
-    and `engine.run` of a session with room for `prompts`."""
+    and `engine.run` of a session with room for `prompts`; with `held` (a multi-turn session's
+    episodes.HeldLayout) also `engine.extend` of one block of continuing rows."""
     from microcoder_jax.sampling.interface import PagedSampler
 
-    shape = engine_shape(config, prompts, group, width, max_new, batch_prompts)
+    shape = engine_shape(config, prompts, group, width, max_new, batch_prompts, held)
     state, params, rep = _state(mc, shape, mesh), sampler_params(mc, mesh), sharding.replicated(mesh)
     a = 1 << (min(batch_prompts or prompts, MAX_ADMIT) - 1).bit_length()  # admit blocks are powers of two
     row = lambda d: _sds((a * group,), d, rep)  # noqa: E731
@@ -99,7 +107,13 @@ def paged_programs(tag, config, mc, mesh, prompts, group, width, max_new, batch_
         _sds((), jnp.int32, rep),
     )
     run = Program(f"{tag} decode", PagedSampler.programs["decode"], run_args, dict(config=mc, shape=shape), mc, mesh)
-    return [admit, run]
+    if held is None:
+        return [admit, run]
+    b = lambda d: _sds((held.block,), d, rep)  # noqa: E731
+    extend_args = (state, params, b(jnp.int32), _sds((held.block, held.chunk), jnp.int32, rep), b(jnp.int32))
+    extend_args += (_sds((), jnp.int32, rep), b(jnp.int32), b(jnp.float32), b(jnp.float32), b(jnp.int32))
+    kwargs = dict(config=mc, shape=shape)
+    return [admit, run, Program(f"{tag} extend", PagedSampler.programs["extend"], extend_args, kwargs, mc, mesh)]
 
 
 def is_paged(program: Program) -> bool:
@@ -186,6 +200,17 @@ def estimate(program: Program, mesh):
         comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * width * width * 6
         flops = 2.0 * l * layer * a * width + analytic._attention_flops(mc, a, width, width, False)
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=(l * layer + v * d) * 4 / t)
+    if program.name.endswith("extend"):  # engine.extend: the rows' kept keys gathered dense, C tokens prefilled
+        a, c = program.args[3].shape
+        width, local = shape.prompt_width, analytic._split(a, mesh)
+        dense = analytic._kv(mc, local, width, t)  # every layer's context keys and values, model dtype
+        comp["context KV gathered dense (every layer)"] = dense
+        comp["activations (one layer, forward)"] = analytic._layer_activations(mc, local * c, True, t, width) // 2
+        comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * c * width * 6
+        flops = 2.0 * l * layer * a * c + analytic._attention_flops(mc, a, c, width, False)
+        pages = local * width * l * 2 * max(k // t, 1) * token_head_bytes(mc, shape.kv_dtype)
+        hbm = (l * layer + v * d) * 2 / t + pages * 2 + dense * 2  # read the pages, write new ones; the dense copy
+        return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm)
     s = shape.slots
     kvh = max(k // t, 1)
     # the Pallas kernel (paged_model_config) streams pages through VMEM: no gathered copy in HBM
@@ -295,10 +320,11 @@ def step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Progr
     prompts = session_prompts(config.data.num_prompts, rl_config)  # DAPO's refill batch, partial rollouts' ring
     on = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, mc.num_kv_heads)  # the sampler's mesh
     layout = programs.decode_layout_program(mc, mesh, on)  # PagedSession reshards once per session
+    held = held_layout_of(config, sh)
     return (
         [layout]
         + paged_programs(
-            "sample", config, mc, on, prompts, sh.group, sh.prompt_width, sh.max_new, config.data.num_prompts
+            "sample", config, mc, on, prompts, sh.group, sh.prompt_width, sh.max_new, config.data.num_prompts, held
         )
         + [
             programs.logprob_program(config, rl_config, mesh, sh, tpu),
@@ -307,4 +333,18 @@ def step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Progr
         + paged_programs(
             "eval", config, mc, on, config.eval.batch_problems, sh.eval_samples, sh.prompt_width, sh.eval_max_new
         )
+    )
+
+
+def held_layout_of(config, sh):
+    """The multi-turn session's layout (trainer/episodes.py: the shape HeldTurns opens), or None
+    with one turn."""
+    from microcoder_jax import config as config_lib
+    from microcoder_jax.trainer.episodes import held_layout
+
+    typed = {name: config_lib.block_types()[name].from_node(config[name]) for name in ("data", "sampling", "env")}
+    if typed["env"].turns == 1:
+        return None
+    return held_layout(
+        typed["data"], typed["sampling"], typed["env"], config.data.num_prompts, sh.group, sh.max_new, MAX_ADMIT
     )

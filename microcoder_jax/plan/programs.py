@@ -155,6 +155,19 @@ def _episode_width(config) -> int:
     return env.row_width(max(config.data.prompt_buckets), config.sampling.max_new_tokens)
 
 
+def later_turn_width(config) -> int:
+    """The widest prompt bucket of turns >= 1 (trainer/episodes.turn_widths), 0 with one turn."""
+    from microcoder_jax.envs.config import EnvConfig
+    from microcoder_jax.sampling.config import SamplingConfig
+    from microcoder_jax.data.config import DataConfig
+    from microcoder_jax.trainer.episodes import turn_widths
+
+    env = EnvConfig.from_node(config.env)
+    if env.turns == 1:
+        return 0
+    return max(turn_widths(DataConfig.from_node(config.data), SamplingConfig.from_node(config.sampling), env))
+
+
 def _sds(shape, dtype, sh):
     return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype), sharding=sh)
 
@@ -285,6 +298,13 @@ def rl_step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Pr
     out += sampler_programs(
         "sample", config, mc_prompt, mesh, sh.prompts, sh.group, sh.prompt_width, sh.max_new, sh.phases
     )
+    widest = later_turn_width(config)
+    if widest:  # multi-turn episodes: later turns prefill each row's whole context (trainer/episodes.py)
+        from microcoder_jax.sampling.static_sampler import padded_prompts
+
+        mc_turn = model_config_for(config, tpu, widest)
+        rows = padded_prompts(sh.rows, mesh)
+        out += sampler_programs("turn", config, mc_turn, mesh, rows, 1, widest, sh.max_new, sh.phases)
     out += [logprob_program(config, rl_config, mesh, sh, tpu), train_program(config, rl_config, mesh, sh, tpu)]
     out += sampler_programs(
         "eval", config, mc_prompt, mesh, sh.eval_prompts, sh.eval_samples, sh.prompt_width, sh.eval_max_new, sh.phases

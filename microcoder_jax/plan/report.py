@@ -162,7 +162,7 @@ def render(plan, config_name: str) -> str:
         f"HBM each; mesh {mesh}; {how}",
         f"model: {params / 1e9:.2f}B params, {mc.num_layers} layers, attention {attention}, remat {mc.remat}; "
         f"rows {sh.rows} (prompts {sh.prompts} x G {sh.group}), sequence {sh.prompt_width} + {sh.max_new}"
-        + (f" (episodes: learner rows {sh.seq} wide; later turns' sampling not planned)" if sh.episode_width else "")
+        + (f" (episodes: learner rows {sh.seq} wide)" if sh.episode_width else "")
         + ", "
         f"micro-batch {_micro(sh)}; eval {sh.eval_prompts} x {sh.eval_samples} at {sh.eval_max_new} new tokens",
         *lora_lines(mc),

@@ -6,6 +6,9 @@ from __future__ import annotations
 from microcoder_jax.plan.programs import with_overrides
 
 MAX_COMPILES = 3  # per failing program
+# A later turn's work on the static sampler (a fresh call over the whole context) is the paged
+# engine's extend and decode in one session: a switch of engine plans it under that name.
+SAME_WORK = {"turn prefill": "sample extend", "turn decode": "sample decode"}
 
 
 def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
@@ -28,9 +31,12 @@ def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
         # decode and (paged) admit both hold the page pool: its dtype and its slots size it
         if name.endswith("decode") or (name.endswith("admit") and config.sampling.engine == "paged"):
             out += _slot_candidates(config, name)
-        if config.sampling.engine == "static":
-            key = "data.num_prompts" if name.startswith("sample") else "eval.batch_problems"
-            prompts = config.data.num_prompts if name.startswith("sample") else config.eval.batch_problems
+        # a multi-turn session holds every row's context to its widest turn: fewer rows shrink its pool
+        held = config.sampling.engine == "paged" and name.startswith("sample") and _turns(config) > 1
+        if config.sampling.engine == "static" or held:
+            training = not name.startswith("eval")  # sample and later turns: the rollout batch's prompts
+            key = "data.num_prompts" if training else "eval.batch_problems"
+            prompts = config.data.num_prompts if training else config.eval.batch_problems
             while prompts // 2 >= 1:
                 prompts //= 2
                 out.append((f"{prompts} prompts per sampler call", {key: prompts}))
@@ -66,7 +72,7 @@ def _slot_candidates(config, name: str) -> list[tuple[str, dict]]:
     """Decode: fewer slots of the paged engine (the static engine: switch to it), largest first."""
     from microcoder_jax.plan.paged import engine_shape
 
-    sample = name.startswith("sample")
+    sample = not name.startswith("eval")
     prompts = config.data.num_prompts if sample else config.eval.batch_problems
     group = config.sampling.group_size if sample else config.eval.samples
     slots = engine_shape(config, prompts, group, max(config.data.prompt_buckets), 1).slots
@@ -125,7 +131,7 @@ def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) ->
         for label, changes in options:
             try:
                 cand = with_overrides(base, **changes)
-                guess = plan(cand, topology, only=(name,), search=False, compile_=False)
+                guess = _program(plan(cand, topology, only=_names(name), search=False, compile_=False), name)
             except (ValueError, KeyError) as e:  # e.g. rows no longer split into mini-batches
                 log(f"  {name}: {label}: {e}")
                 tried.append(f"{label}: does not build ({str(e).splitlines()[0][:80]})")
@@ -145,7 +151,7 @@ def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) ->
                 continue
             compiles += 1
             log(f"  {name}: trying {label} ...")
-            real = plan(cand, topology, only=(name,), search=False, cache_dir=cache_dir)
+            real = _program(plan(cand, topology, only=_names(name), search=False, cache_dir=cache_dir), name)
             if real.verdict(real.rows[0]) == "fits":
                 found, sized[name] = (label, changes, real.rows[0].total, "compiled"), total
                 break
@@ -176,6 +182,24 @@ def search(config, topology, result, *, plan, cache_dir, log=lambda *_: None) ->
                 before[r.program.name] = r.estimate.total + r.resident
         lines.append(_together(config, topology, found_all, plan, before | sized))
     return lines
+
+
+def _turns(config) -> int:
+    from microcoder_jax.envs.config import EnvConfig
+
+    return EnvConfig.from_node(config.env).turns
+
+
+def _names(name: str) -> tuple:
+    """The programs a candidate plans for `name`: itself, or what does its work on another engine."""
+    return (name, SAME_WORK[name]) if name in SAME_WORK else (name,)
+
+
+def _program(guess, name: str):
+    """`guess` (a plan of `_names(name)`) with one row: `name`'s, else the one doing its work."""
+    rows = [r for r in guess.rows if r.program.name == name] or guess.rows[:1]
+    guess.rows = rows
+    return guess
 
 
 def _flags(changes: dict) -> str:

@@ -100,23 +100,40 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
             prompts_n = shape.rows // group if tag == "eval" else sh.prompts
             cap = shape.max_new
             batches = STEADY_BATCHES if tag == "sample" and rl_config.partial_rollouts else 1
-            sched = schedule_for(shape, profile, prompts_n, seed, batches)
+            turns = config.env.max_turns if shape.hold else 1
+            sched = decode_schedules(shape, config, profile, prompts_n, sh.prompt_width, seed, batches)
             worst = -(-shape.rows // shape.slots) * cap
-            tokens = int(profile.responses(prompts_n * group, cap, seed).sum())
-            flops, bytes_ = decode_terms(p, sched)
+            tokens = turns * int(profile.responses(prompts_n * group, cap, seed).sum())
+            terms = [decode_terms(p, one) for one in sched]
+            flops, bytes_ = sum(f for f, _ in terms), sum(b for _, b in terms)
             compute, hbm = _seconds(flops / batches, bytes_ / batches, topo)
-            steps = sched.steps / batches
+            steps = sum(one.steps for one in sched) / batches
             coll *= steps / max(worst, 1)
             one = -(-prompts_n * group // shape.slots) * cap
             note = f"{steps:.0f} decode steps simulated ({one} if every row ran to the cap)"
             if batches > 1:
                 note += f"; partial rollouts: {batches} batches back to back, per batch"
+            if turns > 1:
+                note = (
+                    f"{steps:.0f} decode steps simulated over env.max_turns={turns} turns, every episode "
+                    f"using every turn (an upper bound; {one} a turn if every row ran to the cap)"
+                )
+        elif name.endswith("extend"):  # later turns: each continuing row prefills its feedback turn
+            turns, n = config.env.max_turns, sh.rows
+            calls = (turns - 1) * -(-n // p.args[3].shape[0])
+            note = f"{turns - 1} later turn(s) of {n} rows, every episode going on (an upper bound)"
         elif name.endswith("decode"):  # the static sampler: every row until the longest is done
-            cap = sh.max_new if tag == "sample" else sh.eval_max_new
-            lengths = profile.responses(sh.rows if tag == "sample" else sh.eval_prompts * sh.eval_samples, cap, seed)
+            train = tag in ("sample", "turn")
+            cap = sh.max_new if train else sh.eval_max_new
+            lengths = profile.responses(sh.rows if train else sh.eval_prompts * sh.eval_samples, cap, seed)
             longest, tokens = int(lengths.max()), int(lengths.sum())
             compute, hbm, coll = compute * longest / cap, hbm * longest / cap, coll * longest / cap
             note = f"static sampler: all rows decode {longest} steps"
+        if tag == "turn":  # multi-turn episodes on the static sampler: one call per later turn
+            calls = config.env.max_turns - 1
+            note = "; ".join(
+                x for x in (note, "later turns: every row's context prefilled, every episode going on") if x
+            )
         elif name in ("train step", "old log-probs") and rl_config.packing and not profile.is_cap:
             packed = packed_times(plan, config, profile, seed)
             compute, model_flops = packed[name]["compute_s"], packed[name]["model_flops"]
@@ -173,7 +190,16 @@ def packed_times(plan, config, profile, seed: int = 0) -> dict:
 
 
 PHASES = {
-    "sampling": ("decode layout", "sample prefill", "sample admit", "sample decode", "sample recompute"),
+    "sampling": (
+        "decode layout",
+        "sample prefill",
+        "sample admit",
+        "sample decode",
+        "sample extend",
+        "sample recompute",
+        "turn prefill",
+        "turn decode",
+    ),
     "old log-probs": ("old log-probs",),
     "train": ("train step",),
     "eval": ("eval prefill", "eval admit", "eval decode"),
@@ -315,11 +341,47 @@ def schedule_for(shape, profile, prompts: int, seed: int, batches: int = 1):
     )
 
 
+def decode_schedules(shape, config, profile, prompts: int, first_width: int, seed: int = 0, batches: int = 1):
+    """The simulated schedules of one step's paged decode calls: one call (`batches` back to back
+    for partial rollouts), or a multi-turn session's turns (`held_schedules`)."""
+    if shape.hold and config.env.max_turns > 1:
+        e = config.env
+        return held_schedules(shape, profile, prompts, first_width, e.max_turns, e.feedback_tokens, seed)
+    return [schedule_for(shape, profile, prompts, seed, batches)]
+
+
+def held_schedules(shape, profile, prompts: int, first_width: int, turns: int, feedback: int, seed: int):
+    """A multi-turn session's decode schedules, one per turn (trainer/episodes.py HeldTurns):
+    turn 0 the prompts' G samples; turn t >= 1 one answer per row, after a context of its prompt,
+    its earlier answers and `feedback` tokens a turn (the env.feedback_tokens bound). Every episode
+    uses every turn: an upper bound on the work."""
+    g, cap, n = shape.samples, shape.max_new, prompts * shape.samples
+    sim = dict(
+        slots=shape.slots,
+        page_size=shape.page_size,
+        refill_every=shape.refill_every,
+        max_new=cap,
+        prompt_width=shape.prompt_width,
+        num_pages=shape.num_pages,
+        block=shape.block_pages * shape.page_size,
+    )
+    first = profile.prompts(prompts, first_width, seed + 1)
+    answers = profile.responses(n, cap, seed)
+    out = [decode_sim.simulate(answers, first, group=g, **sim)]
+    context = np.repeat(first, g) + answers
+    for t in range(1, turns):
+        context = context + feedback
+        answers = profile.responses(n, cap, seed + 2 * t)
+        out.append(decode_sim.simulate(answers, np.minimum(context, shape.prompt_width), group=1, **sim))
+        context = context + answers
+    return out
+
+
 def _decode_with(plan, config, profile, row, **changes) -> float:
     """The sample decode's serial seconds with the engine shape changed (kv_dtype, slots)."""
     p = row.program
     shape = dataclasses.replace(p.kwargs["shape"], **changes)
-    if "slots" in changes:
+    if "slots" in changes and not shape.hold:  # a multi-turn session's pool does not follow the slots
         from microcoder_jax.sampling import paged_engine as engine
 
         shape = dataclasses.replace(
@@ -333,9 +395,9 @@ def _decode_with(plan, config, profile, row, **changes) -> float:
     prog = dataclasses.replace(p, kwargs=dict(p.kwargs, shape=shape))
     batches = STEADY_BATCHES if config_lib.rl_config_of(config).partial_rollouts else 1
     prompts = plan.shapes.prompts
-    sched = schedule_for(shape, profile, prompts, 0, batches)
-    flops, bytes_ = decode_terms(prog, sched)
-    compute, hbm = _seconds(flops / batches, bytes_ / batches, plan.topology)
+    sched = decode_schedules(shape, config, profile, prompts, plan.shapes.prompt_width, 0, batches)
+    terms = [decode_terms(prog, one) for one in sched]
+    compute, hbm = _seconds(sum(f for f, _ in terms) / batches, sum(b for _, b in terms) / batches, plan.topology)
     return max(compute, hbm)
 
 

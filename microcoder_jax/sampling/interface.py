@@ -98,6 +98,7 @@ class PagedSampler(_Common):
         "decode layout": sampler.decode_layout_fn,
         "admit": paged_sampler.engine.admit,
         "decode": paged_sampler.engine.run,
+        "extend": paged_sampler.engine.extend,
     }
 
     def report_every(self, max_new_tokens: int) -> int:

@@ -33,6 +33,7 @@ RECOMPUTE_CHUNK = 8  # sequences per prefill when set_params recomputes KV (the 
 # prompts of 512, the admit block of the paper's config; a 8,704-token turn width extends 2 rows
 # at a time, so the dense copy stays at admit's size
 EXTEND_COLUMNS = 64 * 512
+MAX_ADMIT = 64  # prompts prefilled per admit call, by default
 
 
 def default_slots(rows: int) -> int:
@@ -126,7 +127,7 @@ class PagedSession:
         tail_slots: int | None = None,
         block_pages: int | None = None,
         num_pages: int | None = None,
-        max_admit: int = 64,
+        max_admit: int = MAX_ADMIT,
         mesh=None,
         kv_dtype: str = "model",
         version: int = 0,
@@ -625,7 +626,7 @@ def generate_paged(
         tail_slots=tail_slots,
         num_pages=num_pages,
         kv_dtype=kv_dtype,
-        max_admit=max(64, len(prompts)) if queue_order is not None else 64,
+        max_admit=max(MAX_ADMIT, len(prompts)) if queue_order is not None else MAX_ADMIT,
         mesh=mesh,
     )
     session.push(prompts, temperature=temperature, top_p=top_p, top_k=top_k, caps=caps, queue_order=queue_order)

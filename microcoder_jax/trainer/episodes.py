@@ -19,6 +19,7 @@ their answers dropped), one compiled shape per bucket.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -28,7 +29,7 @@ import numpy as np
 from microcoder_jax.data.prompts import follow_up, prompt_bucket
 from microcoder_jax.envs.feedback import cut
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.sampling.paged_sampler import extend_block, held_session_pages
+from microcoder_jax.sampling.paged_sampler import MAX_ADMIT, extend_block, held_session_pages
 from microcoder_jax.trainer.rollout import decode, generate, sampler_for, verdict_arrays
 
 TOO_LONG = "The feedback was too long to show. Check the program against the examples in the statement."
@@ -38,11 +39,43 @@ def turn_buckets(run, max_new_tokens: int | None = None) -> tuple[int, ...]:
     """Prompt widths of turns >= 1: a turn-t context is at most the widest prompt plus t answers
     (`max_new_tokens`, default the sampling cap) and t feedback turns (rounded up to the paged
     engine's page size)."""
-    e, base = run.env_config, max(run.data.prompt_buckets)
-    w = max_new_tokens or run.sampling.max_new_tokens
-    page = run.sampling.page_size if run.sampling.engine == "paged" else 1
-    grown = {math.ceil((base + t * (w + e.feedback_tokens)) / page) * page for t in range(1, e.max_turns)}
-    return tuple(sorted(set(run.data.prompt_buckets) | grown))
+    return turn_widths(run.data, run.sampling, run.env_config, max_new_tokens)
+
+
+def turn_widths(data, sampling, env, max_new_tokens: int | None = None) -> tuple[int, ...]:
+    """`turn_buckets` from the blocks (DataConfig, SamplingConfig, EnvConfig): what the planner reads."""
+    base, w = max(data.prompt_buckets), max_new_tokens or sampling.max_new_tokens
+    page = sampling.page_size if sampling.engine == "paged" else 1
+    grown = {math.ceil((base + t * (w + env.feedback_tokens)) / page) * page for t in range(1, env.max_turns)}
+    return tuple(sorted(set(data.prompt_buckets) | grown))
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldLayout:
+    """The one engine shape of a run's multi-turn sessions (HeldTurns), and what the planner plans."""
+
+    prompt_width: int  # the widest turn's context: every prompt a session holds is this wide
+    max_prompts: int  # the first prompts, then one of its own per row and later turn
+    rows: int  # prompts x G
+    num_pages: int  # held_session_pages: never runs out, whatever the turns do
+    chunk: int  # tokens an extend prefills per row: the answer's last and a feedback turn
+    block: int  # rows of every extend and drop program, whatever the number going on
+
+
+def held_layout(data, sampling, env, prompts: int, group: int, max_new: int, max_admit: int) -> HeldLayout:
+    """The HeldLayout of `prompts` x `group` episodes of `env.max_turns` answers of up to `max_new`
+    tokens (the blocks as in `turn_widths`; `max_admit`: the session's admit block)."""
+    n, ps = prompts * group, sampling.page_size
+    widest = max(turn_widths(data, sampling, env, max_new))
+    return HeldLayout(
+        prompt_width=widest,
+        max_prompts=prompts + n * (env.turns - 1),
+        rows=n,
+        # sized for the widest first-prompt bucket, whatever this batch's: one engine shape a run
+        num_pages=held_session_pages(prompts, max(data.prompt_buckets), n, widest, max_new, ps),
+        chunk=min(widest, -(-(1 + env.feedback_tokens) // ps) * ps),
+        block=extend_block(widest, max_admit, 1 << (n - 1).bit_length()),
+    )
 
 
 def turn_sampler(run, max_new_tokens: int | None = None):
@@ -229,21 +262,15 @@ class HeldTurns:
     def __init__(self, run, sampler, params, prompts, group_size, turns, temperature, rng, max_new_tokens):
         c = run.sampling
         w = max_new_tokens or c.max_new_tokens
-        n, ps = len(prompts) * group_size, c.page_size
         self.width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
-        widest = max(turn_buckets(run, w))
-        # sized for the widest first-prompt bucket, whatever this batch's: one engine shape a run
-        pages = held_session_pages(len(prompts), max(run.data.prompt_buckets), n, widest, w, ps)
+        lay = held_layout(run.data, c, run.env_config, len(prompts), group_size, w, MAX_ADMIT)
         self.session = sampler.open_session(
-            params, num_samples=group_size, max_prompts=len(prompts) + n * (turns - 1), prompt_width=widest,
-            rows=n, max_new_tokens=w, num_pages=pages, rng=jax.random.fold_in(rng, 0), hold=True,
+            params, num_samples=group_size, max_prompts=lay.max_prompts, prompt_width=lay.prompt_width,
+            rows=lay.rows, max_new_tokens=w, num_pages=lay.num_pages, rng=jax.random.fold_in(rng, 0), hold=True,
         )  # fmt: skip
         self.prompts, self.group_size, self.temperature = prompts, group_size, temperature
         self.sampling = dict(top_p=c.top_p, top_k=c.top_k)
-        # what a continued row lacks: its answer's last token and a feedback turn (one program)
-        self.chunk = min(widest, -(-(1 + run.env_config.feedback_tokens) // ps) * ps)
-        # every extend and drop program at one row count, whatever the number of rows going on
-        self.block = extend_block(widest, self.session.max_admit, 1 << (n - 1).bit_length())
+        self.chunk, self.block = lay.chunk, lay.block  # one extend (and drop) program a run
         self.handle: list = []  # per row: its (prompt index, sample) in the session
 
     def sample(self, turn: int, active: list[int], context: list[list[int]]):
