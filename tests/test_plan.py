@@ -178,13 +178,15 @@ def test_analytic_error_leaves_the_resident_state_out():
     [
         ("static", ("sample prefill", "sample decode")),
         ("paged", ("decode layout", "sample admit", "sample decode", "old log-probs")),
+        ("feedback", ("sample extend",)),  # a multi-turn session's later turns (env.max_turns=2)
     ],
 )
 def test_analytic_memory_of_every_program_kind_tracks_xla(engine, names, tmp_path):
     """Every kind of program the planner compiles (the train step is the test above), at Qwen3-1.7B
     widths: the analytic model of the program alone is within 15% of XLA's figure."""
     _tpu_devices("v5e:2x2")
-    extra = ["sampling.engine=paged", "sampling.slots=64", "model.attention=auto"] if engine == "paged" else []
+    extra = ["sampling.engine=paged", "sampling.slots=64", "model.attention=auto"] if engine != "static" else []
+    extra += ["env.kind=feedback", "env.max_turns=2"] if engine == "feedback" else []
     config = cli.load_config(DEMO, WIDE + extra)
     result = planner.plan(config, parse_topology("v5e:2x2"), cache_dir=str(tmp_path), only=names, search=False)
     assert tuple(r.program.name for r in result.rows) == names
