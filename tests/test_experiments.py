@@ -370,3 +370,41 @@ def test_feedback_experiment_summary_pairs_seeds_and_reads_the_turns():
     text = feedback.table(summary)
     assert "| feedback | 2 | 0.200 | 0.300 | 0.200 | 0.250 | 0.300 | 0.700 | 0.100 |" in text
     assert "| single | 0 | 0.200 | 0.300 | - |" in text
+
+
+def test_real_model_experiment_summary_intervals_and_arms():
+    """experiments/smollm2.py from finished runs (no training): per seed start/end held-out pass@1
+    and greedy, the training pass rate of the last 5 steps, RL's change per arm and the arms'
+    paired difference; each arm's config is configs/smollm2.py with its reward, scored at start and end."""
+    from microcoder_jax.experiments import smollm2
+
+    def report(p, g):
+        return {"overall": {"pass@1": p}, "greedy": {"overall": {"pass@1": g}}}
+
+    def run(ends, passing):
+        rows = [{"step": i + 1, "pass_rate": passing, "reward_mean": 0.1} for i in range(6)]
+        return rows, {}, {0: report(0.0, 0.0), 10: report(0.5, 0.5), 20: report(*ends)}
+
+    results = {
+        "reads": {0: run((0.05, 0.125), 0.1), 1: run((0.0, 0.1875), 0.2), 2: run((0.10, 0.25), 0.3)},
+        "runs": {0: run((0.0, 0.0), 0.0), 1: run((0.0, 0.0625), 0.0), 2: run((0.0, 0.0), 0.0)},
+    }
+    s = smollm2.summarize(results, 20)
+    assert s["arms"]["reads"]["2"] == {
+        "start": {"pass@1": 0.0, "greedy pass@1": 0.0},
+        "end": {"pass@1": 0.10, "greedy pass@1": 0.25},  # the last evaluation, not step 10's
+        "train_pass_last5": pytest.approx(0.3),
+    }
+    change = s["change"]["reads"]["greedy pass@1"]
+    assert change["mean"] == pytest.approx(0.1875) and change["positive"] == 3 and change["ci95"][0] > 0
+    diff = s["difference"]["reads - runs"]["pass@1"]
+    assert diff["mean"] == pytest.approx(0.05) and diff["negative"] == 0
+    text = smollm2.table(s)
+    assert "| reads | 2 | 0.000 | 0.100 | 0.000 | 0.250 | 0.300 |" in text
+    assert "reads: RL's change in held-out greedy pass@1: +0.188 [" in text
+    for arm in smollm2.arms(20):
+        config = run_config(arm, 1, 20, False, "/tmp/unused")
+        assert config.evaluator.reward == smollm2.REWARDS[arm.name] and config.seed == 1
+        assert config.train.eval_at_start and config.train.eval_every == 20 and config.model.path == "smollm2"
+        validate(config)
+    assert smollm2.main(["--out", "/tmp/unused", "--short"]) == 2  # the demo's --short does not size these runs

@@ -24,6 +24,7 @@ import numpy as np
 from microcoder_jax.experiments.cli import parse_args
 from microcoder_jax.experiments.report import SHORT_NOTE
 from microcoder_jax.experiments.runner import Arm, run_all
+from microcoder_jax.experiments.stats import interval
 
 ARMS = (
     Arm("single", "single", label="one answer", config_file="feedback_task.py"),
@@ -38,17 +39,6 @@ def _at(reports: dict, step: int) -> dict:
     for k, v in r.get("episodes", {}).items():
         if k != "problems":
             out[f"episode_{k}"] = v
-    return out
-
-
-def interval(d) -> dict:
-    """Mean, sign counts and a 95% Student-t interval of paired differences `d` (None below 2)."""
-    from scipy import stats as scipy_stats
-
-    d = np.asarray(d, float)
-    out = {"seeds": len(d), "mean": float(d.mean()), "positive": int((d > 0).sum()), "negative": int((d < 0).sum())}
-    half = float(scipy_stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))) if len(d) >= 2 else None
-    out["ci95"] = None if half is None else [out["mean"] - half, out["mean"] + half]
     return out
 
 

@@ -7,15 +7,12 @@ import math
 import numpy as np
 
 
-def paired(summary: dict, arm: str, baseline: str, quantity: str, part: str = "end") -> dict:
-    """`arm` minus `baseline` in one quantity, seed by seed (the same seed: the same warm start and
-    prompts): how many seeds the difference is positive / negative in, its mean, and a 95%
-    Student-t confidence interval of the mean difference (None below 2 seeds)."""
+def interval(d) -> dict:
+    """Mean, sign counts and a 95% Student-t interval of the mean of paired differences `d`, one a
+    seed (the interval is None below 2 seeds)."""
     from scipy import stats as scipy_stats
 
-    a, b = summary["arms"][arm]["seeds"], summary["arms"][baseline]["seeds"]
-    both = sorted(set(a) & set(b), key=int)
-    d = np.array([a[s][part][quantity] - b[s][part][quantity] for s in both], float)
+    d = np.asarray(d, float)
     out: dict = {"seeds": len(d), "positive": int((d > 0).sum()), "negative": int((d < 0).sum())}
     out["mean"] = float(d.mean()) if len(d) else float("nan")
     out["ci95"] = None
@@ -23,6 +20,15 @@ def paired(summary: dict, arm: str, baseline: str, quantity: str, part: str = "e
         half = float(scipy_stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
         out["ci95"] = [out["mean"] - half, out["mean"] + half]
     return out
+
+
+def paired(summary: dict, arm: str, baseline: str, quantity: str, part: str = "end") -> dict:
+    """`arm` minus `baseline` in one quantity, seed by seed (the same seed: the same warm start and
+    prompts): how many seeds the difference is positive / negative in, its mean, and a 95%
+    Student-t confidence interval of the mean difference (None below 2 seeds)."""
+    a, b = summary["arms"][arm]["seeds"], summary["arms"][baseline]["seeds"]
+    both = sorted(set(a) & set(b), key=int)
+    return interval([a[s][part][quantity] - b[s][part][quantity] for s in both])
 
 
 def comparisons(summary: dict, columns, pairs=()) -> dict:
