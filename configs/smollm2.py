@@ -11,8 +11,8 @@ same file. The problems are the committed easy template problems (microcoder_jax
 docs/datasets.md): training on easy_train.jsonl, pass@1 on the held-out templates of
 easy_held_out.jsonl at the start and every `train.eval_every` steps. Out of the box the model writes
 real Python that prints prompts and sentences around the answer and passes no test; a worked
-exchange before the prompt, a shaped reward (`fraction_runs`) and a lower sampling temperature
-give GRPO a signal to start from (docs/experiments.md has what 10 steps do and do not change).
+exchange before the prompt, a shaped reward (`fraction_reads`) and a lower sampling temperature
+give GRPO a signal to start from (docs/experiments.md has what 20 steps do and do not change).
 """
 
 import os
@@ -51,10 +51,12 @@ def get_config(arg=None):
     c.rl.share_prompts = True
     c.rl.micro_batch_size = 8
     c.rl.learning_rate = 1e-5  # one update per batch (rl.num_minibatches=1) over a short run
-    # 0.9 x the share of tests passed + 0.1 for a program that runs cleanly (evaluator/rewards.py):
-    # at the start 0-1 of 32 answers pass any test, so the all-tests or fraction reward leaves
-    # every group equal and GRPO without a signal; reading the input right comes first
-    c.evaluator.reward = "fraction_runs"
+    # 0.9 x the share of tests passed + 0.1 for a program that reads stdin and runs cleanly
+    # (evaluator/rewards.py): at the start 0-1 of 32 answers pass any test, so the all-tests or
+    # fraction reward leaves every group equal and GRPO without a signal. The bonus needs the read:
+    # paid for any clean run (fraction_runs) the model learned programs that read nothing
+    # (docs/experiments.md: the held-out pass rate moves only with this one)
+    c.evaluator.reward = "fraction_reads"
     c.evaluator.timeout = 2.0  # seconds per test: a right answer takes milliseconds; a loop costs tests x this
     c.temperature.temperature = 0.7  # T = 1 writes mostly broken code (docs/experiments.md)
     c.train.steps = 10

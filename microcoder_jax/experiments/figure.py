@@ -17,6 +17,7 @@ from microcoder_jax.trainer.plot import auto_window, moving_mean
 # (metrics key, title, y-axis label with unit)
 PANELS = {
     "reward_mean": ("training reward", "reward (fraction of answers passing)"),
+    "pass_rate": ("training answers passing every test", "fraction of answers"),
     "response_length_mean": ("response length", "tokens per answer"),
     "truncation_rate": ("truncated answers", "fraction of answers at the cap"),
     "diversity": ("group diversity", "distinct 4-grams / all 4-grams in a group"),
@@ -54,6 +55,9 @@ def draw(
             held_out = key.startswith("eval_")
             pick = eval_rows if held_out else training_rows
             runs = [pick(rows) for rows, *_ in results[arm.name].values()]
+            if held_out and runs:  # the evaluations every seed ran (their cadences may differ)
+                common = set.intersection(*({r["step"] for r in run} for run in runs))
+                runs = [[r for r in run if r["step"] in common] for run in runs]
             if not runs or not min(len(r) for r in runs):
                 continue
             n = min(len(r) for r in runs)

@@ -22,12 +22,15 @@ import sys
 import numpy as np
 
 from microcoder_jax.experiments.cli import parse_args
+from microcoder_jax.experiments.figure import draw
 from microcoder_jax.experiments.rows import series, training_rows
-from microcoder_jax.experiments.runner import Arm, run_all
+from microcoder_jax.experiments.runner import Arm, run_all, run_config
 from microcoder_jax.experiments.stats import interval
 
 REWARDS = {"reads": "fraction_reads", "runs": "fraction_runs"}  # arm -> the reward it trains with
 QUANTITIES = ("pass@1", "greedy pass@1")
+# the figure's panels (experiments/figure.py)
+KEYS = ("pass_rate", "reward_mean", "eval_pass@1", "eval_greedy_pass@1", "response_length_mean", "truncation_rate")
 
 
 def arms(steps: int) -> list[Arm]:
@@ -107,13 +110,21 @@ def main(argv=None) -> int:
     )
     summary = summarize(results, args.steps)
     os.makedirs(args.out, exist_ok=True)
+    draw(
+        results,
+        chosen,
+        os.path.join(args.out, "curves.png"),
+        keys=KEYS,
+        title=f"SmolLM2-135M-Instruct, configs/smollm2.py, {args.steps} RL steps, by shaped reward",
+        cap=run_config(chosen[0], 0, args.steps, False, args.out).sampling.max_new_tokens,
+    )
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     text = table(summary)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")
     print(text)
-    print(f"wrote {args.out}/summary.json, table.md")
+    print(f"wrote {args.out}/summary.json, table.md, curves.png")
     return 0
 
 
