@@ -407,3 +407,25 @@ def test_multi_turn_sampling_is_planned_at_the_session_the_episodes_open():
         assert sampling[engine, 1]["serial_s"] < sampling[engine, 2]["serial_s"] < sampling[engine, 3]["serial_s"]
     # the learner's rows are the same episodes whatever the engine
     assert step["paged", 3]["train step"].compute_s == pytest.approx(step["static", 3]["train step"].compute_s)
+
+
+def test_search_for_a_later_turn_plans_the_engine_switch_under_the_program_doing_its_work():
+    """A later turn's programs on the static engine: the search offers fewer prompts a step (the
+    rollout batch's, not the eval batch's) and the paged engine, whose session does that work as
+    "sample decode" / "sample extend"; a candidate's size is read off the program doing the work,
+    never off another row of the same plan."""
+    from microcoder_jax.plan import suggest
+
+    base = ["mesh.fsdp=-1", "env.kind=feedback", "env.max_turns=2"]
+    static = cli.load_config(DEMO, [*base, "sampling.engine=static"])
+    mesh = {"data": 1, "fsdp": 4, "tensor": 1}
+    options = dict(suggest.candidates(static, "turn decode", mesh))
+    assert any(c.get("sampling.engine") == "paged" for c in options.values())
+    assert {"data.num_prompts": 8} in options.values() and not any("eval.batch_problems" in c for c in options.values())
+    held = cli.load_config(DEMO, [*base, "sampling.engine=paged", "sampling.slots=8"])
+    assert {"data.num_prompts": 8} in dict(suggest.candidates(held, "sample decode", mesh)).values()  # a smaller pool
+    topo = parse_topology("h100", devices=4)
+    for config, name, planned in ((static, "turn decode", "turn decode"), (held, "turn decode", "sample decode")):
+        both = planner.plan(config, topo, only=suggest._names(name), search=False)
+        assert len(both.rows) == (2 if config is static else 1)  # the static plan holds both programs
+        assert [r.program.name for r in suggest._program(both, name).rows] == [planned]
