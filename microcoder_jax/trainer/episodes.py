@@ -62,14 +62,17 @@ class HeldLayout:
     block: int  # rows of every extend and drop program, whatever the number going on
 
 
-def held_layout(data, sampling, env, prompts: int, group: int, max_new: int, max_admit: int) -> HeldLayout:
-    """The HeldLayout of `prompts` x `group` episodes of `env.max_turns` answers of up to `max_new`
-    tokens (the blocks as in `turn_widths`; `max_admit`: the session's admit block)."""
+def held_layout(
+    data, sampling, env, prompts: int, group: int, max_new: int, max_admit: int, turns: int | None = None
+) -> HeldLayout:
+    """The HeldLayout of `prompts` x `group` episodes of `turns` answers (default the env block's)
+    of up to `max_new` tokens (the blocks as in `turn_widths`; `max_admit`: the session's admit block)."""
+    turns = env.turns if turns is None else turns
     n, ps = prompts * group, sampling.page_size
     widest = max(turn_widths(data, sampling, env, max_new))
     return HeldLayout(
         prompt_width=widest,
-        max_prompts=prompts + n * (env.turns - 1),
+        max_prompts=prompts + n * (turns - 1),
         rows=n,
         # sized for the widest first-prompt bucket, whatever this batch's: one engine shape a run
         num_pages=held_session_pages(prompts, max(data.prompt_buckets), n, widest, max_new, ps),
@@ -263,7 +266,7 @@ class HeldTurns:
         c = run.sampling
         w = max_new_tokens or c.max_new_tokens
         self.width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
-        lay = held_layout(run.data, c, run.env_config, len(prompts), group_size, w, MAX_ADMIT)
+        lay = held_layout(run.data, c, run.env_config, len(prompts), group_size, w, MAX_ADMIT, turns)
         self.session = sampler.open_session(
             params, num_samples=group_size, max_prompts=lay.max_prompts, prompt_width=lay.prompt_width,
             rows=lay.rows, max_new_tokens=w, num_pages=lay.num_pages, rng=jax.random.fold_in(rng, 0), hold=True,
