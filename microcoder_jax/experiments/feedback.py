@@ -15,14 +15,12 @@ intervals over seeds of what RL changed in the turn-2 minus turn-1 gap (the use 
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 import numpy as np
 
 from microcoder_jax.experiments.cli import parse_args
-from microcoder_jax.experiments.report import SHORT_NOTE
+from microcoder_jax.experiments.report import SHORT_NOTE, write_summary
 from microcoder_jax.experiments.runner import Arm, run_all
 from microcoder_jax.experiments.stats import interval
 
@@ -94,13 +92,7 @@ def main(argv=None) -> int:
         arms, list(range(args.seeds)), args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True)
     )
     summary = summarize(results, args.steps) | {"short": args.short}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    text = (f"**{SHORT_NOTE}**\n\n" if args.short else "") + table(summary)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text + "\n")
-    print(text)
+    write_summary(args.out, summary, (f"**{SHORT_NOTE}**\n\n" if args.short else "") + table(summary))
     print(f"wrote {args.out}/summary.json, table.md")
     return 0
 

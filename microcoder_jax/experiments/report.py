@@ -15,6 +15,16 @@ SHORT_NOTE = (
 )
 
 
+def write_summary(out: str, summary: dict, text: str) -> None:
+    """summary.json and table.md (`text`) in `out`, the table printed: an experiment's own report."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
 def write_outputs(
     out: str, summary: dict, results, arms, figure_fn, columns=None, paired_columns=None, pairs=()
 ) -> None:

@@ -15,7 +15,6 @@ difference at the end when both ran.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -24,6 +23,7 @@ import numpy as np
 from microcoder_jax.experiments.cli import parse_args
 from microcoder_jax.experiments.figure import draw
 from microcoder_jax.experiments.rows import series, training_rows
+from microcoder_jax.experiments.report import write_summary
 from microcoder_jax.experiments.runner import Arm, run_all, run_config
 from microcoder_jax.experiments.stats import interval
 
@@ -118,12 +118,7 @@ def main(argv=None) -> int:
         title=f"SmolLM2-135M-Instruct, configs/smollm2.py, {args.steps} RL steps, by shaped reward",
         cap=run_config(chosen[0], 0, args.steps, False, args.out).sampling.max_new_tokens,
     )
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    text = table(summary)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text + "\n")
-    print(text)
+    write_summary(args.out, summary, table(summary))
     print(f"wrote {args.out}/summary.json, table.md, curves.png")
     return 0
 
