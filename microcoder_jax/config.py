@@ -323,8 +323,6 @@ def _check_across(config, typed: dict) -> list[str]:
             "up to rl.max_staleness steps old): set --config.rl.off_policy_steps=0",
         )
     turns = typed["env"].turns
-    if turns > 1 and rl.dynamic_sampling:
-        fail("env.max_turns", turns, "multi-turn episodes do not run with rl.dynamic_sampling yet: set env.max_turns=1")
     if turns > 1 and rl.partial_rollouts:
         fail("env.max_turns", turns, "multi-turn episodes do not run with rl.partial_rollouts yet: set env.max_turns=1")
     if data.task == "problems":

@@ -412,6 +412,12 @@ def test_paged_dapo_counts_its_open_session_beside_the_old_logprobs():
     assert session > programs.local_bytes(run.args[0]["pool"]) > 0
     assert rows["dapo"]["old log-probs"].resident == rows["microcoder"]["old log-probs"].resident + session
     assert rows["dapo"]["sample decode"].resident == rows["microcoder"]["sample decode"].resident
+    # multi-turn episodes close each generation batch's session before the batch is scored
+    for preset in ("microcoder", "dapo"):
+        config = cli.load_config(DEMO, PAGED + [f"rl.preset={preset}", "env.kind=feedback", "env.max_turns=2"])
+        result = planner.plan(config, topology, only=("sample decode", "old log-probs"), search=False)
+        rows[preset] = {r.program.name: r for r in result.rows}
+    assert rows["dapo"]["old log-probs"].resident == rows["microcoder"]["old log-probs"].resident
 
 
 def test_report_names_the_sampler_mesh():

@@ -92,8 +92,10 @@ def _resident(
 
 def _open_session_bytes(config, rl_config, progs) -> int:
     """Per-device bytes of the paged session a DAPO step keeps open through the old log-probs
-    (trainer.step_batch: a batch is scored while refills still decode); 0 without one."""
-    if config.sampling.engine != "paged" or not rl_config.dynamic_sampling:
+    (trainer.step_batch: a batch is scored while refills still decode); 0 without one, as with
+    multi-turn episodes (each generation batch's session is closed before the batch is scored)."""
+    turns = config_lib.block_types()["env"].from_node(config.env).turns
+    if config.sampling.engine != "paged" or not rl_config.dynamic_sampling or turns > 1:
         return 0
     run = next(p for p in progs if p.name == "sample decode")
     return programs.local_bytes(run.args[0]) + programs.local_bytes(run.args[1])

@@ -18,6 +18,8 @@ import dataclasses
 import time
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from microcoder_jax import sharding
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill_certain
 from microcoder_jax.sampling.paged_sampler import PagedSession
@@ -94,13 +96,18 @@ def collect_step(
     if run.env.max_turns > 1:
         from microcoder_jax.trainer.episodes import collect_episodes
 
-        problems, prompts = next_prompts()
-        rollout, counts, stats = collect_episodes(
-            run, sampler, later_sampler, pool, params, problems, prompts,
-            temperature=temperature, rng=key_for(0), times=times,
-        )  # fmt: skip
-        got = StepRollout(rollout, counts, {}, 1, [], episodes=stats)
-        return PendingStep(rollout.scoring_rows(), lambda: got)
+        def episodes(k, problems, prompts):
+            return collect_episodes(
+                run, sampler, later_sampler, pool, params, problems, prompts,
+                temperature=temperature, rng=key_for(k), times=times,
+            )  # fmt: skip
+
+        if rl.dynamic_sampling:  # generation batch after batch, each a session of its own
+            got = _dapo_batches(run, next_prompts, episodes)
+        else:
+            rollout, counts, stats = episodes(0, *next_prompts())
+            got = StepRollout(rollout, counts, {}, 1, [], episodes=stats)
+        return PendingStep(got.batch.scoring_rows(), lambda: got)
     if not rl.dynamic_sampling:  # one generation batch: returned as soon as it is sampled
         decode: dict = {}
         problems, prompts = next_prompts()
@@ -127,33 +134,34 @@ def collect_step(
     if sampler.sessions:
         got = RefillLoop(run, pool, sampler, params, temperature, key_for, times).collect(next_prompts)
     else:
-        got = _dapo_batches(
-            run, sampler, pool, params, next_prompts, temperature=temperature, key_for=key_for, times=times
-        )
+        decode: dict = {}
+
+        def one_batch(k, problems, prompts):
+            rollout, counts = collect(
+                run, pool, params, problems, prompts,
+                temperature=temperature, rng=key_for(k), times=times, decode=decode, sampler=sampler,
+            )  # fmt: skip
+            return rollout, counts, {}
+
+        got = _dapo_batches(run, next_prompts, one_batch)
+        got.decode = decode
     return PendingStep(got.batch.scoring_rows(), lambda: got)
 
 
-def _dapo_batches(run, sampler, pool, params, next_prompts, temperature, key_for, times: dict) -> StepRollout:
-    """DAPO on the static engine: generation batch after batch, each judged, until the groups with
-    a signal fill the step's batch (rl.dynamic_sampling)."""
+def _dapo_batches(run, next_prompts, collect_batch) -> StepRollout:
+    """DAPO one generation batch at a time: `collect_batch(k, problems, prompts)` samples and
+    judges batch k (-> Rollout, verdict counts, episode stats), until the groups with a signal fill
+    the step's batch (rl.dynamic_sampling). Multi-turn episodes' stats are the mean over the step's
+    generation batches (equal in size)."""
     rl = run.rl_config
-    buffer, verdicts, generations, decode = GroupBuffer(), {}, 0, {}
+    buffer, verdicts, generations, episodes = GroupBuffer(), {}, 0, []
     while True:
         problems, prompts = next_prompts()
-        rollout, counts = collect(
-            run,
-            pool,
-            params,
-            problems,
-            prompts,
-            temperature=temperature,
-            rng=key_for(generations),
-            times=times,
-            decode=decode,
-            sampler=sampler,
-        )
+        rollout, counts, stats = collect_batch(generations, problems, prompts)
         generations += 1
         _add_counts(verdicts, counts)
+        if stats:
+            episodes.append(stats)
         buffer, full, ds_stats = add_rollouts(
             buffer,
             rollout.as_dict(),
@@ -162,7 +170,8 @@ def _dapo_batches(run, sampler, pool, params, next_prompts, temperature, key_for
             max_refills=rl.max_refills,
         )
         if full is not None:
-            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, [], decode=decode)
+            mean = {k: float(np.mean([e[k] for e in episodes])) for k in episodes[0]} if episodes else {}
+            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, [], episodes=mean)
 
 
 def _add_counts(total: dict, counts: dict) -> None:
