@@ -284,37 +284,3 @@ def test_the_two_turn_warm_start_shows_the_feedback_a_failing_answer_gets():
         test = problems[i].tests[0]
         assert "Expected output" in text and test.output.strip() in text and test.input.split()[0] in text
         assert tok.decode(tokens[i, P:][loss[i, P:] == 1]).count("```python") == 2  # two answers trained
-
-
-@pytest.mark.slow  # a two-turn DAPO demo run (~60 s idle)
-def test_two_turn_episodes_under_dapo_keep_the_groups_whose_rewards_differ(tmp_path):
-    """DAPO's dynamic sampling over multi-turn episodes: generation batches of episodes until the
-    groups whose (final-answer) rewards differ fill the batch, each batch a session of its own."""
-    workdir = str(tmp_path)
-    c = short_demo(
-        1,
-        **{
-            "env.kind": "feedback",
-            "env.max_turns": 2,
-            "env.feedback_tokens": 192,
-            "demo.public_tests": 1,
-            "demo.tests_per_problem": 3,
-            "rl.dynamic_sampling": True,
-            "rl.max_refills": 2,
-            "train.warm_start_steps": 150,  # the demo's: answers with code, some groups differ
-            "data.num_prompts": 4,
-            "evaluator.reward": "fraction",  # partial credit: some groups differ at the start
-            "sampling.engine": "paged",  # each generation batch a session that keeps its rows' KV
-            "train.save_rollouts": (1,),
-        },
-    )
-    train(c, workdir, log_fn=lambda *a: None)
-    (row,) = [r for r in untimed_rows(workdir) if "loss" in r]
-    assert 1 <= row["ds_generations"] <= 3 and 1.0 <= row["episode_turns_mean"] <= 2.0
-    batch, _ = batch_files.read(_base(workdir, 1))
-    G, P = c.sampling.group_size, c.data.prompt_buckets[0]
-    rewards = np.asarray(batch["rewards"]).reshape(-1, G)
-    assert rewards.shape[0] == c.data.num_prompts  # the step's batch: exactly num_prompts groups
-    differ = int((rewards.max(1) > rewards.min(1)).sum())
-    assert differ == min(row["ds_informative_groups"], c.data.num_prompts)  # those first, then fillers
-    assert np.asarray(batch["tokens"]).shape[1] == P + 2 * c.sampling.max_new_tokens + 192

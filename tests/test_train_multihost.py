@@ -211,6 +211,32 @@ def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
+    """Multi-turn episodes across two processes on the paged engine, under DAPO: each host judges
+    its share of a turn's answers, the verdicts and feedback token ids are all-gathered
+    (trainer/episodes.py: judge_turn), so both hosts continue the same rows in their held sessions
+    and keep the same groups, and the run gives one process's episodes and params."""
+    extra = [
+        "env.kind=feedback",
+        "env.max_turns=2",
+        "env.feedback_tokens=192",
+        "demo.public_tests=1",
+        "demo.tests_per_problem=3",
+        "evaluator.reward=fraction",  # partial credit: groups differ from the start
+        "rl.dynamic_sampling=True",
+        "rl.max_refills=2",
+        "sampling.engine=paged",
+        "sampling.decode_tensor=-1",
+        "train.steps=1",
+    ]
+    keys = ("reward_mean", "rows", "episode_turns_mean", "episode_feedback_tokens_mean", "ds_generations")
+    rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=1)
+    assert rows == ref_rows and len(rows) == 1, (rows, ref_rows)
+    reward, n, turns, feedback, generations = rows[0]
+    assert n == 16 and 1 < turns <= 2 and feedback > 0 and 1 <= generations <= 3  # some rows got feedback
+
+
+@pytest.mark.slow
 def test_two_process_off_policy_run_matches_one_process_with_its_thread(tmp_path):
     """Two localhost processes x 2 CPU devices train the demo on one 4-device mesh (sampling on the
     global mesh, each host judging half the rows, global batches into the step, Orbax checkpoints,

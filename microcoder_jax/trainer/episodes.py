@@ -20,13 +20,17 @@ their answers dropped), one compiled shape per bucket.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
 
 import jax
 import numpy as np
 
+from microcoder_jax import sharding
 from microcoder_jax.data.prompts import follow_up, prompt_bucket
+from microcoder_jax.envs.base import Turn
+from microcoder_jax.evaluator.judge import VERDICTS
 from microcoder_jax.envs.feedback import cut
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.sampling.paged_sampler import MAX_ADMIT, extend_block, held_session_pages
@@ -137,8 +141,6 @@ def collect_episodes(
     sampling.max_new_tokens; `later_sampler` must be built for it) for evaluation; `keep_kv=False`
     re-prefills later turns even on the paged engine (the reference the kept KV is checked against);
     `answers`: a list that gets (turn, row, why) for every answer, why its verdict or `truncated`."""
-    if jax.process_count() > 1:
-        raise ValueError("multi-turn episodes (env.max_turns > 1) run on one process for now")
     env = env or run.env
     G, T = group_size or run.sampling.group_size, env.max_turns
     n = len(problems) * G
@@ -151,14 +153,14 @@ def collect_episodes(
     for turn in range(T):
         t0 = time.perf_counter()
         out = turns.sample(turn, active, rows.context)
-        temps = np.asarray(out.temperature, np.float32) if turn == 0 else temps
+        temps = sharding.to_host(out.temperature).astype(np.float32) if turn == 0 else temps
         times["sample"] += time.perf_counter() - t0
         t1 = time.perf_counter()
-        tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
-        lps, cut_off, ent = np.asarray(out.logprobs, np.float32), np.asarray(out.truncated), np.asarray(out.entropy)
-        k = len(active)
-        texts = decode(run, tokens[:k], lengths[:k])
-        judged = env.step(pool, [problems[r // G] for r in active], texts, turn, truncated=cut_off[:k]).result()
+        tokens, lengths = sharding.to_host(out.tokens), sharding.to_host(out.lengths)
+        lps, cut_off = sharding.to_host(out.logprobs).astype(np.float32), sharding.to_host(out.truncated)
+        ent, k = sharding.to_host(out.entropy), len(active)
+        on = [problems[r // G] for r in active]
+        judged, feedback = judge_turn(run, env, pool, on, tokens[:k], lengths[:k], cut_off[:k], turn, turn == T - 1)
         times["judge"] += time.perf_counter() - t1
         times["judge_wait"] += time.perf_counter() - t1
         still = []
@@ -167,14 +169,9 @@ def collect_episodes(
             rows.answer(r, turn, answer, lps[i, : lengths[i]].tolist(), judged[i], bool(cut_off[i]), ent[i])
             if answers is not None:
                 answers.append((turn, r, "truncated" if cut_off[i] and not judged[i].passed else judged[i].verdict))
-            if not judged[i].done and turn < T - 1:
-                end = run.tokenizer.decode(answer[-1:]) if answer else ""
-                e = run.env_config
-                rows.feedback(
-                    r,
-                    answer,
-                    feedback_ids(run.tokenizer, judged[i].feedback, end, e.feedback_tokens, run.data.enable_thinking),
-                )
+            ids = feedback[i]
+            if ids is not None:
+                rows.feedback(r, answer, ids)
                 still.append(r)
         turns.end([r for r in active if r not in set(still)])
         active = still
@@ -190,6 +187,39 @@ def collect_episodes(
     stats = episode_stats(rows.turns_used, rows.passed_at, passed, rows.env_tokens, T, real_rows or n, rows.repeats)
     stats["later_prefill_tokens"] = turns.prefilled / n  # per episode: the cost kept KV saves
     return rollout, counts, stats
+
+
+def judge_turn(run, env, pool, problems, tokens, lengths, truncated, turn: int, last: bool):
+    """One turn's answers judged, each host its share (sharding.host_rows), the results shared:
+    (the environment's Turns in row order, per row the feedback turn's token ids, None where the
+    episode ends). They cross hosts as arrays: the feedback as token ids, the program as a
+    32-bit digest (all `EpisodeRows` compares it for)."""
+    k, mine = len(problems), sharding.host_rows(len(problems))
+    texts = decode(run, tokens[mine], lengths[mine])
+    judged = env.step(pool, problems[mine], texts, turn, truncated=truncated[mine]).result()
+    e, n = run.env_config, len(judged)
+    reward, flags = np.zeros(n, np.float32), np.zeros((n, 5), np.int32)
+    ids, count = np.zeros((n, e.feedback_tokens), np.int32), np.zeros(n, np.int32)
+    for i, t in enumerate(judged):
+        on = not t.done and not last
+        program = -1 if t.program is None else _digest(t.program)
+        reward[i], flags[i] = t.reward, (VERDICTS.index(t.verdict), t.passed, t.no_code, on, program)
+        if on:
+            answer = tokens[mine.start + i, : lengths[mine.start + i]]
+            end = run.tokenizer.decode(answer[-1:].tolist()) if len(answer) else ""
+            got = feedback_ids(run.tokenizer, t.feedback, end, e.feedback_tokens, run.data.enable_thinking)
+            ids[i, : len(got)], count[i] = got, len(got)
+    reward, flags, ids, count = sharding.allgather_rows((reward, flags, ids, count), k)
+    turns = [
+        Turn(float(r), bool(f[1]), bool(f[2]), VERDICTS[f[0]], None if f[4] == -1 else str(f[4]), not f[3])
+        for r, f in zip(reward, flags)
+    ]
+    return turns, [ids[i, : count[i]].tolist() if flags[i, 3] else None for i in range(k)]
+
+
+def _digest(program: str) -> int:
+    """A program's 31-bit digest (never -1, the no-program mark)."""
+    return int.from_bytes(hashlib.blake2b(program.encode(), digest_size=4).digest(), "little") >> 1
 
 
 class EpisodeRows:
