@@ -189,6 +189,17 @@ def _two_processes_and_one(tmp_path, extra, keys, steps: int):
     return rows("multi_run"), rows("single_run")
 
 
+# One step of DAPO on the paged engine, its sampler on its own mesh (the demo's 2 KV heads over 2
+# devices, slots over 2) while training keeps FSDP over all 4.
+_PAGED_DAPO = [
+    "sampling.engine=paged",
+    "rl.dynamic_sampling=True",
+    "rl.max_refills=2",
+    "sampling.decode_tensor=-1",
+    "train.steps=1",
+]
+
+
 @pytest.mark.slow
 def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
     """The paged engine under DAPO across two processes: every host pushes refills and finishes
@@ -197,14 +208,7 @@ def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
     runs on its own mesh (decode_tensor=-1: the demo's 2 KV heads over 2 devices, slots over 2)
     while training keeps FSDP over all 4."""
 
-    extra = [
-        "sampling.engine=paged",
-        "rl.dynamic_sampling=True",
-        "rl.max_refills=2",
-        "sampling.slots=2",
-        "train.steps=1",
-        "sampling.decode_tensor=-1",
-    ]
+    extra = [*_PAGED_DAPO, "sampling.slots=2"]
     keys = ("reward_mean", "no_code_rate", "rows", "generations", "ds_informative_groups")
     rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=1)
     assert rows == ref_rows and all(r[2] == 16 for r in rows)
@@ -223,11 +227,7 @@ def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
         "demo.public_tests=1",
         "demo.tests_per_problem=3",
         "evaluator.reward=fraction",  # partial credit: groups differ from the start
-        "rl.dynamic_sampling=True",
-        "rl.max_refills=2",
-        "sampling.engine=paged",
-        "sampling.decode_tensor=-1",
-        "train.steps=1",
+        *_PAGED_DAPO,
     ]
     keys = ("reward_mean", "rows", "episode_turns_mean", "episode_feedback_tokens_mean", "ds_generations")
     rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=1)
