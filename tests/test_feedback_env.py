@@ -91,6 +91,34 @@ def test_feedback_is_bounded_whatever_the_test_size(pool):
     assert not turn.done and "more characters cut" in turn.feedback and len(turn.feedback) < 1500
 
 
+def test_a_judged_turn_crosses_hosts_as_arrays_that_rebuild_it(pool):
+    """judge_turn (trainer/episodes.py) judges this host's share and all-gathers arrays: they rebuild
+    the environment's Turns (verdict, flags, reward; a digest stands for the program) and give the
+    feedback turn's token ids where the episode goes on."""
+    from types import SimpleNamespace
+
+    from microcoder_jax.trainer.episodes import feedback_ids, judge_turn
+
+    tok = demo_task.build_tokenizer(demo_task.make_problems(("sum",), 2, 1, 0), ("sum",), data_block(), 384)
+    e = EnvConfig(kind="feedback", max_turns=2, feedback_tokens=192)
+    run = SimpleNamespace(tokenizer=tok, env_config=e, data=SimpleNamespace(enable_thinking=False))
+    texts = [RIGHT, WRONG, HARD_CODED, "no code", WRONG]
+    ids = [tok.encode(t + "<|im_end|>", add_special_tokens=False) for t in texts]
+    tokens, lengths = np.zeros((5, max(map(len, ids))), np.int32), np.array([len(x) for x in ids])
+    for i, x in enumerate(ids):
+        tokens[i, : len(x)] = x
+    direct = env().step(pool, [ADD] * 5, texts, 0).result()
+    turns, feedback = judge_turn(run, env(), pool, [ADD] * 5, tokens, lengths, np.zeros(5, bool), 0, False)
+    fields = lambda t: (t.reward, t.passed, t.no_code, t.verdict, t.done)  # noqa: E731
+    assert [fields(t) for t in turns] == [fields(t) for t in direct]
+    assert turns[1].program == turns[4].program != turns[0].program and turns[3].program is None
+    assert feedback[0] is None and feedback[2] is None  # passed; the public test passed (done)
+    assert feedback[1] == feedback_ids(tok, direct[1].feedback, "<|im_end|>", 192)
+    assert feedback[3] == feedback_ids(tok, NO_CODE, "<|im_end|>", 192)
+    _, last = judge_turn(run, env(), pool, [ADD] * 5, tokens, lengths, np.zeros(5, bool), 1, True)
+    assert last == [None] * 5  # the last turn: no episode goes on
+
+
 def test_a_feedback_turn_continues_the_conversation_as_the_template_writes_it():
     problems = demo_task.make_problems(("sum", "product"), 2, 1, 0)
     tok = demo_task.build_tokenizer(problems, ("sum", "product"), data_block(), 384)
