@@ -118,3 +118,15 @@ def test_identical_series_are_drawn_once_under_both_names():
     rows = [{"step": s, "reward_mean": s / 10, "pass_rate": s / 10} for s in range(1, 6)]
     panels, _ = plot.collect_panels(rows, [])
     assert list(panels[0][3]) == ["reward_mean = pass_rate"]
+
+
+def test_multi_turn_episodes_get_panels_with_every_turn_in_order():
+    rows = [
+        {"step": s, **{f"episode_pass_turn{t}": t * s / 100 for t in (1, 2, 10)}, "episode_turns_mean": 1 + s / 10}
+        for s in range(1, 6)
+    ]
+    rows += [{"step": 5, "eval_episode_pass_turn1": 0.2, "eval_episode_pass_turn2": 0.3}]
+    panels = {name: curves for name, _, _, curves in plot.collect_panels(rows, [])[0]}
+    assert list(panels["episodes"]) == ["episode_pass_turn1", "episode_pass_turn2", "episode_pass_turn10"]
+    assert list(panels["eval_episodes"]) == ["eval_episode_pass_turn1", "eval_episode_pass_turn2"]
+    assert list(panels["turns"]) == ["episode_turns_mean"]

@@ -31,7 +31,22 @@ PANELS = (
         tuple(f"eval_reason/{r}" for r in FAILURE_REASONS),
     ),
     ("warm_start", "supervised warm start", "next-token loss (nats)", ("loss",)),
-    ("length", "response length", "tokens", ("response_length_mean",)),
+    ("length", "response and feedback length", "tokens", ("response_length_mean", "episode_feedback_tokens_mean")),
+    # multi-turn episodes (env.kind=feedback; trainer/episodes.py): a key ending in * stands for
+    # every turn's, in turn order
+    (
+        "episodes",
+        "multi-turn episodes: passed by turn t, repaired, repeated",
+        "fraction of episodes (repeated: of later answers)",
+        ("episode_pass_turn*", "episode_repaired_frac", "episode_repeat_frac"),
+    ),
+    (
+        "eval_episodes",
+        "evaluation pass@1 after each turn, repaired first answers",
+        "pass@1 (fraction of problems)",
+        ("eval_episode_pass_turn*", "eval_episode_repaired_frac"),
+    ),
+    ("turns", "answers per episode", "answers", ("episode_turns_mean", "eval_episode_turns_mean")),
     (
         "truncation",
         "truncation and masking",
@@ -89,7 +104,13 @@ PANELS = (
     ),
 )
 _SKIP_FIRST = {"time", "throughput_tokens", "throughput_judge", "share", "cost"}  # step 1 compiles
-_NO_SMOOTHING = {"eval", "eval_reasons", "temperature", "learning_rate"}  # sparse points or stepwise by design
+_NO_SMOOTHING = {
+    "eval",
+    "eval_reasons",
+    "eval_episodes",
+    "temperature",
+    "learning_rate",
+}  # sparse points or stepwise by design
 
 
 def _series(rows, key, skip_first=False):
@@ -128,13 +149,22 @@ def read_warm_start(workdir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _expand(key: str, rows) -> list[str]:
+    """`key`, or for `prefix*` the rows' keys `prefix<n>` in order of n (one per turn)."""
+    if not key.endswith("*"):
+        return [key]
+    prefix = key[:-1]
+    found = {k for r in rows for k in r if k.startswith(prefix) and k[len(prefix) :].isdigit()}
+    return sorted(found, key=lambda k: int(k[len(prefix) :]))
+
+
 def collect_panels(rows, warm_rows):
     """[(name, title, ylabel, {key: (x, y)})] of the panels with data, and {key: value} of constants."""
     panels, constants = [], {}
     for name, title, ylabel, keys in PANELS:
         source = warm_rows if name == "warm_start" else rows
         curves = {}
-        for key in keys:
+        for key in (k for pattern in keys for k in _expand(pattern, source)):
             x, y = _series(source, key, skip_first=name in _SKIP_FIRST)
             if not x:
                 continue
