@@ -45,6 +45,17 @@ def test_builtin_rewards_and_what_they_need_from_the_judge():
         ("def f(n):\n    return n\nprint(f(3))", False),
         ("print(open(False))", False),
         ("def (:", False),
+        # the other ways programs read: fast-input idioms, methods, aliases, decorators
+        ("import os, io\ninput = io.BytesIO(os.read(0, 1 << 20)).readline\nprint(int(input()))", True),
+        ("import os\nprint(os.fdopen(0).read())", True),
+        ("import fileinput\nprint(sum(int(x) for x in fileinput.input()))", True),
+        ("import builtins\nprint(builtins.input())", True),
+        ("read = input\nprint(read())", True),
+        ("class S:\n    def solve(self):\n        return input()\n\nprint(S().solve())", True),
+        ("class S:\n    def __init__(self):\n        self.n = int(input())\n\nprint(S().n)", True),
+        ("def log(f):\n    print(input())\n    return f\n\n@log\ndef g():\n    pass", True),
+        ("class S:\n    def solve(self):\n        return input()\n\nprint(S())", False),  # never called
+        ("f = open('data.txt')\nprint(f.read(0))", False),  # 0 bytes of a file, not descriptor 0
     ],
 )
 def test_fraction_reads_pays_the_running_bonus_only_to_programs_that_read_stdin(code, reads):

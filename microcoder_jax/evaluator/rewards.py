@@ -111,36 +111,69 @@ def fraction_reads(problem, response, result) -> float:
 
 
 def reads_stdin(code: str | None) -> bool:
-    """Whether a program's source reads standard input where it runs: an `input()` call,
-    `sys.stdin`/`stdin`, or `open(0)`, at module level or in a function that module-level code
-    calls (by name, transitively). Read from the syntax tree, so comments, strings and functions
-    never called do not count; source that does not parse reads nothing."""
+    """Whether a program's source reads standard input where it runs: `input` (called, or taken
+    as a function: `read = input`), `sys.stdin`/`stdin`, file descriptor 0 (`open(0)`,
+    `os.read(0, n)`, `io.open(0)`, `os.fdopen(0)`) or `fileinput.input()`, at module level or in a
+    function or method that running code calls (by name, transitively; a class call enters its
+    `__init__`, a decorator runs at definition). Read from the syntax tree, so comments, strings
+    and functions never called do not count; source that does not parse reads nothing."""
     if not code:
         return False
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
-    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    functions: dict[str, list] = {}  # a name -> the bodies of every function or method so named
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.setdefault(n.name, []).append(n)
+        elif isinstance(n, ast.ClassDef):  # calling the class runs its __init__
+            functions.setdefault(n.name, []).extend(
+                f for f in n.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+            )
     pending: list[ast.AST] = list(tree.body)
     entered: set[str] = set()
+
+    def enter(name: str) -> None:
+        if name in functions and name not in entered:
+            entered.add(name)
+            pending.extend(stmt for f in functions[name] for stmt in f.body)
+
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             pending.extend(node.decorator_list)  # its body runs only when called
+            for d in node.decorator_list:  # a decorator is called at definition
+                enter(_called_name(d))
             continue
-        if (isinstance(node, ast.Attribute) and node.attr == "stdin") or (
-            isinstance(node, ast.Name) and node.id == "stdin"
-        ):
+        if _reads(node):
             return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            name = node.func.id
-            if name == "input" or (name == "open" and node.args and _is_zero(node.args[0])):
-                return True
-            if name in functions and name not in entered:
-                entered.add(name)
-                pending.extend(functions[name].body)
+        if isinstance(node, ast.Call):
+            enter(_called_name(node.func))
         pending.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _called_name(func: ast.expr) -> str:
+    """`f` of `f(...)` or `obj.f(...)` (a method: any class's method of that name), else ''."""
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def _reads(node: ast.AST) -> bool:
+    """One node that reads stdin by itself (see reads_stdin)."""
+    if isinstance(node, ast.Name):
+        return node.id in ("input", "stdin") and isinstance(node.ctx, ast.Load)
+    if isinstance(node, ast.Attribute):
+        owner = node.value.id if isinstance(node.value, ast.Name) else ""
+        return node.attr == "stdin" or (node.attr == "input" and owner in ("builtins", "fileinput"))
+    if isinstance(node, ast.Call) and node.args and _is_zero(node.args[0]):  # file descriptor 0
+        f = node.func
+        if isinstance(f, ast.Name):
+            return f.id == "open"
+        owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+        return owner in ("os", "io") and _called_name(f) in ("open", "read", "fdopen")
     return False
 
 
