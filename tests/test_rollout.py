@@ -47,8 +47,8 @@ def test_dynamic_sampling_regroups_rollout_rows():
 
 def test_dapo_collects_generation_batches_of_episodes_until_the_groups_differ():
     """Multi-turn episodes under DAPO (trainer/step_batch._dapo_batches): batch k is sampled with
-    key k, the all-equal groups are dropped, the verdicts add up and the episode stats average
-    over the generation batches."""
+    key k, the all-equal groups are dropped, the verdicts add up and the episode stats cover every
+    generation batch's episodes."""
     from types import SimpleNamespace
 
     from microcoder_jax.trainer.step_batch import _dapo_batches
@@ -61,13 +61,15 @@ def test_dapo_collects_generation_batches_of_episodes_until_the_groups_differ():
         keys.append(k)
         r = _rollout(rewards=batches[k])
         r = Rollout(**{**r.as_dict(), "tokens": np.full((4, 6), 10 * k + np.arange(4)[:, None], np.int32)})
-        return r, {"passed": 2, "wrong": 2}, {"turns_mean": 1.0 + k / 2, "pass_turn1": 0.25 * k}
+        stats = {"turns_mean": 1.0 + k / 2, "pass_turn1": 0.25 * k, "repaired_frac": (1.0, 0.0, 0.5)[k]}
+        return r, {"passed": 2, "wrong": 2}, stats
 
     got = _dapo_batches(run, lambda: (["p1", "p2"], [[1], [2]]), one)
     assert keys == [0, 1, 2] and got.generations == 3 and got.verdicts == {"passed": 6, "wrong": 6}
     assert got.batch.rewards.tolist() == [1.0, 0.0, 0.0, 1.0]  # batch 1's first group, batch 2's first
     assert got.batch.tokens[:, 0].tolist() == [10, 11, 20, 21]
-    assert got.episodes == {"turns_mean": 1.5, "pass_turn1": 0.25}
+    # over every episode sampled: a ratio weighed by its denominator (failing first answers: 4, 3, 2)
+    assert got.episodes == pytest.approx({"turns_mean": 1.5, "pass_turn1": 0.25, "repaired_frac": 5 / 9})
     assert got.ds_stats["ds_informative_groups"] == 2
 
 

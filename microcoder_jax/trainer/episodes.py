@@ -355,6 +355,20 @@ def episode_stats(turns_used, passed_at, passed, env_tokens, turns: int, rows: i
     }
 
 
+def merge_stats(parts: list) -> dict:
+    """`episode_stats` of several batches, given as (stats, episodes) pairs, as one batch's: a mean
+    weighed by its episodes, a ratio by its own denominator (repaired: the first answers that
+    failed; repeated: the answers after feedback)."""
+    totals: dict = {}
+    norms: dict = {}
+    for stats, rows in parts:
+        own = {"repaired_frac": rows * (1 - stats["pass_turn1"]), "repeat_frac": rows * (stats["turns_mean"] - 1)}
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v * own.get(k, rows)
+            norms[k] = norms.get(k, 0.0) + own.get(k, rows)
+    return {k: v / norms[k] if norms[k] else 0.0 for k, v in totals.items()}
+
+
 def assemble(run, prompts, group_size: int, body, mine, logp, max_new_tokens=None) -> Rollout:
     """The episodes as batch rows: [left-padded prompt | body], right-padded to
     EnvConfig.row_width; the response mask is `mine`, the sampler's log-probs `logp` on it, the

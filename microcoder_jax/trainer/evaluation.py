@@ -330,7 +330,7 @@ def evaluate_episodes(run, pool, params, problems, *, rng, progress=None) -> dic
 
     from microcoder_jax.data.loader import make_prompt_set
     from microcoder_jax.envs import make_env
-    from microcoder_jax.trainer.episodes import collect_episodes, turn_sampler
+    from microcoder_jax.trainer.episodes import collect_episodes, merge_stats, turn_sampler
     from microcoder_jax.trainer.rollout import sampler_for
 
     e = run.eval
@@ -339,8 +339,7 @@ def evaluate_episodes(run, pool, params, problems, *, rng, progress=None) -> dic
     prompt_set = make_prompt_set(problems, run.tokenizer, run.data, messages=env.messages)
     kept, prompts, size, samples = prompt_set.problems, prompt_set.prompts, e.batch_problems, e.samples
     first, later = sampler_for(run), turn_sampler(run, e.max_new_tokens)
-    totals: dict = {}
-    norms: dict = {}
+    parts: list = []  # (episode stats, real episodes) of each batch
     whys: dict = {}  # turn -> why its answers failed (or passed), over the real episodes
     for start in range(0, len(kept), size):
         chunk, chunk_prompts = kept[start : start + size], prompts[start : start + size]
@@ -356,19 +355,14 @@ def evaluate_episodes(run, pool, params, problems, *, rng, progress=None) -> dic
             if row < len(chunk) * samples:
                 counts = whys.setdefault(f"turn{turn + 1}", {})
                 counts[why] = counts.get(why, 0) + 1
-        rows = len(chunk) * samples  # each share weighed by the episodes it is a share of
-        weights = {"repaired_frac": rows * (1 - stats["pass_turn1"]), "repeat_frac": rows * (stats["turns_mean"] - 1)}
-        for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + v * weights.get(k, rows)
-            norms[k] = norms.get(k, 0.0) + weights.get(k, rows)
+        parts.append((stats, len(chunk) * samples))
         if progress is not None:
-            done = min(start + size, len(kept))
+            done, so_far = min(start + size, len(kept)), merge_stats(parts)
             turns = ", ".join(
-                f"after turn {k[9:]} {totals[k] / norms[k]:.3f}" for k in sorted(totals) if k.startswith("pass_turn")
+                f"after turn {k[9:]} {so_far[k]:.3f}" for k in sorted(so_far) if k.startswith("pass_turn")
             )
             progress(f"episodes: {done} of {len(kept)} problems, pass@1 {turns}")
-    means = {k: v / norms[k] if norms[k] else 0.0 for k, v in totals.items()}
-    return means | {"problems": len(kept), "answers_by_turn": whys}
+    return merge_stats(parts) | {"problems": len(kept), "answers_by_turn": whys}
 
 
 def reason_shares(report: dict) -> dict:

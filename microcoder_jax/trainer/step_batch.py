@@ -18,8 +18,6 @@ import dataclasses
 import time
 from typing import Any, Callable, Optional
 
-import numpy as np
-
 from microcoder_jax import sharding
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, add_rollouts, refill_certain
 from microcoder_jax.sampling.paged_sampler import PagedSession
@@ -151,8 +149,8 @@ def collect_step(
 def _dapo_batches(run, next_prompts, collect_batch) -> StepRollout:
     """DAPO one generation batch at a time: `collect_batch(k, problems, prompts)` samples and
     judges batch k (-> Rollout, verdict counts, episode stats), until the groups with a signal fill
-    the step's batch (rl.dynamic_sampling). Multi-turn episodes' stats are the mean over the step's
-    generation batches (equal in size)."""
+    the step's batch (rl.dynamic_sampling). Multi-turn episodes' stats are over every episode of the
+    step's generation batches (episodes.merge_stats)."""
     rl = run.rl_config
     buffer, verdicts, generations, episodes = GroupBuffer(), {}, 0, []
     while True:
@@ -161,7 +159,7 @@ def _dapo_batches(run, next_prompts, collect_batch) -> StepRollout:
         generations += 1
         _add_counts(verdicts, counts)
         if stats:
-            episodes.append(stats)
+            episodes.append((stats, len(rollout.rewards)))
         buffer, full, ds_stats = add_rollouts(
             buffer,
             rollout.as_dict(),
@@ -170,8 +168,10 @@ def _dapo_batches(run, next_prompts, collect_batch) -> StepRollout:
             max_refills=rl.max_refills,
         )
         if full is not None:
-            mean = {k: float(np.mean([e[k] for e in episodes])) for k in episodes[0]} if episodes else {}
-            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, [], episodes=mean)
+            from microcoder_jax.trainer.episodes import merge_stats
+
+            merged = merge_stats(episodes) if episodes else {}
+            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, [], episodes=merged)
 
 
 def _add_counts(total: dict, counts: dict) -> None:
