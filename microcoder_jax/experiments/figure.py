@@ -67,7 +67,7 @@ def draw(
             w = 1 if key in STEPWISE or held_out else smooth or auto_window(n)
             smoothed = np.stack([moving_mean(v, w) for v in values])
             mean = np.nanmean(values, 0)
-            label = f"{arm.label or arm.name} ({len(runs)} seeds)"
+            label = f"{arm.label or arm.name} ({len(runs)} seed{'s' if len(runs) != 1 else ''})"
             if held_out:
                 ax.plot(steps, mean, color=colour, lw=2.2, marker="o", label=label)
             else:
