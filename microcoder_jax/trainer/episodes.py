@@ -193,7 +193,7 @@ def judge_turn(run, env, pool, problems, tokens, lengths, truncated, turn: int, 
     """One turn's answers judged, each host its share (sharding.host_rows), the results shared:
     (the environment's Turns in row order, per row the feedback turn's token ids, None where the
     episode ends). They cross hosts as arrays: the feedback as token ids, the program as a
-    32-bit digest (all `EpisodeRows` compares it for)."""
+    31-bit digest (all `EpisodeRows` compares it for)."""
     k, mine = len(problems), sharding.host_rows(len(problems))
     texts = decode(run, tokens[mine], lengths[mine])
     judged = env.step(pool, problems[mine], texts, turn, truncated=truncated[mine]).result()

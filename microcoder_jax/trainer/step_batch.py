@@ -170,8 +170,7 @@ def _dapo_batches(run, next_prompts, collect_batch) -> StepRollout:
         if full is not None:
             from microcoder_jax.trainer.episodes import merge_stats
 
-            merged = merge_stats(episodes) if episodes else {}
-            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, [], episodes=merged)
+            return StepRollout(Rollout(**full), verdicts, ds_stats, generations, [], episodes=merge_stats(episodes))
 
 
 def _add_counts(total: dict, counts: dict) -> None:
