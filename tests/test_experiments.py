@@ -388,6 +388,7 @@ def test_real_model_experiment_summary_intervals_and_arms():
     results = {
         "reads": {0: run((0.05, 0.125), 0.1), 1: run((0.0, 0.1875), 0.2), 2: run((0.10, 0.25), 0.3)},
         "runs": {0: run((0.0, 0.0), 0.0), 1: run((0.0, 0.0625), 0.0), 2: run((0.0, 0.0), 0.0)},
+        "lora": {0: run((0.0, 0.0625), 0.1), 1: run((0.0, 0.0), 0.0)},  # two seeds: paired over those
     }
     s = smollm2.summarize(results, 20)
     assert s["arms"]["reads"]["2"] == {
@@ -397,14 +398,18 @@ def test_real_model_experiment_summary_intervals_and_arms():
     }
     change = s["change"]["reads"]["greedy pass@1"]
     assert change["mean"] == pytest.approx(0.1875) and change["positive"] == 3 and change["ci95"][0] > 0
-    diff = s["difference"]["reads - runs"]["pass@1"]
-    assert diff["mean"] == pytest.approx(0.05) and diff["negative"] == 0
+    diff = s["difference"]["runs - reads"]["pass@1"]
+    assert diff["mean"] == pytest.approx(-0.05) and diff["positive"] == 0
+    lora = s["difference"]["lora - reads"]["greedy pass@1"]
+    assert lora["seeds"] == 2 and lora["mean"] == pytest.approx(((0.0625 - 0.125) + (0.0 - 0.1875)) / 2)
     text = smollm2.table(s)
     assert "| reads | 2 | 0.000 | 0.100 | 0.000 | 0.250 | 0.300 |" in text
     assert "reads: RL's change in held-out greedy pass@1: +0.188 [" in text
     for arm in smollm2.arms(20):
         config = run_config(arm, 1, 20, False, "/tmp/unused")
-        assert config.evaluator.reward == smollm2.REWARDS[arm.name] and config.seed == 1
+        assert config.evaluator.reward == smollm2.REWARDS.get(arm.name, "fraction_reads") and config.seed == 1
+        assert config.lora.rank == (16 if arm.name == "lora" else 0)
+        assert config.rl.learning_rate == (1e-4 if arm.name == "lora" else 1e-5)
         assert config.train.eval_at_start and config.train.eval_every == 20 and config.model.path == "smollm2"
         validate(config)
     assert smollm2.main(["--out", "/tmp/unused", "--short"]) == 2  # the demo's --short does not size these runs

@@ -1,16 +1,18 @@
-"""`python -m microcoder_jax.experiments.smollm2 --out DIR [--seeds N] [--steps S] [--arms reads,runs]`
+"""`python -m microcoder_jax.experiments.smollm2 --out DIR [--seeds N] [--steps S] [--arms reads,runs,lora]`
 
 Does RL make the real model (SmolLM2-135M-Instruct, `configs/smollm2.py`) better at held-out easy
 problems? Each arm is the config with one shaped reward: `reads` (`fraction_reads`: the share of
 tests passed, plus 0.1 for a program that reads stdin and runs cleanly) and `runs`
 (`fraction_runs`: the same bonus for any program that runs cleanly, which the model learned to
-collect with programs that read nothing). Held-out pass@1 (16 held-out templates, 4 answers at
-T = 1, and greedy) is scored before RL and at the end; about 35 minutes a run on 2 CPU cores.
+collect with programs that read nothing); `lora` is `reads` with rank-16 adapters on every
+projection (alpha 32, the base frozen) at 10x the learning rate, the usual LoRA setting. Held-out
+pass@1 (16 held-out templates, 4 answers at T = 1, and greedy) is scored before RL and at the end;
+about 35 minutes a run on 2 CPU cores.
 
 Writes DIR/summary.json and DIR/table.md: per arm and seed, held-out pass@1 at T = 1 and greedy
 before and after, and the share of training answers that passed every test over the last 5 steps;
-paired 95% intervals over seeds of what RL changed (end minus start) in each arm, and of the arms'
-difference at the end when both ran.
+paired 95% intervals over seeds of what RL changed (end minus start) in each arm, and of each other
+arm's difference from `reads` at the end, over the seeds both ran.
 """
 
 from __future__ import annotations
@@ -28,15 +30,19 @@ from microcoder_jax.experiments.runner import Arm, run_all, run_config
 from microcoder_jax.experiments.stats import interval
 
 REWARDS = {"reads": "fraction_reads", "runs": "fraction_runs"}  # arm -> the reward it trains with
+LORA = ("lora.rank=16", "lora.alpha=32.0", "rl.learning_rate=1e-4")  # the `lora` arm: 10x configs/smollm2.py's rate
+ARMS = (*REWARDS, "lora")
 QUANTITIES = ("pass@1", "greedy pass@1")
 # the figure's panels (experiments/figure.py)
 KEYS = ("pass_rate", "reward_mean", "eval_pass@1", "eval_greedy_pass@1", "response_length_mean", "truncation_rate")
 
 
 def arms(steps: int) -> list[Arm]:
-    """One arm per reward; the held-out set scored before RL and at the last step only."""
+    """One arm per reward and the adapters' arm; the held-out set scored before RL and at the last step only."""
     evals = ("train.eval_at_start=True", f"train.eval_every={steps}")
-    return [Arm(name, "", (f"evaluator.reward={r}", *evals), r, "smollm2.py") for name, r in REWARDS.items()]
+    out = [Arm(name, "", (f"evaluator.reward={r}", *evals), r, "smollm2.py") for name, r in REWARDS.items()]
+    reads = f"evaluator.reward={REWARDS['reads']}"
+    return out + [Arm("lora", "", (reads, *LORA, *evals), "fraction_reads, LoRA r16", "smollm2.py")]
 
 
 def held_out(report: dict) -> dict:
@@ -61,11 +67,12 @@ def summarize(results: dict, steps: int) -> dict:
     out: dict = {"steps": steps, "arms": arms, "change": {}, "difference": {}}
     for name, seeds in arms.items():
         out["change"][name] = {q: interval([v["end"][q] - v["start"][q] for v in seeds.values()]) for q in QUANTITIES}
-    if {"reads", "runs"} <= set(arms):
-        both = sorted(set(arms["reads"]) & set(arms["runs"]), key=int)
-        out["difference"]["reads - runs"] = {
-            q: interval([arms["reads"][s]["end"][q] - arms["runs"][s]["end"][q] for s in both]) for q in QUANTITIES
-        }
+    for other in [a for a in arms if a != "reads" and "reads" in arms]:
+        both = sorted(set(arms["reads"]) & set(arms[other]), key=int)
+        if both:
+            out["difference"][f"{other} - reads"] = {
+                q: interval([arms[other][s]["end"][q] - arms["reads"][s]["end"][q] for s in both]) for q in QUANTITIES
+            }
     return out
 
 
@@ -97,7 +104,7 @@ def table(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv, "python -m microcoder_jax.experiments.smollm2", __doc__, 3, 20, arm_names=list(REWARDS))
+    args = parse_args(argv, "python -m microcoder_jax.experiments.smollm2", __doc__, 3, 20, arm_names=list(ARMS))
     if args.short:
         print(
             "--short sizes the demo task's runs; for a quick check here: --steps 1 --seeds 1 --arms reads",
