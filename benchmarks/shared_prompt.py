@@ -1,13 +1,17 @@
-"""Shared prompts (rl.share_prompts) against padded rows: the learner's share of an RL step, side by side.
+"""Shared prompts (rl.share_prompts) and the prompt block against padded rows: the learner's share
+of an RL step, side by side.
 
 The G samples of a prompt begin with the same prompt tokens; with rl.share_prompts the old-log-prob
 pass and the train step run those columns once per group inside each micro-batch and the answers
 attend to their keys (models.forward_shared_prompt). On configs/smollm2.py's shape (prompts of a
 384-token bucket, 160 answer tokens, G = 8) the prompt is ~70% of every row, so this is most of
-the learner's work on the real model. Sides, on the same weights and batch, in one process:
+the learner's work on the real model. Whether shared or not, no loss reads the prompt's own
+log-probs: the learner's prompt block (`shared = (w, 1)`, trainer/learner.prompt_block) skips the
+LM head on those columns. Sides, on the same weights and batch, in one process:
 
-- padded: today's rows (rl.share_prompts=False), micro-batch 4;
-- shared: the same micro-batch of 4 rows, 4 of a group share one prompt;
+- padded: every column through the LM head (the learner before the prompt block), micro-batch 4;
+- block: padded rows, the prompt's columns skip the LM head (rl.share_prompts=False today);
+- shared: the same micro-batch of 4 rows, 4 of a group share one prompt (and skip its LM head);
 - shared-m8: micro-batch 8, the whole group shares it (fewer, larger micro-batches).
 
 Timed round-robin (one of each side per round, the order rotated, median over rounds): one train
@@ -29,7 +33,7 @@ import time
 
 import numpy as np
 
-SIDES = {"padded": (False, 4), "shared": (True, 4), "shared-m8": (True, 8)}
+SIDES = {"padded": ("none", 4), "block": ("block", 4), "shared": ("shared", 4), "shared-m8": ("shared", 8)}
 
 
 def grouped_batch(prompts: int, group: int, prompt: int, response: int, vocab: int, seed: int = 0) -> dict:
@@ -93,9 +97,9 @@ def main() -> None:
     assert width == args.prompt, width
     sides, out = args.sides.split(","), {}
     for name in sides:
-        share, micro = SIDES[name]
+        layout, micro = SIDES[name]
         cfg = make_rl_config(group_size=args.group, num_minibatches=1, micro_batch_size=micro, learning_rate=1e-5)
-        shared = (width, args.group) if share else None
+        shared = {"none": None, "block": (width, 1), "shared": (width, args.group)}[layout]
         old = compute_logprobs(params, mc, *rows, micro_batch=micro, shared=shared)
         batch = jax.device_put({**host, "old_logprobs": np.asarray(old)})
         state = [init_train_state(params, cfg)]

@@ -21,6 +21,7 @@ from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state, make_train_step, minibatch_grads
 from microcoder_jax.sampling.static_sampler import generate
 from microcoder_jax.trainer.worker import transfer
+from microcoder_jax.rl.batch import SCORING_FIELDS
 from test_rl_step import MC, make_batch
 
 LC = MC.replace(lora_rank=4, lora_alpha=8.0, lora_targets=lora.PROJECTIONS)
@@ -279,10 +280,12 @@ def test_kl_reference_is_the_frozen_base_without_a_copy(base):
 
     cfg = make_rl_config("microcoder", group_size=4, kl_beta=0.05)
     params = _nonzero_b(lora.attach(base, LC, jax.random.PRNGKey(2)))
-    run = SimpleNamespace(model_config=LC, rl_config=cfg, mesh=None)
-    learner = Learner(run, init_train_state(params, cfg), None)
     b = make_batch(4)
-    scores = learner.score({k: b[k] for k in ("tokens", "attention_mask", "temperature")})
-    want = compute_logprobs(base, MC, b["tokens"], b["attention_mask"], b["temperature"])
-    np.testing.assert_allclose(np.asarray(scores["ref_logprobs"]), np.asarray(want), atol=1e-6)
-    assert np.abs(np.asarray(scores["old_logprobs"]) - np.asarray(want)).max() > 1e-4  # the adapters moved
+    first = int(np.flatnonzero(b["response_mask"].any(0))[0])  # the prompt bucket: its columns are not scored
+    run = SimpleNamespace(model_config=LC, rl_config=cfg, mesh=None, data=SimpleNamespace(prompt_buckets=(first,)))
+    learner = Learner(run, init_train_state(params, cfg), None)
+    scores = learner.score({k: b[k] for k in SCORING_FIELDS})
+    want = np.asarray(compute_logprobs(base, MC, b["tokens"], b["attention_mask"], b["temperature"]))[:, first:]
+    np.testing.assert_allclose(np.asarray(scores["ref_logprobs"])[:, first:], want, atol=1e-6)
+    assert not np.asarray(scores["ref_logprobs"])[:, :first].any()
+    assert np.abs(np.asarray(scores["old_logprobs"])[:, first:] - want).max() > 1e-4  # the adapters moved

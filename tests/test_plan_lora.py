@@ -107,7 +107,8 @@ def test_lora_train_step_flops_form_no_base_weight_gradients():
     mc, sh = full.model_config, full.shapes
     c = _counts(mc, 8)
     tokens = sh.rows * sh.seq
-    dense = 2.0 * (c["projections"] + mc.vocab_size * mc.hidden_size) * tokens
+    # the LM head runs on the answers' columns only (the prompt block: Shapes.head_tokens)
+    dense = 2.0 * c["projections"] * tokens + 2.0 * mc.vocab_size * mc.hidden_size * sh.rows * sh.max_new
     adapters = 2.0 * c["adapters"] * tokens
     f, lo = _rows(full)["train step"].estimate, _rows(lora)["train step"].estimate
     assert f.flops - lo.flops == pytest.approx(dense - 4 * adapters, rel=1e-9)
@@ -283,9 +284,11 @@ def _tpu_devices(name):
 
 @pytest.mark.slow  # one compile of two Qwen3-1.7B-wide layers (about a minute on 2 cores)
 def test_lora_train_step_memory_tracks_xla(tmp_path):
-    """Two Qwen3-1.7B-wide layers with rank-16 adapters on v5e:2x2: the analytic train step is
-    within 15% of XLA's (measured +0.1%, and +1% on an int8 base), and XLA's own figure is well
-    under the full fine-tuning step's plan."""
+    """Two Qwen3-1.7B-wide layers with rank-16 adapters on v5e:2x2: the analytic train step bounds
+    XLA's from above within 60% (measured +48%, +52% on an int8 base: its terms summed as if all
+    live at once, see test_plan.test_analytic_train_step_memory_tracks_xla; +0.1% and +1% while
+    the LM head's odd-width input made XLA copy the logits), and XLA's own figure is well under the
+    full fine-tuning step's plan."""
     from test_plan import WIDE
 
     _tpu_devices("v5e:2x2")
@@ -293,6 +296,6 @@ def test_lora_train_step_memory_tracks_xla(tmp_path):
     topology = parse_topology("v5e:2x2")
     row = planner.plan(config, topology, cache_dir=str(tmp_path), only=("train step",), search=False).rows[0]
     assert row.error == "", row.error
-    assert abs(row.analytic_error) < 0.15, (row.estimate.components, row.compiled.total_bytes)
+    assert 0 <= row.analytic_error < 0.6, (row.estimate.components, row.compiled.total_bytes)
     full = planner.plan(cli.load_config(DEMO, WIDE), topology, compile_=False, only=("train step",), search=False)
     assert row.compiled.total_bytes < 0.7 * full.rows[0].estimate.total

@@ -51,7 +51,7 @@ class FakeWorker:
 
     def begin(self, step):  # k = 0: the loop scores the rows, then waits for the verdicts
         sampled = Sampled.made(self.produce(step, via="begin"))
-        assert set(sampled.rows) == {"tokens", "attention_mask", "temperature"}
+        assert set(sampled.rows) == {"tokens", "attention_mask", "response_mask", "temperature"}
         return sampled
 
     def produce(self, step, via="produce"):

@@ -1,5 +1,7 @@
-"""rl.share_prompts: a group's prompt columns run once, its G rows attend to them; the log-probs,
-their gradients and a whole train step equal the unshared ones to float rounding (tiny fp32 model)."""
+"""rl.share_prompts: a group's prompt columns run once, its G rows attend to them; the answers'
+log-probs, their gradients and a whole train step equal the unshared ones to float rounding (tiny
+fp32 model). The prompt block (`shared = (w, f)`, f = 1 unshared) also skips the LM head on the
+prompt's columns, which no loss reads: their log-probs are 0."""
 
 import functools
 
@@ -9,7 +11,7 @@ import numpy as np
 import pytest
 
 from microcoder_jax import models
-from microcoder_jax.rl.logprobs import compute_logprobs, sequence_logprobs, shared_prompt_width
+from microcoder_jax.rl.logprobs import compute_logprobs, prompt_width, sequence_logprobs, shared_prompt_width
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state, make_train_step
 from random_params import numpy_params
@@ -55,16 +57,17 @@ def grouped_batch(seed=0):
     }
 
 
-def conditioned(attn):
+def conditioned(attn, first=0):
     """Columns whose log-prob means something: a real token after a real token (the one a padding
-    position predicts is garbage in either layout, and no loss reads it)."""
-    return (attn > 0) & jnp.pad(attn[:, :-1] > 0, ((0, 0), (1, 0)))
+    position predicts is garbage in either layout, and no loss reads it), from column `first`."""
+    cols = jnp.arange(attn.shape[1])[None] >= first
+    return (attn > 0) & jnp.pad(attn[:, :-1] > 0, ((0, 0), (1, 0))) & cols
 
 
 @functools.partial(jax.jit, static_argnums=2)
 def values_and_grads(params, b, shared):
-    """(gradients of a weighted sum of log-probs, (log-probs, entropy)) of batch `b`."""
-    weight = conditioned(b["attention_mask"]) * jnp.linspace(-1, 1, S)[None]
+    """(gradients of a weighted sum of the answers' log-probs, (log-probs, entropy)) of batch `b`."""
+    weight = conditioned(b["attention_mask"], P) * jnp.linspace(-1, 1, S)[None]
 
     def loss(p):
         logp, ent = sequence_logprobs(p, MC, b["tokens"], b["attention_mask"], b["temperature"], 5, shared=shared)
@@ -73,14 +76,18 @@ def values_and_grads(params, b, shared):
     return jax.grad(loss, has_aux=True)(params)
 
 
-@pytest.mark.parametrize("rows", [G, G // 2])
+@pytest.mark.parametrize("rows", [G, G // 2, 1])
 def test_logprobs_and_gradients_equal_unshared(params, rows):
+    """Shared in groups of G or G/2 rows, or a prompt block alone (rows = 1): the answers' log-probs,
+    entropies and gradients are the plain forward's; the prompt's columns are 0."""
     b = {k: v for k, v in grouped_batch().items() if k in ("tokens", "attention_mask", "temperature")}
-    keep = conditioned(b["attention_mask"])
-    g_want, want = values_and_grads(params, b, None)  # compiled once for both parametrisations
+    keep = conditioned(b["attention_mask"], P)
+    g_want, want = values_and_grads(params, b, None)  # compiled once for every parametrisation
     g_got, got = values_and_grads(params, b, (P, rows))
     for w, g in zip(want, got):
         np.testing.assert_allclose(np.where(keep, g, 0), np.where(keep, w, 0), atol=5e-6)
+        assert not np.asarray(g)[:, :P].any()  # the prompt's columns skip the LM head
+        assert np.asarray(w)[:, 1:P][np.asarray(conditioned(b["attention_mask"]))[:, 1:P]].any()
     for path, w in jax.tree_util.tree_leaves_with_path(g_want):
         g = g_got
         for k in path:
@@ -91,7 +98,7 @@ def test_logprobs_and_gradients_equal_unshared(params, rows):
 def test_old_logprob_pass_shares_within_each_micro_batch(params):
     """compute_logprobs with micro-batches of 2 rows (2 rows of a group share) and of the whole batch."""
     b = grouped_batch(1)
-    keep = conditioned(b["attention_mask"])
+    keep = conditioned(b["attention_mask"], P)
     args = (params, MC, b["tokens"], b["attention_mask"], b["temperature"])
     want = np.asarray(compute_logprobs(*args, chunk=5))
     for micro in (2, None):
@@ -154,24 +161,39 @@ def test_shared_pass_runs_the_prompt_once_a_group(params):
     assert shared < 0.85 * plain, (shared, plain)
 
 
-def test_learner_shares_the_widest_bucket_under_the_answers():
-    """The learner's rule: only under rl.share_prompts, a bucket at most the columns before the answers."""
+def test_prompt_width_is_the_widest_bucket_before_every_answer():
+    resp = grouped_batch(6)["response_mask"]
+    assert prompt_width(resp, (4, P, 12)) == P
+    assert prompt_width(resp, (4, P - 1)) == P - 1 and prompt_width(resp, (P + 1,)) == 0
+    late = resp.copy()
+    late[:, P] = 0  # every answer starts a column later (as a turn after the first would): still P
+    assert prompt_width(late, (P, P + 1)) == P + 1
+    assert prompt_width(np.zeros_like(resp), (4, P)) == 0  # no answer: nothing known
+    multi = np.zeros_like(resp)
+    multi[:, P : P + 3], multi[:, P + 6 :] = 1, 1  # a multi-turn row's holes do not move the start
+    assert prompt_width(multi, (P, 12)) == P
+
+
+def test_learner_prompt_block_rule():
+    """The learner's rule: the prompt block always (f = 1), shared under rl.share_prompts (f = G) at
+    a bucket at most the columns before the answers; none under rl.packing."""
     from types import SimpleNamespace
 
-    from microcoder_jax.trainer.learner import prompt_sharing
+    from microcoder_jax.trainer.learner import prompt_block
 
     b = grouped_batch(5)
-    rows = (b["tokens"], b["attention_mask"], b["temperature"])
+    rows = {k: b[k] for k in ("tokens", "attention_mask", "response_mask", "temperature")}
 
-    def run(share, buckets=(4, P, 12)):
-        cfg = make_rl_config("microcoder", group_size=G, share_prompts=share)
-        return SimpleNamespace(
-            rl_config=cfg, data=SimpleNamespace(prompt_buckets=buckets), sampling=SimpleNamespace(max_new_tokens=R)
-        )
+    def run(share, buckets=(4, P, 12), packing=False):
+        cfg = make_rl_config("microcoder", group_size=G, share_prompts=share, packing=packing)
+        return SimpleNamespace(rl_config=cfg, data=SimpleNamespace(prompt_buckets=buckets))
 
-    assert prompt_sharing(run(False), *rows) is None
-    assert prompt_sharing(run(True), *rows) == (P, G)  # 12 would reach into the answers
-    assert prompt_sharing(run(True, buckets=(P + 2,)), *rows) is None
+    assert prompt_block(run(False), rows) == (P, 1)
+    assert prompt_block(run(True), rows) == (P, G)  # 12 would reach into the answers
+    assert prompt_block(run(True, buckets=(P + 2,)), rows) is None
+    assert prompt_block(run(False, packing=True), rows) is None
+    mixed = {**rows, "temperature": rows["temperature"] * np.linspace(1, 2, N, dtype=np.float32)}
+    assert prompt_block(run(True), mixed) == (P, 1)  # not shared, still not scored
 
 
 @pytest.mark.slow
@@ -184,7 +206,7 @@ def test_demo_trains_the_same_with_shared_prompts(tmp_path):
     from short_demo import short_demo
 
     shared_calls = []
-    real = learner_lib.prompt_sharing
+    real = learner_lib.prompt_block
 
     def spy(*args):
         out = real(*args)
@@ -195,10 +217,10 @@ def test_demo_trains_the_same_with_shared_prompts(tmp_path):
     for share in (False, True):
         c = short_demo(2, **{"train.warm_start_steps": 0, "rl.share_prompts": share})
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(learner_lib, "prompt_sharing", spy)
+            patch.setattr(learner_lib, "prompt_block", spy)
             train.train(c, str(tmp_path / str(share)), log_fn=lambda *a: None)
         rows[share] = read_metrics(str(tmp_path / str(share) / "metrics.jsonl"))
-    assert [x for x in shared_calls if x is not None] and all(x is not None for x in shared_calls[-4:])
+    assert [x for x in shared_calls if x[1] > 1] and all(x[1] > 1 for x in shared_calls[-4:])
     plain, shared = rows[False][0], rows[True][0]
     assert plain["reward_mean"] == shared["reward_mean"]  # the same sampled batch
     for key in ("loss", "grad_norm", "policy_entropy", "approx_kl", "ratio_mean"):

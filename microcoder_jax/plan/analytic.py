@@ -176,7 +176,7 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
         "dots": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2,
         "dots_saveable": l * tokens * ((h + 2 * k) * hd // t + h * hd // t + 2 * f // t + d) * 2,
     }[mc.remat]
-    chunk = min(rl_config.logprob_chunk, sh.seq - 1)
+    chunk = min(rl_config.logprob_chunk, sh.head_tokens(1))  # the LM head's chunk of the scored columns
     lora = _lora(mc)
     # The LM head's gradient is summed once at the log-prob shard_map's boundary, straight into the
     # sharded gradient (rl/logprobs.head_logprobs): no full-size f32 copy of it is alive.
@@ -193,14 +193,15 @@ def train_step(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     if sh.shared_width:
         comp["shared-prompt attention scores (XLA, one layer)"] = _shared_scores(mc, sh, mb, t)
     rows_tokens, attn = _learner_work(mc, sh, sh.step_micro, mb, splash)
-    dense = 2.0 * (l * layer + v * d) * rows_tokens
+    head = 2.0 * v * d * sh.head_tokens(sh.rows)  # the answers' columns only (Shapes.head_tokens)
+    dense = 2.0 * l * layer * rows_tokens + head
     adapters = adapter_flops(mc, rows_tokens)
     recompute = {"full": 1.0, "none": 0.0, "dots": 0.5, "dots_saveable": 0.5}[mc.remat]
     # forward + backward (2x forward: activation and weight gradients) + remat's extra forward; the
     # vocab chunks are recomputed too. LoRA: the base's and the head's weight gradients (one
     # forward's worth of dense FLOPs) are never formed.
     frozen = dense if lora else 0.0
-    flops = (3.0 + recompute) * (dense + attn + adapters) + 2.0 * v * d * rows_tokens - frozen
+    flops = (3.0 + recompute) * (dense + attn + adapters) + head - frozen
     steps = sh.rows // sh.step_micro
     hbm = steps * 3 * weights_read(mc) / t + rl_config.num_minibatches * 16 * trained
     return Estimate(comp, flops=flops, model_flops=3.0 * (dense + attn + adapters) - frozen, hbm_bytes=hbm)
@@ -235,7 +236,7 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     mb = _split(sh.micro, mesh)
     tokens = sh.learner_tokens(mb, sh.micro)
     splash = mc.attention in ("splash", "cudnn")  # fused: no scores in HBM, causal blocks skipped
-    chunk = min(rl_config.logprob_chunk, sh.seq - 1)
+    chunk = min(rl_config.logprob_chunk, sh.head_tokens(1))  # the LM head's chunk of the scored columns
     kw = program.kwargs
     comp = {
         "params (args)": params,
@@ -251,7 +252,7 @@ def logprobs(program: Program, mesh, sh: Shapes, rl_config) -> Estimate:
     if sh.shared_width:
         comp["shared-prompt attention scores (XLA, one layer)"] = _shared_scores(mc, sh, mb, t)
     rows_tokens, attn = _learner_work(mc, sh, sh.micro, mb, splash)
-    flops = 2.0 * (l * layer + v * d) * rows_tokens + attn
+    flops = 2.0 * l * layer * rows_tokens + 2.0 * v * d * sh.head_tokens(sh.rows) + attn
     read = float((l * layer + v * d) * jnp.dtype(mc.dtype).itemsize) if merged else weights_read(mc)
     hbm = (sh.rows // sh.micro) * read / t + merge_hbm
     return Estimate(comp, flops=flops + merge_flops, model_flops=flops, hbm_bytes=hbm)

@@ -108,8 +108,9 @@ def compare_mask(config, topology, mask) -> dict:
         "passes": {},
     }
     step_micro = packing.micro_rows(sh.step_micro, sh.seq, rl.pack_width)
+    padded = dataclasses.replace(sh, prompt_block=True)  # padded rows skip the prompt's LM head
     layouts = {
-        "padded": (sh, sh),
+        "padded": (padded, padded),
         "packed": (
             dataclasses.replace(sh, rows=lp_pack.src.shape[0], prompt_width=width - sh.max_new, micro=lp_micro),
             dataclasses.replace(

@@ -46,6 +46,7 @@ class Shapes:
     phases: int
     episode_width: int = 0  # multi-turn episodes (env.max_turns > 1): the learner's rows are this wide
     shared_width: int = 0  # rl.share_prompts: the prompt columns a group's rows share (0 = none)
+    prompt_block: bool = True  # padded rows: the prompt's columns skip the LM head (not packed rows)
 
     @property
     def seq(self) -> int:
@@ -54,8 +55,16 @@ class Shapes:
 
     @property
     def shared(self):
-        """The learner programs' static `shared` argument (rl.logprobs.shared_in): (width, G) or None."""
-        return (self.shared_width, self.group) if self.shared_width else None
+        """The learner programs' static `shared` argument (trainer/learner.prompt_block): (width, G)
+        under rl.share_prompts, else (prompt width, 1); None for packed rows."""
+        if not self.prompt_block:
+            return None
+        return (self.shared_width, self.group) if self.shared_width else (self.prompt_width, 1)
+
+    def head_tokens(self, rows: int) -> int:
+        """Columns of `rows` rows that go through the LM head: the answers' (a prompt block's
+        log-probs are not computed), every column but the first of packed rows."""
+        return rows * (self.seq - (self.prompt_width if self.prompt_block else 1))
 
     def sharing(self, micro: int) -> int:
         """Rows that run one copy of the shared prompt in a micro-batch of `micro` rows (1: none)."""
@@ -142,6 +151,7 @@ def shapes_of(config, rl_config, mesh) -> Shapes:
         phases=config.sampling.decode_phases,
         episode_width=_episode_width(config),
         shared_width=max(config.data.prompt_buckets) if rl_config.share_prompts else 0,
+        prompt_block=not rl_config.packing,
     )
 
 

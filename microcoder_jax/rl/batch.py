@@ -90,7 +90,7 @@ class Rollout:
 NAMES = tuple(f.name for f in dataclasses.fields(Rollout))
 # What the learner's old (and reference) log-probs are a function of, besides its params: the
 # rows as sampled, before any verdict. The worker hands these over first (trainer/worker.Sampled).
-SCORING_FIELDS = ("tokens", "attention_mask", "temperature")
+SCORING_FIELDS = ("tokens", "attention_mask", "response_mask", "temperature")
 assert set(NAMES) == set(FIELDS), "FIELDS must describe every Rollout field"
 
 

@@ -112,26 +112,23 @@ def head_logprobs(params, model_config, hidden, targets, inv_temp, chunk: int):
 
 
 def shared_prompt_logprobs(params, model_config, tokens, attention_mask, temperature, chunk: int, shared):
-    """`sequence_logprobs` of rows whose first `w` columns repeat in each group of `f` consecutive
-    rows (`shared = (w, f)`, the G samples of a prompt at one temperature): those columns run once
-    a group (models.forward_shared_prompt), the same values to float rounding, every column."""
+    """`sequence_logprobs` of rows whose first `w` columns, a prompt, repeat in each group of `f`
+    consecutive rows (`shared = (w, f)`, the G samples of a prompt at one temperature): those columns
+    run through the layers once a group (models.forward_shared_prompt), and only the columns from w
+    on through the LM head (the prompt's own log-probs are 0: no loss reads them)."""
     w, f = shared
     b, s = tokens.shape
     if temperature.ndim != 1:
         raise ValueError("a shared prompt needs one temperature per row [B], not per token")
     hid_p, hid_r = models.forward_shared_prompt(params, model_config, tokens, attention_mask, w, f)
     inv_temp = 1.0 / temperature.astype(jnp.float32)
-    group_temp = jnp.broadcast_to(inv_temp[::f, None], (b // f, w - 1))
-    pre = head_logprobs(params, model_config, hid_p[:, :-1], tokens[::f, 1:w], group_temp, chunk)
     # the rest's first token is predicted by the prefix's last position, shared by the group's rows
     last = jnp.repeat(hid_p[:, -1:], f, axis=0)
     rest_in = jnp.concatenate([last, hid_r[:, :-1]], axis=1)
     rest = head_logprobs(
         params, model_config, rest_in, tokens[:, w:], jnp.broadcast_to(inv_temp[:, None], (b, s - w)), chunk
     )
-    return tuple(
-        jnp.concatenate([jnp.pad(jnp.repeat(p, f, axis=0), ((0, 0), (1, 0))), r], axis=1) for p, r in zip(pre, rest)
-    )
+    return tuple(jnp.pad(r, ((0, 0), (w, 0))) for r in rest)
 
 
 def sequence_logprobs(
@@ -149,12 +146,17 @@ def sequence_logprobs(
 
     `temperature` is per row [B] or per token [B, S]; with `segment_ids` (and `positions`) the rows
     are packed: attention stays within a segment, and a segment's first token and padding get 0.
-    `shared = (w, f)`: the first w columns repeat in each group of f rows (`shared_prompt_logprobs`).
+    `shared = (w, f)`: the first w columns are a prompt no loss reads: they get 0 and skip the LM
+    head; with f > 1 they also repeat in each group of f rows and run once a group
+    (`shared_prompt_logprobs`).
     """
     if shared is not None:
         if segment_ids is not None:
-            raise ValueError("packed rows (segment_ids) have no shared prompt block: pass shared=None")
-        return shared_prompt_logprobs(params, model_config, tokens, attention_mask, temperature, chunk, shared)
+            raise ValueError("packed rows (segment_ids) have no prompt block: pass shared=None")
+        if not 0 <= shared[0] < tokens.shape[1]:
+            raise ValueError(f"a prompt block of {shared[0]} columns leaves no column of {tokens.shape[1]} to score")
+        if shared[1] > 1:
+            return shared_prompt_logprobs(params, model_config, tokens, attention_mask, temperature, chunk, shared)
     hidden, _ = models.forward(
         params,
         model_config,
@@ -167,8 +169,11 @@ def sequence_logprobs(
     b, s = tokens.shape
     inv_temp = 1.0 / temperature.astype(jnp.float32)
     inv_temp = jnp.broadcast_to(inv_temp[:, None] if inv_temp.ndim == 1 else inv_temp, (b, s))
-    logp, ent = head_logprobs(params, model_config, hidden[:, :-1], tokens[:, 1:], inv_temp[:, 1:], chunk)
-    logp, ent = (jnp.pad(x, ((0, 0), (1, 0))) for x in (logp, ent))
+    first = max(shared[0], 1) if shared else 1  # the first column whose log-prob is computed
+    logp, ent = head_logprobs(
+        params, model_config, hidden[:, first - 1 : -1], tokens[:, first:], inv_temp[:, first:], chunk
+    )
+    logp, ent = (jnp.pad(x, ((0, 0), (first, 0))) for x in (logp, ent))
     if segment_ids is not None:  # a segment's first token has no context in its row; padding none
         same = jnp.pad(segment_ids[:, 1:] == segment_ids[:, :-1], ((0, 0), (1, 0))) & (segment_ids > 0)
         logp, ent = jnp.where(same, logp, 0.0), jnp.where(same, ent, 0.0)
@@ -177,12 +182,12 @@ def sequence_logprobs(
 
 def shared_in(shared, rows: int):
     """`sequence_logprobs`' `shared = (w, f)` for blocks of `rows` consecutive rows of a batch whose
-    first w columns repeat in each group of g rows (`shared = (w, g)`, g | the batch's rows): the
-    rows of a group inside one block (gcd(rows, g)); None when that is one row or nothing is shared."""
+    first w columns are a prompt, the same in each group of g rows (`shared = (w, g)`, g | the
+    batch's rows; g = 1: not shared): the rows of a group inside one block (gcd(rows, g), 1 when a
+    block holds one row of each); None when there is no prompt block."""
     if not shared or not shared[0]:
         return None
-    f = math.gcd(rows, shared[1])
-    return (shared[0], f) if f > 1 else None
+    return (shared[0], math.gcd(rows, shared[1]))
 
 
 def micro_batched_logprobs(
@@ -201,7 +206,7 @@ def micro_batched_logprobs(
 
     Traceable inside a larger jit (the train step computes old log-probs with it); each micro-batch
     keeps its rows split over the mesh's batch axes. Packed rows: pass `positions`, `segment_ids`.
-    `shared = (w, g)`: the first w columns repeat in each group of g rows (`shared_in`).
+    `shared = (w, g)`: the first w columns are a prompt, the same in each group of g rows (`shared_in`).
     """
     n = tokens.shape[0]
     in_micro = shared_in(shared, micro_batch if micro_batch and micro_batch < n else n)
@@ -265,7 +270,8 @@ def batch_logprobs(
     old- and reference-log-prob computation (traceable; the learner jits it). Forward-only, so a
     LoRA model's adapters are merged into its weights first, inside the program (models.lora.for_scoring:
     one matmul per projection; a temporary compute-dtype copy of the adapted matrices).
-    `shared = (w, g)` (rl.share_prompts): each group's first w columns run once (`shared_in`)."""
+    `shared = (w, g)`: the first w columns are a prompt (not scored), under rl.share_prompts run
+    once a group of g rows (`shared_in`)."""
     params, model_config = lora.for_scoring(params, model_config, models.param_logical_axes)
     if packing is None:
         return micro_batched_logprobs(
@@ -277,6 +283,20 @@ def batch_logprobs(
 
 
 _jit_logprobs = jax.jit(batch_logprobs, static_argnames=("model_config", "chunk", "micro_batch", "shared"))
+
+
+def prompt_width(response_mask, widths) -> int:
+    """The widest of `widths` (the prompt buckets) at or before every row's first response column:
+    the prompt columns, whose log-probs no loss reads; 0 when none is, no row has a response, or the
+    mask spans other hosts. Host-side: the static width the learner's programs take."""
+    if isinstance(response_mask, jax.Array) and not response_mask.is_fully_addressable:
+        return 0
+    m = np.asarray(response_mask)
+    cols = np.flatnonzero(m.any(axis=0))
+    if not cols.size:
+        return 0
+    first = min(int(cols[0]), m.shape[1] - 1)
+    return max((int(w) for w in widths if 0 < w <= first), default=0)
 
 
 def shared_prompt_width(tokens, attention_mask, temperature, group: int, widths, cap: int | None = None) -> int:
@@ -335,7 +355,8 @@ def compute_logprobs(
     the rollout temperature and for reference log-probs when the KL term is on. Raises on T <= 0.
     `packing` (an rl.packing.Packing of these rows): the forward runs on the packed rows, then the
     result goes back to the [N, S] layout (0 outside the rows' real tokens and at their first).
-    `shared = (w, g)`: the first w columns repeat in each group of g rows (`shared_prompt_width`).
+    `shared = (w, g)`: the first w columns are a prompt: log-probs 0, no LM head; with g > 1 the
+    same in each group of g rows, run once a group (`prompt_width`, `shared_prompt_width`).
     """
     check_temperature(temperature)
     return _jit_logprobs(

@@ -24,7 +24,7 @@ from microcoder_jax import sharding
 from microcoder_jax.models import lora
 from microcoder_jax.rl import packing
 from microcoder_jax.rl.batch import Rollout
-from microcoder_jax.rl.logprobs import compute_logprobs, shared_prompt_width
+from microcoder_jax.rl.logprobs import compute_logprobs, prompt_width, shared_prompt_width
 
 
 def padded_micro_batch(rl_config, rows: int) -> Optional[int]:
@@ -48,23 +48,32 @@ def step_packing(run, attention_mask) -> Optional[packing.Packing]:
     return packing.for_step(attention_mask, run.rl_config, run.mesh) if run.rl_config.packing else None
 
 
-def prompt_sharing(run, tokens, attention_mask, temperature) -> Optional[tuple[int, int]]:
-    """Both passes' `shared = (w, G)` under rl.share_prompts: w the widest prompt bucket every
-    group repeats (rl.logprobs.shared_prompt_width; at most the columns before the answers), else None."""
+def prompt_block(run, rows) -> Optional[tuple[int, int]]:
+    """Both passes' static `shared = (w, f)` (rl.logprobs): the first w columns are prompt in every
+    row (rl.logprobs.prompt_width), so their log-probs, which no loss reads, skip the LM head; under
+    rl.share_prompts w is the widest bucket each group repeats and f = G (those columns run once a
+    group), else f = 1. None under rl.packing or where no prompt width is known."""
     cfg = run.rl_config
-    if not cfg.share_prompts:
+    if cfg.packing:
         return None
-    cap = np.shape(tokens)[1] - run.sampling.max_new_tokens
-    w = shared_prompt_width(tokens, attention_mask, temperature, cfg.group_size, run.data.prompt_buckets, cap)
-    return (w, cfg.group_size) if w else None
+    start = prompt_width(rows["response_mask"], run.data.prompt_buckets)
+    if not start:
+        return None
+    if cfg.share_prompts:
+        t, m, temp = rows["tokens"], rows["attention_mask"], rows["temperature"]
+        w = shared_prompt_width(t, m, temp, cfg.group_size, run.data.prompt_buckets, start)
+        if w:
+            return (w, cfg.group_size)
+    return (start, 1)
 
 
-def logprobs(run, params, tokens, attention_mask, temperature):
-    """[N, S] log-probs of these rows at `params` (dispatched, not waited for): the one old- and
-    reference-log-prob pass of the loop."""
+def logprobs(run, params, rows: dict):
+    """[N, S] log-probs of these rows (rl.batch.SCORING_FIELDS) at `params` (dispatched, not waited
+    for): the one old- and reference-log-prob pass of the loop; 0 in the prompt's columns."""
+    tokens, attention_mask, temperature = rows["tokens"], rows["attention_mask"], rows["temperature"]
     on_device = sharding.put_batch({"tokens": tokens, "mask": attention_mask, "t": temperature}, run.mesh)
     pack, micro = logprob_packing(run, attention_mask)
-    shared = prompt_sharing(run, tokens, attention_mask, temperature)
+    shared = prompt_block(run, rows)
     return compute_logprobs(
         params,
         run.model_config,
@@ -114,7 +123,7 @@ class Learner:
         run = self.run
 
         def at(params):
-            return logprobs(run, params, rows["tokens"], rows["attention_mask"], rows["temperature"])
+            return logprobs(run, params, rows)
 
         ref = at(self.reference_params()) if run.rl_config.uses_reference else None
         return {"old_logprobs": at(self.params), "ref_logprobs": ref}
@@ -144,7 +153,7 @@ class Learner:
         t0 = time.perf_counter()
         batch, gap = self.complete(batch, scores)
         pack = step_packing(self.run, batch.attention_mask)
-        shared = prompt_sharing(self.run, batch.tokens, batch.attention_mask, batch.temperature)
+        shared = prompt_block(self.run, batch.scoring_rows())
         self.state, metrics = self.train_step(
             self.state,
             sharding.put_batch(batch, self.run.mesh),

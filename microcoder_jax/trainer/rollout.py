@@ -207,8 +207,8 @@ def finish(run, judge: GroupJudge, sample, *, times: dict, seq: Optional[dict] =
 
 def rows_of(sample, seq: Optional[dict] = None) -> dict[str, np.ndarray]:
     """What the learner needs to score a sampled batch before its verdicts are in
-    (rl.batch.SCORING_FIELDS: tokens, attention_mask [N, P + max_new], the per-row temperature
-    [N]), as the Rollout will hold them (`seq`: `sequences(sample)` when the caller has it)."""
+    (rl.batch.SCORING_FIELDS: tokens, attention_mask, response_mask [N, P + max_new], the per-row
+    temperature [N]), as the Rollout will hold them (`seq`: `sequences(sample)` when the caller has it)."""
     fields = {**(sequences(sample) if seq is None else seq), "temperature": np.asarray(sample.temperature, np.float32)}
     return {name: fields[name] for name in SCORING_FIELDS}
 

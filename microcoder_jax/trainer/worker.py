@@ -76,7 +76,7 @@ class Produced:
 @dataclasses.dataclass
 class Sampled:
     """Step `step`'s batch once its rows are sampled by weights version `version`: `rows` (tokens,
-    attention_mask, temperature; trainer/rollout.rows_of) are final, `wait()` gives the judged
+    attention and response masks, temperature; trainer/rollout.rows_of) are final, `wait()` gives the judged
     `Produced` (at once when the batch was made ahead)."""
 
     step: int
