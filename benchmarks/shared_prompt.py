@@ -21,7 +21,8 @@ timing noise; XLA counts a loop body once), each side's first loss, and the accu
 old log-probs of one group, padded and shared, in float32 and bfloat16, against float32 padded
 (shared is exact in float32; in bfloat16 both differ from float32 by rounding alike).
 
-    python benchmarks/shared_prompt.py                      # SmolLM2, 16 rows, 3 rounds (~8 min, 2 cores)
+    python benchmarks/shared_prompt.py                      # SmolLM2, 16 rows, 3 rounds (~15 min, 2 cores)
+    python benchmarks/shared_prompt.py --rounds 2 --sides padded,block   # the prompt block alone (~10 min)
     python benchmarks/shared_prompt.py --model tiny-llama --rounds 2
 """
 
