@@ -222,7 +222,13 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
         "steps": 40,
         "short": False,
         "arms": None,
+        "first_seed": 0,
+        "seed_list": [0, 1, 2],
     }
+    assert parse_args(["--out", "x", "--first-seed", "1", "--seeds", "2"], name, None, 3, 40).seed_list == [1, 2]
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--out", "x", "--first-seed", "-1"], name, None, 3, 40)
+    assert e.value.code == 2 and "--first-seed=-1: must be >= 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         parse_args(["--out", "x", "--seeds", "0"], name, None, 3, 40)
     assert e.value.code == 2 and "--seeds=0: must be >= 1" in capsys.readouterr().err

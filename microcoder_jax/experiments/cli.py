@@ -19,6 +19,12 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
     p.add_argument(
         "--seeds", type=int, default=None, help=f"seeds per arm, 0, 1, ... (default {default_seeds}; --short: 1)"
     )
+    p.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="the first seed: runs seeds K, K+1, ... (default 0), e.g. to add seeds 1-2 to a seed 0 run elsewhere",
+    )
     p.add_argument("--steps", type=int, default=None, help=f"RL steps per run (default {default_steps}; --short: 3)")
     p.add_argument("--short", action="store_true", help="tiny runs that check the command end to end")
     p.add_argument(
@@ -38,7 +44,10 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
     for name in ("seeds", "steps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name}={getattr(args, name)}: must be >= 1")
+    if args.first_seed < 0:
+        p.error(f"--first-seed={args.first_seed}: must be >= 0")
     args.seeds = args.seeds or (1 if args.short else default_seeds)
+    args.seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
     args.steps = args.steps or (3 if args.short else default_steps)
     return args
 
@@ -72,7 +81,7 @@ def run_experiment(
     if args.arms is not None:  # a subset, in the experiment's order; pairs between arms it keeps
         arms = [a for a in arms if a.name in args.arms]
         pairs = [p for p in pairs if {p[0], p[1]} <= set(args.arms)]
-    seeds = list(range(args.seeds))
+    seeds = args.seed_list
     results = run_all(arms, seeds, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
     cap = run_config(arms[0], 0, args.steps, args.short, args.out).sampling.max_new_tokens
     summary = summarize(

@@ -88,9 +88,7 @@ def main(argv=None) -> int:
         argv, "python -m microcoder_jax.experiments.feedback", __doc__, 3, 40, arm_names=[a.name for a in ARMS]
     )
     arms = [a for a in ARMS if args.arms is None or a.name in args.arms]
-    results = run_all(
-        arms, list(range(args.seeds)), args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True)
-    )
+    results = run_all(arms, args.seed_list, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
     summary = summarize(results, args.steps) | {"short": args.short}
     write_summary(args.out, summary, (f"**{SHORT_NOTE}**\n\n" if args.short else "") + table(summary))
     print(f"wrote {args.out}/summary.json, table.md")

@@ -1,4 +1,4 @@
-"""`python -m microcoder_jax.experiments.smollm2 --out DIR [--seeds N] [--steps S] [--arms reads,runs,lora]`
+"""`python -m microcoder_jax.experiments.smollm2 --out DIR [--seeds N] [--first-seed K] [--steps S] [--arms ...]`
 
 Does RL make the real model (SmolLM2-135M-Instruct, `configs/smollm2.py`) better at held-out easy
 problems? Each arm is the config with one shaped reward: `reads` (`fraction_reads`: the share of
@@ -112,9 +112,7 @@ def main(argv=None) -> int:
         )
         return 2
     chosen = [a for a in arms(args.steps) if args.arms is None or a.name in args.arms]
-    results = run_all(
-        chosen, list(range(args.seeds)), args.steps, args.out, short=False, log=lambda m: print(m, flush=True)
-    )
+    results = run_all(chosen, args.seed_list, args.steps, args.out, short=False, log=lambda m: print(m, flush=True))
     summary = summarize(results, args.steps)
     os.makedirs(args.out, exist_ok=True)
     draw(
