@@ -69,6 +69,42 @@ def test_merged_weights_equal_the_adapter_forward_and_the_sampler_decodes_them(b
     np.testing.assert_array_equal(np.asarray(ours.tokens), np.asarray(ref.tokens))
 
 
+@pytest.mark.parametrize("base_dtype", ["", "int8"])
+def test_unmerged_decoding_reads_the_stored_base_and_samples_as_merged(base, base_dtype):
+    """lora.decode=unmerged: the decode layout keeps the stored base (an int8 base stays int8, a
+    third of the merged copy's bytes at fp32 compute here) and 2-D adapters, no merged copy; the
+    static and the paged sampler then pick the merged decode's greedy tokens, at its log-probs."""
+    from microcoder_jax.sampling.paged_sampler import generate_paged
+
+    merged_cfg = LC.replace(base_dtype=base_dtype)
+    unmerged_cfg = merged_cfg.replace(lora_decode="unmerged")
+    params = _nonzero_b(lora.attach(base, merged_cfg, jax.random.PRNGKey(1)))
+    dec_m, dec_u = models.decoding_params(params, merged_cfg), models.decoding_params(params, unmerged_cfg)
+    layer = dec_u.layers[0]
+    assert not any(lora.is_adapter(k) or k.endswith(lora.SCALE) for k in dec_m.layers[0])
+    for name in lora.PROJECTIONS:
+        assert layer[name].shape == dec_m.layers[0][name].shape  # (out, in) either way
+        assert layer[name].dtype == (jnp.int8 if base_dtype else jnp.dtype(LC.dtype))
+        assert layer[name + lora.A].shape == (layer[name].shape[1], LC.lora_rank)
+        assert layer[name + lora.B].shape == (LC.lora_rank, layer[name].shape[0])
+        assert (name + lora.SCALE in layer) == bool(base_dtype)
+    weights = lambda d: sum(x.nbytes for lay in d.layers for k, x in lay.items() if "norm" not in k)  # noqa: E731
+    if base_dtype:
+        assert weights(dec_u) < 0.4 * weights(dec_m)
+    # the layout's logical axes name every leaf the layout holds
+    axes, _ = models.decoding.decoding_layout(
+        unmerged_cfg, models.param_logical_axes(unmerged_cfg), models.param_shapes(unmerged_cfg)
+    )
+    assert set(axes.layers[0]) == set(layer)
+    assert all(len(axes.layers[0][k]) == layer[k].ndim for k in layer)
+    kw = dict(num_samples=1, temperature=0.0, max_new_tokens=6, stop_token_ids=[0], pad_id=0, rng=jax.random.PRNGKey(0))
+    prompts = [list(IDS[0]), list(IDS[1, :5])]
+    for sample in (generate, generate_paged):
+        ours, ref = sample(params, unmerged_cfg, prompts, **kw), sample(params, merged_cfg, prompts, **kw)
+        np.testing.assert_array_equal(np.asarray(ours.tokens), np.asarray(ref.tokens))
+        np.testing.assert_allclose(np.asarray(ours.logprobs), np.asarray(ref.logprobs), atol=1e-4)
+
+
 def _dot_count(params, config, args) -> int:
     """Matmuls in the old-log-prob pass's program (nested scan and remat bodies included)."""
     fn = lambda p, *a: batch_logprobs(p, config, *a, chunk=8, micro_batch=8)  # noqa: E731
@@ -195,6 +231,13 @@ def test_rank_zero_is_full_finetuning_and_bad_values_are_named():
         lora.LoRAConfig(base_dtype="int8")
     with pytest.raises(ValueError, match=r"lora.base_dtype='nf4'"):
         lora.LoRAConfig(rank=4, base_dtype="nf4")
+    with pytest.raises(ValueError, match=r"lora.decode='unmerged'.*set lora.rank > 0"):
+        lora.LoRAConfig(decode="unmerged")
+    with pytest.raises(ValueError, match=r"lora.decode='fused'"):
+        lora.LoRAConfig(rank=4, decode="fused")
+    c.lora.decode = "unmerged"
+    assert model_config_from(c, 64).lora_decode == "unmerged"
+    assert lora.base_config(model_config_from(c, 64)).lora_decode == "merged"
 
 
 def test_a_split_mesh_sync_moves_only_the_adapters(base):

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from microcoder_jax import cli
+from microcoder_jax.models.config import PROJECTIONS
 from microcoder_jax.models.presets import get_preset
 from microcoder_jax.plan import hlo, host, planner, suggest
 from microcoder_jax.plan.topologies import HEADROOM, parse_topology
@@ -299,3 +300,42 @@ def test_lora_train_step_memory_tracks_xla(tmp_path):
     assert 0 <= row.analytic_error < 0.6, (row.estimate.components, row.compiled.total_bytes)
     full = planner.plan(cli.load_config(DEMO, WIDE), topology, compile_=False, only=("train step",), search=False)
     assert row.compiled.total_bytes < 0.7 * full.rows[0].estimate.total
+
+
+def _cuts(capsys, *extra):
+    import json
+
+    from microcoder_jax.plan.__main__ import main
+
+    args = ["--config", f"{PAPER}:qwen3-1.7b,microcoder", "--topology", "v5e-8", "--nocompile", "--nosplit", "--json"]
+    code = main([*args, "--config.lora.rank=16", *extra])
+    plan = json.loads(capsys.readouterr().out)
+    return code, {c["flags"]: c for c in plan["cuts"]}, {p["name"]: p for p in plan["programs"]}
+
+
+def test_the_planner_chooses_unmerged_decode_where_it_reads_fewer_bytes(capsys):
+    """lora.decode=unmerged: a decode step reads the stored base (1 byte a weight for an int8 base,
+    plus its scales) and the adapters instead of a merged bf16 copy. The planner counts those bytes
+    and offers the switch when it saves time (int8 base), not on a bf16 base (the adapters only add)."""
+    from microcoder_jax.plan import analytic
+
+    mc = get_preset("qwen3-1.7b").replace(lora_rank=16, lora_targets=PROJECTIONS, base_dtype="int8")
+    merged, unmerged = (analytic.decode_weight_bytes(mc.replace(lora_decode=x)) for x in ("merged", "unmerged"))
+    layers = mc.num_layers * sum(i * o for i, o in mc.projection_dims().values())
+    head = mc.vocab_size * mc.hidden_size
+    assert merged == 2 * (layers + head)
+    scales = mc.num_layers * sum(o for _, o in mc.projection_dims().values()) * 4
+    assert unmerged == layers + scales + 2 * mc.num_adapter_params() + 2 * head
+    bf16 = mc.replace(base_dtype="", lora_decode="unmerged")
+    assert analytic.decode_weight_bytes(bf16) == merged + 2 * mc.num_adapter_params()
+    code, cuts, programs = _cuts(capsys, "--config.lora.base_dtype=int8")
+    assert code == 0
+    saving = cuts["--config.lora.decode=unmerged"]["saving_s"]
+    _, after, programs_after = _cuts(capsys, "--config.lora.base_dtype=int8", "--config.lora.decode=unmerged")
+    assert "--config.lora.decode=unmerged" not in after  # already chosen
+    decode = programs["sample decode"]["serial_s"] - programs_after["sample decode"]["serial_s"]
+    assert saving == pytest.approx(decode, rel=1e-6) and saving > 0
+    # the decode layout copy shrinks with the base it keeps in int8
+    assert programs_after["decode layout"]["total_bytes"] < programs["decode layout"]["total_bytes"]
+    _, bf16_cuts, _ = _cuts(capsys)
+    assert "--config.lora.decode=unmerged" not in bf16_cuts  # slower: dropped

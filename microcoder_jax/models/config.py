@@ -27,6 +27,7 @@ INPUT_DIMS = {
 }
 PROJECTIONS = tuple(n for n in INPUT_DIMS if n != "lm_head")  # a layer's matrices: what LoRA may adapt
 BASE_DTYPES = ("", "int8")  # a LoRA base's storage: the compute dtype, or int8 + per-channel scales
+LORA_DECODES = ("merged", "unmerged")  # what the sampler reads under adapters (models/decoding.py)
 ROPE_TYPES = ("default", "linear", "yarn", "llama3")
 REMAT_POLICIES = ("none", "full", "dots", "dots_saveable")
 
@@ -87,6 +88,7 @@ class DecoderConfig:
     lora_alpha: float = 32.0
     lora_targets: tuple = ()
     base_dtype: str = ""
+    lora_decode: str = "merged"  # the sampler's weights: one merged copy, or the stored base + adapters
 
     @property
     def features(self) -> FamilyFeatures:
@@ -126,6 +128,8 @@ class DecoderConfig:
             raise ValueError(f"lora_targets must be from {PROJECTIONS}, got {self.lora_targets}")
         if self.base_dtype not in BASE_DTYPES or (self.base_dtype and not self.lora_rank):
             raise ValueError(f"base_dtype must be one of {BASE_DTYPES} (int8 only with lora_rank > 0)")
+        if self.lora_decode not in LORA_DECODES or (self.lora_decode != "merged" and not self.lora_rank):
+            raise ValueError(f"lora_decode must be one of {LORA_DECODES} (unmerged only with lora_rank > 0)")
 
     def replace(self, **changes) -> "DecoderConfig":
         return dataclasses.replace(self, **changes)

@@ -243,18 +243,18 @@ def decoder_layer(config: DecoderConfig, x, p, rope, attend, out_in: bool = Fals
     def proj(name, a):  # [tokens, ...in] -> [tokens, out], one 2-D matmul (see _INPUT_DIMS), + Qwen2's bias
         w = p[name].astype(dtype)
         a = a.reshape(a.shape[0], -1)
-        if out_in:  # DecodingParams: already 2-D (out, in), adapters merged
+        if out_in:  # DecodingParams: already 2-D (out, in); adapters merged unless lora_decode=unmerged
             y = jnp.einsum("ni,oi->no", a, w)
         else:
             w = w.reshape(math.prod(w.shape[: _INPUT_DIMS[name]]), -1)
             y = jnp.einsum("ni,io->no", a, w)
-            if name + lora.SCALE in p:  # int8 base: per-output-channel scale after the matmul
-                y = y * p[name + lora.SCALE].astype(dtype).reshape(-1)
-            if name + lora.A in p:  # LoRA: + (x A) B * alpha / rank, never forming A B
-                la, lb = p[name + lora.A].astype(dtype), p[name + lora.B].astype(dtype)
-                low = jnp.einsum("ni,ir->nr", a, la.reshape(-1, la.shape[-1]))
-                up = jnp.einsum("nr,ro->no", low, lb.reshape(lb.shape[0], -1))
-                y = y + up * jnp.asarray(lora.scale(config), dtype)
+        if name + lora.SCALE in p:  # int8 base: per-output-channel scale after the matmul
+            y = y * p[name + lora.SCALE].astype(dtype).reshape(-1)
+        if name + lora.A in p:  # LoRA: + (x A) B * alpha / rank, never forming A B
+            la, lb = p[name + lora.A].astype(dtype), p[name + lora.B].astype(dtype)
+            low = jnp.einsum("ni,ir->nr", a, la.reshape(-1, la.shape[-1]))
+            up = jnp.einsum("nr,ro->no", low, lb.reshape(lb.shape[0], -1))
+            y = y + up * jnp.asarray(lora.scale(config), dtype)
         bias = p.get(name.replace("_proj", "_bias"))
         return y if bias is None else y + bias.astype(dtype).reshape(-1)
 

@@ -3,7 +3,10 @@
 A decode step is one token per row: the weights are read whole every step, so the layout decides
 what a step costs. ``decoding_params`` casts the matrices to the compute dtype, makes each one 2-D
 (out, in) and splits the stacked layers into a tuple (a loop of cached ``forward`` steps then
-never re-casts, re-slices or re-lays-out a weight). ``decoding_layout`` names every dim of the
+never re-casts, re-slices or re-lays-out a weight). Under LoRA it folds the adapters in (one
+matmul a projection), or with ``lora_decode="unmerged"`` keeps the stored base (an int8 base stays
+int8, its scales beside it) and the adapters as 2-D ``[in, r]`` / ``[r, out]``, and the layer adds
+``(x A) B`` (decoder.decoder_layer). ``decoding_layout`` names every dim of the
 result with the training params' logical axes, so a mesh can place it; the sampler places it with
 the FSDP dim replicated (``sampling.static_sampler.DECODE_AXIS_RULES``), which leaves a step no weight to
 gather.
@@ -52,15 +55,23 @@ def decoding_params(params: dict, config) -> DecodingParams:
     a canonical layout inside the loop. Costs one compute-dtype copy of the weights; same results.
     """
 
-    if config.lora_rank:  # adapters folded in, an int8 base dequantised: decoding reads plain weights
-        from microcoder_jax.models import lora
+    from microcoder_jax.models import lora
 
+    if config.lora_rank and config.lora_decode == "merged":  # adapters folded in, an int8 base dequantised
         params = lora.merge(params, config, config.dtype)
 
     def convert(name, value, stacked):
+        lead = int(stacked)
+        if lora.is_adapter(name):  # unmerged: A [*in, r] -> [in, r], B [r, *out] -> [r, out], compute dtype
+            value = value.astype(config.dtype)
+            keep = lead + int(name.endswith(lora.B))
+            return value.reshape(*value.shape[:keep], -1, *([value.shape[-1]] if name.endswith(lora.A) else []))
+        if name.endswith(lora.SCALE):  # unmerged int8 base: [*out] -> [out], float32 as stored
+            return value.reshape(*value.shape[:lead], -1)
         if name not in INPUT_DIMS and name != "embed":
             return value  # norms stay in the param dtype, as forward reads them
-        value = value.astype(config.dtype)
+        if value.dtype != jnp.int8:  # an unmerged int8 base stays int8: a decode step reads half the bytes
+            value = value.astype(config.dtype)
         return _out_in(value, stacked, INPUT_DIMS[name]) if name in INPUT_DIMS else value
 
     stacked = {name: convert(name, value, True) for name, value in params["layers"].items()}
@@ -77,16 +88,22 @@ def decoding_layout(config, axes: dict, shapes: dict) -> tuple[DecodingParams, D
     divisibility size is that dim's size, so ``tensor`` splits whole heads or nothing.
     """
 
+    from microcoder_jax.models import lora
+
     def convert(name, ax, shape, stacked):
         ax, shape = ax[int(stacked) :], shape[int(stacked) :]
+        if name.endswith(lora.A):  # [in, rank]
+            return (ax[0], ax[-1]), (shape[0], shape[-1])
+        if name.endswith(lora.B) or name.endswith(lora.SCALE):  # [rank, out], [out]
+            n = 2 if name.endswith(lora.B) else 1
+            return ax[:n], shape[:n]
         if name not in INPUT_DIMS:
             return ax, shape
         n_in = INPUT_DIMS[name]
         return (ax[n_in], ax[0]), (shape[n_in], shape[0])
 
-    from microcoder_jax.models import lora
-
-    plain = [n for n in axes["layers"] if not lora.is_adapter(n) and not n.endswith(lora.SCALE)]  # merged away
+    merged = config.lora_decode == "merged"
+    plain = [n for n in axes["layers"] if not merged or not (lora.is_adapter(n) or n.endswith(lora.SCALE))]
     layer = {name: convert(name, axes["layers"][name], shapes["layers"][name], True) for name in plain}
     top = {name: convert(name, axes[name], shapes[name], False) for name in axes if name != "layers"}
     pick = lambda j: DecodingParams(  # noqa: E731

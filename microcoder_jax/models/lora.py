@@ -8,8 +8,9 @@ they were. Only adapter leaves are trained (`split`/`join`: the train step diffe
 nothing else); the base is stored once in the compute dtype, or as int8 with one float32 scale
 per output channel (``NAME_scale [layers, *out]``, lora.base_dtype=int8). The forward-only passes
 read merged weights: the sampler (``decoding_params`` folds adapters and scales into its
-compute-dtype copy) and the learner's old- and reference-log-prob pass (``for_scoring``, inside
-its jit), so they cost one matmul per projection, as without adapters.
+compute-dtype copy; lora.decode=unmerged keeps the stored base and adds (x A) B instead) and the
+learner's old- and reference-log-prob pass (``for_scoring``, inside its jit), so they cost one
+matmul per projection, as without adapters.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from microcoder_jax.blocks import Block, knob
-from microcoder_jax.models.config import BASE_DTYPES, INPUT_DIMS, PROJECTIONS
+from microcoder_jax.models.config import BASE_DTYPES, INPUT_DIMS, LORA_DECODES, PROJECTIONS
 
 # Short names (`lora.targets`) -> the stored projection they adapt.
 TARGETS = {
@@ -56,7 +57,17 @@ class LoRAConfig(Block):
         choices=BASE_DTYPES,
     )
 
+    decode: str = knob(
+        "merged",
+        "what the sampler reads: merged = one compute-dtype copy with the adapters folded in (one matmul a "
+        "projection); unmerged = the stored base (int8 stays int8: half the bytes a decode step reads) plus "
+        "(x A) B, no merged copy",
+        choices=LORA_DECODES,
+    )
+
     def check(self) -> None:
+        if self.decode != "merged" and not self.rank:
+            self.fail("decode", self.decode, "unmerged decoding reads adapters: set lora.rank > 0")
         unknown = [t for t in self.targets if t not in TARGETS]
         if unknown or not self.targets or len(set(self.targets)) != len(self.targets):
             self.fail("targets", self.targets, f"expected distinct names from {', '.join(TARGETS)}")
@@ -73,6 +84,7 @@ def model_fields(cfg: LoRAConfig | None) -> dict:
         lora_alpha=float(cfg.alpha),
         lora_targets=tuple(TARGETS[t] for t in cfg.targets),
         base_dtype=cfg.base_dtype,
+        lora_decode=cfg.decode,
     )
 
 
@@ -195,7 +207,7 @@ def attach(base: dict, config, rng: jax.Array) -> dict:
 
 def base_config(config):
     """The plain model the LoRA config adapts (what a Hugging Face checkpoint holds)."""
-    return config.replace(lora_rank=0, base_dtype="")
+    return config.replace(lora_rank=0, base_dtype="", lora_decode="merged")
 
 
 def merge(params: dict, config, dtype=None) -> dict:

@@ -85,6 +85,27 @@ def weights_read(mc) -> float:
     return float(l * layer * _layer_weight_bytes(mc) + v * d * 2)
 
 
+def _unmerged(mc) -> bool:
+    return _lora(mc) and getattr(mc, "lora_decode", "merged") == "unmerged"
+
+
+def decode_weight_bytes(mc) -> int:
+    """Bytes of the weights one decode step reads (whole, before any tensor split): the merged
+    compute-dtype copy (2 a weight); under lora.decode=unmerged the stored base (1 a weight for an
+    int8 base, plus its float32 scales), the adapters in the compute dtype and the head."""
+    d, _, _, _, _, v, l, layer = _dims(mc)
+    if not _unmerged(mc):
+        return (l * layer + v * d) * 2
+    scales = l * sum(o for _, o in mc.projection_dims().values()) * 4 if _layer_weight_bytes(mc) == 1 else 0
+    return l * layer * _layer_weight_bytes(mc) + scales + mc.num_adapter_params() * 2 + v * d * 2
+
+
+def decode_flops_per_token(mc) -> float:
+    """Matmul FLOPs of one decoded token (every layer and the head); unmerged adds (x A) B."""
+    d, _, _, _, _, v, l, layer = _dims(mc)
+    return 2.0 * (l * layer + v * d) + (2.0 * mc.num_adapter_params() if _unmerged(mc) else 0.0)
+
+
 def adapter_flops(mc, tokens: float) -> float:
     """Forward FLOPs of the LoRA adapters over `tokens`: (x A) B per adapted projection, 2 r (in + out)
     per token (0 without LoRA)."""
@@ -298,7 +319,7 @@ def decode(
     rows = prompts * group
     r_local = _split(rows, mesh)
     ends = phase_ends(max_new, phases)
-    weights_bf16 = (l * layer + v * d) * 2
+    weights_bf16 = decode_weight_bytes(mc)
     comp = {
         "params (args)": local_bytes(program.args[0]),
         "prompt KV cache (args)": local_bytes(program.args[1]),
@@ -316,28 +337,29 @@ def decode(
     p_local = _split(prompts, mesh)
     for end in ends:
         steps = end - prev
-        flops += steps * (2.0 * (l * layer + v * d) * rows + _attention_flops(mc, rows, 1, end + width, False))
+        flops += steps * (decode_flops_per_token(mc) * rows + _attention_flops(mc, rows, 1, end + width, False))
         hbm += steps * (weights_bf16 / t + _kv(mc, r_local, end, t) + _kv(mc, p_local, width, t))
         prev = end
     return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=rows * max_new)
 
 
 def decode_layout(program: Program, mesh) -> Estimate:
-    """The reshard into the decode layout: the stored params in, their compute-dtype copy out, and
-    about one more copy of temporaries, from fp32 master weights (the cast) as from a LoRA base
+    """The reshard into the decode layout: the stored params in, their decode copy out (the compute
+    dtype; under lora.decode=unmerged the stored base, an int8 one at 1 byte a weight), and about one
+    more copy of temporaries, from fp32 master weights (the cast) as from a LoRA base
     (adapters merged in, an int8 base dequantised: XLA fuses the merge; Qwen3-4B on v5e-8 held 0.94
     of a copy either way, two 1.7B-wide layers on v5e:2x2 0.78 and 0.52)."""
     mc = program.model_config
     d, h, k, hd, f, v, l, layer = _dims(mc)
     t, _ = _mesh(program.out_mesh if program.out_mesh is not None else mesh)
-    copy = (l * layer + v * d) * 2 // t
+    copy = decode_weight_bytes(mc) // t
     return Estimate(
         {
             "params (args)": local_bytes(program.args[0]),
-            "decode copy out (compute dtype, split over tensor only)": copy,
+            "decode copy out (split over tensor only)": copy,
             "cast / merge / transpose temporaries (about one more copy)": copy,
         },
-        hbm_bytes=local_bytes(program.args[0]) + (l * layer + v * d) * 2 / t,
+        hbm_bytes=local_bytes(program.args[0]) + copy,
     )
 
 

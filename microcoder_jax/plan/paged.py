@@ -253,14 +253,14 @@ def decode_terms(program, schedule):
     from microcoder_jax.plan import analytic
 
     mc, shape, mesh = program.model_config, program.kwargs["shape"], program.mesh
-    d, _, k, _, _, v, l, layer = analytic._dims(mc)
+    _, _, k, _, _, _, l, _ = analytic._dims(mc)
     t = mesh.shape["tensor"]
     shards = sharding.batch_shards(mesh)  # each step's rows split over them when they divide them (analytic._split)
     kvh, token = max(k // t, 1), token_head_bytes(mc, shape.kv_dtype)
     block = shape.block_pages * shape.page_size
     keys = -(-schedule.keys // block) * block  # attention reads whole blocks up to the longest live slot
     local = np.where(schedule.widths % shards == 0, schedule.widths // shards, schedule.widths)
-    flops = float((2.0 * (l * layer + v * d) * schedule.widths).sum()) + float(
+    flops = float((analytic.decode_flops_per_token(mc) * schedule.widths).sum()) + float(
         sum(analytic._attention_flops(mc, int(s), 1, int(n), False) for s, n in zip(schedule.widths, keys))
     )
     if mc.attention == "splash":  # the kernel reads cdiv(length, block) blocks per slot
@@ -268,7 +268,8 @@ def decode_terms(program, schedule):
         kv_keys = np.where(schedule.widths % shards == 0, own / shards, own)
     else:
         kv_keys = local * keys
-    hbm = float(schedule.steps * (l * layer + v * d) * 2 / t + (l * 2 * kvh * token * kv_keys).sum())
+    weights = analytic.decode_weight_bytes(mc)  # the merged copy, or an unmerged LoRA's stored base + adapters
+    hbm = float(schedule.steps * weights / t + (l * 2 * kvh * token * kv_keys).sum())
     return flops, hbm
 
 

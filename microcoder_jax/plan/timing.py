@@ -263,6 +263,17 @@ def cuts(plan, config, profile, times, summary, splits=None, dropped: list | Non
                     overrides={"sampling.kv_dtype": "int8"},
                 )
             )
+        mc = dec_row.program.model_config
+        if mc.lora_rank and mc.lora_decode == "merged":  # the planner's choice: merged or unmerged decode
+            alt = _decode_with(plan, config, profile, dec_row, model=mc.replace(lora_decode="unmerged"))
+            out.append(
+                dict(
+                    change="unmerged LoRA decode (the stored base + (x A) B)",
+                    flags="--config.lora.decode=unmerged",
+                    saving_s=decode.serial_s - alt,
+                    overrides={"lora.decode": "unmerged"},
+                )
+            )
         if shape.slots * 2 <= shape.rows:
             alt = _decode_with(plan, config, profile, dec_row, slots=shape.slots * 2)
             out.append(
@@ -377,9 +388,10 @@ def held_schedules(shape, profile, prompts: int, first_width: int, turns: int, f
     return out
 
 
-def _decode_with(plan, config, profile, row, **changes) -> float:
-    """The sample decode's serial seconds with the engine shape changed (kv_dtype, slots)."""
-    p = row.program
+def _decode_with(plan, config, profile, row, model=None, **changes) -> float:
+    """The sample decode's serial seconds with the engine shape changed (kv_dtype, slots) or another
+    model config (`model`, e.g. lora_decode)."""
+    p = row.program if model is None else dataclasses.replace(row.program, model_config=model)
     shape = dataclasses.replace(p.kwargs["shape"], **changes)
     if "slots" in changes and not shape.hold:  # a multi-turn session's pool does not follow the slots
         from microcoder_jax.sampling import paged_engine as engine
