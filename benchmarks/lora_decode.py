@@ -104,7 +104,9 @@ def main() -> None:
         f"{args.prompts} prompts x {args.samples} samples, {args.prompt_tokens} + {args.new_tokens} tokens, "
         f"{args.rounds} rounds, load {os.getloadavg()[0]:.1f}"
     )
-    print("| decode | weight bytes a step reads (MiB) | tokens/s (median) | greedy tokens equal to merged | max log-prob diff |")
+    print(
+        "| decode | weight bytes a step reads (MiB) | tokens/s (median) | greedy tokens equal to merged | max log-prob diff |"
+    )
     print("|---|---|---|---|---|")
     for name, mc in sides.items():
         got = greedy[name]
