@@ -252,38 +252,21 @@ def cuts(plan, config, profile, times, summary, splits=None, dropped: list | Non
     decode = by.get("sample decode")
     dec_row = next((r for r in plan.rows if r.program.name == "sample decode"), None)
     if decode is not None and dec_row is not None and paged.is_paged(dec_row.program):
-        shape = dec_row.program.kwargs["shape"]
+        shape, mc = dec_row.program.kwargs["shape"], dec_row.program.model_config
+
+        def decode_cut(change: str, key: str, value, **changed):  # one config change, its decode re-timed
+            alt = _decode_with(plan, config, profile, dec_row, **changed)
+            flag = f"--config.{key}={str(value).lower() if isinstance(value, bool) else value}"
+            out.append(dict(change=change, flags=flag, saving_s=decode.serial_s - alt, overrides={key: value}))
+
         if shape.kv_dtype != "int8":
-            alt = _decode_with(plan, config, profile, dec_row, kv_dtype="int8")
-            out.append(
-                dict(
-                    change="int8 KV pool",
-                    flags="--config.sampling.kv_dtype=int8",
-                    saving_s=decode.serial_s - alt,
-                    overrides={"sampling.kv_dtype": "int8"},
-                )
-            )
-        mc = dec_row.program.model_config
+            decode_cut("int8 KV pool", "sampling.kv_dtype", "int8", kv_dtype="int8")
         if mc.lora_rank and mc.lora_decode == "merged":  # the planner's choice: merged or unmerged decode
-            alt = _decode_with(plan, config, profile, dec_row, model=mc.replace(lora_decode="unmerged"))
-            out.append(
-                dict(
-                    change="unmerged LoRA decode (the stored base + (x A) B)",
-                    flags="--config.lora.decode=unmerged",
-                    saving_s=decode.serial_s - alt,
-                    overrides={"lora.decode": "unmerged"},
-                )
-            )
+            model = mc.replace(lora_decode="unmerged")
+            decode_cut("unmerged LoRA decode (the stored base + (x A) B)", "lora.decode", "unmerged", model=model)
         if shape.slots * 2 <= shape.rows:
-            alt = _decode_with(plan, config, profile, dec_row, slots=shape.slots * 2)
-            out.append(
-                dict(
-                    change=f"a larger decode batch ({shape.slots * 2} slots)",
-                    flags=f"--config.sampling.slots={shape.slots * 2}",
-                    saving_s=decode.serial_s - alt,
-                    overrides={"sampling.slots": shape.slots * 2},
-                )
-            )
+            n = shape.slots * 2
+            decode_cut(f"a larger decode batch ({n} slots)", "sampling.slots", n, slots=n)
     for s in splits or []:
         sides = [side for side in ("rollout", "learner") if not s[side]["fits"]]
         out.append(
