@@ -69,7 +69,7 @@ def test_merged_weights_equal_the_adapter_forward_and_the_sampler_decodes_them(b
     np.testing.assert_array_equal(np.asarray(ours.tokens), np.asarray(ref.tokens))
 
 
-@pytest.mark.parametrize("base_dtype", ["", "int8"])
+@pytest.mark.parametrize("base_dtype", [pytest.param("", marks=pytest.mark.slow), "int8"])  # quick tier: int8
 def test_unmerged_decoding_reads_the_stored_base_and_samples_as_merged(base, base_dtype):
     """lora.decode=unmerged: the decode layout keeps the stored base (an int8 base stays int8, a
     third of the merged copy's bytes at fp32 compute here) and 2-D adapters, no merged copy; the
