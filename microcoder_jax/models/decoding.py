@@ -62,10 +62,10 @@ def decoding_params(params: dict, config) -> DecodingParams:
 
     def convert(name, value, stacked):
         lead = int(stacked)
-        if lora.is_adapter(name):  # unmerged: A [*in, r] -> [in, r], B [r, *out] -> [r, out], compute dtype
-            value = value.astype(config.dtype)
-            keep = lead + int(name.endswith(lora.B))
-            return value.reshape(*value.shape[:keep], -1, *([value.shape[-1]] if name.endswith(lora.A) else []))
+        if name.endswith(lora.A):  # unmerged: [*in, r] -> [in, r] in the compute dtype
+            return value.astype(config.dtype).reshape(*value.shape[:lead], -1, value.shape[-1])
+        if name.endswith(lora.B):  # unmerged: [r, *out] -> [r, out] in the compute dtype
+            return value.astype(config.dtype).reshape(*value.shape[: lead + 1], -1)
         if name.endswith(lora.SCALE):  # unmerged int8 base: [*out] -> [out], float32 as stored
             return value.reshape(*value.shape[:lead], -1)
         if name not in INPUT_DIMS and name != "embed":

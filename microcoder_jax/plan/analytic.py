@@ -319,7 +319,7 @@ def decode(
     rows = prompts * group
     r_local = _split(rows, mesh)
     ends = phase_ends(max_new, phases)
-    weights_bf16 = decode_weight_bytes(mc)
+    weights = decode_weight_bytes(mc)  # the merged copy, or an unmerged LoRA's stored base + adapters
     comp = {
         "params (args)": local_bytes(program.args[0]),
         "prompt KV cache (args)": local_bytes(program.args[1]),
@@ -329,7 +329,7 @@ def decode(
         "sampling temporaries (logits, probs x4)": r_local * v * 4 * 4,
     }
     if not _decoding(program.args[0]):  # a sampler without a decode layout converts inside the program
-        comp["decode weights (bf16 copy)"] = weights_bf16 // n if gathers_weights else weights_bf16 // t
+        comp["decode weights (a copy in the decode layout)"] = weights // n if gathers_weights else weights // t
     if gathers_weights:
         comp["gathered weights (one layer x2)"] = 2 * layer * 2 // t
     # steps of each phase read its cache size; every step reads all weights once per device
@@ -338,7 +338,7 @@ def decode(
     for end in ends:
         steps = end - prev
         flops += steps * (decode_flops_per_token(mc) * rows + _attention_flops(mc, rows, 1, end + width, False))
-        hbm += steps * (weights_bf16 / t + _kv(mc, r_local, end, t) + _kv(mc, p_local, width, t))
+        hbm += steps * (weights / t + _kv(mc, r_local, end, t) + _kv(mc, p_local, width, t))
         prev = end
     return Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm, tokens=rows * max_new)
 

@@ -256,8 +256,8 @@ def cuts(plan, config, profile, times, summary, splits=None, dropped: list | Non
 
         def decode_cut(change: str, key: str, value, **changed):  # one config change, its decode re-timed
             alt = _decode_with(plan, config, profile, dec_row, **changed)
-            flag = f"--config.{key}={str(value).lower() if isinstance(value, bool) else value}"
-            out.append(dict(change=change, flags=flag, saving_s=decode.serial_s - alt, overrides={key: value}))
+            flags, saving = f"--config.{key}={value}", decode.serial_s - alt
+            out.append(dict(change=change, flags=flags, saving_s=saving, overrides={key: value}))
 
         if shape.kv_dtype != "int8":
             decode_cut("int8 KV pool", "sampling.kv_dtype", "int8", kv_dtype="int8")
