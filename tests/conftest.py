@@ -67,3 +67,22 @@ def _compile_cache_off_after_each_test():
         from microcoder_jax.trainer import compile_cache
 
         compile_cache.enable("", "")
+
+
+# Files whose tests start several JAX processes at once (a run beside its reference, two hosts and
+# one). On 2 cores two of them on different xdist workers starved each other and every in-process
+# test beside them: a two-host test went from 309 s to over its 400 s limit in CI. They share one
+# work unit, so one worker runs them one after another while the other runs in-process tests.
+MULTI_PROCESS = ("test_train_multihost.py", "test_train_resume.py", "test_sharding.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (setup.cfg), except that the MULTI_PROCESS files are one unit."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class _Scheduler(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "multi-process files" if os.path.basename(path) in MULTI_PROCESS else path
+
+    return _Scheduler(config, log)

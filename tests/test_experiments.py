@@ -252,8 +252,12 @@ def test_every_arm_is_a_valid_config(name, tmp_path):
 
 
 # staleness: one arm per code path (k = 0, k = 1 with its thread, the paged engine, partial
-# rollouts), not all eight: the others differ only in knob values
-SHORT_ARMS = {"staleness": ("sync", "k1_tis", "paged_sync", "paged_partial")}
+# rollouts), not all eight; truncation: one arm per kind of rule (none, mask all, conditional), not
+# all five: the others differ only in knob values
+SHORT_ARMS = {
+    "staleness": ("sync", "k1_tis", "paged_sync", "paged_partial"),
+    "truncation": ("grpo", "overlong_filter", "conditional_0.3"),
+}
 
 
 @pytest.mark.slow

@@ -130,7 +130,7 @@ def _launch(tmp_path, name, nproc, devices, extra=()):
 
 
 def _wait(procs):
-    logs = [p.communicate(timeout=400)[0] for p in procs]
+    logs = [p.communicate(timeout=900)[0] for p in procs]  # a hang guard, not a speed check
     assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-6000:]
 
 
@@ -201,25 +201,13 @@ _PAGED_DAPO = [
 
 
 @pytest.mark.slow
-def test_two_process_paged_dynamic_sampling_matches_one_process(tmp_path):
-    """The paged engine under DAPO across two processes: every host pushes refills and finishes
-    generation batches on the same all-gathered verdicts (no host waits on another forever), and
-    the run gives the rollouts and params of one process driving the same 4 devices. The sampler
-    runs on its own mesh (decode_tensor=-1: the demo's 2 KV heads over 2 devices, slots over 2)
-    while training keeps FSDP over all 4."""
-
-    extra = [*_PAGED_DAPO, "sampling.slots=2"]
-    keys = ("reward_mean", "no_code_rate", "rows", "generations", "ds_informative_groups")
-    rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=1)
-    assert rows == ref_rows and all(r[2] == 16 for r in rows)
-
-
-@pytest.mark.slow
 def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
     """Multi-turn episodes across two processes on the paged engine, under DAPO: each host judges
     its share of a turn's answers, the verdicts and feedback token ids are all-gathered
     (trainer/episodes.py: judge_turn), so both hosts continue the same rows in their held sessions
-    and keep the same groups, and the run gives one process's episodes and params."""
+    and keep the same groups, and the run gives one process's episodes and params. It is also the
+    suite's two-host run of the paged engine under DAPO (a refill pushed on all-gathered verdicts);
+    a single-turn twin of it was dropped for the suite's time (the same three processes again)."""
     extra = [
         "env.kind=feedback",
         "env.max_turns=2",

@@ -1,8 +1,8 @@
 """A run SIGKILLed after a checkpoint resumes and ends with bitwise the same params as an
-uninterrupted run (CPU, same seed), synchronous and with rl.off_policy_steps=1 (a batch in flight
-at the kill: saved beside its checkpoint, trained on once after the resume), also with two-turn
-feedback episodes in flight. Subprocesses, a very
-small config, a checkpoint every step."""
+uninterrupted run (CPU, same seed): synchronous, and with rl.off_policy_steps=1 and two-turn
+feedback episodes (a batch of episodes in flight at the kill: saved beside its checkpoint, trained
+on once after the resume; test_train_offpolicy resumes a single-turn batch in flight in process).
+Subprocesses, a very small config, a checkpoint every step."""
 
 import os
 import signal
@@ -59,7 +59,6 @@ def _final_params(workdir):
     "extra",
     [
         (),
-        ("--config.rl.off_policy_steps=1", "--config.rl.is_correction=tis"),
         (  # two-turn episodes, one generation batch of them in flight at the kill
             "--config.env.kind=feedback",
             "--config.env.max_turns=2",
@@ -68,7 +67,7 @@ def _final_params(workdir):
             "--config.rl.is_correction=tis",
         ),
     ],
-    ids=["synchronous", "off_policy_1", "feedback_episodes_off_policy_1"],
+    ids=["synchronous", "feedback_episodes_off_policy_1"],
 )
 def test_sigkill_resume_matches_uninterrupted_run_bitwise(tmp_path, extra):
     full, killed = tmp_path / "full", tmp_path / "killed"
