@@ -76,6 +76,7 @@ def _compile_cache_off_after_each_test():
 MULTI_PROCESS = ("test_train_multihost.py", "test_train_resume.py", "test_sharding.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent under -p no:xdist
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadfile (setup.cfg), except that the MULTI_PROCESS files are one unit."""
     from xdist.scheduler import LoadFileScheduling

@@ -125,6 +125,7 @@ def test_the_problem_set_says_held_out_or_training():
     assert ev.problem_set(_fake_run(eval_ids=["a"]), compared=False)["held_out"] is None
 
 
+@pytest.mark.slow
 def test_eval_names_its_step_and_problems_and_writes_only_under_its_folder(tmp_path, monkeypatch, capsys):
     """The run's eval: the table and eval.json say which step and which problems (the demo's are
     its training problems) and where the start's score is; an exported HF folder DIR is scored into

@@ -56,6 +56,7 @@ def test_fresh_adapters_leave_the_base_logits_exactly(base, dtype):
     np.testing.assert_array_equal(_forward(params, adapted), _forward(base, plain))
 
 
+@pytest.mark.slow
 def test_merged_weights_equal_the_adapter_forward_and_the_sampler_decodes_them(base):
     params = _nonzero_b(lora.attach(base, LC, jax.random.PRNGKey(1)))
     adapted, merged = _forward(params, LC), _forward(lora.merge(params, LC), MC)
@@ -69,7 +70,8 @@ def test_merged_weights_equal_the_adapter_forward_and_the_sampler_decodes_them(b
     np.testing.assert_array_equal(np.asarray(ours.tokens), np.asarray(ref.tokens))
 
 
-@pytest.mark.parametrize("base_dtype", [pytest.param("", marks=pytest.mark.slow), "int8"])  # quick tier: int8
+@pytest.mark.slow  # 32 s for the int8 case alone: over the quick tier's share
+@pytest.mark.parametrize("base_dtype", ["", "int8"])
 def test_unmerged_decoding_reads_the_stored_base_and_samples_as_merged(base, base_dtype):
     """lora.decode=unmerged: the decode layout keeps the stored base (an int8 base stays int8, a
     third of the merged copy's bytes at fp32 compute here) and 2-D adapters, no merged copy; the

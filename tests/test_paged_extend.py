@@ -57,6 +57,7 @@ def _held_refs(session) -> np.ndarray:
     return refs
 
 
+@pytest.mark.slow
 def test_extend_samples_what_a_fresh_prefill_of_the_conversation_samples(tiny):
     _, config, params = tiny
     session = _session(tiny)

@@ -153,6 +153,7 @@ def assert_same(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_none_is_the_uncorrected_step_bit_for_bit(params, batch):
     """`none` ignores the sampler's log-probs: the same params and metrics as a batch without them."""
     without = {k: v for k, v in batch.items() if k != "sampler_logprobs"}

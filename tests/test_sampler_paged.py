@@ -119,6 +119,7 @@ SAMPLING = dict(
 )
 
 
+@pytest.mark.slow
 def test_sampled_tokens_do_not_depend_on_slots_pages_refills_or_queue_order(tiny):
     outs = [
         _paged(tiny, ENGINES[0], **SAMPLING),
