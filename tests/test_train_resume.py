@@ -22,6 +22,7 @@ ARGS = [
     f"--config.train.steps={STEPS}",
     "--config.train.checkpoint_every=1",
     "--config.train.warm_start_steps=40",
+    "--config.demo.warm_start_batch=8",  # 8 rows a step, not 32: each of the three runs pays it
     "--config.train.progress=false",
     "--config.data.num_prompts=4",
     "--config.demo.problems_per_op=2",
