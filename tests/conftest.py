@@ -70,9 +70,8 @@ def _compile_cache_off_after_each_test():
 
 
 # Files whose tests start several JAX processes at once (a run beside its reference, two hosts and
-# one). On 2 cores two of them on different xdist workers starved each other and every in-process
-# test beside them: a two-host test went from 309 s to over its 400 s limit in CI. They share one
-# work unit, so one worker runs them one after another while the other runs in-process tests.
+# one). Two of them on different xdist workers starve each other and every test beside them on 2
+# cores, so they share one work unit: one worker runs them in turn.
 MULTI_PROCESS = ("test_train_multihost.py", "test_train_resume.py", "test_sharding.py")
 
 

@@ -96,8 +96,7 @@ np.savez(out + f".{jax.process_index()}.npz", *leaves)
 
 # The demo, cut short: 10 problems, 4 prompts x G=4 = 16 rows over a 4-device mesh; a warm start
 # long enough that some answers pass (rewards differ within groups: a real gradient), on 8 rows a
-# step (the demo's 32 reach the same loss, 0.079 on the two-turn rows, in 4x the time, which each of
-# the three processes paid).
+# step: the demo's 32 reach the same loss in 4x the time, paid by each of the three processes.
 _SHORT = [
     "train.steps=2",
     "train.warm_start_steps=100",
@@ -192,25 +191,15 @@ def _two_processes_and_one(tmp_path, extra, keys, steps: int):
     return rows("multi_run"), rows("single_run")
 
 
-# One step of DAPO on the paged engine, its sampler on its own mesh (the demo's 2 KV heads over 2
-# devices, slots over 2) while training keeps FSDP over all 4.
-_PAGED_DAPO = [
-    "sampling.engine=paged",
-    "rl.dynamic_sampling=True",
-    "rl.max_refills=2",
-    "sampling.decode_tensor=-1",
-    "train.steps=1",
-]
-
-
 @pytest.mark.slow
 def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
     """Multi-turn episodes across two processes on the paged engine, under DAPO: each host judges
     its share of a turn's answers, the verdicts and feedback token ids are all-gathered
     (trainer/episodes.py: judge_turn), so both hosts continue the same rows in their held sessions
     and keep the same groups, and the run gives one process's episodes and params. It is also the
-    suite's two-host run of the paged engine under DAPO (a refill pushed on all-gathered verdicts);
-    a single-turn twin of it was dropped for the suite's time (the same three processes again)."""
+    suite's two-host run of the paged engine under DAPO (refills pushed on all-gathered verdicts),
+    its sampler on its own mesh (the demo's 2 KV heads over 2 devices, slots over 2) while training
+    keeps FSDP over all 4."""
     extra = [
         "env.kind=feedback",
         "env.max_turns=2",
@@ -218,7 +207,11 @@ def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
         "demo.public_tests=1",
         "demo.tests_per_problem=3",
         "evaluator.reward=fraction",  # partial credit: groups differ from the start
-        *_PAGED_DAPO,
+        "sampling.engine=paged",
+        "rl.dynamic_sampling=True",
+        "rl.max_refills=2",
+        "sampling.decode_tensor=-1",
+        "train.steps=1",
     ]
     keys = ("reward_mean", "rows", "episode_turns_mean", "episode_feedback_tokens_mean", "ds_generations")
     rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=1)

@@ -209,9 +209,8 @@ def estimate(program: Program, mesh):
         comp["attention scores (f32) and probabilities (bf16), one layer"] = local * (h // t) * c * width * 6
         flops = 2.0 * l * layer * a * c + analytic._attention_flops(mc, a, c, width, False)
         pages = local * width * l * 2 * max(k // t, 1) * token_head_bytes(mc, shape.kv_dtype)
-        hbm = (
-            analytic.decode_weight_bytes(mc) / t + pages * 2 + dense * 2
-        )  # read the pages, write new ones; the dense copy
+        # the weights once, the pages read and new ones written, the dense copy
+        hbm = analytic.decode_weight_bytes(mc) / t + pages * 2 + dense * 2
         return analytic.Estimate(comp, flops=flops, model_flops=flops, hbm_bytes=hbm)
     s = shape.slots
     kvh = max(k // t, 1)
