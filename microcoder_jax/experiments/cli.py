@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from microcoder_jax.experiments.report import SHORT_NOTE, write_outputs
@@ -10,8 +11,9 @@ from microcoder_jax.experiments.summary import summarize
 from microcoder_jax.experiments.tables import table
 
 
-def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_steps: int, arm_names=None):
-    """The experiment flags; `arm_names`: the experiment's arms, which `--arms` picks from."""
+def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_steps: int, arm_names=None, tasks=None):
+    """The experiment flags; `arm_names`: the experiment's arms, which `--arms` picks from; `tasks`:
+    {name: (config file, description)}, which `--task` picks from (the first is the default)."""
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,7 +35,17 @@ def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_ste
         help="comma-separated arm names to run, in the experiment's order (default: every arm; the first "
         "one run is the baseline of the paired differences)",
     )
+    if tasks:
+        p.add_argument(
+            "--task",
+            choices=list(tasks),
+            default=next(iter(tasks)),
+            help="the model and problems every arm runs on: "
+            + "; ".join(f"{k}: {t[1]} ({t[0] or 'configs/truncation_task.py'})" for k, t in tasks.items()),
+        )
     args = p.parse_args(argv if argv is not None else sys.argv[1:])
+    if tasks and args.short and args.task != next(iter(tasks)):
+        p.error(f"--short sizes the {next(iter(tasks))} task's runs; on --task {args.task} use --steps 1 --seeds 1")
     if args.arms is not None:
         args.arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
         unknown = [a for a in args.arms if arm_names is not None and a not in arm_names]
@@ -66,10 +78,13 @@ def run_experiment(
     paired_columns=None,
     default_seeds: int = 6,
     pairs=(),
+    tasks=None,
 ) -> int:
     """One experiment command: parse the flags, train every arm x seed, then write and print the
-    summary, table and curves. `draw` is figure.draw; `title` may use {cap} and {seeds}; `pairs`:
-    (arm, baseline) differences to report besides every arm against the first."""
+    summary, table and curves. `draw` is figure.draw; `title` may use {cap}, {seeds} and {task};
+    `pairs`: (arm, baseline) differences to report besides every arm against the first; `tasks`:
+    {name: (config file of configs/, description, overrides)} that `--task` picks: every arm's config
+    file, and overrides added to each arm's (`{steps}` is --steps)."""
     args = parse_args(
         argv,
         f"python -m microcoder_jax.experiments.{name}",
@@ -77,7 +92,12 @@ def run_experiment(
         default_seeds=default_seeds,
         default_steps=40,
         arm_names=[a.name for a in arms],
+        tasks=tasks,
     )
+    task = tasks[args.task][1] if tasks else ""
+    if tasks and tasks[args.task][0]:
+        extra = tuple(o.format(steps=args.steps) for o in tasks[args.task][2])
+        arms = [dataclasses.replace(a, config_file=tasks[args.task][0], overrides=(*a.overrides, *extra)) for a in arms]
     if args.arms is not None:  # a subset, in the experiment's order; pairs between arms it keeps
         arms = [a for a in arms if a.name in args.arms]
         pairs = [p for p in pairs if {p[0], p[1]} <= set(args.arms)]
@@ -88,7 +108,14 @@ def run_experiment(
         arms,
         results,
         args.steps,
-        {"experiment": name, "short": args.short, "seeds": seeds, **(meta or {}), "max_new_tokens": cap},
+        {
+            "experiment": name,
+            "short": args.short,
+            "seeds": seeds,
+            **({"task": args.task} if tasks else {}),
+            **(meta or {}),
+            "max_new_tokens": cap,
+        },
     )
 
     def fig(results, arms, path, summary):
@@ -96,7 +123,13 @@ def run_experiment(
             (summary["start_length_curve"], summary["end_length_curves"]) if summary["start_length_curve"] else None
         )
         draw(
-            results, arms, path, keys=keys, cap=cap, title=title.format(cap=cap, seeds=len(seeds)), length_curves=curves
+            results,
+            arms,
+            path,
+            keys=keys,
+            cap=cap,
+            title=title.format(cap=cap, seeds=len(seeds), task=task),
+            length_curves=curves,
         )
 
     write_outputs(args.out, summary, results, arms, fig, columns, paired_columns, pairs)

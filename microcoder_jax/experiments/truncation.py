@@ -1,6 +1,8 @@
-"""`python -m microcoder_jax.experiments.truncation --out DIR [--seeds N] [--steps S] [--short]`
+"""`python -m microcoder_jax.experiments.truncation --out DIR [--seeds N] [--steps S] [--short] [--task smollm2]`
 
-The paper's truncation comparison on the CPU truncation task (configs/truncation_task.py), every
+The paper's truncation comparison on the CPU truncation task (configs/truncation_task.py), or with
+`--task smollm2` on the real model (configs/smollm2.py: SmolLM2-135M-Instruct on the easy problems,
+answers capped at 160 tokens; about 35 minutes a run, so pass e.g. --steps 20 --seeds 1), every
 arm with the same loss (the microcoder preset) and a different rule for truncated answers:
 grpo (judged like any other: reward 0), overlong_filter (every truncated answer leaves the loss),
 conditional masking at rho 0.1 and 0.3, and DAPO's soft overlong punishment; 6 seeds by default.
@@ -25,6 +27,13 @@ ARMS = (
     Arm("conditional_0.3", "conditional_0.3", label="conditional rho=0.3"),
     Arm("soft_overlong", "soft_overlong", label="soft overlong (DAPO)"),
 )
+# --task: every arm's config file (RULE is the arm's), what the title calls it, overrides of each arm
+TASKS = {
+    "toy": ("", "the CPU truncation task", ()),
+    # held-out pass@1 before RL and at the end only (about 4 minutes each on 2 cores), as
+    # experiments.smollm2 scores it: its `reads` run of a seed is this command's conditional_0.1 run
+    "smollm2": ("smollm2.py", "SmolLM2-135M-Instruct, easy problems", ("train.eval_every={steps}",)),
+}
 KEYS = (
     "reward_mean",
     "response_length_mean",
@@ -44,7 +53,8 @@ def main(argv=None) -> int:
         ARMS,
         draw=figure.draw,
         keys=KEYS,
-        title="Truncation rules on the CPU truncation task (cap {cap} tokens, {seeds} seeds)",
+        title="Truncation rules on {task} (cap {cap} tokens, {seeds} seeds)",
+        tasks=TASKS,
     )
 
 
