@@ -1,4 +1,4 @@
-"""Synchronous against one-step off-policy RL: the demo for N steps with rl.off_policy_steps = 0
+"""Synchronous against one-step off-policy RL: the demo for N steps with train.off_policy_steps = 0
 and = 1 side by side, in one run on one machine, for a few seeds.
 
     python benchmarks/async_rl.py --out=runs/async_rl [--steps 12] [--seeds 0,1] [--config.KEY=VALUE ...]
@@ -53,7 +53,7 @@ def main(argv) -> int:
             c = copy.deepcopy(base)
             c.seed, c.train.steps, c.train.progress = seed, args.steps, False
             c.train.checkpoint_every, c.train.eval_every = 0, 0
-            c.rl.off_policy_steps, c.rl.is_correction = k, ("tis" if k else base.rl.is_correction)
+            c.train.off_policy_steps, c.rl.is_correction = k, ("tis" if k else base.rl.is_correction)
             r = one_run(c, os.path.join(args.out, f"k{k}_seed{seed}"))
             r.update(k=k, seed=seed)
             results[k].append(r)

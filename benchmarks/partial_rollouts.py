@@ -6,12 +6,12 @@ may start EXTRA more, as a run's prompt stream goes on past any step) on the pag
 engine with S slots, on a tiny random Qwen3: every row runs to its drawn length (no stop token), so
 the counts do not depend on the weights or on this machine's load.
 
-* per step (today, `rl.partial_rollouts=False`): one `generate_paged` call per batch; the batch's
+* per step (today, `train.partial_rollouts=False`): one `generate_paged` call per batch; the batch's
   last rows decode in emptying slots (the tail shrinks S, but each step still reads the weights).
-* partial (`rl.partial_rollouts=True`): one session across batches with the worker's own push rule
+* partial (`train.partial_rollouts=True`): one session across batches with the worker's own push rule
   (`trainer.partial.should_push`); a batch is handed on when `prompts` groups have finished and the
   weights version is bumped (`set_params`), the rows still running continue.
-* partial, KV recomputed (`rl.partial_recompute=True`): the same, and at each hand-off the rows
+* partial, KV recomputed (`train.partial_recompute=True`): the same, and at each hand-off the rows
   still running prefill their prompt and tokens again (counted: tokens prefilled again).
 
 Printed per side: decode steps per batch, slot utilisation (live slot-steps / (decode steps x S):

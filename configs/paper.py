@@ -74,11 +74,11 @@ def get_config(arg: str = "qwen3-1.7b,microcoder"):
     c.rl.decay = "constant"
     c.rl.num_minibatches = 4  # 4 optimizer updates per rollout batch (16 prompts x 8 each)
     c.rl.micro_batch_size = 8  # rows per forward/backward; lower it if memory runs out
-    c.rl.max_refills = 10  # dapo's dynamic sampling: extra generation batches before topping up
+    c.train.max_refills = 10  # dapo's dynamic sampling: extra generation batches before topping up
     # synchronous, as the paper trains: each batch sampled by the params that train on it, so no
-    # staleness to correct (is_correction=auto picks tis once rl.off_policy_steps >= 1 or
-    # rl.partial_rollouts is set)
-    c.rl.off_policy_steps = 0
+    # staleness to correct (is_correction=auto picks tis once train.off_policy_steps >= 1 or
+    # train.partial_rollouts is set)
+    c.train.off_policy_steps = 0
     c.rl.is_correction = "auto"
     c.evaluator.workers = 0  # all cores
     c.evaluator.timeout = 6.0

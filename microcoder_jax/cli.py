@@ -18,7 +18,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from microcoder_jax.config import ConfigError, default_config, describe, flat_keys
+from microcoder_jax.config import ConfigError, default_config, describe, flat_keys, migrate
 from microcoder_jax.sharding import describe_host_without_tpu
 
 FILE_LIST_KEYS = ("data.train_files", "eval.files")  # "a.jsonl,b-*.jsonl" on the command line
@@ -143,6 +143,22 @@ def config_file_problem(value: str) -> str | None:
     return None
 
 
+def _moved_keys(argv: Sequence[str]) -> list[str]:
+    """`--config.rl.off_policy_steps=1` as `--config.train.off_policy_steps=1` (config.MOVED_KEYS),
+    with a note on stderr naming the new key."""
+    from microcoder_jax.config import MOVED_KEYS
+
+    out = []
+    for a in argv:
+        name, eq, value = a.partition("=")
+        key = name[len("--config.") :] if name.startswith("--config.") else ""
+        if key in MOVED_KEYS:
+            print(f"note: --config.{key} is now --config.{MOVED_KEYS[key]} (read as that)", file=sys.stderr)
+            a = f"--config.{MOVED_KEYS[key]}{eq}{value}"
+        out.append(a)
+    return out
+
+
 def _file_lists(argv: Sequence[str]) -> list[str]:
     """`--config.data.train_files=a.jsonl,b-*.jsonl` as the tuple literal config_flags parses."""
     out = []
@@ -167,7 +183,7 @@ def parse(
     `default_file`: the config file used when argv names none (a python file with get_config).
     """
     describe_host_without_tpu()  # before any backend loads libtpu: no metadata-server noise off a TPU VM
-    argv = _file_lists(_with_default(sys.argv[1:] if argv is None else argv, default_file))
+    argv = _file_lists(_moved_keys(_with_default(sys.argv[1:] if argv is None else argv, default_file)))
     helps = ("-h", "--help", "-help", "--helpfull")
     if any(a in helps for a in argv):
         print(help_text([a for a in argv if a not in helps], prog=prog, doc=doc, define_flags=define_flags))
@@ -183,6 +199,8 @@ def parse(
         raise
     except Exception as e:  # noqa: BLE001 — absl / ml_collections raise many types for one bad value
         raise ConfigError(_explain(argv, define_flags, e)) from None
+    for note in migrate(config):  # a config file that sets a key by its old name
+        print(f"note: {note}", file=sys.stderr)
     return Parsed(config, fv, positional)
 
 

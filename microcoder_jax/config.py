@@ -12,6 +12,7 @@ value, then the rules across blocks, and raises `ConfigError` naming the key and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import typing
 
@@ -251,6 +252,42 @@ def get(config: ml_collections.ConfigDict, key: str):
     return node
 
 
+# Keys that moved to another block: old name -> new name. A command line, config file or saved
+# run (config.json) that sets the old name is read as the new one (`migrate`).
+MOVED_KEYS = {
+    f"rl.{name}": f"train.{name}"  # the loop's schedule, out of the algorithm's static block
+    for name in ("off_policy_steps", "partial_rollouts", "partial_recompute", "max_staleness", "max_refills")
+}
+
+
+def migrate(config) -> list[str]:
+    """Move each value set under an old key name (MOVED_KEYS) to its new name, in place (a
+    ConfigDict or a nested dict); returns one note per key moved. Both names set is a ConfigError."""
+    notes = []
+    for old, new in MOVED_KEYS.items():
+        (old_block, old_name), (new_block, new_name) = old.split("."), new.split(".")
+        if old_block not in config or old_name not in config[old_block]:
+            continue
+        value = config[old_block][old_name]
+        if new_block not in config:
+            config[new_block] = {}
+        if new_name in config[new_block] and config[new_block][new_name] != value and _is_set(config, new):
+            raise ConfigError(
+                f"{old}={value!r} and {new}={config[new_block][new_name]!r}: {old} is now {new}; set only {new}"
+            )
+        with config.unlocked() if isinstance(config, ml_collections.ConfigDict) else contextlib.nullcontext():
+            del config[old_block][old_name]  # config_flags locks a file's ConfigDict
+        config[new_block][new_name] = value
+        notes.append(f"{old} is now {new} (read as {new}={value!r})")
+    return notes
+
+
+def _is_set(config, key: str) -> bool:
+    """True when `key` differs from its default (a value someone set)."""
+    defaults = {k: d for k, d, _ in all_keys()}
+    return key not in defaults or get(config, key) != defaults[key]
+
+
 def rl_overrides(config: ml_collections.ConfigDict) -> dict:
     """The `rl` block as rl.presets.make_rl_config overrides (set keys except the preset), plus the batch shape."""
     out = {k: v for k, v in config.rl.items() if k != "preset" and v is not None}
@@ -263,7 +300,9 @@ def rl_config_of(config: ml_collections.ConfigDict) -> RLConfig:
     (`rl.presets.make_rl_config` builds one from a preset name and keyword overrides)."""
     from microcoder_jax.rl.presets import make_rl_config as make
 
-    return make(config.rl.preset, **rl_overrides(config))
+    train = config["train"] if "train" in config else {}
+    stale = bool(train.get("off_policy_steps", 0) or train.get("partial_rollouts", False))
+    return make(config.rl.preset, stale=stale, **rl_overrides(config))
 
 
 def to_dict(config: ml_collections.ConfigDict) -> dict:
@@ -318,6 +357,9 @@ def _check_known_keys(config) -> None:
     """A key no block declares (a typo in a config file) is an error, not silently ignored."""
     known = {k for k, _, _ in all_keys()}
     unknown = sorted(set(flat_keys(config)) - known)
+    moved = [f"{k} is now {MOVED_KEYS[k]}" for k in unknown if k in MOVED_KEYS]
+    if moved:
+        raise ConfigError(f"{'; '.join(moved)}: set the new key")
     if unknown:
         raise ConfigError(f"unknown config keys {unknown}; `--help` lists every key")
 
@@ -337,24 +379,27 @@ def _check_across(config, typed: dict) -> list[str]:
             f"with sampling.engine=paged every bucket must be a "
             f"multiple of sampling.page_size={sampling.page_size} (or change the page size)",
         )
-    rl = typed["rl"]
-    if rl.partial_rollouts and sampling.engine != "paged":
+    if train.partial_rollouts and sampling.engine != "paged":
         fail(
-            "rl.partial_rollouts",
+            "train.partial_rollouts",
             True,
             f"needs the paged sampler (a session whose rows outlive a step), not sampling.engine="
             f"{sampling.engine}: set --config.sampling.engine=paged",
         )
-    if rl.partial_rollouts and rl.off_policy_steps:
+    if train.partial_rollouts and train.off_policy_steps:
         fail(
-            "rl.off_policy_steps",
-            rl.off_policy_steps,
-            "rl.partial_rollouts runs in the synchronous loop for now (its carried rows are already "
-            "up to rl.max_staleness steps old): set --config.rl.off_policy_steps=0",
+            "train.off_policy_steps",
+            train.off_policy_steps,
+            "train.partial_rollouts runs in the synchronous loop for now (its carried rows are already "
+            "up to train.max_staleness steps old): set --config.train.off_policy_steps=0",
         )
     turns = typed["env"].turns
-    if turns > 1 and rl.partial_rollouts:
-        fail("env.max_turns", turns, "multi-turn episodes do not run with rl.partial_rollouts yet: set env.max_turns=1")
+    if turns > 1 and train.partial_rollouts:
+        fail(
+            "env.max_turns",
+            turns,
+            "multi-turn episodes do not run with train.partial_rollouts yet: set env.max_turns=1",
+        )
     if data.task == "problems":
         if not data.train_files:
             fail("data.train_files", (), "data.task=problems needs problem files: --config.data.train_files=FILE.jsonl")
@@ -381,6 +426,7 @@ def validate(config) -> dict:
     seed = get(config, "seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         _fail("seed", seed, "must be an int >= 0")
+    migrate(config)
     _check_known_keys(config)
     typed = blocks(config)
     errors = _check_across(config, typed)

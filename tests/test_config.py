@@ -170,3 +170,42 @@ def test_every_knob_has_a_meaning():
         "group_size": "sampling.group_size",
         "total_steps": "train.steps",
     }
+
+
+def test_the_loops_knobs_read_under_their_old_rl_names(tmp_path, capsys):
+    """train.off_policy_steps, partial_rollouts, partial_recompute, max_staleness and max_refills
+    used to be rl.* keys: a command line or config file that sets the old name is read as the new
+    one (a note on stderr), the algorithm's block no longer has them, and both names set differently
+    is one clear error."""
+    c = load("--config.rl.off_policy_steps=1", "--config.rl.max_refills", "3")
+    assert "--config.rl.off_policy_steps is now --config.train.off_policy_steps" in capsys.readouterr().err
+    typed = validate(c)
+    assert (typed["train"].off_policy_steps, typed["train"].max_refills) == (1, 3)
+    assert typed["rl"].is_correction == "tis"  # auto, from the loop's block
+    assert not {"off_policy_steps", "max_refills"} & {f.name for f in dataclasses.fields(RLConfig)}
+    path = tmp_path / "old.py"
+    path.write_text(
+        "from microcoder_jax.config import demo_config\n\n\ndef get_config(arg=None):\n"
+        "    c = demo_config()\n    c.rl.max_staleness = 2\n    c.rl.partial_recompute = False\n    return c\n"
+    )
+    c = load(f"--config={path}")
+    assert "rl.max_staleness is now train.max_staleness" in capsys.readouterr().err
+    assert (validate(c)["train"].max_staleness, c.train.partial_recompute) == (2, False)
+    c = config_lib.demo_config()
+    c.rl.off_policy_steps, c.train.off_policy_steps = 1, 2
+    with pytest.raises(config_lib.ConfigError, match=r"rl.off_policy_steps=1 and train.off_policy_steps=2: .*set only"):
+        validate(c)
+
+
+def test_a_run_saved_with_the_old_names_resumes_under_the_new_ones():
+    from microcoder_jax.trainer import resume
+
+    saved = config_lib.to_dict(config_lib.demo_config())
+    saved["rl"]["off_policy_steps"] = saved["train"].pop("off_policy_steps")  # as a run of the old layout wrote it
+    saved["rl"]["max_refills"] = saved["train"].pop("max_refills")
+    new = config_lib.to_dict(config_lib.demo_config())
+    assert resume.check_config(saved, new, allow_change=False) == []
+    assert "off_policy_steps" in saved["rl"]  # the caller's dict is left as it was
+    new["train"]["off_policy_steps"] = 1
+    with pytest.raises(resume.ConfigChangeError, match=r"train.off_policy_steps: 0 -> 1"):
+        resume.check_config(saved, new, allow_change=False)

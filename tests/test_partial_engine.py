@@ -154,7 +154,7 @@ def test_weight_swap_continues_rows_on_their_kept_kv(tiny):
 
 
 def test_weight_swap_with_recompute_continues_as_a_fresh_prefill(tiny):
-    """rl.partial_recompute: after the swap every running row continues as the new weights decode
+    """train.partial_recompute: after the swap every running row continues as the new weights decode
     its prompt + tokens so far from scratch, and a queued row samples wholly with the new weights."""
     config, old = tiny
     new = {**old, "embed": jnp.roll(old["embed"], 1, axis=0)}

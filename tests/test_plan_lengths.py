@@ -345,10 +345,10 @@ def test_colab_notebook_tpu_cells_fit_one_chip(topology):
 def test_partial_recompute_is_planned_as_a_prefill_of_every_slot_at_full_width():
     from microcoder_jax.plan import analytic
 
-    overrides = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.slots=8", "rl.partial_rollouts=true"]
+    overrides = ["mesh.fsdp=-1", "sampling.engine=paged", "sampling.slots=8", "train.partial_rollouts=true"]
     got = {}
     for recompute in (False, True):
-        config = cli.load_config(DEMO, [*overrides, f"rl.partial_recompute={recompute}"])
+        config = cli.load_config(DEMO, [*overrides, f"train.partial_recompute={recompute}"])
         result = planner.plan(config, parse_topology("h100", devices=4), search=False)
         times = timing.program_times(result, config, lengths.parse("paper"))
         got[recompute] = ({t.name: t for t in times}, timing.step_summary(result, config, times))

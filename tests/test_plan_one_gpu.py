@@ -112,7 +112,7 @@ def test_cut_ranking_never_offers_a_split_that_does_not_fit_or_is_slower():
     summary = {"step_serial_s": 215.4}
     split = dict(
         layout="v5e-8 as 4+4",
-        flags="--config.mesh.rollout_devices=4 --config.rl.off_policy_steps=1",
+        flags="--config.mesh.rollout_devices=4 --config.train.off_policy_steps=1",
         synchronous_s=215.4,
         pipelined_s=337.9,
         rollout={"fits": False},

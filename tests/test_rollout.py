@@ -53,7 +53,7 @@ def test_dapo_collects_generation_batches_of_episodes_until_the_groups_differ():
 
     from microcoder_jax.trainer.step_batch import _dapo_batches
 
-    run = SimpleNamespace(sampling=SimpleNamespace(group_size=2), rl_config=SimpleNamespace(max_refills=3))
+    run = SimpleNamespace(sampling=SimpleNamespace(group_size=2), train=SimpleNamespace(max_refills=3))
     batches = [(0.0, 0.0, 1.0, 1.0), (1.0, 0.0, 1.0, 1.0), (0.0, 1.0, 0.0, 0.0)]  # informative: 0, 1, 1
     keys = []
 

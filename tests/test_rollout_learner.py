@@ -223,14 +223,14 @@ def test_planner_lowers_the_train_step_with_tis():
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True])
 def test_a_bad_off_policy_steps_is_one_clear_error(bad):
-    from microcoder_jax.rl.presets import make_rl_config
+    from microcoder_jax.trainer.config import TrainConfig
 
-    with pytest.raises(ValueError, match=r"rl.off_policy_steps=.*(expected int|must be a number >= 0)"):
-        make_rl_config("microcoder", off_policy_steps=bad)
+    with pytest.raises(ValueError, match=r"train.off_policy_steps=.*(expected int|must be a number >= 0)"):
+        TrainConfig(off_policy_steps=bad)
 
 
 def test_help_says_which_correction_an_off_policy_run_wants():
     from microcoder_jax import config as config_lib
 
-    meaning = config_lib.meanings()["rl.off_policy_steps"]
+    meaning = config_lib.meanings()["train.off_policy_steps"]
     assert "is_correction=tis" in meaning and "0 = synchronous" in meaning

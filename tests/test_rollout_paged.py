@@ -42,7 +42,7 @@ def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3, slots=
     config.data.num_prompts = 2
     config.sampling.engine, config.sampling.group_size, config.sampling.max_new_tokens = engine, G, MAX_NEW
     config.sampling.slots, config.sampling.page_size, config.sampling.refill_every = slots, 8, 1
-    config.rl.dynamic_sampling, config.rl.max_refills, config.rl.micro_batch_size = dynamic, max_refills, 4
+    config.rl.dynamic_sampling, config.train.max_refills, config.rl.micro_batch_size = dynamic, max_refills, 4
     config.evaluator.reward = "all"
     model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
     return types.SimpleNamespace(

@@ -97,7 +97,7 @@ def test_k0_split_equals_one_mesh_to_float_rounding(tmp_path):
 @pytest.mark.slow
 def test_k1_on_split_meshes_samples_a_step_behind_with_moved_weights(tmp_path):
     train.train(
-        demo(**{"mesh.rollout_devices": 0.5, "rl.off_policy_steps": 1, "rl.is_correction": "tis"}),
+        demo(**{"mesh.rollout_devices": 0.5, "train.off_policy_steps": 1, "rl.is_correction": "tis"}),
         str(tmp_path),
         log_fn=lambda *a: None,
     )

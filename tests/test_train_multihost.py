@@ -209,7 +209,7 @@ def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
         "evaluator.reward=fraction",  # partial credit: groups differ from the start
         "sampling.engine=paged",
         "rl.dynamic_sampling=True",
-        "rl.max_refills=2",
+        "train.max_refills=2",
         "sampling.decode_tensor=-1",
         "train.steps=1",
     ]
@@ -224,7 +224,7 @@ def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
 def test_two_process_off_policy_run_matches_one_process_with_its_thread(tmp_path):
     """Two localhost processes x 2 CPU devices train the demo on one 4-device mesh (sampling on the
     global mesh, each host judging half the rows, global batches into the step, Orbax checkpoints,
-    an evaluation whose verdicts come from both hosts) with rl.off_policy_steps=1: batches made in
+    an evaluation whose verdicts come from both hosts) with train.off_policy_steps=1: batches made in
     the learner's thread, so both launch their collectives in one order. The run gives one process's
     with its background thread: the same batches at the same staleness, the same params to float
     tolerance (the cross-process all-reduces sum in another order), the same evaluation, and the
@@ -238,7 +238,7 @@ def test_two_process_off_policy_run_matches_one_process_with_its_thread(tmp_path
         "train.steps=3",
         "train.checkpoint_every=2",
         "train.eval_every=2",  # each host judges its share of the eval rows; verdicts all-gathered
-        "rl.off_policy_steps=1",
+        "train.off_policy_steps=1",
         "rl.is_correction=tis",
     ]
     keys = ("step", "staleness", "reward_mean", "no_code_rate", "rows", "grad_norm")

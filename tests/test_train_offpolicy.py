@@ -1,4 +1,4 @@
-"""End to end, rl.off_policy_steps = 1 on a shortened demo (one uninterrupted run shared by the
+"""End to end, train.off_policy_steps = 1 on a shortened demo (one uninterrupted run shared by the
 module): staleness is logged and never exceeds k, a second run of the same seed is identical
 (thread timing cannot change a result), and a run stopped by SIGTERM while a batch is in flight
 resumes to the same final params and rows (the batch is neither lost nor trained twice)."""
@@ -20,7 +20,7 @@ STEPS = 4
 
 
 def demo(**overrides):
-    return short_demo(STEPS, **{"rl.off_policy_steps": 1, "rl.is_correction": "tis", **overrides})
+    return short_demo(STEPS, **{"train.off_policy_steps": 1, "rl.is_correction": "tis", **overrides})
 
 
 rows = untimed_rows
@@ -75,7 +75,7 @@ def test_dapo_refills_and_the_temperature_schedule_under_k1(tmp_path):
         tmp_path,
         **{
             "rl.dynamic_sampling": True,
-            "rl.max_refills": 2,
+            "train.max_refills": 2,
             "temperature.policy": "staged",
             "temperature.schedule": ((0, 1.0), (2, 1.4)),
         },

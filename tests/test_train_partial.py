@@ -1,4 +1,4 @@
-"""Partial rollouts end to end on a shortened demo (rl.partial_rollouts, trainer/partial.py): the
+"""Partial rollouts end to end on a shortened demo (train.partial_rollouts, trainer/partial.py): the
 batches carry rows across weight updates and log it, stale groups are dropped at the bound, and a
 run stopped at a checkpoint resumes to the same rows and params (the groups waiting are saved,
 never lost or trained twice). Plus the config rules and is_correction=auto (quick)."""
@@ -12,6 +12,8 @@ import pytest
 
 from microcoder_jax import config as config_lib
 from microcoder_jax.rl.config import RLConfig
+from microcoder_jax.rl.presets import make_rl_config
+from microcoder_jax.trainer.config import TrainConfig
 from microcoder_jax.trainer import loop as train
 from microcoder_jax.trainer import preemption
 from microcoder_jax.trainer.pipeline import INFLIGHT_DIR
@@ -25,7 +27,7 @@ def demo(**overrides):
         STEPS,
         **{
             "sampling.engine": "paged",
-            "rl.partial_rollouts": True,
+            "train.partial_rollouts": True,
             "train.checkpoint_every": 2,  # settles (and saves the waiting groups) at steps 2 and 4
             **overrides,
         },
@@ -49,12 +51,12 @@ def test_rows_carry_across_updates_and_are_logged(first):
     for r in got:  # a batch made only of groups that finished while the session settled decodes nothing
         u = float(r["slot_utilisation"])  # NaN is written as a string
         assert (0.0 < u <= 1.0) if r["decode_steps"] else np.isnan(u)
-        assert 0 <= r["token_age_max"] <= RLConfig().max_staleness
+        assert 0 <= r["token_age_max"] <= TrainConfig().max_staleness
         assert r["is_weight_mean"] > 0  # is_correction=auto: tis
     assert got[0]["token_age_max"] == 0  # the first batch: one version
     assert sum(r["groups_carried"] for r in got) > 0  # rows continued under newer weights
     assert any(r["stale_token_frac"] > 0 for r in got)
-    # rl.partial_recompute (the default): rows carried into a step prefill again with its weights
+    # train.partial_recompute (the default): rows carried into a step prefill again with its weights
     # (none after a step that settled for its checkpoint)
     assert got[0]["recomputed_tokens"] == 0 and any(r["recomputed_tokens"] > 0 for r in got[1:])
 
@@ -77,7 +79,7 @@ def test_stopped_at_a_checkpoint_resumes_exactly(first, tmp_path):
 
 @pytest.mark.slow
 def test_groups_older_than_the_bound_are_dropped_with_kv_kept(tmp_path):
-    run(tmp_path, **{"rl.max_staleness": 1, "train.checkpoint_every": 0, "rl.partial_recompute": False})
+    run(tmp_path, **{"train.max_staleness": 1, "train.checkpoint_every": 0, "train.partial_recompute": False})
     got = [r for r in untimed_rows(tmp_path) if "reward_mean" in r]
     assert all(r["token_age_max"] <= 1 for r in got)
     assert sum(r["groups_dropped_stale"] for r in got) > 0
@@ -86,16 +88,25 @@ def test_groups_older_than_the_bound_are_dropped_with_kv_kept(tmp_path):
 
 def test_is_correction_auto_follows_staleness():
     assert RLConfig().is_correction == "none"  # synchronous: today's step, op for op
-    assert RLConfig(off_policy_steps=1).is_correction == "tis"
-    assert RLConfig(partial_rollouts=True).is_correction == "tis"
-    assert RLConfig(off_policy_steps=1, is_correction="none").is_correction == "none"  # asked for: kept
+    assert make_rl_config(stale=True).is_correction == "tis"
+    assert make_rl_config(stale=True, is_correction="none").is_correction == "none"  # asked for: kept
+    off = {"train.partial_rollouts": False}
+    for overrides in ({}, {**off, "train.off_policy_steps": 1}):  # the loop's block says stale
+        assert config_lib.rl_config_of(demo(**overrides)).is_correction == "tis"
+    assert config_lib.rl_config_of(demo(**off)).is_correction == "none"
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"sampling.engine": "static"}, r"rl.partial_rollouts=True: needs the paged sampler .*sampling.engine=paged"),
-        ({"rl.off_policy_steps": 1}, r"rl.off_policy_steps=1: rl.partial_rollouts runs in the synchronous loop"),
+        (
+            {"sampling.engine": "static"},
+            r"train.partial_rollouts=True: needs the paged sampler .*sampling.engine=paged",
+        ),
+        (
+            {"train.off_policy_steps": 1},
+            r"train.off_policy_steps=1: train.partial_rollouts runs in the synchronous loop",
+        ),
     ],
 )
 def test_partial_rollouts_config_rules(overrides, message):
@@ -106,9 +117,9 @@ def test_partial_rollouts_config_rules(overrides, message):
 @pytest.mark.slow
 def test_dapo_drops_groups_without_signal_under_partial_rollouts(tmp_path):
     """DAPO's dynamic sampling with partial rollouts: a group whose rewards are all equal is left
-    out (counted), at most rl.max_refills batches' worth per step; then the batch is topped up
+    out (counted), at most train.max_refills batches' worth per step; then the batch is topped up
     with the next groups as they are (a run that solves nothing still makes progress)."""
-    run(tmp_path, **{"rl.dynamic_sampling": True, "rl.max_refills": 1, "train.checkpoint_every": 0})
+    run(tmp_path, **{"rl.dynamic_sampling": True, "train.max_refills": 1, "train.checkpoint_every": 0})
     got = [r for r in untimed_rows(tmp_path) if "reward_mean" in r]
     assert len(got) == STEPS
     for r in got:

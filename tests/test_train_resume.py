@@ -1,5 +1,5 @@
 """A run SIGKILLed after a checkpoint resumes and ends with bitwise the same params as an
-uninterrupted run (CPU, same seed): synchronous, and with rl.off_policy_steps=1 and two-turn
+uninterrupted run (CPU, same seed): synchronous, and with train.off_policy_steps=1 and two-turn
 feedback episodes (a batch of episodes in flight at the kill: saved beside its checkpoint, trained
 on once after the resume; test_train_offpolicy resumes a single-turn batch in flight in process).
 Subprocesses, a very small config, a checkpoint every step."""
@@ -64,7 +64,7 @@ def _final_params(workdir):
             "--config.env.kind=feedback",
             "--config.env.max_turns=2",
             "--config.demo.public_tests=1",
-            "--config.rl.off_policy_steps=1",
+            "--config.train.off_policy_steps=1",
             "--config.rl.is_correction=tis",
         ),
     ],

@@ -2,7 +2,7 @@
 
 Does one step of staleness cost learning? The CPU truncation task (configs/truncation_task.py,
 conditional truncation at rho 0.1, the microcoder preset) trained synchronously (k = 0: every batch
-sampled by the policy that trains on it) and one step off-policy (rl.off_policy_steps=1: batch t
+sampled by the policy that trains on it) and one step off-policy (train.off_policy_steps=1: batch t
 sampled by the policy after t - 1 updates, while the learner trains on batch t - 1), with the
 truncated-IS correction (tis: each token weighs min(pi_old / pi_sampler, 2)) and without one. Same
 seeds, warm starts, prompts and evaluation keys in every arm; 6 seeds by default. Writes
@@ -18,7 +18,7 @@ from microcoder_jax.experiments.cli import run_experiment
 from microcoder_jax.experiments.runner import Arm
 
 RULE = "conditional_0.1"
-K1 = ("rl.off_policy_steps=1",)
+K1 = ("train.off_policy_steps=1",)
 HALF_LR = ("rl.learning_rate=3.5e-4",)
 PAGED = ("sampling.engine=paged",)
 ARMS = (
@@ -31,13 +31,13 @@ ARMS = (
     Arm(
         "paged_partial",
         RULE,
-        (*PAGED, "rl.partial_rollouts=True", "rl.partial_recompute=False"),
+        (*PAGED, "train.partial_rollouts=True", "train.partial_recompute=False"),
         label="partial rollouts, KV kept",
     ),
     Arm(
         "paged_partial_recompute",
         RULE,
-        (*PAGED, "rl.partial_rollouts=True", "rl.partial_recompute=True"),
+        (*PAGED, "train.partial_rollouts=True", "train.partial_recompute=True"),
         label="partial rollouts, KV recomputed",
     ),
 )

@@ -113,7 +113,7 @@ def adapter_flops(mc, tokens: float) -> float:
 
 
 def recompute(mc, slots: int, width: int, max_new: int, prompts: int) -> tuple[float, float, int]:
-    """`paged_engine.recompute` once (rl.partial_recompute, at each weight update): FLOPs, HBM
+    """`paged_engine.recompute` once (train.partial_recompute, at each weight update): FLOPs, HBM
     bytes (the weights, once per chunk of RECOMPUTE_CHUNK sequences) and tokens. It prefills every slot at the
     full width P + W (its real tokens are fewer: the cost of one static shape) and every prompt
     position at P, dense, whole; the prompts' last-position head is left out."""

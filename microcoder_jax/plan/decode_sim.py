@@ -137,7 +137,7 @@ def simulate(
 
 
 def steady_steps(lengths, prompt_lens, *, group: int, slots: int, **engine) -> int:
-    """Decode steps of several batches under partial rollouts (rl.partial_rollouts), modelled as
+    """Decode steps of several batches under partial rollouts (train.partial_rollouts), modelled as
     one call with the batches queued back to back: slots are refilled from the next batch instead
     of emptying at each batch's end, and only the last batch has a tail (an upper bound on the
     engine's count, which hands the last batch on while its stragglers still run)."""

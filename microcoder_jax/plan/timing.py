@@ -99,7 +99,7 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
             group = shape.samples
             prompts_n = shape.rows // group if tag == "eval" else sh.prompts
             cap = shape.max_new
-            batches = STEADY_BATCHES if tag == "sample" and rl_config.partial_rollouts else 1
+            batches = STEADY_BATCHES if tag == "sample" and config.train.partial_rollouts else 1
             turns = config.env.max_turns if shape.hold else 1
             sched = decode_schedules(shape, config, profile, prompts_n, sh.prompt_width, seed, batches)
             worst = -(-shape.rows // shape.slots) * cap
@@ -141,7 +141,7 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
             note = "packed (rl.packing)"
         t = ProgramTime(name, calls, compute, hbm, _link(topo, coll), coll, note)
         extra = None
-        recompute = rl_config.partial_rollouts and rl_config.partial_recompute
+        recompute = config.train.partial_rollouts and config.train.partial_recompute
         if tag == "sample" and name.endswith("decode") and paged.is_paged(p) and recompute:
             shape = p.kwargs["shape"]
             flops, hbm_bytes, again = analytic.recompute(
@@ -155,7 +155,7 @@ def program_times(plan, config, profile, seed: int = 0) -> list[ProgramTime]:
                 re_hbm,
                 0.0,
                 0.0,
-                f"rl.partial_recompute: {again:,} tokens prefilled again per weight update (every slot at "
+                f"train.partial_recompute: {again:,} tokens prefilled again per weight update (every slot at "
                 "P + W, every prompt position; analytic, collectives left out)",
             )
         if name == "train step" and t.serial_s > 0:
@@ -385,10 +385,8 @@ def _decode_with(plan, config, profile, row, model=None, **changes) -> float:
                 shape.max_prompts, shape.prompt_width, shape.slots, shape.max_new, shape.page_size
             ),
         )
-    from microcoder_jax import config as config_lib
-
     prog = dataclasses.replace(p, kwargs=dict(p.kwargs, shape=shape))
-    batches = STEADY_BATCHES if config_lib.rl_config_of(config).partial_rollouts else 1
+    batches = STEADY_BATCHES if config.train.partial_rollouts else 1
     prompts = plan.shapes.prompts
     sched = decode_schedules(shape, config, profile, prompts, plan.shapes.prompt_width, 0, batches)
     terms = [decode_terms(prog, one) for one in sched]
@@ -492,7 +490,7 @@ def split_plan(
         transfer_s=transfer,
         pipelined_s=pipelined,
         synchronous_s=synchronous_s,
-        flags=f"--config.mesh.rollout_devices={rollout_topo.num_devices} --config.rl.off_policy_steps=1",
+        flags=f"--config.mesh.rollout_devices={rollout_topo.num_devices} --config.train.off_policy_steps=1",
         recommend="split"
         if pipelined < 0.95 * synchronous_s and sides["rollout"]["fits"] and sides["learner"]["fits"]
         else "synchronous",

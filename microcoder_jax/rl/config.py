@@ -1,5 +1,8 @@
 """`RLConfig`: every knob of the RL algorithm in one typed block, frozen and hashable (static to jit).
 
+How the loop schedules rollouts against the learner (train.off_policy_steps, train.partial_rollouts,
+train.max_refills, ...) is the loop's block (trainer/config.py), not this one.
+
 Each field carries its meaning (shown by `--help`) beside its default; the fields the run fills in
 from other blocks say which key they copy (`from_run`); the rules across fields are in `check`.
 """
@@ -58,9 +61,8 @@ class RLConfig(Block):
     loss_constant: Optional[float] = knob(
         None, "constant aggregation: the normaliser (None = the generation budget max_new_tokens)"
     )
-    # DAPO dynamic sampling (host side, see rl.dynamic_sampling).
+    # DAPO dynamic sampling (host side, rl/dynamic_sampling.py; its budget is train.max_refills).
     dynamic_sampling: bool = knob(False, "DAPO: drop groups with all-equal rewards and refill")
-    max_refills: int = knob(10, "DAPO: extra generation batches per step before topping up", at_least=0)
     # Batch structure: rows per rollout batch split into mini-batches (one update each), each
     # split into micro-batches of `micro_batch_size` rows (gradient accumulation).
     num_minibatches: int = knob(4, "optimizer updates per rollout batch (off-policy degree)", at_least=1)
@@ -86,11 +88,13 @@ class RLConfig(Block):
     # Sampler-trainer mismatch correction (rl.corrections): per-token loss weights from
     # r = pi_old / pi_sampler at `is_level` (token, sequence = product, geometric = geometric mean);
     # tis: min(r, is_cap); mis: r outside [is_low, is_high] leaves the loss.
-    # auto: tis when batches are sampled by older weights (off_policy_steps >= 1, partial_rollouts),
-    # else none. Measured (docs/experiments.md, staleness): one step stale without it collapses.
+    # auto: tis when batches are sampled by older weights (train.off_policy_steps >= 1 or
+    # train.partial_rollouts, which make_rl_config's `stale` says), else none. Measured
+    # (docs/experiments.md, staleness): one step stale without it collapses.
     is_correction: str = knob(
         "auto",
-        "sampler-trainer mismatch: auto (tis when off-policy or partial rollouts, else none), none, "
+        "sampler-trainer mismatch: auto (tis when train.off_policy_steps >= 1 or train.partial_rollouts, "
+        "else none), none, "
         "tis (weight min(r, is_cap)) or mis (r outside [is_low, is_high] dropped); r = pi_old / "
         "pi_sampler (rl.corrections)",
     )
@@ -100,34 +104,6 @@ class RLConfig(Block):
     )
     is_low: float = knob(0.5, "mis: lowest r kept")
     is_high: float = knob(2.0, "mis: highest r kept")
-    # Rollouts ahead of the learner (trainer/pipeline.py): 0 samples each batch with the params
-    # that train on it; k >= 1 samples while the learner trains, with weights up to k updates old
-    # (the old log-probs are the learner's then, so is_correction=tis weighs the stale sampler).
-    off_policy_steps: int = knob(
-        0,
-        "k: batches sampled ahead in a background thread with weights at most k "
-        "updates old (0 = synchronous; k >= 1 wants is_correction=tis, which auto picks; multi-host: made "
-        "in the learner's thread, no overlap)",
-        at_least=0,
-    )
-    # Partial rollouts (trainer/partial.py): one paged session runs across steps; a batch is the
-    # first groups to finish, rows still decoding continue under the next weights (KV recomputed).
-    partial_rollouts: bool = knob(
-        False,
-        "keep the paged sampler's slots full across steps: a batch is the first data.num_prompts "
-        "groups to finish; unfinished rows continue with the next weights (needs sampling.engine=paged)",
-    )
-    partial_recompute: bool = knob(
-        True,
-        "partial rollouts: after a weight update the rows still decoding prefill their prompt and "
-        "tokens again with the new weights (False: they keep the KV the older weights wrote; "
-        "docs/experiments.md 'Stale rollouts' compares both)",
-    )
-    max_staleness: int = knob(
-        4,
-        "partial rollouts: a group with a token drawn more than this many steps before it trains is dropped",
-        at_least=1,
-    )
     # Optimizer: AdamW, warmup then decay, global-norm clipping.
     learning_rate: float = knob(1e-6, "AdamW peak learning rate")
     warmup_steps: int = knob(0, "linear warmup, in rollout steps", at_least=0)
@@ -142,8 +118,8 @@ class RLConfig(Block):
 
     def __post_init__(self):
         if self.is_correction == "auto":  # resolved once: every reader sees the name that runs
-            stale = self.off_policy_steps > 0 or self.partial_rollouts
-            object.__setattr__(self, "is_correction", "tis" if stale else "none")
+            # on-policy unless make_rl_config was told the loop samples with older weights
+            object.__setattr__(self, "is_correction", "none")
         super().__post_init__()
 
     def check(self) -> None:

@@ -40,12 +40,19 @@ PRESETS: dict[str, dict] = {
 }
 
 
-def make_rl_config(preset: str = "microcoder", **overrides) -> RLConfig:
-    """The preset's RLConfig with `overrides` applied on top (unknown names raise)."""
+def make_rl_config(preset: str = "microcoder", *, stale: bool = False, **overrides) -> RLConfig:
+    """The preset's RLConfig with `overrides` applied on top (unknown names raise). `stale`: the loop
+    trains on batches sampled by older weights (train.off_policy_steps >= 1 or train.partial_rollouts),
+    so `is_correction=auto` (the default) means tis, else none."""
     if preset not in PRESETS:
         raise ValueError(f"rl.preset={preset!r}: unknown RL preset; choose from {', '.join(sorted(PRESETS))}")
     fields = {f.name for f in dataclasses.fields(RLConfig)}
     unknown = set(overrides) - fields
     if unknown:
-        raise ValueError(f"unknown RLConfig fields: {sorted(unknown)}")
+        raise ValueError(
+            f"unknown RLConfig fields: {sorted(unknown)} (how the loop schedules rollouts, e.g. "
+            "off_policy_steps, partial_rollouts, max_refills, is the train block's: train.KEY)"
+        )
+    if overrides.get("is_correction", "auto") == "auto":
+        overrides["is_correction"] = "tis" if stale else "none"
     return RLConfig(**{**PRESETS[preset], "preset": preset, **overrides})

@@ -541,7 +541,7 @@ def _rows_left(state, shape: EngineShape):
 
 @functools.partial(jax.jit, static_argnames=("config", "shape", "chunk"), donate_argnames=("state",))
 def recompute(state, params, prompt_ids, prompt_mask, *, config: DecoderConfig, shape: EngineShape, chunk: int):
-    """Rewrite with ``params`` the KV of everything left to decode (rl.partial_recompute): the
+    """Rewrite with ``params`` the KV of everything left to decode (train.partial_recompute): the
     prompts of queued and running rows (pages and first-token logits, as `admit` writes them) and
     each running slot's own keys (its copy of the prompt's partly filled last page and every token
     it has fed), as a prefill of its whole sequence writes them. ``prompt_ids / prompt_mask

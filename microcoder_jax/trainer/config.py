@@ -1,5 +1,6 @@
-"""The loop's blocks: `TrainConfig` (`train.*`: steps, checkpoints, schedule), `EvalConfig` (`eval.*`) and
-`WandbConfig` (`wandb.*`, used by trainer/wandb_writer.py)."""
+"""The loop's blocks: `TrainConfig` (`train.*`: steps, checkpoints, schedule, and how rollouts are
+scheduled against the learner), `EvalConfig` (`eval.*`) and `WandbConfig` (`wandb.*`, used by
+trainer/wandb_writer.py). The algorithm's own knobs are `rl.*` (rl/config.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,37 @@ class TrainConfig(Block):
         "stop after this many consecutive steps with a skipped non-finite "
         "update (loss, gradient or update NaN/Inf; params kept as they were)",
         at_least=1,
+    )
+    # How rollouts are scheduled against the learner. k = off_policy_steps (trainer/pipeline.py): 0
+    # samples each batch with the params that train on it; k >= 1 samples while the learner trains,
+    # with weights up to k updates old (rl.is_correction=auto then weighs the stale sampler: tis).
+    off_policy_steps: int = knob(
+        0,
+        "k: batches sampled ahead in a background thread with weights at most k "
+        "updates old (0 = synchronous; k >= 1 wants rl.is_correction=tis, which auto picks; multi-host: made "
+        "in the learner's thread, no overlap)",
+        at_least=0,
+    )
+    # Partial rollouts (trainer/partial.py): one paged session runs across steps; a batch is the
+    # first groups to finish, rows still decoding continue under the next weights (KV recomputed).
+    partial_rollouts: bool = knob(
+        False,
+        "keep the paged sampler's slots full across steps: a batch is the first data.num_prompts "
+        "groups to finish; unfinished rows continue with the next weights (needs sampling.engine=paged)",
+    )
+    partial_recompute: bool = knob(
+        True,
+        "partial rollouts: after a weight update the rows still decoding prefill their prompt and "
+        "tokens again with the new weights (False: they keep the KV the older weights wrote; "
+        "docs/experiments.md 'Stale rollouts' compares both)",
+    )
+    max_staleness: int = knob(
+        4,
+        "partial rollouts: a group with a token drawn more than this many steps before it trains is dropped",
+        at_least=1,
+    )
+    max_refills: int = knob(
+        10, "rl.dynamic_sampling (DAPO): extra generation batches per step before topping up", at_least=0
     )
     eval_every: int = knob(50, "steps between evaluations (0 = never)", at_least=0)
     eval_at_start: bool = knob(False, "also evaluate the starting params before RL step 1 (eval/step_0.json)")

@@ -47,6 +47,9 @@ def run_config(run_dir: str):
     with open(os.path.join(run_dir, "config.json")) as f:
         saved = json.load(f)
     saved.pop("_history", None)
+    from microcoder_jax.config import migrate
+
+    migrate(saved)  # keys saved under an older name, read by today's
     return ml_collections.ConfigDict(saved)
 
 

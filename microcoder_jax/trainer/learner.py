@@ -2,7 +2,7 @@
 
 It trains on the `Rollout`s the rollout worker (worker.py) hands it. Old log-probs are the
 training forward at the learner's params when it trains on the batch (`score`, with
-rl.logprobs.batch_logprobs: here and nowhere else in the loop), for every rl.off_policy_steps k:
+rl.logprobs.batch_logprobs: here and nowhere else in the loop), for every train.off_policy_steps k:
 the loop calls `score` on a batch's rows as soon as they are sampled, so in a synchronous run
 (k = 0; the params that sampled it) they run on the device while the judge works; a batch
 sampled k updates ago is ready when asked for, and rl.is_correction weighs the sampler's stale
@@ -97,7 +97,7 @@ def _gap(old_logprobs, sampler_logprobs, response_mask):
 
 def logprob_gap(run, old_logprobs, sampler_logprobs, response_mask) -> float:
     """Mean |learner - sampler| log-prob over response tokens: the decode numerics' drift, plus
-    the policy's drift when the batch was sampled updates ago (rl.off_policy_steps)."""
+    the policy's drift when the batch was sampled updates ago (train.off_policy_steps)."""
     check = sharding.put_batch({"lp": sampler_logprobs, "mask": response_mask}, run.mesh)
     return float(_gap(old_logprobs, check["lp"], check["mask"]))
 

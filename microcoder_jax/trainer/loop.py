@@ -5,7 +5,7 @@ pool, prompt stream, temperature scheduler) produces each step's judged `Rollout
 rollout.py: sample, judge, gather; under DAPO, refill until enough groups differ); the learner
 (learner.py: train state, old log-probs, packing) trains on it with the jitted GRPO step
 (rl/step.py: every mini-batch update); then the metrics row (metrics.py), and checkpoints /
-evaluation on their schedules. `rl.off_policy_steps` = k (pipeline.py): 0 runs the two in turn
+evaluation on their schedules. `train.off_policy_steps` = k (pipeline.py): 0 runs the two in turn
 (the old log-probs overlap the judge); k >= 1 samples the next batches in a background thread
 with weights at most k updates old while the learner trains. A run restarts from the newest
 complete checkpoint in its workdir and continues exactly (params, optimizer, data position,
@@ -173,19 +173,19 @@ def _open(config, blocks, run, workdir: str, log_fn) -> _Loop:
         worker.partial.restore(load_carry(inflight_dir(workdir, start)))
     sharding.assert_same_on_hosts(len(in_flight), f"batches in flight at checkpoint {start} (WORKDIR/inflight*)")
     if in_flight:
-        log_fn(f"resuming with {len(in_flight)} batch(es) sampled before the checkpoint (rl.off_policy_steps)")
+        log_fn(f"resuming with {len(in_flight)} batch(es) sampled before the checkpoint (train.off_policy_steps)")
     if run.train.eval_at_start and start == 0 and run.eval_problems:  # the starting policy, as a baseline
         eval_lib.evaluate_at_step(run, pool, learner.params, 0, writer, key(run.seed, 3, 0), log_fn)
     pipeline = Pipeline(
         worker,
-        k=rl.off_policy_steps,
+        k=run.train.off_policy_steps,
         start=start,
         steps=run.train.steps,
         params=state.params,
         ready=tuple(in_flight),
         inline=jax.process_count() > 1,
     )
-    _warn_about_staleness(rl, pipeline, log_fn)
+    _warn_about_staleness(rl, run.train, pipeline, log_fn)
     return _Loop(
         run=run,
         workdir=workdir,
@@ -232,16 +232,16 @@ def _progress(run, start: int, primary: bool):
     return bar, line_mode
 
 
-def _warn_about_staleness(rl, pipeline: Pipeline, log_fn) -> None:
-    if (rl.off_policy_steps or rl.partial_rollouts) and rl.is_correction == "none":
+def _warn_about_staleness(rl, train, pipeline: Pipeline, log_fn) -> None:
+    if (train.off_policy_steps or train.partial_rollouts) and rl.is_correction == "none":
         log_fn(
-            "warning: batches sampled by older weights (rl.off_policy_steps / rl.partial_rollouts) without "
+            "warning: batches sampled by older weights (train.off_policy_steps / train.partial_rollouts) without "
             "rl.is_correction: one step stale, uncorrected runs collapsed on the truncation task "
             "(docs/experiments.md, staleness); rl.is_correction=auto picks tis"
         )
-    if rl.off_policy_steps and pipeline.inline:
+    if train.off_policy_steps and pipeline.inline:
         log_fn(
-            f"rl.off_policy_steps={rl.off_policy_steps} on {jax.process_count()} processes: batches are made in "
+            f"train.off_policy_steps={train.off_policy_steps} on {jax.process_count()} processes: batches are made in "
             "the learner's thread (same batches as one process, no overlap; see trainer/pipeline.py)"
         )
 

@@ -1,14 +1,14 @@
-"""Partial rollouts (`rl.partial_rollouts`): the rollout worker's paged session outlives a step.
+"""Partial rollouts (`train.partial_rollouts`): the rollout worker's paged session outlives a step.
 
 The worker keeps one session open and its slots full: it pushes the next generation batch
 whenever fewer rows wait in the queue than there are slots (and the session's ring has room),
 and judges each group as it finishes. A step's batch is the first `data.num_prompts` groups to
 finish; the rows still decoding keep their slots and KV and, after the next weight update,
 continue with the newer weights (every token records the version that drew it). A group with a
-token more than `rl.max_staleness` steps older than the weights at hand-off is dropped and
+token more than `train.max_staleness` steps older than the weights at hand-off is dropped and
 counted. The batch mixes policies, so the learner computes the old log-probs at train time and
 `rl.is_correction` (auto: tis) weighs each token against the sampler's own log-prob. Under DAPO
-(`rl.dynamic_sampling`) a group whose rewards are all equal is left out, up to `rl.max_refills`
+(`rl.dynamic_sampling`) a group whose rewards are all equal is left out, up to `train.max_refills`
 batches' worth of groups per step; after that the batch is topped up with groups as they come.
 
 `settle()` (before an evaluation or a checkpoint) decodes every row to its end with no new
@@ -74,7 +74,7 @@ class PartialRollouts:
 
     def __init__(self, run, pool, sampler):
         if jax.process_count() > 1:
-            raise ValueError("rl.partial_rollouts runs on one process for now; set rl.partial_rollouts=False")
+            raise ValueError("train.partial_rollouts runs on one process for now; set train.partial_rollouts=False")
         self.run, self.pool, self.sampler = run, pool, sampler
         self.session = None
         self.problems: dict[int, Any] = {}  # prompt index -> problem, while in the session
@@ -86,7 +86,7 @@ class PartialRollouts:
         n = run.data.num_prompts
         self.session = self.sampler.open_session(
             params,
-            max_prompts=session_prompts(n, run.rl_config),  # the ring
+            max_prompts=session_prompts(n, run.rl_config, run.train),  # the ring
             prompt_width=self.width,
             rng=rng,
             rows=n * run.sampling.group_size,
@@ -122,7 +122,7 @@ class PartialRollouts:
         assert self.session is not None
         session, before = self.session, self.session.stats()
         if session.version != version:
-            session.set_params(params, version, recompute=run.rl_config.partial_recompute)
+            session.set_params(params, version, recompute=run.train.partial_recompute)
         every = self.sampler.report_every(run.sampling.max_new_tokens)
         batch: list[Group] = []
         counts: dict = {}
@@ -130,7 +130,7 @@ class PartialRollouts:
         while True:
             while self.finished and len(batch) < n:  # hand on in finishing order
                 group = self.finished.pop(0)
-                if version - group.oldest() > run.rl_config.max_staleness:
+                if version - group.oldest() > run.train.max_staleness:
                     dropped["stale"] += 1
                     continue
                 group.judged(run, times)
@@ -138,7 +138,7 @@ class PartialRollouts:
                     counts[k] = counts.get(k, 0) + v
                 assert group.rollout is not None
                 rewards = np.asarray(group.rollout.rewards)
-                budget = run.rl_config.max_refills * n  # DAPO's refills, in groups: then top up as is
+                budget = run.train.max_refills * n  # DAPO's refills, in groups: then top up as is
                 if run.rl_config.dynamic_sampling and np.all(rewards == rewards[0]) and dropped["same_reward"] < budget:
                     dropped["same_reward"] += 1  # DAPO: no signal in this group
                     continue
@@ -206,7 +206,7 @@ def _stats(batch: list[Group], version: int, before: dict, after: dict, dropped:
         "groups_carried": carried,
         "groups_dropped_stale": dropped["stale"],
         "prompts_in_flight": in_flight,
-        "recomputed_tokens": after["recomputed"] - before["recomputed"],  # rl.partial_recompute's prefill
+        "recomputed_tokens": after["recomputed"] - before["recomputed"],  # train.partial_recompute's prefill
     }
 
 

@@ -1,4 +1,4 @@
-"""Rollouts ahead of the learner: `rl.off_policy_steps` = k.
+"""Rollouts ahead of the learner: `train.off_policy_steps` = k.
 
 k = 0: the worker makes step t's batch when the learner asks, with the learner's own params, and
 hands it over once its rows are sampled (`Sampled`), so the learner's old log-probs run while the

@@ -106,8 +106,12 @@ def check_config(saved: dict, new: dict, allow_change: bool) -> list[dict]:
     Raises ConfigChangeError when a fatal key differs, or an algorithm key differs and
     `allow_change` is False; the message lists every such key with both values and the fix.
     """
-    from microcoder_jax.config import default_config, to_dict
+    import copy
 
+    from microcoder_jax.config import default_config, migrate, to_dict
+
+    saved = copy.deepcopy(saved)
+    migrate(saved)  # a run saved before a key moved blocks: its values under today's names
     old_flat, new_flat = flatten(saved), flatten(new)
     defaults = flatten(to_dict(default_config()))
     old_rl, new_rl = effective_rl(saved), effective_rl(new)

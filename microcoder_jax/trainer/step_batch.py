@@ -29,12 +29,12 @@ SESSION_BATCHES = 2  # generation batches a paged session has room for: one runn
 PARTIAL_BATCHES = 3  # partial rollouts: generation batches the session's ring holds (trainer/partial.py)
 
 
-def session_prompts(num_prompts: int, rl_config) -> int:
+def session_prompts(num_prompts: int, rl_config, train) -> int:
     """Prompts a paged session has room for (the planner sizes its pool from this): one step's
-    (DAPO: and a refill's), or partial rollouts' ring across steps."""
-    if rl_config.partial_rollouts:
+    (DAPO: and a refill's), or partial rollouts' ring across steps (`train`: the TrainConfig)."""
+    if train.partial_rollouts:
         return num_prompts * PARTIAL_BATCHES
-    return num_prompts * (min(SESSION_BATCHES, 1 + rl_config.max_refills) if rl_config.dynamic_sampling else 1)
+    return num_prompts * (min(SESSION_BATCHES, 1 + train.max_refills) if rl_config.dynamic_sampling else 1)
 
 
 @dataclasses.dataclass
@@ -151,7 +151,6 @@ def _dapo_batches(run, next_prompts, collect_batch) -> StepRollout:
     judges batch k (-> Rollout, verdict counts, episode stats), until the groups with a signal fill
     the step's batch (rl.dynamic_sampling). Multi-turn episodes' stats are over every episode of the
     step's generation batches (episodes.merge_stats)."""
-    rl = run.rl_config
     buffer, verdicts, generations, episodes = GroupBuffer(), {}, 0, []
     while True:
         problems, prompts = next_prompts()
@@ -165,7 +164,7 @@ def _dapo_batches(run, next_prompts, collect_batch) -> StepRollout:
             rollout.as_dict(),
             group_size=run.sampling.group_size,
             num_prompts=len(prompts),
-            max_refills=rl.max_refills,
+            max_refills=run.train.max_refills,
         )
         if full is not None:
             from microcoder_jax.trainer.episodes import merge_stats
@@ -243,7 +242,7 @@ class RefillLoop:
                 session.close()
                 add_decode(self.decode, session.stats())
             self.session = None  # freed before the next one is made
-            room = session_prompts(len(prompts), run.rl_config)  # one shape for every session: no recompile
+            room = session_prompts(len(prompts), run.rl_config, run.train)  # one shape for every session: no recompile
             self.session = session = self.sampler.open_session(
                 self.params,
                 max_prompts=room,
@@ -260,8 +259,8 @@ class RefillLoop:
         self.pushed += 1
 
     def collect(self, next_prompts: Callable[[], tuple[list, list]]) -> StepRollout:
-        run, rl, G = self.run, self.run.rl_config, self.run.sampling.group_size
-        total, every = 1 + rl.max_refills, self.sampler.report_every(run.sampling.max_new_tokens)
+        run, G = self.run, self.run.sampling.group_size
+        total, every = 1 + run.train.max_refills, self.sampler.report_every(run.sampling.max_new_tokens)
         self.push(*next_prompts())
         while True:
             # every host decides on the same all-gathered verdicts, so all push and finish in lockstep
@@ -284,7 +283,7 @@ class RefillLoop:
                     rollout.as_dict(),
                     group_size=G,
                     num_prompts=run.data.num_prompts,
-                    max_refills=rl.max_refills,
+                    max_refills=run.train.max_refills,
                 )
                 if full is not None:
                     if self.pending or not session.done:

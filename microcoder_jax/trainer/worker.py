@@ -109,8 +109,8 @@ class RolloutWorker:
             from microcoder_jax.trainer.episodes import turn_sampler
 
             self.later_sampler = turn_sampler(self.run)
-        self.partial = None  # rl.partial_rollouts: the session kept across steps (trainer/partial.py)
-        if run.rl_config.partial_rollouts:
+        self.partial = None  # train.partial_rollouts: the session kept across steps (trainer/partial.py)
+        if run.train.partial_rollouts:
             from microcoder_jax.trainer.partial import PartialRollouts
 
             self.partial = PartialRollouts(self.run, pool, self.sampler)
