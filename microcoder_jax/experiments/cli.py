@@ -81,7 +81,7 @@ def run_experiment(
     tasks=None,
 ) -> int:
     """One experiment command: parse the flags, train every arm x seed, then write and print the
-    summary, table and curves. `draw` is figure.draw; `title` may use {cap}, {seeds} and {task};
+    summary, table and curves. `draw` is figure.draw; `title` may use {cap}, {seeds} ("6 seeds", "1 seed") and {task};
     `pairs`: (arm, baseline) differences to report besides every arm against the first; `tasks`:
     {name: (config file of configs/, description, overrides)} that `--task` picks: every arm's config
     file, and overrides added to each arm's (`{steps}` is --steps)."""
@@ -128,7 +128,7 @@ def run_experiment(
             path,
             keys=keys,
             cap=cap,
-            title=title.format(cap=cap, seeds=len(seeds), task=task),
+            title=title.format(cap=cap, seeds=f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}", task=task),
             length_curves=curves,
         )
 

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         ARMS,
         draw=figure.draw,
         keys=KEYS,
-        title="LoRA against full fine-tuning on the CPU truncation task (cap {cap} tokens, {seeds} seeds)",
+        title="LoRA against full fine-tuning on the CPU truncation task (cap {cap} tokens, {seeds})",
     )
 
 

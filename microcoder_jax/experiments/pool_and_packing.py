@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         ARMS,
         draw=figure.draw,
         keys=KEYS,
-        title="The int8 page pool and packing on the CPU truncation task (cap {cap} tokens, {seeds} seeds)",
+        title="The int8 page pool and packing on the CPU truncation task (cap {cap} tokens, {seeds})",
     )
 
 

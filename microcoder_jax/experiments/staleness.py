@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         ARMS,
         draw=figure.draw,
         keys=KEYS,
-        title="Stale rollouts on the CPU truncation task (cap {cap} tokens, {seeds} seeds)",
+        title="Stale rollouts on the CPU truncation task (cap {cap} tokens, {seeds})",
         pairs=PAIRS,
     )
 

@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         ARMS,
         draw=figure.draw,
         keys=KEYS,
-        title=f"Sampling temperature on the CPU truncation task ({RULE}, {{seeds}} seeds)",
+        title=f"Sampling temperature on the CPU truncation task ({RULE}, {{seeds}})",
         meta={"rule": RULE},
         columns=COLUMNS,
         paired_columns=("greedy_pass1", "pass1", "pass8", "diversity", "length"),

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         ARMS,
         draw=figure.draw,
         keys=KEYS,
-        title="Truncation rules on {task} (cap {cap} tokens, {seeds} seeds)",
+        title="Truncation rules on {task} (cap {cap} tokens, {seeds})",
         tasks=TASKS,
     )
 
