@@ -357,9 +357,6 @@ def _check_known_keys(config) -> None:
     """A key no block declares (a typo in a config file) is an error, not silently ignored."""
     known = {k for k, _, _ in all_keys()}
     unknown = sorted(set(flat_keys(config)) - known)
-    moved = [f"{k} is now {MOVED_KEYS[k]}" for k in unknown if k in MOVED_KEYS]
-    if moved:
-        raise ConfigError(f"{'; '.join(moved)}: set the new key")
     if unknown:
         raise ConfigError(f"unknown config keys {unknown}; `--help` lists every key")
 

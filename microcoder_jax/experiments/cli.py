@@ -13,7 +13,7 @@ from microcoder_jax.experiments.tables import table
 
 def parse_args(argv, prog: str, doc: str | None, default_seeds: int, default_steps: int, arm_names=None, tasks=None):
     """The experiment flags; `arm_names`: the experiment's arms, which `--arms` picks from; `tasks`:
-    {name: (config file, description)}, which `--task` picks from (the first is the default)."""
+    {name: (config file, description, overrides)}, which `--task` picks from (the first is the default)."""
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

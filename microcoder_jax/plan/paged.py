@@ -319,9 +319,8 @@ def step_programs(config, rl_config, mesh, tpu: bool | str = True) -> list[Progr
 
     sh = programs.shapes_of(config, rl_config, mesh)
     mc = paged_model_config(config, tpu)
-    prompts = session_prompts(
-        config.data.num_prompts, rl_config, config.train
-    )  # DAPO's refill batch, partial rollouts' ring
+    # DAPO's refill batch, partial rollouts' ring
+    prompts = session_prompts(config.data.num_prompts, rl_config, config.train)
     on = sharding.sampler_mesh(mesh, config.sampling.decode_tensor, mc.num_kv_heads)  # the sampler's mesh
     layout = programs.decode_layout_program(mc, mesh, on)  # PagedSession reshards once per session
     held = held_layout_of(config, sh)
