@@ -435,42 +435,60 @@ def test_feedback_experiment_summary_pairs_seeds_and_reads_the_turns():
 
 def test_real_model_experiment_summary_intervals_and_arms():
     """experiments/smollm2.py from finished runs (no training): per seed start/end held-out pass@1
-    and greedy, the training pass rate of the last 5 steps, RL's change per arm and the arms'
-    paired difference; each arm's config is configs/smollm2.py with its reward, scored at start and end."""
+    and greedy, the training pass rate of the last 5 steps and the tokens sampled, RL's change per
+    arm and the arms' paired difference; each arm's config is configs/smollm2.py with its reward,
+    scored at start and end; the feedback arm (two turns) scored at its end only, its episodes'
+    pass@1 by turn reported, in fewer steps (about the single-turn arms' sampled tokens)."""
     from microcoder_jax.experiments import smollm2
 
-    def report(p, g):
-        return {"overall": {"pass@1": p}, "greedy": {"overall": {"pass@1": g}}}
+    def report(p, g, turns=None):
+        out = {"overall": {"pass@1": p}, "greedy": {"overall": {"pass@1": g}}}
+        if turns:
+            out["episodes"] = {"pass_turn1": turns[0], "pass_turn2": turns[1], "repaired_frac": turns[2]}
+        return out
 
-    def run(ends, passing):
-        rows = [{"step": i + 1, "pass_rate": passing, "reward_mean": 0.1} for i in range(6)]
-        return rows, {}, {0: report(0.0, 0.0), 10: report(0.5, 0.5), 20: report(*ends)}
+    def run(ends, passing, start=True, steps=6):
+        rows = [{"step": i + 1, "pass_rate": passing, "reward_mean": 0.1, "gen_tokens": 100} for i in range(steps)]
+        reports = {0: report(0.0, 0.0), 10: report(0.5, 0.5), 20: report(*ends)}
+        return rows, {}, reports if start else {7: report(*ends)}
 
     results = {
         "reads": {0: run((0.05, 0.125), 0.1), 1: run((0.0, 0.1875), 0.2), 2: run((0.10, 0.25), 0.3)},
         "runs": {0: run((0.0, 0.0), 0.0), 1: run((0.0, 0.0625), 0.0), 2: run((0.0, 0.0), 0.0)},
         "lora": {0: run((0.0, 0.0625), 0.1), 1: run((0.0, 0.0), 0.0)},  # two seeds: paired over those
+        "feedback": {s: run((0.0, 0.0625 * s, (0.0, 0.25, 0.25)), 0.1, start=False, steps=3) for s in range(3)},
     }
     s = smollm2.summarize(results, 20)
-    assert s["arms"]["reads"]["2"] == {
-        "start": {"pass@1": 0.0, "greedy pass@1": 0.0},
-        "end": {"pass@1": 0.10, "greedy pass@1": 0.25},  # the last evaluation, not step 10's
-        "train_pass_last5": pytest.approx(0.3),
-    }
+    two = s["arms"]["reads"]["2"]
+    assert two["start"]["pass@1"] == 0.0 and two["start"]["greedy pass@1"] == 0.0
+    assert two["end"]["pass@1"] == 0.10 and two["end"]["greedy pass@1"] == 0.25  # the last evaluation, not step 10's
+    assert two["train_pass_last5"] == pytest.approx(0.3) and two["steps"] == 6 and two["sampled_tokens"] == 600
+    assert np.isnan(two["end"]["episodes pass@1, turn 2"])  # single turn: no episodes
     change = s["change"]["reads"]["greedy pass@1"]
     assert change["mean"] == pytest.approx(0.1875) and change["positive"] == 3 and change["ci95"][0] > 0
     diff = s["difference"]["runs - reads"]["pass@1"]
     assert diff["mean"] == pytest.approx(-0.05) and diff["positive"] == 0
     lora = s["difference"]["lora - reads"]["greedy pass@1"]
     assert lora["seeds"] == 2 and lora["mean"] == pytest.approx(((0.0625 - 0.125) + (0.0 - 0.1875)) / 2)
+    fb = s["arms"]["feedback"]["1"]
+    assert fb["start"] is None and fb["steps"] == 3 and fb["sampled_tokens"] == 300
+    assert fb["end"]["episodes pass@1, turn 2"] == 0.25 and fb["end"]["repaired"] == 0.25
+    assert "feedback" not in s["change"]  # no start: RL's change is not claimed
+    fd = s["difference"]["feedback - reads"]["greedy pass@1"]
+    assert fd["seeds"] == 3 and fd["mean"] == pytest.approx((0.0625 * 3 - (0.125 + 0.1875 + 0.25)) / 3)
     text = smollm2.table(s)
-    assert "| reads | 2 | 0.000 | 0.100 | 0.000 | 0.250 | 0.300 |" in text
+    assert "| reads | 2 | 0.000 | 0.100 | 0.000 | 0.250 | - | 0.300 | 6 | 600 |" in text
+    assert "| feedback | 2 | - | 0.000 | - | 0.125 | 0.000 -> 0.250 | 0.100 | 3 | 300 |" in text
     assert "reads: RL's change in held-out greedy pass@1: +0.188 [" in text
     for arm in smollm2.arms(20):
         config = run_config(arm, 1, 20, False, "/tmp/unused")
         assert config.evaluator.reward == smollm2.REWARDS.get(arm.name, "fraction_reads") and config.seed == 1
         assert config.lora.rank == (16 if arm.name == "lora" else 0)
         assert config.rl.learning_rate == (1e-4 if arm.name == "lora" else 1e-5)
-        assert config.train.eval_at_start and config.train.eval_every == 20 and config.model.path == "smollm2"
+        assert config.model.path == "smollm2" and config.temperature.temperature == 0.7
+        multi = arm.name == "feedback"
+        assert config.env.kind == ("feedback" if multi else "code") and (config.env.max_turns == 2 or not multi)
+        assert config.train.steps == (7 if multi else 20)
+        assert config.train.eval_at_start == (not multi) and config.train.eval_every == config.train.steps
         validate(config)
     assert smollm2.main(["--out", "/tmp/unused", "--short"]) == 2  # the demo's --short does not size these runs

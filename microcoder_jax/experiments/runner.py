@@ -39,6 +39,12 @@ class Arm:
     overrides: tuple = ()
     label: str = ""
     config_file: str = ""
+    step_share: float = 1.0  # the arm's steps as a share of the experiment's (run_steps)
+
+    def run_steps(self, steps: int) -> int:
+        """This arm's RL steps: a multi-turn arm samples more tokens a step than a single-turn one,
+        so it runs a share of the steps to compare the two at about the same sampled tokens."""
+        return max(1, round(steps * self.step_share))
 
 
 def run_config(arm: Arm, seed: int, steps: int, short: bool, out: str):
@@ -48,7 +54,7 @@ def run_config(arm: Arm, seed: int, steps: int, short: bool, out: str):
     overrides = [
         *arm.overrides,
         f"seed={seed}",
-        f"train.steps={steps}",
+        f"train.steps={arm.run_steps(steps)}",
         "train.progress=False",
         *(SHORT if short else ()),
     ]
@@ -87,11 +93,11 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
     results = {a.name: {} for a in arms}
     plan = [(s, a) for s in seeds for a in arms]
     total, t_all, trained = len(plan), time.perf_counter(), 0
-    every = max(1, steps // 8)
     for i, (seed, arm) in enumerate(plan):
+        n = arm.run_steps(steps)
         workdir = os.path.join(out, "runs", arm.name, f"seed{seed}")
         tag = f"[{i + 1}/{total}] {arm.name} seed {seed}"
-        rows = _finished(workdir, steps)
+        rows = _finished(workdir, n)
         if rows is not None:
             timing = json.load(open(os.path.join(workdir, "run_done.json")))
             log(f"{tag}: done before, read back")
@@ -101,10 +107,10 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
         config = run_config(arm, seed, steps, short, out)
         t0, c0 = time.perf_counter(), time.process_time()
 
-        def on_step(step, r, tag=tag, t0=t0):
-            if step % every == 0 or step == steps:
+        def on_step(step, r, tag=tag, t0=t0, n=n):
+            if step % max(1, n // 8) == 0 or step == n:
                 log(
-                    f"{tag} step {step}/{steps}: reward {r['reward_mean']:.3f} length "
+                    f"{tag} step {step}/{n}: reward {r['reward_mean']:.3f} length "
                     f"{r['response_length_mean']:.1f} truncated {r['truncation_rate']:.2f} masked "
                     f"{r['masked_fraction']:.2f} diversity {r['diversity']:.3f} T {r['temperature']:g} "
                     f"({time.perf_counter() - t0:.0f} s)"
@@ -114,7 +120,7 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
         timing = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
         with open(os.path.join(workdir, "run_done.json"), "w") as f:
             json.dump(timing, f)
-        rows = _finished(workdir, steps)
+        rows = _finished(workdir, n)
         results[arm.name][seed] = (rows, timing, held_out_reports(workdir))
         elapsed, trained = time.perf_counter() - t_all, trained + 1  # ETA from the runs trained here
         log(

@@ -17,6 +17,7 @@ arm's difference from `reads` at the end, over the seeds both ran.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -31,42 +32,70 @@ from microcoder_jax.experiments.stats import interval
 
 REWARDS = {"reads": "fraction_reads", "runs": "fraction_runs"}  # arm -> the reward it trains with
 LORA = ("lora.rank=16", "lora.alpha=32.0", "rl.learning_rate=1e-4")  # the `lora` arm: 10x configs/smollm2.py's rate
-ARMS = (*REWARDS, "lora")
+# the `feedback` arm: two answers an episode, the second after the failing public example is shown
+# (envs/feedback.py); feedback turns average ~70 tokens, so 160 cuts few and keeps rows 960 wide
+FEEDBACK = ("env.kind=feedback", "env.max_turns=2", "env.feedback_tokens=160", "sampling.engine=paged")
+ARMS = (*REWARDS, "lora", "feedback")
 QUANTITIES = ("pass@1", "greedy pass@1")
 # the figure's panels (experiments/figure.py)
 KEYS = ("pass_rate", "reward_mean", "eval_pass@1", "eval_greedy_pass@1", "response_length_mean", "truncation_rate")
 
 
 def arms(steps: int) -> list[Arm]:
-    """One arm per reward and the adapters' arm; the held-out set scored before RL and at the last step only."""
+    """One arm per reward, the adapters' arm and the feedback arm; the held-out set scored before RL
+    and at the last step only (the feedback arm at its last step only: before RL it is the model as
+    it ships, measured apart in docs/experiments.md, and a multi-turn evaluation costs ~8 minutes)."""
     evals = ("train.eval_at_start=True", f"train.eval_every={steps}")
     out = [Arm(name, "", (f"evaluator.reward={r}", *evals), r, "smollm2.py") for name, r in REWARDS.items()]
     reads = f"evaluator.reward={REWARDS['reads']}"
-    return out + [Arm("lora", "", (reads, *LORA, *evals), "fraction_reads, LoRA r16", "smollm2.py")]
+    # a feedback step samples ~2.1x the tokens of a single-turn one (7,337 at step 1 of seed 0,
+    # against 3,444-4,209 for `reads`): 7 steps sample about what `reads` samples in 20
+    feedback = Arm("feedback", "", (), "fraction_reads, 2 turns", "smollm2.py", step_share=0.35)
+    end = ("train.eval_at_start=False", f"train.eval_every={feedback.run_steps(steps)}")
+    return out + [
+        Arm("lora", "", (reads, *LORA, *evals), "fraction_reads, LoRA r16", "smollm2.py"),
+        dataclasses.replace(feedback, overrides=(reads, *FEEDBACK, *end)),
+    ]
 
 
 def held_out(report: dict) -> dict:
-    """Pass@1 at the eval temperature and greedy (NaN where the run did not decode greedily)."""
-    greedy = report.get("greedy", {}).get("overall", {}).get("pass@1", float("nan"))
-    return {"pass@1": report["overall"]["pass@1"], "greedy pass@1": greedy}
+    """Pass@1 at the eval temperature and greedy (NaN where the run did not decode greedily); for a
+    multi-turn run also its episodes' pass@1 after turns 1 and 2 and the share of failing first
+    answers repaired (NaN for a single-turn run)."""
+    nan = float("nan")
+    greedy = report.get("greedy", {}).get("overall", {}).get("pass@1", nan)
+    episodes = report.get("episodes", {})
+    return {
+        "pass@1": report["overall"]["pass@1"],
+        "greedy pass@1": greedy,
+        "episodes pass@1, turn 1": episodes.get("pass_turn1", nan),
+        "episodes pass@1, turn 2": episodes.get("pass_turn2", nan),
+        "repaired": episodes.get("repaired_frac", nan),
+    }
 
 
 def summarize(results: dict, steps: int) -> dict:
-    """Per arm and seed: held-out start and end, the training pass rate of the last 5 steps; the
-    intervals of RL's change per arm and of the arms' difference at the end."""
+    """Per arm and seed: held-out start (None where the arm does not score it) and end, the training
+    pass rate of the last 5 steps and the tokens sampled in training; the intervals of RL's change
+    per arm (over the seeds with a start) and of the arms' difference at the end."""
     arms: dict = {}
     for name, seeds in results.items():
         arms[name] = {}
         for seed, (rows, _, reports) in seeds.items():
-            passed = series(training_rows(rows), "pass_rate")
+            train = training_rows(rows)
+            passed = series(train, "pass_rate")
             arms[name][str(seed)] = {
-                "start": held_out(reports[0]),
+                "start": held_out(reports[0]) if 0 in reports else None,
                 "end": held_out(reports[max(reports)]),
+                "steps": len(train),
+                "sampled_tokens": int(sum(r.get("gen_tokens", 0) for r in train)),
                 "train_pass_last5": float(np.mean(passed[-5:])) if len(passed) else float("nan"),
             }
     out: dict = {"steps": steps, "arms": arms, "change": {}, "difference": {}}
     for name, seeds in arms.items():
-        out["change"][name] = {q: interval([v["end"][q] - v["start"][q] for v in seeds.values()]) for q in QUANTITIES}
+        started = [v for v in seeds.values() if v["start"] is not None]
+        if started:
+            out["change"][name] = {q: interval([v["end"][q] - v["start"][q] for v in started]) for q in QUANTITIES}
     for other in [a for a in arms if a != "reads" and "reads" in arms]:
         both = sorted(set(arms["reads"]) & set(arms[other]), key=int)
         if both:
@@ -83,15 +112,19 @@ def _interval(i: dict) -> str:
 
 def table(summary: dict) -> str:
     lines = [
-        "| arm | seed | pass@1 start | pass@1 end | greedy start | greedy end | training passing, last 5 steps |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | seed | pass@1 start | pass@1 end | greedy start | greedy end | episodes pass@1 end, turn 1 -> 2 "
+        "| training passing, last 5 steps | steps | sampled tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, seeds in summary["arms"].items():
         for s, v in seeds.items():
             a, b = v["start"], v["end"]
+            start = (f"{a['pass@1']:.3f}", f"{a['greedy pass@1']:.3f}") if a else ("-", "-")
+            turns = b["episodes pass@1, turn 1"], b["episodes pass@1, turn 2"]
+            episodes = "-" if np.isnan(turns[0]) else f"{turns[0]:.3f} -> {turns[1]:.3f}"
             lines.append(
-                f"| {name} | {s} | {a['pass@1']:.3f} | {b['pass@1']:.3f} | {a['greedy pass@1']:.3f} | "
-                f"{b['greedy pass@1']:.3f} | {v['train_pass_last5']:.3f} |"
+                f"| {name} | {s} | {start[0]} | {b['pass@1']:.3f} | {start[1]} | {b['greedy pass@1']:.3f} | "
+                f"{episodes} | {v['train_pass_last5']:.3f} | {v['steps']} | {v['sampled_tokens']} |"
             )
     lines.append("")
     for name, change in summary["change"].items():
