@@ -33,8 +33,15 @@ from microcoder_jax.experiments.stats import interval
 REWARDS = {"reads": "fraction_reads", "runs": "fraction_runs"}  # arm -> the reward it trains with
 LORA = ("lora.rank=16", "lora.alpha=32.0", "rl.learning_rate=1e-4")  # the `lora` arm: 10x configs/smollm2.py's rate
 # the `feedback` arm: two answers an episode, the second after the failing public example is shown
-# (envs/feedback.py); feedback turns average ~70 tokens, so 160 cuts few and keeps rows 960 wide
-FEEDBACK = ("env.kind=feedback", "env.max_turns=2", "env.feedback_tokens=160", "sampling.engine=paged")
+# (envs/feedback.py); feedback turns average ~70 tokens, so 160 cuts few and keeps rows 960 wide.
+# Rows 960 wide without remat took the learner past 24 GB (killed for memory at step 5 of seed 0)
+FEEDBACK = (
+    "env.kind=feedback",
+    "env.max_turns=2",
+    "env.feedback_tokens=160",
+    "sampling.engine=paged",
+    "model.remat=full",
+)
 ARMS = (*REWARDS, "lora", "feedback")
 QUANTITIES = ("pass@1", "greedy pass@1")
 # the figure's panels (experiments/figure.py)
