@@ -9,7 +9,7 @@ few words changed: `--near-high` with shingle Jaccard >= 0.8 to their original, 
 0.7 and 0.8 (the exact Jaccard of each planted pair is computed, so the bands are what they say).
 Then times collect, process, filter (MinHash + LSH at `near_duplicate_threshold` 0.7) and export
 through `stages.run_stage`, and verify separately on `--verify` problems with a reference solution
-(judged by the real evaluator with `--workers` processes): problems/s. Prints one line per stage.
+(judged by the real judge with `--workers` processes): problems/s. Prints one line per stage.
 """
 
 from __future__ import annotations
@@ -207,12 +207,12 @@ def main(argv=None) -> int:
     print(f"distinct problems without a planted copy removed: {lost} of {args.distinct - len(originals)}")
     if args.verify:
         from microcoder_jax.dataset import verify
-        from microcoder_jax.evaluator.pool import EvaluatorPool
+        from microcoder_jax.judge.pool import JudgePool
 
         problems = [
             p for p in stages._read_problems(os.path.join(cfg.workdir, "filter", "problems.jsonl")) if p.solutions
         ][: args.verify]
-        with EvaluatorPool(workers=args.workers, timeout=cfg.verify.timeout, memory_mb=cfg.verify.memory_mb) as pool:
+        with JudgePool(workers=args.workers, timeout=cfg.verify.timeout, memory_mb=cfg.verify.memory_mb) as pool:
             t = time.perf_counter()
             kept, counts, _ = verify.verify_problems(
                 problems, cfg.verify, pool, cache_path=None, limits=(cfg.verify.timeout, cfg.verify.memory_mb)

@@ -6,7 +6,7 @@ device); the train step's tokens/s and MFU against the chip's bf16 peak (``PEAK_
 memory high-water mark (``memory_stats``; a process-wide peak, so the 0.6B step runs first)
 against the planner's analytic estimate (``plan.analytic.train_step``) for the same shapes; the
 paged sampler's decode tokens/s for both shapes at bf16 and int8 pools, a few slot counts, skewed
-(lognormal) lengths; and the judge's programs/s on the host (``evaluator.EvaluatorPool`` over the
+(lognormal) lengths; and the judge's programs/s on the host (``judge.JudgePool`` over the
 bundled reference solutions). A measurement that would start past the budget is recorded as
 skipped, a failing one as its error. Prints one table and writes it as JSON (``--out``).
 
@@ -250,7 +250,7 @@ def decode(name: str, mc, kv_dtype: str, slots: int, cap: int, page_size: int, d
 
 def judge(programs: int, workers: int) -> dict:
     """Programs/s of the judge over the bundled problems' reference solutions (all should pass)."""
-    from microcoder_jax.evaluator.pool import EvaluatorPool
+    from microcoder_jax.judge.pool import JudgePool
     from microcoder_jax.data.problems import load_problems
 
     problems = [
@@ -259,7 +259,7 @@ def judge(programs: int, workers: int) -> dict:
         if p.solutions
     ]
     batch = [problems[i % len(problems)] for i in range(programs)]
-    pool = EvaluatorPool(workers=workers)
+    pool = JudgePool(workers=workers)
     try:
         pool.judge(batch[:workers], [p.solutions[0] for p in batch[:workers]])  # servers warm
         t = time.perf_counter()

@@ -23,7 +23,7 @@ import numpy as np
 from microcoder_jax import cli
 from microcoder_jax import config as config_lib
 from microcoder_jax.models.checkpoint import Checkpointer
-from microcoder_jax.evaluator.pool import EvaluatorPool
+from microcoder_jax.judge.pool import JudgePool
 from microcoder_jax.trainer.learner import logprobs
 from microcoder_jax.trainer.rollout import GroupJudge, finish, generate, rows_of, start
 from microcoder_jax.trainer.setup import key, setup, start_state
@@ -74,8 +74,8 @@ def main(argv) -> int:
     ckpt.close()
     n = config.data.num_prompts
     results = {"overlapped": [], "sequential": []}
-    with EvaluatorPool(
-        workers=config.evaluator.workers or None, timeout=config.evaluator.timeout, memory_mb=config.evaluator.memory_mb
+    with JudgePool(
+        workers=config.judge.workers or None, timeout=config.judge.timeout, memory_mb=config.judge.memory_mb
     ) as pool:
         for rep in range(args.reps + 1):  # rep 0 compiles both
             lo = rep * n % max(1, len(run.prompt_set.prompts) - n)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
+from microcoder_jax.judge import JudgePool, Problem, TestCase
 
 TESTS = 40  # tests per problem: every test is one program run
 PROGRAMS = {  # name -> (code, share of the programs)
@@ -74,9 +74,7 @@ def soak(runs: int, workers: int, every: float, tests: int = TESTS, timeout: flo
     codes = mix(20)
     prob = problem(tests)
     samples, done, verdicts = [], 0, {}
-    pool = EvaluatorPool(
-        workers=workers, timeout=timeout, memory_mb=256, output_limit_mb=1, wall_factor=4.0, tmpdir=root
-    )
+    pool = JudgePool(workers=workers, timeout=timeout, memory_mb=256, output_limit_mb=1, wall_factor=4.0, tmpdir=root)
     try:
         t0 = last_t = time.perf_counter()
         last_done = 0

@@ -24,8 +24,8 @@ import sys
 import tempfile
 import time
 
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
-from microcoder_jax.evaluator.compare import compare_stdout
+from microcoder_jax.judge import JudgePool, Problem, TestCase
+from microcoder_jax.judge.compare import compare_stdout
 
 # (name, input generator, reference, correct program, wrong program)
 TASKS = [
@@ -138,7 +138,7 @@ def _server_processes(pool) -> list[int]:
 
 def pool_judge(problems, codes, workers: int, timeout: float, **options):
     """Verdicts, tests run, wall s, judge CPU s (all processes), and the same for a do-nothing batch."""
-    with EvaluatorPool(workers, timeout=timeout, **options) as pool:
+    with JudgePool(workers, timeout=timeout, **options) as pool:
         pool.judge(problems[:workers], codes[:workers])  # servers are up and warm, as in training
         servers = _server_processes(pool)
 
@@ -237,10 +237,10 @@ def main(argv=None) -> None:
 
 FLOOD = """
 import json, resource, sys
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
+from microcoder_jax.judge import JudgePool, Problem, TestCase
 mib = lambda key: int(open('/proc/self/status').read().split(key + ':')[1].split()[0]) >> 10
 six = Problem('six', [TestCase('', '6\\n')])
-with EvaluatorPool(1, timeout=10.0, memory_mb=1024, output_limit_mb=64) as pool:
+with JudgePool(1, timeout=10.0, memory_mb=1024, output_limit_mb=64) as pool:
     pool.judge([six], ['print(6)'])
     open('/proc/self/clear_refs', 'w').write('5')
     base, r0 = mib('VmRSS'), resource.getrusage(resource.RUSAGE_SELF)

@@ -1,4 +1,4 @@
-"""The demo: a tiny Qwen3 learns "read a b, print a OP b" from the real evaluator's rewards on a CPU.
+"""The demo: a tiny Qwen3 learns "read a b, print a OP b" from the real judge's rewards on a CPU.
 
     python -m microcoder_jax.train --config=configs/demo.py --workdir=runs/demo
 

@@ -80,8 +80,8 @@ def get_config(arg: str = "qwen3-1.7b,microcoder"):
     # train.partial_rollouts is set)
     c.train.off_policy_steps = 0
     c.rl.is_correction = "auto"
-    c.evaluator.workers = 0  # all cores
-    c.evaluator.timeout = 6.0
+    c.judge.workers = 0  # all cores
+    c.judge.timeout = 6.0
     c.train.steps = 300
     c.train.checkpoint_every = 10
     c.train.keep_checkpoints = 3

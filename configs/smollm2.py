@@ -57,12 +57,12 @@ def get_config(arg=None):
     c.rl.micro_batch_size = 8
     c.rl.learning_rate = 1e-5  # one update per batch (rl.num_minibatches=1) over a short run
     # 0.9 x the share of tests passed + 0.1 for a program that reads stdin and runs cleanly
-    # (evaluator/rewards.py): at the start 0-1 of 32 answers pass any test, so the all-tests or
+    # (judge/rewards.py): at the start 0-1 of 32 answers pass any test, so the all-tests or
     # fraction reward leaves every group equal and GRPO without a signal. The bonus needs the read:
     # paid for any clean run (fraction_runs) the model learned programs that read nothing
     # (docs/experiments.md: the held-out pass rate moves only with this one)
-    c.evaluator.reward = "fraction_reads"
-    c.evaluator.timeout = 2.0  # seconds per test: a right answer takes milliseconds; a loop costs tests x this
+    c.judge.reward = "fraction_reads"
+    c.judge.timeout = 2.0  # seconds per test: a right answer takes milliseconds; a loop costs tests x this
     c.temperature.temperature = 0.7  # T = 1 writes mostly broken code (docs/experiments.md)
     c.train.steps = 10
     c.train.checkpoint_every = 2

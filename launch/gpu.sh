@@ -41,7 +41,7 @@ CONFIG=${CONFIG:-configs/paper.py:qwen3-1.7b,microcoder}
 run_name=$(basename "${CONFIG%%:*}" .py)  # configs/paper.py:qwen3-1.7b,microcoder -> paper_qwen3-1.7b_microcoder
 [[ "$CONFIG" == *:* ]] && run_name="${run_name}_${CONFIG#*:}" && run_name=${run_name//,/_}
 WORKDIR=${WORKDIR:-runs/$run_name}
-# Let XLA overlap collectives with compute, and leave room for the evaluator's processes.
+# Let XLA overlap collectives with compute, and leave room for the judge's processes.
 export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_latency_hiding_scheduler=true"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
 args=(--config="$CONFIG" --workdir="$WORKDIR" --config.model.path="$MODEL_DIR")

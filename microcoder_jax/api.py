@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 from microcoder_jax import cli
 from microcoder_jax import config as config_lib
 from microcoder_jax.data.problems import Problem, save_problems
-from microcoder_jax.evaluator import rewards as rewards_lib
+from microcoder_jax.judge import rewards as rewards_lib
 from microcoder_jax.plan import host
 from microcoder_jax.trainer import loop
 from microcoder_jax.trainer.metrics import read_metrics
@@ -51,7 +51,7 @@ def train(
     `model`: a Hugging Face checkpoint folder (model.path; its tokenizer is used).
     `problems` / `eval_problems`: `Problem`s (written to WORKDIR/problems.jsonl / eval_problems.jsonl)
     or problem files (paths or globs).
-    `reward`: a registered reward's name (evaluator/rewards.py), or a function
+    `reward`: a registered reward's name (judge/rewards.py), or a function
     `(problem, response_text, judge_result) -> float`, registered under its name
     (`reward_every_test`: whether it needs every test judged, or the judge may stop at the first
     failure). `on_step(step, record)` is called after each step.
@@ -70,7 +70,7 @@ def train(
         if eval_problems is not None:
             config.eval.files = _files(eval_problems, workdir, "eval_problems.jsonl")
         if reward is not None:
-            config.evaluator.reward = reward if isinstance(reward, str) else _register(reward, reward_every_test)
+            config.judge.reward = reward if isinstance(reward, str) else _register(reward, reward_every_test)
     loop.train(config, workdir, log_fn=log_fn, on_step=on_step, preflight=host.check if memory_check else None)
     return read_metrics(os.path.join(workdir, "metrics.jsonl"))
 

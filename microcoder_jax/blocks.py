@@ -1,6 +1,6 @@
 """Typed config blocks: a frozen dataclass per block, each field a `knob` with its meaning and limits.
 
-A package owns its block (`SamplingConfig` in sampling/, `EvaluatorConfig` in evaluator/, ...).
+A package owns its block (`SamplingConfig` in sampling/, `JudgeConfig` in judge/, ...).
 `config.py` builds the `--config.*` keys, their defaults and `--help` from the fields, and a run
 turns each ml_collections block into its typed block with `Block.from_node`, which checks every
 value (type, choices, lower bound, probability, paths) and the block's own rules (`check`).

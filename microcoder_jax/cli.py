@@ -137,24 +137,34 @@ def config_file_problem(value: str) -> str | None:
         if isinstance(e, ValueError):  # the file's own check of its argument: its message, naming the file
             return str(e) if os.path.basename(path) in str(e) else f"{head}: {e}"
         call = f"get_config({arg!r})" if colon else "get_config()"
-        return f"{head}: {call} raised {type(e).__name__}: {e}"
+        return f"{head}: {call} raised {type(e).__name__}: {e}{_renamed_block_hint(e)}"
     if not isinstance(config, ml_collections.ConfigDict):
         return f"{head}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict"
     return None
 
 
-def _moved_keys(argv: Sequence[str]) -> list[str]:
-    """`--config.rl.off_policy_steps=1` as `--config.train.off_policy_steps=1` (config.MOVED_KEYS),
-    with a note on stderr naming the new key."""
-    from microcoder_jax.config import MOVED_KEYS
+def _renamed_block_hint(e: Exception) -> str:
+    """For a config file that writes a block by its old name (`c.evaluator.X`): the new name."""
+    from microcoder_jax.config import MOVED_BLOCKS
 
-    out = []
+    for old, new in MOVED_BLOCKS.items():
+        if isinstance(e, AttributeError) and f"'{old}'" in str(e):
+            return f" (the `{old}` block is now `{new}`: write c.{new}.X where the file writes c.{old}.X)"
+    return ""
+
+
+def _moved_keys(argv: Sequence[str]) -> list[str]:
+    """`--config.rl.off_policy_steps=1` as `--config.train.off_policy_steps=1` (config.moved_keys),
+    with a note on stderr naming the new key."""
+    from microcoder_jax.config import moved_keys
+
+    moved, out = moved_keys(), []
     for a in argv:
         name, eq, value = a.partition("=")
         key = name[len("--config.") :] if name.startswith("--config.") else ""
-        if key in MOVED_KEYS:
-            print(f"note: --config.{key} is now --config.{MOVED_KEYS[key]} (read as that)", file=sys.stderr)
-            a = f"--config.{MOVED_KEYS[key]}{eq}{value}"
+        if key in moved:
+            print(f"note: --config.{key} is now --config.{moved[key]} (read as that)", file=sys.stderr)
+            a = f"--config.{moved[key]}{eq}{value}"
         out.append(a)
     return out
 

@@ -1,7 +1,7 @@
 """The configuration of a run: the typed blocks' keys as one `ml_collections.ConfigDict`.
 
 Each block is a frozen dataclass owned by its package (`block_types()`: `SamplingConfig` in
-sampling/, `EvaluatorConfig` in evaluator/, `RLConfig` in rl/, ...); its fields give the keys,
+sampling/, `JudgeConfig` in judge/, `RLConfig` in rl/, ...); its fields give the keys,
 defaults and meanings. `default_config()` builds the ConfigDict (what `--config.KEY=VALUE`
 overrides), `demo_config()` is the bundled demo, `configs/*.py` files return one from
 `get_config(arg)`. In the `rl` block a key a preset sets is None (= the preset's value).
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import typing
 
 import ml_collections
@@ -31,7 +32,7 @@ def block_types() -> dict:
     """Block key -> its typed block class, in the order `--help` lists them (`rl` is `RLConfig`)."""
     from microcoder_jax.data.config import DataConfig, DemoConfig, TokenizerConfig
     from microcoder_jax.envs.config import EnvConfig
-    from microcoder_jax.evaluator.config import EvaluatorConfig
+    from microcoder_jax.judge.config import JudgeConfig
     from microcoder_jax.models.lora import LoRAConfig
     from microcoder_jax.models.presets import ModelConfig
     from microcoder_jax.sampling.config import SamplingConfig
@@ -47,7 +48,7 @@ def block_types() -> dict:
         "sampling": SamplingConfig,
         "temperature": TemperatureConfig,
         "rl": RLConfig,
-        "evaluator": EvaluatorConfig,
+        "judge": JudgeConfig,
         "env": EnvConfig,
         "train": TrainConfig,
         "eval": EvalConfig,
@@ -157,9 +158,9 @@ def demo_config() -> ml_collections.ConfigDict:
     c.rl.num_minibatches = 2  # two updates per rollout batch (the second one is off-policy)
     c.rl.micro_batch_size = 32
     c.rl.repeat_m = 8  # responses are short; keep the repetition test meaningful
-    c.evaluator.workers = 2  # the 2-core target machine
-    c.evaluator.timeout = 2.0
-    c.evaluator.memory_mb = 512
+    c.judge.workers = 2  # the 2-core target machine
+    c.judge.timeout = 2.0
+    c.judge.memory_mb = 512
     c.train.steps = 50  # RL steps
     c.train.checkpoint_every = 10
     c.train.eval_every = 0  # `python -m microcoder_jax.eval --checkpoint WORKDIR` afterwards
@@ -254,17 +255,28 @@ def get(config: ml_collections.ConfigDict, key: str):
 
 # Keys that moved to another block: old name -> new name. A command line, config file or saved
 # run (config.json) that sets the old name is read as the new one (`migrate`).
-MOVED_KEYS = {
-    f"rl.{name}": f"train.{name}"  # the loop's schedule, out of the algorithm's static block
-    for name in ("off_policy_steps", "partial_rollouts", "partial_recompute", "max_staleness", "max_refills")
-}
+MOVED_BLOCKS = {"evaluator": "judge"}  # a block renamed whole (the judge's, beside `eval`): old -> new
+
+
+@functools.cache
+def moved_keys() -> dict[str, str]:
+    """Every moved key, old name -> new name: the loop's schedule out of the algorithm's static
+    block, and each key of a renamed block (MOVED_BLOCKS)."""
+    out = {
+        f"rl.{name}": f"train.{name}"
+        for name in ("off_policy_steps", "partial_rollouts", "partial_recompute", "max_staleness", "max_refills")
+    }
+    blocks = block_types()
+    for old, new in MOVED_BLOCKS.items():
+        out.update({f"{old}.{f.name}": f"{new}.{f.name}" for f in dataclasses.fields(blocks[new])})
+    return out
 
 
 def migrate(config) -> list[str]:
-    """Move each value set under an old key name (MOVED_KEYS) to its new name, in place (a
+    """Move each value set under an old key name (moved_keys()) to its new name, in place (a
     ConfigDict or a nested dict); returns one note per key moved. Both names set is a ConfigError."""
     notes = []
-    for old, new in MOVED_KEYS.items():
+    for old, new in moved_keys().items():
         (old_block, old_name), (new_block, new_name) = old.split("."), new.split(".")
         if old_block not in config or old_name not in config[old_block]:
             continue
@@ -279,6 +291,10 @@ def migrate(config) -> list[str]:
             del config[old_block][old_name]  # config_flags locks a file's ConfigDict
         config[new_block][new_name] = value
         notes.append(f"{old} is now {new} (read as {new}={value!r})")
+    for old in MOVED_BLOCKS:  # a renamed block left empty by the moves above
+        if old in config and not len(config[old]):
+            with config.unlocked() if isinstance(config, ml_collections.ConfigDict) else contextlib.nullcontext():
+                del config[old]
     return notes
 
 

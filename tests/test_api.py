@@ -8,8 +8,8 @@ import pytest
 from microcoder_jax import api
 from microcoder_jax import config as config_lib
 from microcoder_jax.data.problems import Problem, TestCase
-from microcoder_jax.evaluator.judge import JudgeResult
-from microcoder_jax.evaluator.rewards import REWARDS, lookup, register_reward
+from microcoder_jax.judge.program import JudgeResult
+from microcoder_jax.judge.rewards import REWARDS, lookup, register_reward
 from short_demo import short_demo
 
 
@@ -78,13 +78,13 @@ def test_a_registered_reward_is_a_config_value_and_an_unknown_one_is_refused():
 
     try:
         c = config_lib.demo_config()
-        c.evaluator.reward = "no_prompt_text"
+        c.judge.reward = "no_prompt_text"
         config_lib.validate(c)
         ok = JudgeResult(True, "passed", 1, 1)
         assert lookup("no_prompt_text")(None, "print(input('Enter a: '))", ok) == 0.0
         assert lookup("no_prompt_text")(None, "print(input())", ok) == 1.0
-        c.evaluator.reward = "nope"
-        with pytest.raises(config_lib.ConfigError, match="evaluator.reward='nope'.*register_reward"):
+        c.judge.reward = "nope"
+        with pytest.raises(config_lib.ConfigError, match="judge.reward='nope'.*register_reward"):
             config_lib.validate(c)
         with pytest.raises(ValueError, match="already registered"):
             register_reward("no_prompt_text")(lambda p, r, j: 0.0)

@@ -197,15 +197,39 @@ def test_the_loops_knobs_read_under_their_old_rl_names(tmp_path, capsys):
         validate(c)
 
 
+def test_the_judges_block_reads_under_its_old_name_evaluator(tmp_path, capsys):
+    """The judge's block was `evaluator.*` (beside `eval`, which scores a checkpoint): an old key on
+    a command line is read as `judge.*` with a note; a config file that writes `c.evaluator.X` is an
+    error naming the new block before anything runs; no key of the old block is left."""
+    c = load("--config.evaluator.reward=fraction", "--config.evaluator.workers", "3")
+    err = capsys.readouterr().err
+    assert "--config.evaluator.reward is now --config.judge.reward" in err and "judge.workers" in err
+    typed = validate(c)
+    assert (typed["judge"].reward, typed["judge"].workers) == ("fraction", 3) and "evaluator" not in c
+    assert set(config_lib.moved_keys()) >= {f"evaluator.{f.name}" for f in dataclasses.fields(typed["judge"])}
+    path = tmp_path / "old.py"
+    path.write_text(
+        "from microcoder_jax.config import demo_config\n\n\ndef get_config(arg=None):\n"
+        "    c = demo_config()\n    c.evaluator.timeout = 3.0\n    return c\n"
+    )
+    with pytest.raises(config_lib.ConfigError, match=r"the `evaluator` block is now `judge`: write c.judge.X"):
+        load(f"--config={path}")
+
+
 def test_a_run_saved_with_the_old_names_resumes_under_the_new_ones():
     from microcoder_jax.trainer import resume
 
     saved = config_lib.to_dict(config_lib.demo_config())
     saved["rl"]["off_policy_steps"] = saved["train"].pop("off_policy_steps")  # as a run of the old layout wrote it
     saved["rl"]["max_refills"] = saved["train"].pop("max_refills")
+    saved["evaluator"] = saved.pop("judge")  # the judge's block under its old name
     new = config_lib.to_dict(config_lib.demo_config())
     assert resume.check_config(saved, new, allow_change=False) == []
-    assert "off_policy_steps" in saved["rl"]  # the caller's dict is left as it was
+    assert "off_policy_steps" in saved["rl"] and "evaluator" in saved  # the caller's dict is left as it was
+    new["judge"]["timeout"] = 9.0
+    with pytest.raises(resume.ConfigChangeError, match=r"judge.timeout: 2.0 -> 9.0"):
+        resume.check_config(saved, new, allow_change=False)
+    new["judge"]["timeout"] = saved["evaluator"]["timeout"]
     new["train"]["off_policy_steps"] = 1
     with pytest.raises(resume.ConfigChangeError, match=r"train.off_policy_steps: 0 -> 1"):
         resume.check_config(saved, new, allow_change=False)

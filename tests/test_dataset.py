@@ -1,7 +1,7 @@
 """Dataset pipeline: readers for every input format, processing, each filter rule, dedup,
 contamination, the difficulty band, verify's policy, and the resumable stage runner.
 
-Judging here uses a stand-in pool (the real evaluator runs in test_dataset_samples.py), so
+Judging here uses a stand-in pool (the real judge runs in test_dataset_samples.py), so
 this module needs no subprocesses and runs in seconds.
 """
 

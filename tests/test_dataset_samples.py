@@ -1,4 +1,4 @@
-"""The bundled sample problems under the real evaluator: every reference solution passes, a
+"""The bundled sample problems under the real judge: every reference solution passes, a
 program that only knows the first expected answer fails, and the verify stage drops a problem
 whose tests disagree with its reference."""
 
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from microcoder_jax.dataset import process, stages
-from microcoder_jax.evaluator.pool import EvaluatorPool
+from microcoder_jax.judge.pool import JudgePool
 from microcoder_jax.data.problems import load_problems
 
 from test_dataset import load_cfg
@@ -21,7 +21,7 @@ SAMPLES = os.path.join(
 
 @pytest.fixture(scope="module")
 def pool():
-    pool = EvaluatorPool(workers=2, timeout=4.0)
+    pool = JudgePool(workers=2, timeout=4.0)
     yield pool
     if hasattr(pool, "close"):
         pool.close()

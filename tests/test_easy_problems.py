@@ -12,7 +12,7 @@ import pytest
 from microcoder_jax.data import easy_problems as ep
 from microcoder_jax.data.loader import read_problems
 from microcoder_jax.data.problems import Problem, load_problems
-from microcoder_jax.evaluator import EvaluatorPool
+from microcoder_jax.judge import JudgePool
 
 SAMPLES = os.path.join(os.path.dirname(ep.__file__), "samples")
 SAMPLE_OPTIONS = dict(seed=0, train_per_template=1, held_out_per_template=1, tests=5)  # see docs/datasets.md
@@ -90,7 +90,7 @@ def test_references_pass_and_a_prompting_program_fails_through_the_real_judge():
     two_inputs = (  # the 135M model's habit: a prompt per number, one number per line
         'a = int(input("Enter the first integer: "))\nb = int(input("Enter the second integer: "))\nprint(a + b)\n'
     )
-    with EvaluatorPool(workers=2, timeout=2.0, memory_mb=256) as pool:
+    with JudgePool(workers=2, timeout=2.0, memory_mb=256) as pool:
         results = pool.judge(
             [*problems, *problems, sum_two], [*(p.solutions[0] for p in problems), *prompting, two_inputs]
         )

@@ -16,7 +16,7 @@ from microcoder_jax import models
 from microcoder_jax.data import prompts as prompts_lib
 from microcoder_jax.data.problems import Problem, TestCase
 from microcoder_jax.envs import Turn, make_env
-from microcoder_jax.evaluator import EvaluatorPool
+from microcoder_jax.judge import JudgePool
 from microcoder_jax.rl.presets import make_rl_config
 from microcoder_jax.rl.step import init_train_state, make_train_step
 from microcoder_jax.trainer.setup import block_fields
@@ -30,7 +30,7 @@ WRONG_LAST = "```python\na, b = map(int, input().split())\nprint(a + b if a > 1 
 
 @pytest.fixture(scope="module")
 def pool():
-    with EvaluatorPool(workers=2, timeout=2.0, memory_mb=256) as p:
+    with JudgePool(workers=2, timeout=2.0, memory_mb=256) as p:
         yield p
 
 

@@ -176,7 +176,7 @@ def test_eval_names_its_step_and_problems_and_writes_only_under_its_folder(tmp_p
 
 
 def test_failure_reason_takes_the_first_that_applies():
-    from microcoder_jax.evaluator.judge import JudgeResult
+    from microcoder_jax.judge.program import JudgeResult
 
     wrong = JudgeResult(False, "wrong_answer", 0, 3)
     assert ev.failure_reason(JudgeResult(True, "passed", 3, 3), "print(1)", truncated=True) == "passed"

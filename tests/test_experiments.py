@@ -14,7 +14,7 @@ from microcoder_jax.cli import load_config
 from microcoder_jax.config import blocks
 from microcoder_jax.config import validate
 from microcoder_jax.data import truncation_task as tt
-from microcoder_jax.evaluator.extract import extract_code
+from microcoder_jax.judge.extract import extract_code
 from microcoder_jax.experiments.cli import parse_args
 from microcoder_jax.experiments.report import SHORT_NOTE, write_outputs
 from microcoder_jax.experiments.rows import series, training_rows
@@ -153,7 +153,7 @@ def test_real_model_config_takes_the_same_rules():
         rl = validate(config)["rl"]
         assert rl.truncation == rule and rl.soft_overlong_cache == config.sampling.max_new_tokens // 4 == 40
         assert dataclasses.replace(rl, truncation="conditional", soft_overlong_cache=1024) == plain
-        assert config.evaluator.reward == "fraction_reads" and config.model.path == "smollm2"
+        assert config.judge.reward == "fraction_reads" and config.model.path == "smollm2"
     with pytest.raises(Exception, match=r"configs/smollm2.py:overlong: expected one of"):
         load_config(f"{SMOLLM2}:overlong")
 
@@ -482,7 +482,7 @@ def test_real_model_experiment_summary_intervals_and_arms():
     assert "reads: RL's change in held-out greedy pass@1: +0.188 [" in text
     for arm in smollm2.arms(20):
         config = run_config(arm, 1, 20, False, "/tmp/unused")
-        assert config.evaluator.reward == smollm2.REWARDS.get(arm.name, "fraction_reads") and config.seed == 1
+        assert config.judge.reward == smollm2.REWARDS.get(arm.name, "fraction_reads") and config.seed == 1
         assert config.lora.rank == (16 if arm.name == "lora" else 0)
         assert config.rl.learning_rate == (1e-4 if arm.name == "lora" else 1e-5)
         assert config.model.path == "smollm2" and config.temperature.temperature == 0.7

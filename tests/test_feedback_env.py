@@ -18,7 +18,7 @@ from microcoder_jax.data.prompts import follow_up
 from microcoder_jax.envs import CodeTask, FeedbackTask, make_env
 from microcoder_jax.envs.config import EnvConfig
 from microcoder_jax.envs.feedback import NO_CODE
-from microcoder_jax.evaluator import EvaluatorPool
+from microcoder_jax.judge import JudgePool
 from microcoder_jax.trainer import batch_files
 from microcoder_jax.trainer.episodes import episode_stats
 from microcoder_jax.trainer.evaluation import format_table
@@ -42,7 +42,7 @@ HARD_CODED = "```python\nprint(7)\n```"  # passes the public test only
 
 @pytest.fixture(scope="module")
 def pool():
-    with EvaluatorPool(workers=2, timeout=2.0, memory_mb=256) as p:
+    with JudgePool(workers=2, timeout=2.0, memory_mb=256) as p:
         yield p
 
 

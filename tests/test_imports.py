@@ -103,15 +103,15 @@ FLOORS = [
     (3, ("config", "cli")),
     (2, ("rl", "sampling", "envs")),
     (0, ("data.problems", "blocks", "data.jsonl")),
-    (1, ("models", "data", "evaluator", "sharding")),
+    (1, ("models", "data", "judge", "sharding")),
 ]
 # Same-floor pairs that must not meet (they meet only in the trainer and the planner, or share a
 # lower module instead): (importer prefix, imported prefix); floor-0 leaves such as data/jsonl.py excepted.
 FORBIDDEN = [
     ("rl", "sampling"),
     ("sampling", "rl"),
-    ("data", "evaluator"),
-    ("evaluator", "data"),
+    ("data", "judge"),
+    ("judge", "data"),
     # an environment is the task (prompt, judging, feedback): it knows neither the train step nor the sampler
     ("envs", "rl"),
     ("envs", "sampling"),

@@ -103,7 +103,7 @@ def test_throughput_rates_shares_and_chip_seconds():
 
 
 def test_judge_counter_counts_the_tests_each_program_ran_once():
-    from microcoder_jax.evaluator.judge import JudgeResult
+    from microcoder_jax.judge.program import JudgeResult
     from microcoder_jax.trainer.metrics import JudgeCounter, tests_run
 
     results = [

@@ -21,7 +21,7 @@ TINY = [
     "--config.data.num_prompts=2",
     "--config.sampling.group_size=4",
     "--config.demo.problems_per_op=2",
-    "--config.evaluator.workers=1",
+    "--config.judge.workers=1",
 ]
 
 
@@ -70,7 +70,7 @@ def _children(pid):
 def test_sigterm_checkpoints_and_exits_143(tmp_path):
     proc = _start(tmp_path)
     _wait_for_step(proc, tmp_path, 2)
-    pool = _children(proc.pid)  # the evaluator pool's server(s)
+    pool = _children(proc.pid)  # the judge pool's server(s)
     assert pool
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
@@ -119,7 +119,7 @@ def _signal_during_set_up(workdir, signum, marker):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
     env.pop("XLA_FLAGS", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "microcoder_jax.train", f"--workdir={workdir}", "--config.evaluator.workers=1"],
+        [sys.executable, "-m", "microcoder_jax.train", f"--workdir={workdir}", "--config.judge.workers=1"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -80,7 +80,7 @@ def test_schedule_and_hardware_changes_are_free():
     new["train"]["steps"] = 200
     new["train"]["checkpoint_every"] = 5
     new["mesh"]["fsdp"] = 4
-    new["evaluator"]["workers"] = 16
+    new["judge"]["workers"] = 16
     new["eval"]["samples"] = 4
     kinds = {c["key"]: c["kind"] for c in resume.check_config(_demo(), new, allow_change=False)}
     assert set(kinds.values()) == {"free"} and len(kinds) == 5

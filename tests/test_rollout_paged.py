@@ -11,8 +11,8 @@ import pytest
 from microcoder_jax import models
 from microcoder_jax.config import default_config
 from microcoder_jax.envs import make_env
-from microcoder_jax.evaluator import Problem, TestCase
-from microcoder_jax.evaluator.pool import EvaluatorPool
+from microcoder_jax.judge import Problem, TestCase
+from microcoder_jax.judge.pool import JudgePool
 from microcoder_jax.rl.dynamic_sampling import GroupBuffer, informative_groups, refill_certain
 from microcoder_jax.trainer.rollout import GroupJudge, collect, generate, sampler_for
 from microcoder_jax.trainer.setup import block_fields
@@ -43,7 +43,7 @@ def make_run(engine="paged", dynamic=False, buckets=(16,), max_refills=3, slots=
     config.sampling.engine, config.sampling.group_size, config.sampling.max_new_tokens = engine, G, MAX_NEW
     config.sampling.slots, config.sampling.page_size, config.sampling.refill_every = slots, 8, 1
     config.rl.dynamic_sampling, config.train.max_refills, config.rl.micro_batch_size = dynamic, max_refills, 4
-    config.evaluator.reward = "all"
+    config.judge.reward = "all"
     model_config = models.get_preset("tiny", vocab_size=64, dtype="float32")
     return types.SimpleNamespace(
         config=config,
@@ -65,7 +65,7 @@ def params():
 
 @pytest.fixture(scope="module")
 def pool():
-    with EvaluatorPool(workers=2, timeout=2.0, memory_mb=256) as p:
+    with JudgePool(workers=2, timeout=2.0, memory_mb=256) as p:
         yield p
 
 

@@ -1,4 +1,4 @@
-"""End to end: the shortened demo learns with the real evaluator, without steady-state recompiles;
+"""End to end: the shortened demo learns with the real judge, without steady-state recompiles;
 eval and plot read its workdir (non-finite updates: tests/test_train_faults.py)."""
 
 import json

@@ -7,7 +7,7 @@ import pytest
 
 from microcoder_jax.config import demo_config
 from microcoder_jax.data import demo_task, loader
-from microcoder_jax.evaluator import EvaluatorPool
+from microcoder_jax.judge import JudgePool
 
 
 def test_malformed_rows_are_skipped_and_counted(tmp_path):
@@ -75,7 +75,7 @@ def test_stream_is_shuffled_per_epoch_split_over_hosts_and_resumable():
 def test_demo_tests_tell_every_operation_apart_and_references_pass():
     ops = tuple(demo_task.OPS)
     problems = demo_task.make_problems(ops, 1, 3, seed=0)
-    with EvaluatorPool(workers=2, timeout=2.0, memory_mb=512) as pool:
+    with JudgePool(workers=2, timeout=2.0, memory_mb=512) as pool:
         for p in problems:
             op = p.metadata["op"]
             codes = [demo_task.program(o) for o in ops]

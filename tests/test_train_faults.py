@@ -26,7 +26,7 @@ TINY = [
     "--config.data.num_prompts=2",
     "--config.sampling.group_size=4",
     "--config.demo.problems_per_op=2",
-    "--config.evaluator.workers=1",
+    "--config.judge.workers=1",
     "--config.rl.num_minibatches=1",
 ]
 

@@ -108,7 +108,7 @@ _SHORT = [
     "mesh.fsdp=-1",
     "train.progress=False",
     "train.checkpoint_every=0",
-    "evaluator.workers=1",
+    "judge.workers=1",
 ]
 
 
@@ -206,7 +206,7 @@ def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
         "env.feedback_tokens=192",
         "demo.public_tests=1",
         "demo.tests_per_problem=3",
-        "evaluator.reward=fraction",  # partial credit: groups differ from the start
+        "judge.reward=fraction",  # partial credit: groups differ from the start
         "sampling.engine=paged",
         "rl.dynamic_sampling=True",
         "train.max_refills=2",

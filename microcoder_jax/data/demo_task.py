@@ -1,4 +1,4 @@
-"""The demo task: "read two integers a b, print a OP b", judged by the real evaluator.
+"""The demo task: "read two integers a b, print a OP b", judged by the real judge.
 
 A randomly initialised tiny model cannot write Python, so the demo first trains it, supervised, on
 programs in the right format whose operation is drawn at random, independent of the prompt. After

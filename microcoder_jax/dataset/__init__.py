@@ -3,7 +3,7 @@
 Stages (each in its own module): `collect` (readers: LiveCodeBench, APPS/TACO, CodeContests,
 DeepCoder, problem folders; JSONL/JSON/Parquet/HF-cache Arrow), `process` (one schema:
 `microcoder_jax.data.problems.Problem`), `filters` (+ `dedup`: MinHash/LSH, n-gram contamination),
-`verify` (reference solutions under the evaluator), `report`; `stages` runs them resumably;
+`verify` (reference solutions under the judge), `report`; `stages` runs them resumably;
 `config` holds every knob's default and meaning.
 
     from microcoder_jax.dataset import config, run_pipeline, shard_paths

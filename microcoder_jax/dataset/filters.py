@@ -204,7 +204,7 @@ def pass_rate_fn_from_generate(
     """A live `pass_rate_fn` from a response generator: `generate(problems, k)` returns k responses
     per problem (problem-major, as the sampler's rows); each is extracted, judged in `pool`, and a
     problem's rate is the fraction of its responses that pass. Responses without a program fail."""
-    from microcoder_jax.evaluator.extract import extract_code
+    from microcoder_jax.judge.extract import extract_code
 
     def pass_rate_fn(problems: Sequence[Problem]) -> list[float]:
         responses = list(generate(problems, num_samples))

@@ -198,9 +198,9 @@ def run_filter(cfg, out: _StageDir, pass_rate_fn=None, **_) -> dict:
 
 
 def _make_pool(cfg):
-    from microcoder_jax.evaluator.pool import EvaluatorPool
+    from microcoder_jax.judge.pool import JudgePool
 
-    return EvaluatorPool(workers=cfg.verify.workers or None, timeout=cfg.verify.timeout, memory_mb=cfg.verify.memory_mb)
+    return JudgePool(workers=cfg.verify.workers or None, timeout=cfg.verify.timeout, memory_mb=cfg.verify.memory_mb)
 
 
 def run_verify(cfg, out: _StageDir, pool=None, **_) -> dict:

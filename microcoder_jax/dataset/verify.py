@@ -1,4 +1,4 @@
-"""Verify: a problem's reference solutions must pass its own tests under our evaluator.
+"""Verify: a problem's reference solutions must pass its own tests under our judge.
 
 A reference that fails means broken tests (wrong expected outputs, a lost checker, a time limit our
 judge cannot meet) or a broken reference; either way the problem would hand the policy wrong

@@ -20,7 +20,7 @@ class Turn:
     """What the environment makes of one response.
 
     reward: NaN when the judge failed (not the program): the row gets no reward and leaves the
-    loss (rl/advantages.py). verdict: one of evaluator.VERDICTS. program: the code judged (None:
+    loss (rl/advantages.py). verdict: one of judge.VERDICTS. program: the code judged (None:
     none found). feedback: the next user message when the episode goes on (`done` False), else None.
     """
 

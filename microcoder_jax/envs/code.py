@@ -9,13 +9,13 @@ from typing import Sequence
 
 from microcoder_jax.data.prompts import chat_messages
 from microcoder_jax.envs.base import Turn
-from microcoder_jax.evaluator import extract_code
-from microcoder_jax.evaluator.rewards import Reward, lookup
+from microcoder_jax.judge import extract_code
+from microcoder_jax.judge.rewards import Reward, lookup
 
 
 @dataclasses.dataclass(frozen=True)
 class CodeTask:
-    """One answer per problem, judged by `reward` (a registered reward: evaluator/rewards.py, which
+    """One answer per problem, judged by `reward` (a registered reward: judge/rewards.py, which
     also says whether the judge may stop at the first failed test)."""
 
     data: object  # data.config.DataConfig: the prompt's instructions, system turn, few-shot file

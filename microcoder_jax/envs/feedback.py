@@ -18,8 +18,8 @@ from typing import Sequence
 from microcoder_jax.data.problems import private_tests, public_tests
 from microcoder_jax.data.prompts import chat_messages
 from microcoder_jax.envs.base import Turn
-from microcoder_jax.evaluator import extract_code
-from microcoder_jax.evaluator.rewards import Reward
+from microcoder_jax.judge import extract_code
+from microcoder_jax.judge.rewards import Reward
 
 VERDICT_WORDS = {
     "wrong_answer": "wrong answer",

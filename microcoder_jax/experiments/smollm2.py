@@ -53,8 +53,8 @@ def arms(steps: int) -> list[Arm]:
     and at the last step only (the feedback arm at its last step only: before RL it is the model as
     it ships, measured apart in docs/experiments.md, and a multi-turn evaluation costs ~8 minutes)."""
     evals = ("train.eval_at_start=True", f"train.eval_every={steps}")
-    out = [Arm(name, "", (f"evaluator.reward={r}", *evals), r, "smollm2.py") for name, r in REWARDS.items()]
-    reads = f"evaluator.reward={REWARDS['reads']}"
+    out = [Arm(name, "", (f"judge.reward={r}", *evals), r, "smollm2.py") for name, r in REWARDS.items()]
+    reads = f"judge.reward={REWARDS['reads']}"
     # a feedback step samples ~2.1x the tokens of a single-turn one (7,337 at step 1 of seed 0,
     # against 3,444-4,209 for `reads`): 7 steps sample about what `reads` samples in 20
     feedback = Arm("feedback", "", (), "fraction_reads, 2 turns", "smollm2.py", step_share=0.35)

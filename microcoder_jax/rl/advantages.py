@@ -177,7 +177,7 @@ def compute_advantages(config: RLConfig, batch: dict, uniforms: jax.Array):
     already normalised advantage. Judge-error rows are left out of them (`group_advantages`).
     """
     raw = batch["rewards"].astype(jnp.float32)
-    judged = jnp.isfinite(raw)  # NaN: a judge_error row (evaluator.reward), no reward at all
+    judged = jnp.isfinite(raw)  # NaN: a judge_error row (judge.reward), no reward at all
     truncated = batch["truncated"].astype(bool)
     lengths = batch["response_lengths"].astype(jnp.int32)
     start = response_start(batch["response_mask"])

@@ -30,7 +30,7 @@ import numpy as np
 from microcoder_jax import sharding
 from microcoder_jax.data.prompts import follow_up, prompt_bucket
 from microcoder_jax.envs.base import Turn
-from microcoder_jax.evaluator.judge import VERDICTS
+from microcoder_jax.judge.program import VERDICTS
 from microcoder_jax.envs.feedback import cut
 from microcoder_jax.rl.batch import Rollout
 from microcoder_jax.sampling.paged_sampler import MAX_ADMIT, extend_block, held_session_pages

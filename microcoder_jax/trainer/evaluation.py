@@ -500,7 +500,7 @@ def main(argv=None) -> int:
     from microcoder_jax import config as config_lib
 
     def body() -> int:
-        from microcoder_jax.evaluator.config import open_pool
+        from microcoder_jax.judge.config import open_pool
         from microcoder_jax.trainer.setup import key, problem_files, setup
 
         args = cli.parse(
@@ -528,7 +528,7 @@ def main(argv=None) -> int:
             params, step = _load_params(run, args.checkpoint, args.step)
         except FileNotFoundError as e:  # a pruned or never-saved step: the kept ones, in one line
             raise config_lib.ConfigError(f"--step={args.step}: {e}" if args.step is not None else str(e)) from None
-        pool = open_pool(run.evaluator, hide=problem_files(run))
+        pool = open_pool(run.judge, hide=problem_files(run))
         try:  # the judge hides every problem file: programs cannot read the answers
             report = evaluate_run(run, pool, params, key(run.seed, 4), progress=_progress())
         finally:

@@ -143,7 +143,7 @@ def _prepare(config, workdir: str, log_fn, preflight, blocks=None):
 def _open(config, blocks, run, workdir: str, log_fn) -> _Loop:
     """Restore or start the state, open the writers, the judge pool and both roles, probe the
     temperature, take back what a checkpoint kept in flight, evaluate the start; the pipeline last."""
-    from microcoder_jax.evaluator.config import open_pool
+    from microcoder_jax.judge.config import open_pool
     from microcoder_jax.sampling.temperature import TemperatureScheduler
     from microcoder_jax.trainer.setup import problem_files
 
@@ -160,7 +160,7 @@ def _open(config, blocks, run, workdir: str, log_fn) -> _Loop:
         scheduler.load_state_dict(begin.scheduler_state)
     data = loader.prompt_iterator(len(run.prompt_set.problems), run.data.num_prompts, run.seed, begin.data_state)
     writer = _metrics_writer(config, run, workdir, start, rl) if primary else None
-    pool = JudgeCounter(open_pool(run.evaluator, hide=problem_files(run)))  # counts tests run
+    pool = JudgeCounter(open_pool(run.judge, hide=problem_files(run)))  # counts tests run
     learner = Learner(run, state, begin.ref_params)
     worker = RolloutWorker(run, pool, scheduler, data, state.params, start)
     saver = RolloutSaver(run, workdir, begin.meta)  # train.save_rollouts: batches kept for replay.py

@@ -131,7 +131,7 @@ def saved_config(workdir: str):
     config = config_lib.default_config()
     known = set(config_lib.flat_keys(config))
     for key, value in flat.items():
-        key = config_lib.MOVED_KEYS.get(key, key)  # a run saved before the key moved blocks
+        key = config_lib.moved_keys().get(key, key)  # a run saved before the key moved blocks
         if key in known:
             group, name = key.rsplit(".", 1) if "." in key else ("", key)
             node = config_lib.get(config, group) if group else config

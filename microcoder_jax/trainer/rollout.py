@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from microcoder_jax import sharding
-from microcoder_jax.evaluator import VERDICTS
+from microcoder_jax.judge import VERDICTS
 from microcoder_jax.rl.batch import SCORING_FIELDS, Rollout
 from microcoder_jax.sampling.interface import make_sampler
 

@@ -27,7 +27,7 @@ from microcoder_jax.data.config import DataConfig, DemoConfig
 from microcoder_jax.data.tokenizer import load_tokenizer, pad_token_id, stop_token_ids
 from microcoder_jax.envs import Environment, make_env
 from microcoder_jax.envs.config import EnvConfig
-from microcoder_jax.evaluator.config import EvaluatorConfig
+from microcoder_jax.judge.config import JudgeConfig
 from microcoder_jax.models.presets import ModelConfig
 from microcoder_jax.data.problems import Problem
 from microcoder_jax.rl.config import RLConfig
@@ -53,7 +53,7 @@ class Run:
     data: DataConfig
     sampling: SamplingConfig
     temperature: TemperatureConfig
-    evaluator: EvaluatorConfig
+    judge: JudgeConfig
     train: TrainConfig
     eval: EvalConfig
     model: ModelConfig  # the model block (checkpoint path, preset); its shape is `model_config`
@@ -178,7 +178,7 @@ def block_fields(config, typed: dict | None = None) -> dict:
         data=typed["data"],
         sampling=typed["sampling"],
         temperature=typed["temperature"],
-        evaluator=typed["evaluator"],
+        judge=typed["judge"],
         train=typed["train"],
         eval=typed["eval"],
         model=typed["model"],
@@ -218,7 +218,7 @@ def setup(config, workdir: str, typed: dict | None = None) -> Run:
         problems, skipped = loader.read_problems(data.train_files)
         eval_files = fields["eval"].files
         eval_problems = loader.read_problems(eval_files)[0] if eval_files else []
-    env = make_env(data, fields["evaluator"].reward, fields["env_config"])
+    env = make_env(data, fields["judge"].reward, fields["env_config"])
     # none usable: nothing written
     prompt_set = loader.make_prompt_set(problems, tokenizer, data, skipped, env.messages)
     log.info("training prompts: %s", prompt_set.report())

@@ -74,7 +74,7 @@ def feedback_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, r
     from microcoder_jax.data.prompts import encode_prompt, left_pad, prompt_bucket
     from microcoder_jax.data.tokenizer import pad_token_id
     from microcoder_jax.envs.feedback import feedback_text
-    from microcoder_jax.evaluator.compare import compare_stdout
+    from microcoder_jax.judge.compare import compare_stdout
     from microcoder_jax.trainer.episodes import feedback_ids
 
     pad, end = pad_token_id(tokenizer), tokenizer.eos_token_id

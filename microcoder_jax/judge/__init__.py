@@ -1,6 +1,6 @@
 """Judges programs on the CPU: problem schema, code extraction, comparison, sandboxed pool.
 
-Isolation of each program (`EvaluatorPool(...).isolation` reports what the OS granted):
+Isolation of each program (`JudgePool(...).isolation` reports what the OS granted):
 - Everywhere (POSIX): a fresh forked process per test in its own session/process group, killed
   whole; CPU time measured by the fork server (RLIMIT_CPU only as a backstop above the limit,
   plus a wall-clock backstop); limits on file size, open files, core dumps; stdout capped; a
@@ -35,13 +35,13 @@ Isolation of each program (`EvaluatorPool(...).isolation` reports what the OS gr
   the program's identity may read unless hidden.
 """
 
-from microcoder_jax.evaluator.extract import extract_code
-from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult
-from microcoder_jax.evaluator.pool import EvaluatorPool, JudgeHandle
+from microcoder_jax.judge.extract import extract_code
+from microcoder_jax.judge.program import VERDICTS, JudgeResult
+from microcoder_jax.judge.pool import JudgePool, JudgeHandle
 from microcoder_jax.data.problems import Problem, TestCase, load_problems
 
 __all__ = [
-    "EvaluatorPool",
+    "JudgePool",
     "JudgeHandle",
     "JudgeResult",
     "Problem",

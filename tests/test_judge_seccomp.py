@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase, syscall_filter
+from microcoder_jax.judge import JudgePool, Problem, TestCase, syscall_filter
 
 SIX = Problem("six", [TestCase("", "6\n")])
 LINUX = sys.platform.startswith("linux")
@@ -31,7 +31,7 @@ HEAD = (
 
 @pytest.fixture(scope="module")
 def pool():
-    with EvaluatorPool(workers=1, timeout=2.0, memory_mb=256, output_limit_mb=1, wall_factor=3.0) as p:
+    with JudgePool(workers=1, timeout=2.0, memory_mb=256, output_limit_mb=1, wall_factor=3.0) as p:
         if not p.isolation["seccomp"]:
             pytest.skip(f"no syscall filter here: {p.isolation['seccomp_note']}")
         yield p
@@ -157,7 +157,7 @@ def test_ordinary_programs_still_work_under_the_filter(pool):
 
 def test_without_libseccomp_the_pool_says_so(monkeypatch):
     monkeypatch.setattr(syscall_filter, "build", lambda: (None, "no libseccomp binding: test"))
-    with EvaluatorPool(workers=1, timeout=1.0) as p:
+    with JudgePool(workers=1, timeout=1.0) as p:
         assert p.isolation["seccomp"] is False
         assert p.isolation["seccomp_note"] == "no libseccomp binding: test"
         assert p.judge([SIX], ["print(6)"])[0].passed

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from microcoder_jax.evaluator import cli as evaluate
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
+from microcoder_jax.judge import cli as evaluate
+from microcoder_jax.judge import JudgePool, Problem, TestCase
 
 SIX = Problem("six", [TestCase("1\n", "6\n"), TestCase("2\n", "6\n")])
 LINUX = sys.platform.startswith("linux")
@@ -24,9 +24,7 @@ pytestmark = pytest.mark.skipif(not LINUX, reason="these channels are closed by 
 @pytest.fixture(scope="module")
 def pool():
     # One server: every program below is forked from the same process, one after another.
-    with EvaluatorPool(
-        workers=1, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=6.0, max_processes=64
-    ) as p:
+    with JudgePool(workers=1, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=6.0, max_processes=64) as p:
         yield p
 
 
@@ -155,7 +153,7 @@ def test_no_judge_file_path_or_result_is_visible(tmp_path):
     solutions.write_text(
         "\n".join(__import__("json").dumps({"question_id": "six", "code": c}) for c in (hostile, hostile)) + "\n"
     )
-    with EvaluatorPool(workers=1) as probe:
+    with JudgePool(workers=1) as probe:
         if not probe.isolation["minimal_root"]:
             pytest.skip("no minimal root here (mount namespaces or pivot_root refused)")
     assert (
@@ -293,13 +291,13 @@ def test_memory_limit_is_resident_memory_not_address_space(pool):
     )
     # Its own pool with 10 CPU seconds: a cgroup at its memory limit reclaims before it kills, and on
     # a loaded machine that took the hog past the fixture's 1 s (a 'timeout' verdict, not the memory one).
-    with EvaluatorPool(workers=1, timeout=10.0, memory_mb=256, output_limit_mb=1, max_processes=64) as roomy:
+    with JudgePool(workers=1, timeout=10.0, memory_mb=256, output_limit_mb=1, max_processes=64) as roomy:
         results = roomy.judge([SIX] * 3, [threads, hog, shm])
     assert [r.verdict for r in results] == ["passed", "memory_limit", "memory_limit"], results
 
 
 def test_test_groups_and_server_groups_are_removed():
-    with EvaluatorPool(workers=1, timeout=1.0) as p:
+    with JudgePool(workers=1, timeout=1.0) as p:
         if not p.isolation.get("cgroup"):
             pytest.skip("no cgroups here")
         dirs = p.isolation["cgroup_dirs"]
@@ -326,8 +324,8 @@ def test_a_judge_python_under_tmp_keeps_its_import_paths(tmp_path):
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(evaluate.__file__)))
         script = (
             f"import sys\nsys.path.insert(0, {package_root!r})\n"
-            "from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase\n"
-            "with EvaluatorPool(workers=1, timeout=2.0) as p:\n"
+            "from microcoder_jax.judge import JudgePool, Problem, TestCase\n"
+            "with JudgePool(workers=1, timeout=2.0) as p:\n"
             f"    r = p.judge([Problem('x', [TestCase('', '6\\n')])], ['import {module}\\nprint({module}.ANSWER)'])[0]\n"
             "    print(p.isolation['minimal_root'], r.verdict, r.reason)\n"
         )

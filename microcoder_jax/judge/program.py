@@ -14,9 +14,9 @@ import signal
 import tempfile
 from typing import IO, Callable, Iterator
 
-from microcoder_jax.evaluator import compare
+from microcoder_jax.judge import compare
 from microcoder_jax.data.problems import Problem, TestCase
-from microcoder_jax.evaluator.sandbox import EXIT_COMPILE, EXIT_MEMORY, EXIT_SETUP
+from microcoder_jax.judge.sandbox import EXIT_COMPILE, EXIT_MEMORY, EXIT_SETUP
 
 VERDICTS = (
     "passed",
@@ -87,7 +87,7 @@ def judge(
     run_checker: Run | None = None,
 ) -> JudgeResult:
     """Run `code` on the tests of `problem` in order, stopping at the first failure unless
-    `every_test` (what the reward reads decides: evaluator/rewards.py)."""
+    `every_test` (what the reward reads decides: judge/rewards.py)."""
     if not problem.tests:
         return judge_error(problem, "the problem has no tests")
     if code is None or not code.strip():

@@ -8,13 +8,13 @@ a problem's first failed test (cheaper; `tests_passed` then counts up to there),
 test. A judge_error row gets no reward whatever the function (NaN: the judge failed, not the
 program; the advantages and metrics leave it out). A new reward is one decorated function::
 
-    from microcoder_jax.evaluator.rewards import register_reward
+    from microcoder_jax.judge.rewards import register_reward
 
     @register_reward("no_prompt_text")
     def no_prompt_text(problem, response, result):  # pass, and no input("Enter ...") prompts
         return float(result.passed and "Enter" not in response)
 
-    --config.evaluator.reward=no_prompt_text   (or api.train(..., reward=no_prompt_text))
+    --config.judge.reward=no_prompt_text   (or api.train(..., reward=no_prompt_text))
 
 The module that registers it must be imported before the run's config is checked.
 """
@@ -26,8 +26,8 @@ import dataclasses
 import math
 from typing import Callable
 
-from microcoder_jax.evaluator.extract import extract_code
-from microcoder_jax.evaluator.judge import JudgeResult
+from microcoder_jax.judge.extract import extract_code
+from microcoder_jax.judge.program import JudgeResult
 
 RewardFn = Callable[..., float]  # (problem, response text, JudgeResult) -> float
 
@@ -70,7 +70,7 @@ def lookup(name: str) -> Reward:
     if name not in REWARDS:
         raise ValueError(
             f"unknown reward {name!r}; registered: {', '.join(sorted(REWARDS))} "
-            "(microcoder_jax.evaluator.rewards.register_reward adds one)"
+            "(microcoder_jax.judge.rewards.register_reward adds one)"
         )
     return REWARDS[name]
 

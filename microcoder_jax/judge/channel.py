@@ -11,7 +11,7 @@ import os
 import select
 import socket
 
-from microcoder_jax.evaluator import worker
+from microcoder_jax.judge import worker
 
 _HEADER = ("mode", "func_name", "timeout", "wall_timeout", "memory_mb", "output_limit")
 

@@ -1,6 +1,6 @@
 """Judge a file of solutions against a file of problems.
 
-    python -m microcoder_jax.evaluator --problems P.jsonl --solutions S.jsonl --out R.jsonl \\
+    python -m microcoder_jax.judge --problems P.jsonl --solutions S.jsonl --out R.jsonl \\
         [--workers N] [--timeout S] [--reward NAME]
 
 S.jsonl rows are {"question_id", "code"} or {"question_id", "response"} (the program is then
@@ -21,15 +21,15 @@ import sys
 import time
 
 from microcoder_jax.data.jsonl import BadLine, read_jsonl
-from microcoder_jax.evaluator.extract import extract_code
-from microcoder_jax.evaluator import rewards
-from microcoder_jax.evaluator.judge import VERDICTS, JudgeResult, judge_error
-from microcoder_jax.evaluator.pool import EvaluatorPool
+from microcoder_jax.judge.extract import extract_code
+from microcoder_jax.judge import rewards
+from microcoder_jax.judge.program import VERDICTS, JudgeResult, judge_error
+from microcoder_jax.judge.pool import JudgePool
 from microcoder_jax.data.problems import load_problems
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m microcoder_jax.evaluator", description=(__doc__ or "").split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m microcoder_jax.judge", description=(__doc__ or "").split("\n")[0])
     p.add_argument(
         "--problems", required=True, help="JSONL, JSON or Parquet rows: LiveCodeBench, APPS/TACO or our own schema"
     )
@@ -47,7 +47,7 @@ def _parse_args(argv):
         "--reward",
         choices=sorted(rewards.REWARDS),
         default="all",
-        help="the reward written per row (evaluator/rewards.py): all = 1 iff every test passes (judging stops "
+        help="the reward written per row (judge/rewards.py): all = 1 iff every test passes (judging stops "
         "at the first failure), fraction = share of tests passed (every test runs); fraction_runs and "
         "fraction_reads are shaped rewards (their docstrings)",
     )
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     # quote expected tokens): the results file exists first, so that the servers can hide it.
     with (
         open(args.out, "w", encoding="utf-8") as out,
-        EvaluatorPool(
+        JudgePool(
             args.workers, timeout=args.timeout, memory_mb=args.memory_mb, hide=[args.problems, args.solutions, args.out]
         ) as pool,
     ):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from microcoder_jax.evaluator import cgroups
+from microcoder_jax.judge import cgroups
 
 # A new group's files: what is only read, with the kernel's first contents; the knobs the judge
 # writes, empty (a plain file is not truncated by a write, a kernel knob is replaced whole).

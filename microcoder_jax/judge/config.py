@@ -1,4 +1,4 @@
-"""`EvaluatorConfig`: the `evaluator.*` block (the judge pool's size, limits and reward)."""
+"""`JudgeConfig`: the `judge.*` block (the judge pool's size, limits and reward)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from microcoder_jax.blocks import Block, knob
 
 
 @dataclasses.dataclass(frozen=True)
-class EvaluatorConfig(Block):
-    PREFIX = "evaluator"
+class JudgeConfig(Block):
+    PREFIX = "judge"
 
     workers: int = knob(0, "judge processes (0 = number of CPU cores)", at_least=0)
     timeout: float = knob(6.0, "CPU seconds per test (wall-clock backstop 3x)", at_least=1e-3)
     memory_mb: int = knob(1024, "address-space limit per program, MiB", at_least=1)
     reward: str = knob(
         "all",
-        "a registered reward (evaluator/rewards.py): all (1 iff every test passes), fraction (tests "
+        "a registered reward (judge/rewards.py): all (1 iff every test passes), fraction (tests "
         "passed / total), or one added with register_reward",
     )
     server_retries: int = knob(
@@ -27,22 +27,22 @@ class EvaluatorConfig(Block):
     )
 
     def check(self) -> None:
-        from microcoder_jax.evaluator.rewards import REWARDS
+        from microcoder_jax.judge.rewards import REWARDS
 
         if self.reward not in REWARDS:
             self.fail(
                 "reward",
                 self.reward,
                 f"registered rewards: {', '.join(sorted(REWARDS))} (register one with "
-                "microcoder_jax.evaluator.rewards.register_reward, imported before the config is checked)",
+                "microcoder_jax.judge.rewards.register_reward, imported before the config is checked)",
             )
 
 
-def open_pool(cfg: EvaluatorConfig, hide=()):
+def open_pool(cfg: JudgeConfig, hide=()):
     """The judge pool this block describes; `hide`: files programs must not read (the problem files)."""
-    from microcoder_jax.evaluator.pool import EvaluatorPool
+    from microcoder_jax.judge.pool import JudgePool
 
-    return EvaluatorPool(
+    return JudgePool(
         workers=cfg.workers or None,
         timeout=cfg.timeout,
         memory_mb=cfg.memory_mb,

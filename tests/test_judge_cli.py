@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from microcoder_jax.evaluator import cli as evaluate
+from microcoder_jax.judge import cli as evaluate
 from microcoder_jax.data.problems import Problem, TestCase
 
 LCB_ROW = {
@@ -135,15 +135,20 @@ def test_cli_warns_about_an_empty_problem_file_and_problems_without_tests(tmp_pa
     assert row["verdict"] == "judge_error" and "no tests" in row["reason"]
 
 
-def test_the_judge_command_runs_and_its_old_name_is_gone():
-    """`python -m microcoder_jax.evaluator` is the judge's command; the old `evaluate` alias, kept for
-    one release, is gone (`eval` scores a checkpoint, `evaluator` judges programs)."""
+def test_the_judge_command_runs_and_its_old_names_are_gone():
+    """`python -m microcoder_jax.judge` is the judge's command; the old `evaluate` alias, kept for
+    one release, is gone, and so is the package's old name `evaluator` (`eval` scores a
+    checkpoint, `judge` judges programs: one word each)."""
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "microcoder_jax.evaluator", "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "microcoder_jax.judge", "--help"], capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 0 and done.stdout.startswith("usage: python -m microcoder_jax.evaluator "), done.stderr
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m microcoder_jax.judge "), done.stderr
     old = subprocess.run([sys.executable, "-m", "microcoder_jax.evaluate"], capture_output=True, text=True, timeout=120)
     assert old.returncode != 0 and "No module named microcoder_jax.evaluate" in old.stderr
+    old = subprocess.run(
+        [sys.executable, "-m", "microcoder_jax.evaluator"], capture_output=True, text=True, timeout=120
+    )
+    assert old.returncode != 0 and "No module named microcoder_jax.evaluator" in old.stderr

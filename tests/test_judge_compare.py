@@ -2,8 +2,8 @@
 
 import pytest
 
-from microcoder_jax.evaluator.compare import compare_return, compare_stdout
-from microcoder_jax.evaluator.extract import extract_code
+from microcoder_jax.judge.compare import compare_return, compare_stdout
+from microcoder_jax.judge.extract import extract_code
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ import traceback
 
 
 def _sibling(name: str):
-    """Load evaluator/<name>.py without importing the package: the server stays stdlib-only."""
+    """Load judge/<name>.py without importing the package: the server stays stdlib-only."""
     import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
@@ -60,7 +60,7 @@ def _sibling(name: str):
 
 
 if __package__:  # imported by the pool, for the wire format
-    from microcoder_jax.evaluator import cgroups, cleanup, isolation, sandbox, syscall_filter
+    from microcoder_jax.judge import cgroups, cleanup, isolation, sandbox, syscall_filter
 else:  # run by the pool as a script
     isolation, sandbox, cgroups = _sibling("isolation"), _sibling("sandbox"), _sibling("cgroups")
     cleanup, syscall_filter = _sibling("cleanup"), _sibling("syscall_filter")

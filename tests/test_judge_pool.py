@@ -7,16 +7,16 @@ import threading
 
 import pytest
 
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
-from microcoder_jax.evaluator.rewards import lookup
-from microcoder_jax.evaluator.judge import JudgeResult
+from microcoder_jax.judge import JudgePool, Problem, TestCase
+from microcoder_jax.judge.rewards import lookup
+from microcoder_jax.judge.program import JudgeResult
 
 SUM = Problem("sum", [TestCase("1 2\n3\n", "6\n"), TestCase("10 20\n30\n", "60\n"), TestCase("-5 5\n0\n", "0\n")])
 
 
 @pytest.fixture(scope="module")
 def pool():
-    with EvaluatorPool(workers=2, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=2.0) as p:
+    with JudgePool(workers=2, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=2.0) as p:
         yield p
 
 
@@ -237,7 +237,7 @@ def test_large_input_and_output_through_real_pipes(pool):
 
 
 def test_close_answers_queued_jobs_and_stops_the_servers():
-    pool = EvaluatorPool(workers=1, timeout=1.0, memory_mb=256)
+    pool = JudgePool(workers=1, timeout=1.0, memory_mb=256)
     pids = pool.server_pids
     busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2:\n    pass\nprint(6)"
     handle = pool.submit([SUM] * 6, [busy] * 6)
@@ -281,7 +281,7 @@ def test_livecodebench_rows_judge_end_to_end(pool):
 
 
 def test_wire_format_round_trips_without_pickle():
-    from microcoder_jax.evaluator import worker
+    from microcoder_jax.judge import worker
 
     mine, theirs = worker.socketpair()
     r, w = os.pipe()
@@ -310,7 +310,7 @@ def test_checker_output_is_streamed_and_capped():
         "    return (output == '\\u00e9' * (4 << 20) + '\\n', f'{len(output)} characters')"
     )
     problem = Problem("big", [TestCase("", "x")], checker=checker)
-    with EvaluatorPool(workers=1, timeout=10.0, memory_mb=512, output_limit_mb=16) as big:
+    with JudgePool(workers=1, timeout=10.0, memory_mb=512, output_limit_mb=16) as big:
         tracemalloc.start()
         try:
             (result,) = big.judge([problem], ["print('\\u00e9' * (4 << 20))"])
@@ -326,7 +326,7 @@ def test_checker_output_is_streamed_and_capped():
 def test_checker_input_is_the_json_of_the_whole_output_however_it_is_cut():
     """Escaped piece by piece (multi-byte characters and bad bytes cut across pieces), the
     checker's input is the JSON of the output decoded whole, every time it is sent."""
-    from microcoder_jax.evaluator.judge import CheckerInput, _Spool
+    from microcoder_jax.judge.program import CheckerInput, _Spool
 
     data = ('a"b\\\n\t\u00e9\u4e2d\U0001f600\x00'.encode() + b"\xff\xc3") * 5000 + "\u00e9".encode()
     spool = _Spool()

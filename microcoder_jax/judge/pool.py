@@ -19,8 +19,8 @@ import tempfile
 import threading
 from typing import Iterator, Sequence, cast
 
-from microcoder_jax.evaluator import cgroups, channel, syscall_filter, worker
-from microcoder_jax.evaluator.judge import JudgeResult, Limits, judge, judge_error
+from microcoder_jax.judge import cgroups, channel, syscall_filter, worker
+from microcoder_jax.judge.program import JudgeResult, Limits, judge, judge_error
 from microcoder_jax.data.problems import Problem
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class JudgeHandle:
             seen += len(batch)
 
 
-class EvaluatorPool:
+class JudgePool:
     """Judges (problem, program) pairs on `workers` warm fork servers (default: one per core).
 
     timeout: CPU seconds per test (a problem may override it with `metadata["timeout"]`);
@@ -358,7 +358,7 @@ class EvaluatorPool:
             if server is not None:
                 server.close()
 
-    def __enter__(self) -> "EvaluatorPool":
+    def __enter__(self) -> "JudgePool":
         return self
 
     def __exit__(self, *exc) -> None:

@@ -3,7 +3,7 @@ APPS/TACO harness) and assert-style tests (`check(candidate)`, LeetCode/HumanEva
 
 import pytest
 
-from microcoder_jax.evaluator.pool import EvaluatorPool
+from microcoder_jax.judge.pool import JudgePool
 from microcoder_jax.data.problems import Problem, TestCase
 
 EARLY_RETURN = "n = int(input())\nif n < 0:\n    print('neg')\n    return\nprint(n * 2)\n"
@@ -18,7 +18,7 @@ WRONG = "class Solution:\n    def total(self, nums: List[int]) -> int:\n        
 
 @pytest.fixture(scope="module")
 def pool():
-    with EvaluatorPool(workers=1) as p:
+    with JudgePool(workers=1) as p:
         yield p
 
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
-from microcoder_jax.evaluator.compare import TOKEN_SLACK, StdoutMatcher
+from microcoder_jax.judge import JudgePool, Problem, TestCase
+from microcoder_jax.judge.compare import TOKEN_SLACK, StdoutMatcher
 
 SIX = Problem("six", [TestCase("", "6\n")])
 LINUX = sys.platform.startswith("linux")
@@ -23,7 +23,7 @@ FLOODS = {  # 60 MiB each, inside the 64 MiB stdout cap
 
 @pytest.fixture(scope="module")
 def pool():
-    with EvaluatorPool(workers=2, timeout=2.0, memory_mb=512, output_limit_mb=64, wall_factor=2.0) as p:
+    with JudgePool(workers=2, timeout=2.0, memory_mb=512, output_limit_mb=64, wall_factor=2.0) as p:
         yield p
 
 

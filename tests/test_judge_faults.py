@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
-from microcoder_jax.evaluator import channel
-from microcoder_jax.evaluator import pool as pool_lib
-from microcoder_jax.evaluator.judge import judge
+from microcoder_jax.judge import JudgePool, Problem, TestCase
+from microcoder_jax.judge import channel
+from microcoder_jax.judge import pool as pool_lib
+from microcoder_jax.judge.program import judge
 
 SUM = Problem("sum", [TestCase("1 2\n", "3\n"), TestCase("10 20\n", "30\n")])
 SLOW_SUM = "import time\ntime.sleep(0.6)\na, b = map(int, input().split())\nprint(a + b)"
@@ -22,7 +22,7 @@ FAST_SUM = "a, b = map(int, input().split())\nprint(a + b)"
 
 @pytest.fixture(scope="module")
 def pool():
-    with EvaluatorPool(workers=1, timeout=2.0, memory_mb=256, output_limit_mb=1, server_retries=2) as p:
+    with JudgePool(workers=1, timeout=2.0, memory_mb=256, output_limit_mb=1, server_retries=2) as p:
         yield p
 
 
@@ -92,7 +92,7 @@ def test_a_server_killed_between_programs_costs_no_retry(pool):
 
 
 def test_no_server_killed_from_outside_leaves_files_or_groups(tmp_path, monkeypatch):
-    with EvaluatorPool(workers=1, timeout=2.0, memory_mb=256, tmpdir=str(tmp_path), server_retries=0) as p:
+    with JudgePool(workers=1, timeout=2.0, memory_mb=256, tmpdir=str(tmp_path), server_retries=0) as p:
         groups = p.isolation["cgroup_dirs"]
         with killing(p, monkeypatch, times=1):
             assert p.judge([SUM], [SLOW_SUM])[0].verdict == "judge_error"
@@ -113,4 +113,4 @@ def test_the_program_is_blamed_only_where_it_could_have_signalled_its_server():
 
 def test_server_retries_must_not_be_negative():
     with pytest.raises(ValueError, match="server_retries"):
-        EvaluatorPool(workers=1, server_retries=-1)
+        JudgePool(workers=1, server_retries=-1)

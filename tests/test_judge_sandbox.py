@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from microcoder_jax.evaluator import EvaluatorPool, Problem, TestCase
+from microcoder_jax.judge import JudgePool, Problem, TestCase
 
 SUM = Problem("sum", [TestCase("1 2\n3\n", "6\n"), TestCase("4 1\n1\n", "6\n")])
 LINUX = sys.platform.startswith("linux")
@@ -19,7 +19,7 @@ LINUX = sys.platform.startswith("linux")
 def pool():
     os.environ["MCJ_TEST_SECRET"] = "hunter2"  # must not reach any program
     try:
-        with EvaluatorPool(
+        with JudgePool(
             workers=2, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=2.0, max_processes=32
         ) as p:
             yield p
@@ -189,7 +189,7 @@ def test_judge_memory_and_expected_outputs_are_out_of_reach(pool):
 
 def test_without_namespaces_leftovers_are_still_killed_by_uid():
     """What hosts refusing namespaces (e.g. Docker's default seccomp) get, as root."""
-    with EvaluatorPool(
+    with JudgePool(
         workers=1, timeout=1.0, memory_mb=256, output_limit_mb=1, wall_factor=2.0, max_processes=32, namespaces=False
     ) as pool:
         assert not pool.isolation["pid_ns"] and not pool.isolation["mount_ns"]
@@ -238,14 +238,14 @@ def test_hidden_paths_cannot_be_read():
             "    try:\n        seen += open(p).read()\n    except OSError:\n        pass\n"
             "print(6 if 'SECRET' not in seen else 0)"
         )
-        with EvaluatorPool(
+        with JudgePool(
             workers=1, timeout=1.0, memory_mb=256, hide=[f"{shared}/problems.jsonl", f"{shared}/data"]
         ) as pool:
             needs(pool, "mount_ns")
             assert pool.isolation["hidden"] == 2
             assert pool.judge([SUM], [read])[0].passed
         # The control: without namespaces, the same program does read the files.
-        with EvaluatorPool(workers=1, timeout=1.0, memory_mb=256, namespaces=False) as open_pool:
+        with JudgePool(workers=1, timeout=1.0, memory_mb=256, namespaces=False) as open_pool:
             assert open_pool.judge([SUM], [read])[0].verdict == "wrong_answer"
         assert open(f"{shared}/problems.jsonl").read() == "SECRET"  # untouched on the host
     finally:
