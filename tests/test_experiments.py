@@ -448,7 +448,12 @@ def test_real_model_experiment_summary_intervals_and_arms():
         return out
 
     def run(ends, passing, start=True, steps=6):
-        rows = [{"step": i + 1, "pass_rate": passing, "reward_mean": 0.1, "gen_tokens": 100} for i in range(steps)]
+        rows = [
+            {"step": i + 1, "pass_rate": passing, "reward_mean": 0.1, "response_length_mean": 12.5, "rows": 8}
+            for i in range(steps)
+        ]
+        if not start:  # two turns: the span holds a feedback turn, which the model did not sample
+            rows = [dict(r, response_length_mean=17.5, episode_feedback_tokens_mean=5.0) for r in rows]
         reports = {0: report(0.0, 0.0), 10: report(0.5, 0.5), 20: report(*ends)}
         return rows, {}, reports if start else {7: report(*ends)}
 

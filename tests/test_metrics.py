@@ -77,6 +77,7 @@ class _Rollout:
     """The fields `throughput` reads: 2 prompts x G=3; prompt 0 solved by one response."""
 
     response_lengths = np.array([10, 20, 30, 5, 5, 5])
+    response_mask = (np.arange(50)[None] < response_lengths[:, None]).astype(np.int32)
     attention_mask = np.ones((6, 50), np.int32)
     passed = np.array([False, True, False, False, False, False])
 
@@ -97,6 +98,13 @@ def test_throughput_rates_shares_and_chip_seconds():
         _Rollout(), times, time_step=4.0, group_size=3, devices=1, programs=12, tests=None, generations=2
     )  # refills: the sampler made 12 responses of ~12.5 tokens
     assert dapo["gen_tokens"] == 150 and dapo["throughput/judge_tests_per_s"] is None
+    # two-turn episodes: an answer, a 12-token feedback turn (not the model's), a second answer; the
+    # span covers all three, the tokens sampled are the answers only
+    mask = _Rollout.response_mask.copy()
+    mask[1:3, 3:15] = 0  # rows 1 and 2 (20 and 30 tokens long) had a second turn
+    episodes = type("E", (_Rollout,), {"response_mask": mask})()
+    two = throughput(episodes, times, time_step=4.0, group_size=3, devices=1, programs=6, tests=30, generations=1)
+    assert two["gen_tokens"] == 75 - 2 * 12
     unsolved = type("R", (_Rollout,), {"passed": np.zeros(6, bool)})()
     none = throughput(unsolved, times, time_step=4.0, group_size=3, devices=1, programs=6, tests=0, generations=1)
     assert none["cost/chip_s_per_solved_problem"] is None and none["cost/chip_s_per_passing_response"] is None

@@ -5,14 +5,17 @@ problems? Each arm is the config with one shaped reward: `reads` (`fraction_read
 tests passed, plus 0.1 for a program that reads stdin and runs cleanly) and `runs`
 (`fraction_runs`: the same bonus for any program that runs cleanly, which the model learned to
 collect with programs that read nothing); `lora` is `reads` with rank-16 adapters on every
-projection (alpha 32, the base frozen) at 10x the learning rate, the usual LoRA setting. Held-out
-pass@1 (16 held-out templates, 4 answers at T = 1, and greedy) is scored before RL and at the end;
-about 35 minutes a run on 2 CPU cores.
+projection (alpha 32, the base frozen) at 10x the learning rate, the usual LoRA setting;
+`feedback` is `reads` with two answers an episode, the second after the failing public example is
+shown (env.kind=feedback), run for 0.35 of the steps so that it samples about the tokens the
+single-turn arms do. Held-out pass@1 (16 held-out templates, 4 answers at T = 1, and greedy) is
+scored before RL and at the end (the feedback arm: at the end only, with its episodes' pass@1 after
+each turn); about 35 minutes a run on 2 CPU cores.
 
 Writes DIR/summary.json and DIR/table.md: per arm and seed, held-out pass@1 at T = 1 and greedy
-before and after, and the share of training answers that passed every test over the last 5 steps;
-paired 95% intervals over seeds of what RL changed (end minus start) in each arm, and of each other
-arm's difference from `reads` at the end, over the seeds both ran.
+before and after, the share of training answers that passed every test over the last 5 steps and
+the tokens sampled; paired 95% intervals over seeds of what RL changed (end minus start) in each
+arm, and of each other arm's difference from `reads` at the end, over the seeds both ran.
 """
 
 from __future__ import annotations
@@ -81,6 +84,14 @@ def held_out(report: dict) -> dict:
     }
 
 
+def sampled_tokens(rows: list[dict]) -> int:
+    """The model's tokens over these training rows: each row's mean span less its mean feedback
+    turn, times its rows (rows written before gen_tokens left feedback turns out read the same)."""
+    return int(
+        round(sum((r["response_length_mean"] - r.get("episode_feedback_tokens_mean", 0.0)) * r["rows"] for r in rows))
+    )
+
+
 def summarize(results: dict, steps: int) -> dict:
     """Per arm and seed: held-out start (None where the arm does not score it) and end, the training
     pass rate of the last 5 steps and the tokens sampled in training; the intervals of RL's change
@@ -95,7 +106,7 @@ def summarize(results: dict, steps: int) -> dict:
                 "start": held_out(reports[0]) if 0 in reports else None,
                 "end": held_out(reports[max(reports)]),
                 "steps": len(train),
-                "sampled_tokens": int(sum(r.get("gen_tokens", 0) for r in train)),
+                "sampled_tokens": sampled_tokens(train),
                 "train_pass_last5": float(np.mean(passed[-5:])) if len(passed) else float("nan"),
             }
     out: dict = {"steps": steps, "arms": arms, "change": {}, "difference": {}}

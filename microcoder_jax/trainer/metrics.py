@@ -7,7 +7,7 @@ step appears once however the previous process ended; TensorBoard purges the sam
 (`purge_step`; a fresh start purges all). `extra` (W&B, which keeps only increasing steps) is not
 sent the re-run steps the previous process already logged there: it keeps their first values.
 
-Throughput and cost (`throughput`, in every row): gen_tokens (response tokens sampled; under
+Throughput and cost (`throughput`, in every row): gen_tokens (the model's tokens sampled, feedback turns left out; under
 DAPO with refills, estimated as the trained rows' mean length x every judged response),
 train_tokens (real tokens through the train step's forward and backward), judge_programs /
 judge_tests (programs judged, tests run), their rates per second of their phase
@@ -213,7 +213,9 @@ def throughput(
     generations: int,
 ) -> dict:
     """Rates, phase shares and chip-seconds of one step (see the module doc)."""
-    lengths = np.asarray(rollout.response_lengths)
+    # the model's tokens: the response mask, which leaves out a multi-turn episode's feedback turns
+    # (response_lengths spans them)
+    lengths = np.asarray(rollout.response_mask).sum(axis=1)
     gen_tokens = int(lengths.sum()) if generations <= 1 else int(round(float(lengths.mean()) * programs))
     train_tokens = int(np.asarray(rollout.attention_mask).sum())
     passed = np.asarray(rollout.passed, bool)
