@@ -101,7 +101,7 @@ KNOBS = (  # (key, default, meaning) of everything but the sources
         "[0, 1], e.g. filters.pass_rate_fn_from_generate ('' = cache only)",
     ),
     ("filter.difficulty.pass_rate_fn_kwargs", {}, "keyword arguments of the pass_rate_fn factory"),
-    ("verify.enabled", True, "judge reference solutions with the judge"),
+    ("verify.enabled", True, "run the reference solutions through the judge"),
     ("verify.max_references", 2, "references judged per problem"),
     ("verify.require", "any", "any | all: which references must pass"),
     ("verify.on_failure", "drop", "drop | flag (keep, metadata['verified'] = False)"),
