@@ -284,6 +284,79 @@ def test_kept_kv_episodes_sample_what_re_prefilled_ones_sample(two_turn_run, poo
     assert after == sizes, (after, sizes, stats, held_stats)
 
 
+@pytest.mark.slow  # the two-turn demo run (shared) and three paged sessions (~30 s)
+def test_turns_overlap_and_a_rows_tokens_do_not_depend_on_when_it_went_on(two_turn_run, pool, monkeypatch):
+    """HeldTurns judges rows as they finish and continues them beside rows still on an earlier
+    turn; with sampling.episodes_in_flight it holds at most that many episodes (a smaller pool).
+    Sampled at T = 1 the episodes are the same token for token whether the turns run whole, overlap,
+    or hold 8 episodes at a time, and every page is free again at the end."""
+    import jax
+
+    from microcoder_jax.trainer import episodes
+    from microcoder_jax.trainer.evaluation import _load_params
+    from microcoder_jax.trainer.setup import setup
+
+    workdir, c = two_turn_run
+    c = c.copy_and_resolve_references()
+    c.sampling.engine, c.sampling.slots, c.env.max_turns = "paged", 8, 3
+    run = setup(c, workdir, config_lib.validate(c))
+    params, _ = _load_params(run, workdir, None)
+    problems, prompts = run.prompt_set.problems[:6], run.prompt_set.prompts[:6]
+    rounds, sessions = [], []
+    real_judge, real_close = episodes.judge_turn, episodes.HeldTurns.close
+
+    def judge(run, env, pool, on, *rest):  # (tokens, lengths, truncated, turn, last)
+        rounds.append((rest[3], len(on)))
+        return real_judge(run, env, pool, on, *rest)
+
+    def close(self):  # what the session held at the end, and the most episodes it held at once
+        free = int(jax.device_get(self.session.state["pages"].count))
+        sessions.append((free, self.session.shape.num_pages, self.in_flight))
+        real_close(self)
+
+    monkeypatch.setattr(episodes, "judge_turn", judge)
+    monkeypatch.setattr(episodes.HeldTurns, "close", close)
+    live, real_push = [], episodes.HeldTurns._push
+    monkeypatch.setattr(episodes.HeldTurns, "_push", lambda self: (real_push(self), live.append(self.live)))
+    eight = dataclasses.replace(run, sampling=dataclasses.replace(run.sampling, episodes_in_flight=8))
+    got, log = {}, {}
+    for name, r, every in (("whole", run, 0), ("overlapped", run, 4), ("eight", eight, 4)):
+        rounds.clear(), live.clear()
+        got[name] = collect_episodes_of(r, pool, params, problems, prompts, every)
+        log[name] = list(rounds)
+    n = len(prompts) * c.sampling.group_size
+    assert [t for t, _ in log["whole"]] == list(range(len(log["whole"]))), log["whole"]  # a round a turn
+    order = [t for t, _ in log["overlapped"]]
+    assert any(a > b for i, a in enumerate(order) for b in order[i + 1 :]), order  # a turn-2 answer came first
+    assert sum(k for t, k in log["overlapped"] if t == 0) == n and max(order) >= 1
+    (whole, _, whole_stats), (over, _, over_stats), (eight_out, _, eight_stats) = got.values()
+    assert whole_stats["turns_mean"] > 1.3, whole_stats  # most episodes went on
+    for out, stats in ((over, over_stats), (eight_out, eight_stats)):
+        stats, ref = dict(stats), dict(whole_stats)
+        stats.pop("later_prefill_tokens"), ref.pop("later_prefill_tokens")  # padding differs by block
+        assert stats == ref
+        for field in ("tokens", "attention_mask", "response_mask", "response_lengths", "rewards", "temperature"):
+            np.testing.assert_array_equal(getattr(out, field), getattr(whole, field), err_msg=field)
+        np.testing.assert_allclose(out.sampler_logprobs, whole.sampler_logprobs, atol=1e-5)
+    assert [m for _, _, m in sessions] == [n, n, 8] and max(live) <= 8 and len(set(live)) > 2  # pushes as episodes end
+    assert sessions[2][1] < sessions[0][1] / 2  # the pool of 8 episodes, not of every one
+    assert all(free == pages for free, pages, _ in sessions), sessions  # no page leaked
+
+
+def collect_episodes_of(run, pool, params, problems, prompts, report_every):
+    import collections
+
+    import jax
+
+    from microcoder_jax.trainer.episodes import collect_episodes
+    from microcoder_jax.trainer.rollout import sampler_for
+
+    return collect_episodes(
+        run, sampler_for(run), None, pool, params, problems, prompts, temperature=1.0, rng=jax.random.key(3),
+        times=collections.Counter(), report_every=report_every,
+    )  # fmt: skip
+
+
 @pytest.mark.slow  # a two-turn demo run (~40 s): the quick tier keeps the environment's own tests
 def test_a_two_turn_step_replays_to_the_same_update(two_turn_run):
     workdir, _ = two_turn_run

@@ -101,6 +101,37 @@ def test_extend_samples_what_a_fresh_prefill_of_the_conversation_samples(tiny):
     session.close()
 
 
+@pytest.mark.slow  # another slot width's programs (~15 s)
+def test_a_continued_row_goes_before_queued_rows_and_draws_with_its_own_id(tiny):
+    """extend queues its rows ahead of the rows still queued (an episode in flight finishes before
+    a new one starts), and with `row_ids` a continued row samples the same tokens at T = 1
+    whether other rows wait behind it or not."""
+
+    def continued(others: bool):
+        session = _session(tiny, slots=1, tail_slots=1)
+        (a,) = session.push(PROMPTS[:1], temperature=1.0, width=32)
+        while not session.done:
+            session.run(4)
+        answer = session.output([a])
+        if others:  # two more prompts' rows wait in the queue, none started
+            session.push(PROMPTS[1:], temperature=1.0, width=32)
+        context = PROMPTS[0] + answer.tokens[0, : answer.lengths[0]].tolist() + _feedback(0)
+        (b,) = session.extend([(a, 0)], [context], temperature=1.0, row_ids=[1000])
+        order = []
+        while not session.done:
+            session.run(1)
+            order += session.finished_rows
+        out = session.output_rows([(b, 0)])
+        session.close()
+        return order, out
+
+    order, queued = continued(True)
+    assert order[0] == (2 + 1, 0) and len(order) == 1 + 2 * G  # the continued row (prompt 3) first
+    _, alone = continued(False)
+    np.testing.assert_array_equal(queued.tokens, alone.tokens)
+    np.testing.assert_allclose(queued.logprobs, alone.logprobs, atol=1e-6)
+
+
 @pytest.mark.slow  # compiles the engine's programs on a mesh (~20 s): the quick tier keeps one device
 def test_extend_on_a_sampler_mesh_matches_one_device(tiny):
     """Keys split over the KV heads (tensor) and slots over data: the same two turns as one device."""

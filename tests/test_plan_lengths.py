@@ -397,7 +397,7 @@ def test_multi_turn_sampling_is_planned_at_the_session_the_episodes_open():
                 assert shape.num_pages == held_session_pages(16, 64, rows, widest, 40, 16)
                 assert shape.max_prompts == 16 + rows * (turns - 1)
                 block, chunk = progs["sample extend"].args[3].shape
-                assert block == extend_block(widest, 64, rows) and chunk == 16 * -(-65 // 16)
+                assert block == extend_block(widest, 64, rows // 16) and chunk == 16 * -(-65 // 16)
                 assert times["sample extend"].calls == (turns - 1) * -(-rows // block)
                 assert f"env.max_turns={turns}" in times["sample decode"].note
             else:
@@ -407,6 +407,34 @@ def test_multi_turn_sampling_is_planned_at_the_session_the_episodes_open():
         assert sampling[engine, 1]["serial_s"] < sampling[engine, 2]["serial_s"] < sampling[engine, 3]["serial_s"]
     # the learner's rows are the same episodes whatever the engine
     assert step["paged", 3]["train step"].compute_s == pytest.approx(step["static", 3]["train step"].compute_s)
+
+
+def test_episodes_in_flight_size_the_held_pool_and_the_search_offers_them():
+    """sampling.episodes_in_flight = M: the planned session holds M episodes (its pool and slots
+    sized for them, not for every row), whole groups of G; the search offers halving M before
+    fewer prompts, keeping the batch."""
+    from microcoder_jax.plan import suggest
+    from microcoder_jax.sampling.paged_sampler import held_session_pages
+    from microcoder_jax.trainer.episodes import turn_widths
+
+    base = ["mesh.fsdp=-1", "env.kind=feedback", "env.max_turns=2", "sampling.engine=paged"]
+    shapes = {}
+    for m in (0, 20, 3):
+        config = cli.load_config(DEMO, [*base, f"sampling.episodes_in_flight={m}"])
+        plan = planner.plan(config, parse_topology("h100", devices=4), only=("sample decode",), search=False)
+        shapes[m] = plan.rows[0].program.kwargs["shape"]
+    widest, rows, g = max(turn_widths(*[config[b] for b in ("data", "sampling", "env")])), 16 * 8, 8
+    for m, held in ((0, rows), (20, 16), (3, g)):  # every row; whole groups; at least one group
+        assert shapes[m].num_pages == held_session_pages(16, 64, held, widest, 40, 16), m
+        assert shapes[m].slots == min(held, 128)
+    options = [c for _, c in suggest.candidates(config, "sample decode", {"data": 1, "fsdp": 4, "tensor": 1})]
+    flying = [c["sampling.episodes_in_flight"] for c in options if "sampling.episodes_in_flight" in c]
+    assert flying == [] and {"data.num_prompts": 8} in options  # M = G: nothing smaller to offer
+    config = cli.load_config(DEMO, base)
+    options = [c for _, c in suggest.candidates(config, "sample decode", {"data": 1, "fsdp": 4, "tensor": 1})]
+    keys = [next(iter(c)) for c in options]
+    assert [c["sampling.episodes_in_flight"] for c in options if "sampling.episodes_in_flight" in c] == [64, 32, 16, 8]
+    assert keys.index("sampling.episodes_in_flight") < keys.index("data.num_prompts")
 
 
 def test_search_for_a_later_turn_plans_the_engine_switch_under_the_program_doing_its_work():

@@ -34,7 +34,7 @@ def engine_shape(
     from microcoder_jax.sampling import paged_engine as engine, paged_sampler
 
     s = config.sampling
-    rows = (batch_prompts or prompts) * group
+    rows = held.in_flight if held is not None else (batch_prompts or prompts) * group
     slots = paged_sampler.call_slots(s.slots, rows)
     ps = s.page_size
     if width % ps:
@@ -84,6 +84,7 @@ def paged_programs(
     shape = engine_shape(config, prompts, group, width, max_new, batch_prompts, held)
     state, params, rep = _state(mc, shape, mesh), sampler_params(mc, mesh), sharding.replicated(mesh)
     a = 1 << (min(batch_prompts or prompts, MAX_ADMIT) - 1).bit_length()  # admit blocks are powers of two
+    a = held.push_block if held is not None else a
     row = lambda d: _sds((a * group,), d, rep)  # noqa: E731
     admit_args = (
         state,
@@ -112,6 +113,7 @@ def paged_programs(
     b = lambda d: _sds((held.block,), d, rep)  # noqa: E731
     extend_args = (state, params, b(jnp.int32), _sds((held.block, held.chunk), jnp.int32, rep), b(jnp.int32))
     extend_args += (_sds((), jnp.int32, rep), b(jnp.int32), b(jnp.float32), b(jnp.float32), b(jnp.int32))
+    extend_args += (b(jnp.int32), _sds((), jnp.int32, rep))  # sampling ids, the first new prompt index
     kwargs = dict(config=mc, shape=shape)
     return [admit, run, Program(f"{tag} extend", PagedSampler.programs["extend"], extend_args, kwargs, mc, mesh)]
 

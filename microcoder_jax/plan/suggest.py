@@ -31,8 +31,15 @@ def candidates(config, name: str, mesh_shape: dict) -> list[tuple[str, dict]]:
         # decode and (paged) admit both hold the page pool: its dtype and its slots size it
         if name.endswith("decode") or (name.endswith("admit") and config.sampling.engine == "paged"):
             out += _slot_candidates(config, name)
-        # a multi-turn session holds every row's context to its widest turn: fewer rows shrink its pool
+        # a multi-turn session holds each episode in flight to its widest turn: fewer episodes in
+        # flight (the rest start as others end) or fewer rows shrink its pool
         held = config.sampling.engine == "paged" and name.startswith("sample") and _turns(config) > 1
+        if held:
+            rows = config.data.num_prompts * config.sampling.group_size
+            flying = config.sampling.get("episodes_in_flight", 0) or rows
+            while flying // 2 >= config.sampling.group_size:
+                flying //= 2
+                out.append((f"{flying} episodes in flight", {"sampling.episodes_in_flight": flying}))
         if config.sampling.engine == "static" or held:
             training = not name.startswith("eval")  # sample and later turns: the rollout batch's prompts
             key = "data.num_prompts" if training else "eval.batch_problems"

@@ -348,7 +348,10 @@ def held_schedules(shape, profile, prompts: int, first_width: int, turns: int, f
     """A multi-turn session's decode schedules, one per turn (trainer/episodes.py HeldTurns):
     turn 0 the prompts' G samples; turn t >= 1 one answer per row, after a context of its prompt,
     its earlier answers and `feedback` tokens a turn (the env.feedback_tokens bound). Every episode
-    uses every turn: an upper bound on the work."""
+    uses every turn, and the turns run one after another (the session overlaps them): an upper
+    bound on the work. The pool never delays an admission: the session holds at most
+    `sampling.episodes_in_flight` episodes, its pool sized for them, so the simulator's default
+    pool (every prompt and S sequences) stands in for it."""
     g, cap, n = shape.samples, shape.max_new, prompts * shape.samples
     sim = dict(
         slots=shape.slots,
@@ -356,7 +359,6 @@ def held_schedules(shape, profile, prompts: int, first_width: int, turns: int, f
         refill_every=shape.refill_every,
         max_new=cap,
         prompt_width=shape.prompt_width,
-        num_pages=shape.num_pages,
         block=shape.block_pages * shape.page_size,
     )
     first = profile.prompts(prompts, first_width, seed + 1)

@@ -34,6 +34,12 @@ class SamplingConfig(Block):
         "the slots); 0 = the training mesh, -1 = as many as the KV heads allow",
         at_least=-1,
     )
+    episodes_in_flight: int = knob(
+        0,
+        "paged, multi-turn episodes: episodes holding KV at once (0 = every episode of the batch); "
+        "the rest start as episodes end, and the page pool is sized for this many",
+        at_least=0,
+    )
     kv_dtype: str = knob(
         "model",
         "paged: the page pool's dtype. model: the model's (bfloat16 in the paper "

@@ -104,6 +104,7 @@ def init_state(config: DecoderConfig, shape: EngineShape, pad_id) -> dict[str, A
         prompt_len=jnp.zeros((shape.max_prompts,), jnp.int32),
         prompt_logits=jnp.zeros((shape.max_prompts, config.vocab_size), jnp.float32),
         prompts_used=jnp.int32(0),
+        admitted=jnp.int32(0),  # prompts `admit` queued: their rows' sampling ids count on from it
         cap=jnp.ones((n,), jnp.int32),
         temperature=jnp.zeros((n,), jnp.float32),
         top_p=jnp.ones((n,), jnp.float32),
@@ -194,7 +195,7 @@ def admit(
     pages, pool, ids = _store_prompts(
         state["pages"], state["pool"], cache, prompt_len, refs=g, columns=width // ps, shape=shape
     )
-    base = state["prompts_used"]
+    base, pushed = state["prompts_used"], state["admitted"]
     # prompt p lives at position p % max_prompts: a session that retires prompts reuses positions
     position = (base + jnp.arange(a)) % shape.max_prompts
     slot_of = jnp.where(real, position, shape.max_prompts)
@@ -214,6 +215,7 @@ def admit(
         queue=queue,
         tail=state["tail"] + count * g,
         prompts_used=base + count,
+        admitted=pushed + count,
         prompt_pages=state["prompt_pages"].at[slot_of].set(ids, mode="drop"),
         prompt_len=state["prompt_len"].at[slot_of].set(prompt_len, mode="drop"),
         prompt_logits=state["prompt_logits"].at[slot_of].set(logits, mode="drop"),
@@ -222,7 +224,7 @@ def admit(
         temperature=put("temperature", temperature),
         top_p=put("top_p", top_p),
         top_k=put("top_k", top_k),
-        row_id=put("row_id", base * g + jnp.arange(a * g)),
+        row_id=put("row_id", pushed * g + jnp.arange(a * g)),
         lengths=put("lengths", 0),  # a reused position starts empty (a fresh one already is); the
         stopped=put("stopped", False),  # host reads tokens, log-probs and versions up to lengths only
         entropy=put("entropy", 0.0),
@@ -296,7 +298,21 @@ def drop(pages, row_table, rows, *, shape: EngineShape):
 
 @functools.partial(jax.jit, static_argnames=("config", "shape"), donate_argnames=("state",))
 def extend(
-    state, params, rows, tail_ids, context_len, count, cap, temperature, top_p, top_k, *, config, shape: EngineShape
+    state,
+    params,
+    rows,
+    tail_ids,
+    context_len,
+    count,
+    cap,
+    temperature,
+    top_p,
+    top_k,
+    row_ids,
+    first,
+    *,
+    config,
+    shape: EngineShape,
 ):
     """The first ``count`` held sequences ``rows [A]`` go on as new prompts of one sample each: the
     whole context so far (its first ``context_len [A]`` tokens, ending with ``tail_ids [A, C]``, the
@@ -304,7 +320,12 @@ def extend(
     only the C tokens are prefilled (the host passes every token the pages lack among them: the
     answer's last, never fed, and the environment's turn). The new prompt's keys are written into
     pages of its own and the old sequence's pages given back; its one sample is queued with the
-    row's ``cap, temperature, top_p, top_k [A]``."""
+    row's ``cap, temperature, top_p, top_k [A]``, drawn with sampling ids ``row_ids [A]`` (the
+    host's: a continued row's tokens then do not depend on when it continued).
+
+    The new prompts are prompt indices ``first ..`` (a scalar); their samples join the queue at
+    its front, ahead of the rows still queued: an episode in flight finishes before a new one
+    starts, so the pages held outside the slots stay few."""
     a, c = tail_ids.shape
     g, ps, width, none = shape.samples, shape.page_size, shape.prompt_width, shape.num_pages
     real = jnp.arange(a) < count
@@ -338,20 +359,20 @@ def extend(
     pages, pool, ids = _store_prompts(
         pages, state["pool"], cache, prompt_len, refs=1, columns=shape.prompt_pages, shape=shape
     )
-    base = state["prompts_used"]
-    position = (base + jnp.arange(a)) % shape.max_prompts
+    position = (first + jnp.arange(a)) % shape.max_prompts
     slot_of = jnp.where(real, position, shape.max_prompts)
     row = jnp.where(real, position * g, shape.rows)  # sample 0 of each new prompt; the others stay empty
     put = lambda name, value: state[name].at[row].set(value, mode="drop")  # noqa: E731
-    queue = state["queue"].at[jnp.where(real, (state["tail"] + jnp.arange(a)) % shape.rows, shape.rows)]
+    head = state["head"] - count  # the queue's front
+    queue = state["queue"].at[jnp.where(real, (head + jnp.arange(a)) % shape.rows, shape.rows)]
     return dict(
         state,
         pool=pool,
         pages=pages,
         row_table=state["row_table"].at[jnp.where(real, rows, shape.rows)].set(none, mode="drop"),
         queue=queue.set(position * g, mode="drop"),
-        tail=state["tail"] + count,
-        prompts_used=base + count,
+        head=head,
+        prompts_used=jnp.maximum(state["prompts_used"], first + count),
         prompt_pages=state["prompt_pages"].at[slot_of].set(ids, mode="drop"),
         prompt_len=state["prompt_len"].at[slot_of].set(prompt_len, mode="drop"),
         prompt_logits=state["prompt_logits"].at[slot_of].set(logits, mode="drop"),
@@ -360,7 +381,7 @@ def extend(
         temperature=put("temperature", temperature),
         top_p=put("top_p", top_p),
         top_k=put("top_k", top_k),
-        row_id=put("row_id", (base + jnp.arange(a)) * g),
+        row_id=put("row_id", row_ids),
         lengths=put("lengths", 0),
         stopped=put("stopped", False),
         entropy=put("entropy", 0.0),

@@ -34,6 +34,7 @@ RECOMPUTE_CHUNK = 8  # sequences per prefill when set_params recomputes KV (the 
 # at a time, so the dense copy stays at admit's size
 EXTEND_COLUMNS = 64 * 512
 MAX_ADMIT = 64  # prompts prefilled per admit call, by default
+EXTEND_IDS = 1 << 30  # extend's default sampling ids start here (a push's count up from 0)
 
 
 def default_slots(rows: int) -> int:
@@ -182,6 +183,9 @@ class PagedSession:
         self.samples_of = np.full((max_prompts,), num_samples, np.int64)  # an extend's prompt: 1
         self.extend_columns = 0  # token columns extend prefilled (rows x chunk, padding included)
         self.held: set[int] = set()  # rows (position * G + sample) keeping their pages (hold)
+        self.reported_rows: set[int] = set()  # rows (position * G + sample) `run` reported finished
+        self.extended = 0  # rows extend continued so far (their default sampling ids count on)
+        self.finished_rows: list[tuple[int, int]] = []  # hold: the rows the last `run` saw finish
         self.pushed = 0  # prompts pushed so far (prompt indices count on; positions wrap)
         self.reported: set[int] = set()
         self.retired: set[int] = set()  # prompts whose positions push may reuse (`retire`)
@@ -272,6 +276,7 @@ class PagedSession:
         caps=None,
         queue_order: Sequence[int] | None = None,
         width: int | None = None,
+        block: int | None = None,
     ) -> range:
         """Prefill ``prompts`` and queue their G samples each; returns their prompt indices.
 
@@ -279,6 +284,8 @@ class PagedSession:
         default to max_new_tokens. queue_order (tests): a permutation of these rows, the order in
         which they take slots (only for a push of at most max_admit prompts). width: the prefill's
         width (a multiple of the page size, at most the session's prompt width, its default).
+        block: the prompts of every admit program (padding included; default a power of two per
+        call): a caller that pushes varying numbers passes one value and compiles one program.
         """
         self._check_open()
         shape, g = self.shape, self.shape.samples
@@ -310,9 +317,12 @@ class PagedSession:
         first = self.num_prompts
         if self.shape.slots != self.full_shape.slots:  # the tail had shrunk S: back to full width
             self._resize(self.full_shape.slots)
-        for lo in range(0, n, self.max_admit):
-            hi = min(n, lo + self.max_admit)
-            size = 1 << (hi - lo - 1).bit_length()  # admit blocks are powers of two: few compiles
+        if block is not None and not 1 <= block <= self.max_admit:
+            raise ValueError(f"push block={block}: need 1..max_admit={self.max_admit}")
+        step = block or self.max_admit
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            size = block or 1 << (hi - lo - 1).bit_length()  # admit blocks are powers of two: few compiles
             fill = (
                 lambda a, lo=lo, hi=hi, size=size, k=1: np.concatenate(  # noqa: E731
                     [a[lo * k : hi * k], np.repeat(a[lo * k : lo * k + k], size - (hi - lo), axis=0)]
@@ -340,6 +350,7 @@ class PagedSession:
         self.prompt_ids[at], self.prompt_mask[at] = left_pad(prompts, shape.prompt_width, self.pad_id)
         self.temperature[(at[:, None] * g + np.arange(g)).reshape(-1)] = temperature
         self.samples_of[at] = g
+        self.reported_rows.difference_update((at[:, None] * g + np.arange(g)).reshape(-1).tolist())
         self.pushed += n
         return range(first, first + n)
 
@@ -359,12 +370,17 @@ class PagedSession:
         caps=None,
         chunk: int | None = None,
         block_rows: int | None = None,
+        row_ids: Sequence[int] | None = None,
     ) -> range:
         """Continue held rows (``hold``): row (prompt index, sample) gets one more sample, its prompt
         ``contexts[i]``, the whole conversation so far: its prompt, its answer and the tokens that
         follow (the environment's turn). The kept keys are reused; only the tokens the pages lack
         are prefilled. The row's pages go to the new prompt (the row is no longer held); returns
-        the new prompt indices (one sample each). temperature / top_p / top_k / caps as in push;
+        the new prompt indices (one sample each). The new samples are queued ahead of the rows
+        still queued, in this order. row_ids: the sampling id each new sample draws its tokens
+        with (default: ids of their own, counting on from EXTEND_IDS; a caller that gives an
+        episode's turn an id of its own gets the same tokens whenever it continues the row).
+        temperature / top_p / top_k / caps as in push;
         chunk: the tokens each row prefills (the new ones and, before them, some it already had),
         a static shape: by default the power of two covering the most new tokens of this call;
         a caller that knows its bound passes it (one program for every call). block_rows: the
@@ -404,11 +420,16 @@ class PagedSession:
                 f"extend chunk={chunk}: need at least the {max(new)} new tokens of a row and at most the "
                 f"prompt width {shape.prompt_width}"
             )
+        ids = np.asarray(EXTEND_IDS + self.extended + np.arange(n) if row_ids is None else row_ids, np.int64)
+        if ids.shape != (n,) or (ids < 0).any() or (ids > NO_LIMIT).any():
+            raise ValueError(f"row_ids: need {n} ids in 0..{NO_LIMIT}, one per row")
+        ids = ids.astype(np.int32)
         first = self.num_prompts
         if self.shape.slots != self.full_shape.slots:
             self._resize(self.full_shape.slots)
         block = extend_block(shape.prompt_width, self.max_admit, block_rows)
-        for lo in range(0, n, block):
+        # back to front: each block joins the queue's front, so the rows end up queued in this order
+        for lo in reversed(range(0, n, block)):
             hi = min(n, lo + block)
             size = block if block_rows else 1 << (hi - lo - 1).bit_length()
             pick = list(range(lo, hi)) + [lo] * (size - (hi - lo))
@@ -428,16 +449,20 @@ class PagedSession:
                     temperature[pick],
                     top_p[pick],
                     top_k[pick],
+                    ids[pick],
+                    jnp.int32(first + lo),
                     config=self.config,
                     shape=self.full_shape,
                 )
-            self.pushed += hi - lo
             self.extend_columns += size * chunk
+        self.pushed += n
+        self.extended += n
         at = (first + np.arange(n)) % shape.max_prompts
         self.prompt_ids[at], self.prompt_mask[at] = left_pad(contexts, shape.prompt_width, self.pad_id)
         self.temperature[at * g] = temperature
         self.samples_of[at] = 1
         self.held.difference_update(flat)
+        self.reported_rows.difference_update((at * g).tolist())  # the positions' new sample runs
         return range(first, first + n)
 
     def drop(self, rows: Sequence[tuple[int, int]], *, block_rows: int | None = None) -> None:
@@ -502,9 +527,18 @@ class PagedSession:
         finished = np.all(done_rows | ~used, axis=1).tolist()  # per position
         new = [p for p in self.active() if p not in self.reported and bool(finished[p % m])]
         self.reported.update(new)
-        if self.shape.hold:  # their rows now keep their pages until extended or dropped
-            self.held.update(r for p in new for r in self._rows(p))
+        if self.shape.hold:  # finished rows now keep their pages until extended or dropped
+            flat = (done_rows & used).reshape(-1)
+            rows = [r for p in self.active() for r in self._rows(p) if flat[r] and r not in self.reported_rows]
+            self.reported_rows.update(rows)
+            self.held.update(rows)
+            self.finished_rows = [(self._prompt_at(r // g), r % g) for r in rows]
         return new
+
+    def _prompt_at(self, position: int) -> int:
+        """The prompt index living at ``position`` now (the latest pushed there)."""
+        m = self.shape.max_prompts
+        return self.pushed - 1 - (self.pushed - 1 - position) % m
 
     def _scalar(self, name: str) -> int:
         return int(shd.to_host(self.state[name]))
@@ -524,14 +558,23 @@ class PagedSession:
     def output(self, prompts: Sequence[int] | None = None) -> SamplerOutput:
         """Results for these prompt indices (all pushed ones by default), rows prompt-major (G rows
         a pushed prompt, one an extend's)."""
-        g = self.shape.samples
         picks = np.asarray(self.active() if prompts is None else prompts, np.int64)
-        if any(int(p) in self.retired or not 0 <= p < self.pushed for p in picks):
+        return self.output_rows([(int(p), j) for p in picks for j in range(len(self._rows(int(p))))])
+
+    def output_rows(self, rows: Sequence[tuple[int, int]]) -> SamplerOutput:
+        """Results for these rows (prompt index, sample), in this order."""
+        g, m = self.shape.samples, self.shape.max_prompts
+        if any(p in self.retired or not max(0, self.pushed - m) <= p < self.pushed for p, _ in rows):
             raise ValueError("output() of a prompt never pushed or already retired (its position may be reused)")
-        rows = np.asarray([r for p in picks for r in self._rows(int(p))], np.int64)
+        if any(not 0 <= j < self.samples_of[p % m] for p, j in rows):
+            raise ValueError("output() of a sample the prompt does not have (an extend's prompt has one)")
+        flat = np.asarray([(p % m) * g + j for p, j in rows], np.int64)
         keys = ("tokens", "logprobs", "versions", "lengths", "stopped", "entropy")
-        picked = _take_rows({k: self.state[k] for k in keys}, jnp.asarray(rows, jnp.int32))  # only these rows
-        tokens, logprobs, versions, lengths, stopped, entropy = (shd.to_host(picked[k]) for k in keys)
+        # only these rows, padded to a power of two: a few gather programs whatever the counts
+        padded = np.zeros(1 << max(len(flat) - 1, 0).bit_length(), np.int32)
+        padded[: len(flat)] = flat
+        picked = _take_rows({k: self.state[k] for k in keys}, jnp.asarray(padded))
+        tokens, logprobs, versions, lengths, stopped, entropy = (shd.to_host(picked[k])[: len(flat)] for k in keys)
         written = np.arange(tokens.shape[1])[None, :] < lengths[:, None]  # a reused row holds old tokens after
         return SamplerOutput(
             tokens=np.where(written, tokens, np.int32(self.pad_id)),
@@ -539,9 +582,9 @@ class PagedSession:
             lengths=lengths,
             truncated=~stopped,
             entropy=entropy / np.maximum(lengths, 1),
-            temperature=self.temperature[rows],
-            prompt_tokens=self.prompt_ids[rows // g],
-            prompt_mask=self.prompt_mask[rows // g],
+            temperature=self.temperature[flat],
+            prompt_tokens=self.prompt_ids[flat // g],
+            prompt_mask=self.prompt_mask[flat // g],
             versions=np.where(written, versions, np.int32(0)),
         )
 

@@ -61,9 +61,17 @@ class HeldLayout:
     prompt_width: int  # the widest turn's context: every prompt a session holds is this wide
     max_prompts: int  # the first prompts, then one of its own per row and later turn
     rows: int  # prompts x G
+    in_flight: int  # episodes holding pages at once (sampling.episodes_in_flight; sizes slots and pool)
     num_pages: int  # held_session_pages: never runs out, whatever the turns do
     chunk: int  # tokens an extend prefills per row: the answer's last and a feedback turn
     block: int  # rows of every extend and drop program, whatever the number going on
+    push_block: int  # prompts of every admit program (first turns pushed as episodes end)
+
+
+def in_flight_episodes(setting: int, rows: int, group: int) -> int:
+    """Episodes a session holds at once under `sampling.episodes_in_flight` = `setting`: every row
+    at 0; otherwise whole groups of G (a prompt's samples are pushed together), at least one."""
+    return rows if not setting else min(rows, max(group, setting // group * group))
 
 
 def held_layout(
@@ -74,14 +82,20 @@ def held_layout(
     turns = env.turns if turns is None else turns
     n, ps = prompts * group, sampling.page_size
     widest = max(turn_widths(data, sampling, env, max_new))
+    m = in_flight_episodes(sampling.episodes_in_flight, n, group)
+    pow2 = lambda k: 1 << (max(k, 1) - 1).bit_length()  # noqa: E731
     return HeldLayout(
         prompt_width=widest,
         max_prompts=prompts + n * (turns - 1),
         rows=n,
+        in_flight=m,
         # sized for the widest first-prompt bucket, whatever this batch's: one engine shape a run
-        num_pages=held_session_pages(prompts, max(data.prompt_buckets), n, widest, max_new, ps),
+        num_pages=held_session_pages(prompts, max(data.prompt_buckets), m, widest, max_new, ps),
         chunk=min(widest, -(-(1 + env.feedback_tokens) // ps) * ps),
-        block=extend_block(widest, max_admit, 1 << (n - 1).bit_length()),
+        # rows continue a few at a time as they finish: small blocks (a sixteenth of those in flight)
+        block=extend_block(widest, max_admit, pow2(-(-m // 16))),
+        # every first prompt at once when all fit, else about a quarter of the room at a time
+        push_block=min(max_admit, pow2(prompts if m == n else -(-m // group // 4))),
     )
 
 
@@ -132,6 +146,7 @@ def collect_episodes(
     max_new_tokens=None,
     keep_kv=None,
     answers=None,
+    report_every=None,
 ):
     """One generation batch of episodes: (Rollout, verdict counts of the last answers, episode
     stats). `sampler` samples turn 0 (the worker's); a paged one samples the turns after in the
@@ -140,25 +155,34 @@ def collect_episodes(
     stats' rows, the rest padding; default all) and `max_new_tokens` (an answer's cap, default
     sampling.max_new_tokens; `later_sampler` must be built for it) for evaluation; `keep_kv=False`
     re-prefills later turns even on the paged engine (the reference the kept KV is checked against);
-    `answers`: a list that gets (turn, row, why) for every answer, why its verdict or `truncated`."""
+    `answers`: a list that gets (turn, row, why) for every answer, why its verdict or `truncated`;
+    `report_every`: HeldTurns' decode steps between judging rounds (0: a whole turn at a time).
+
+    Answers come in rounds (`turns.answers()`): a round's answers of one turn are judged together,
+    and the rows that go on are handed back (`turns.go_on`) before the next round is sampled."""
     env = env or run.env
     G, T = group_size or run.sampling.group_size, env.max_turns
     n = len(problems) * G
-    rows, active, temps = EpisodeRows(prompts, G, T), list(range(n)), None
+    rows, temps = EpisodeRows(prompts, G, T), np.zeros(n, np.float32)
     turns = (
-        HeldTurns(run, sampler, params, prompts, G, T, temperature, rng, max_new_tokens)
+        HeldTurns(run, sampler, params, prompts, G, T, temperature, rng, max_new_tokens, report_every)
         if (sampler.sessions if keep_kv is None else keep_kv)
         else PrefilledTurns(run, (sampler, later_sampler), params, prompts, G, temperature, rng, max_new_tokens)
     )
-    for turn in range(T):
+    rounds = turns.answers()
+    while True:
         t0 = time.perf_counter()
-        out = turns.sample(turn, active, rows.context)
-        temps = sharding.to_host(out.temperature).astype(np.float32) if turn == 0 else temps
+        got = next(rounds, None)
         times["sample"] += time.perf_counter() - t0
+        if got is None:
+            break
+        turn, active, out = got
         t1 = time.perf_counter()
         tokens, lengths = sharding.to_host(out.tokens), sharding.to_host(out.lengths)
         lps, cut_off = sharding.to_host(out.logprobs).astype(np.float32), sharding.to_host(out.truncated)
         ent, k = sharding.to_host(out.entropy), len(active)
+        if turn == 0:
+            temps[active] = sharding.to_host(out.temperature)[:k]
         on = [problems[r // G] for r in active]
         judged, feedback = judge_turn(run, env, pool, on, tokens[:k], lengths[:k], cut_off[:k], turn, turn == T - 1)
         times["judge"] += time.perf_counter() - t1
@@ -174,9 +198,8 @@ def collect_episodes(
                 rows.feedback(r, answer, ids)
                 still.append(r)
         turns.end([r for r in active if r not in set(still)])
-        active = still
-        if not active:
-            break
+        if still:
+            turns.go_on(turn + 1, still, [rows.context[r] for r in still])
     turns.close()
     rollout = assemble(run, prompts, G, rows.body, rows.mine, rows.logp, max_new_tokens)
     rewards, passed, no_code, counts = verdict_arrays(rows.last)
@@ -260,17 +283,30 @@ class EpisodeRows:
 class PrefilledTurns:
     """Turns sampled by fresh calls (the static engine): turn 0 G answers per prompt (the first
     sampler), a later turn one answer per continuing row's whole context (the second sampler, its
-    wider prompt buckets), at a static row count (the last row stands in for finished ones)."""
+    wider prompt buckets), at a static row count (the last row stands in for finished ones). A
+    round is a whole turn."""
 
     def __init__(self, run, samplers, params, prompts, group_size, temperature, rng, max_new_tokens):
         self.run, self.samplers, self.params, self.prompts = run, samplers, params, prompts
         self.group_size, self.temperature, self.rng, self.max_new = group_size, temperature, rng, max_new_tokens
         self.prefilled = 0  # token columns prefilled for turns >= 1 (rows x bucket width)
+        self.next: list[int] = []  # the rows going on, and their contexts
+        self.contexts: list[list[int]] = []
 
-    def sample(self, turn: int, active: list[int], context: list[list[int]]):
+    def answers(self):
+        """Yields (turn, rows, their SamplerOutput), one round a turn, while rows go on."""
+        n = len(self.prompts) * self.group_size
+        active, turn = list(range(n)), 0
+        while active:
+            out = self._sample(turn, active, n)
+            self.next, self.contexts = [], []
+            yield turn, active, out
+            active, turn = self.next, turn + 1
+
+    def _sample(self, turn: int, active: list[int], n: int):
         """The answers of the `active` rows (in that order, then padding rows)."""
         first = turn == 0
-        rows = self.prompts if first else [context[r] for r in active + [active[-1]] * (len(context) - len(active))]
+        rows = self.prompts if first else self.contexts + [self.contexts[-1]] * (n - len(active))
         if not first:
             self.prefilled += len(rows) * prompt_bucket(max(map(len, rows)), self.samplers[1].prompt_buckets)
         return generate(
@@ -278,6 +314,11 @@ class PrefilledTurns:
             rng=jax.random.fold_in(self.rng, turn), sampler=self.samplers[0 if first else 1],
             max_new_tokens=self.max_new,
         )  # fmt: skip
+
+    def go_on(self, turn: int, rows: list[int], contexts: list[list[int]]) -> None:
+        """These rows answer again (turn `turn`) after these contexts: in the next round."""
+        self.next += rows
+        self.contexts += contexts
 
     def end(self, rows: list[int]) -> None:
         """These rows' episodes ended (nothing is kept for them)."""
@@ -287,42 +328,81 @@ class PrefilledTurns:
 
 
 class HeldTurns:
-    """Turns sampled in one paged session that keeps each row's KV (`PagedSession(hold=True)`):
-    turn 0 pushes the prompts (G samples each); a later turn extends each continuing row with the
-    tokens its context gained (its answer's last and the feedback turn), prefilling only those;
-    `end` gives a finished episode's pages back at once."""
+    """Turns sampled in one paged session that keeps each row's KV (`PagedSession(hold=True)`).
 
-    def __init__(self, run, sampler, params, prompts, group_size, turns, temperature, rng, max_new_tokens):
+    Turn 0 pushes the prompts (G samples each); a row that goes on is extended with the tokens its
+    context gained (its answer's last and the feedback turn), prefilling only those, and joins the
+    queue's front; `end` gives a finished episode's pages back at once. Turns overlap: every
+    `report_every` decode steps the host takes the rows that finished since (whatever their
+    turn), they are judged, and those that go on decode beside the rows still on an earlier turn.
+    At most `sampling.episodes_in_flight` episodes hold pages at once (a prompt's G are pushed when
+    there is room for them), which sizes the pool. Turn t of episode row r draws with sampling id
+    t * rows + r, so the tokens do not depend on when the row continued."""
+
+    def __init__(
+        self, run, sampler, params, prompts, group_size, turns, temperature, rng, max_new_tokens, report_every=None
+    ):
         c = run.sampling
         w = max_new_tokens or c.max_new_tokens
         self.width = prompt_bucket(max(len(p) for p in prompts), run.data.prompt_buckets)
         lay = held_layout(run.data, c, run.env_config, len(prompts), group_size, w, MAX_ADMIT, turns)
         self.session = sampler.open_session(
             params, num_samples=group_size, max_prompts=lay.max_prompts, prompt_width=lay.prompt_width,
-            rows=lay.rows, max_new_tokens=w, num_pages=lay.num_pages, rng=jax.random.fold_in(rng, 0), hold=True,
+            rows=lay.in_flight, max_new_tokens=w, num_pages=lay.num_pages, rng=jax.random.fold_in(rng, 0), hold=True,
         )  # fmt: skip
         self.prompts, self.group_size, self.temperature = prompts, group_size, temperature
         self.sampling = dict(top_p=c.top_p, top_k=c.top_k)
-        self.chunk, self.block = lay.chunk, lay.block  # one extend (and drop) program a run
-        self.handle: list = []  # per row: its (prompt index, sample) in the session
+        self.chunk, self.block, self.push_block = lay.chunk, lay.block, lay.push_block  # one program each a run
+        self.in_flight, self.rows = lay.in_flight, lay.rows
+        self.report_every = sampler.report_every(w) if report_every is None else report_every or None
+        self.waiting = list(range(len(prompts)))  # prompts not pushed yet, in order
+        self.live = 0  # episodes pushed and not ended
+        self.handle: dict[int, tuple[int, int]] = {}  # episode row -> its (prompt index, sample) now
+        self.episode_of: dict[tuple[int, int], tuple[int, int]] = {}  # (prompt index, sample) -> (row, turn)
 
-    def sample(self, turn: int, active: list[int], context: list[list[int]]):
-        """The answers of the `active` rows, in that order."""
+    def _push(self) -> None:
+        """Push the next prompts while their G episodes fit in flight."""
+        s, g = self.session, self.group_size
+        k = min(len(self.waiting), (self.in_flight - self.live) // g)
+        if not k:
+            return
+        picks, self.waiting = self.waiting[:k], self.waiting[k:]
+        pushed = s.push(
+            [self.prompts[i] for i in picks], temperature=self.temperature, width=self.width, block=self.push_block,
+            **self.sampling,
+        )  # fmt: skip
+        for i, p in zip(picks, pushed):
+            for j in range(g):
+                self.handle[i * g + j] = (p, j)
+                self.episode_of[(p, j)] = (i * g + j, 0)
+        self.live += k * g
+
+    def answers(self):
+        """Yields (turn, rows, their SamplerOutput): every round, the rows that finished since the
+        last, one yield per turn among them (earliest first)."""
         s = self.session
-        if turn == 0:
-            pushed = s.push(self.prompts, temperature=self.temperature, width=self.width, **self.sampling)
-            self.handle = [(p, j) for p in pushed for j in range(self.group_size)]
-        else:
-            new = s.extend(
-                [self.handle[r] for r in active], [context[r] for r in active], temperature=self.temperature,
-                chunk=self.chunk, block_rows=self.block, **self.sampling,
-            )  # fmt: skip
-            for r, p in zip(active, new):
-                self.handle[r] = (p, 0)
-        picks = sorted({self.handle[r][0] for r in active})
-        while not s.done:
-            s.run()
-        return s.output(picks)  # rows prompt-major: the active rows' order (extends number them in it)
+        while self.waiting or self.live:
+            self._push()
+            s.run(self.report_every)
+            finished: dict[int, list] = {}
+            for key in s.finished_rows:
+                row, turn = self.episode_of.pop(key)
+                finished.setdefault(turn, []).append((row, key))
+            if not finished and not s.queued() and s.done:
+                raise RuntimeError(f"{self.live} episodes in flight and nothing to decode (an episode was left open)")
+            for turn in sorted(finished):
+                got = finished[turn]
+                yield turn, [r for r, _ in got], s.output_rows([key for _, key in got])
+
+    def go_on(self, turn: int, rows: list[int], contexts: list[list[int]]) -> None:
+        """These rows answer again (turn `turn`) after these contexts: queued ahead of new episodes."""
+        new = self.session.extend(
+            [self.handle[r] for r in rows], contexts, temperature=self.temperature, chunk=self.chunk,
+            block_rows=self.block, row_ids=[turn * self.rows + r for r in rows], **self.sampling,
+        )  # fmt: skip
+        for r, p in zip(rows, new):
+            self.handle[r] = (p, 0)
+            self.episode_of[(p, 0)] = (r, turn)
 
     @property
     def prefilled(self) -> int:
@@ -330,9 +410,10 @@ class HeldTurns:
         return self.session.extend_columns
 
     def end(self, rows: list[int]) -> None:
-        """These rows' episodes ended: their pages go back."""
+        """These rows' episodes ended: their pages go back, and room for new episodes."""
         if rows:
             self.session.drop([self.handle[r] for r in rows], block_rows=self.block)
+            self.live -= len(rows)
 
     def close(self) -> None:
         self.session.close()
