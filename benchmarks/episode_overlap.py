@@ -10,8 +10,9 @@ row and turn, so every side continues the same rows) with a feedback turn of dra
 turn of a row draws with a sampling id of its own, so every side samples the same tokens (checked).
 
 Printed per side: decode steps, slot-steps (S summed over steps: what a chip computes), slot-steps
-that made a token, the page pool's pages, extend calls and their padded token columns, and this
-CPU's seconds once compiled (noisy; the counts are the result).
+that made a token, the page pool's pages, the rounds in which rows go on, the token columns
+extend prefilled (padding included), and this CPU's seconds once compiled (noisy; the counts are
+the result).
 
     python benchmarks/episode_overlap.py                  # 16 prompts x 4, 3 turns, answers <= 192
     python benchmarks/episode_overlap.py --slots 16 --in-flight 32
@@ -88,7 +89,7 @@ def run_side(params, config, args, report_every: int, in_flight: int) -> dict:
         slot_steps=stats["slot_steps"],
         live_slot_steps=stats["live_slot_steps"],
         pages=pages,
-        extend_calls=extends,
+        rounds_going_on=extends,
         extend_columns=columns,
         seconds=seconds,
         answers=answers,
@@ -141,16 +142,13 @@ def main(argv=None) -> int:
         f"{args.prompts} prompts x {args.group}, up to {args.turns} turns, S={args.slots}: {len(ref)} answers "
         f"({later} after feedback), mean length {np.mean(lengths):.0f} of {args.cap}; same tokens on every side: {same}"
     )
-    print(
-        "| side | decode steps | slot-steps | slot-steps with a token | pool pages | extend calls | extend columns ",
-        end="",
-    )
-    print("| CPU s |")
+    columns = "decode steps | slot-steps | slot-steps with a token | pool pages | rounds going on | extend columns"
+    print(f"| side | {columns} | CPU s |")
     print("|---|---|---|---|---|---|---|---|")
     for name, c in sides.items():
         print(
             f"| {name} | {c['steps']} | {c['slot_steps']} | {c['live_slot_steps']} | {c['pages']} | "
-            f"{c['extend_calls']} | {c['extend_columns']} | {c['seconds']:.1f} |"
+            f"{c['rounds_going_on']} | {c['extend_columns']} | {c['seconds']:.1f} |"
         )
     whole, over = sides["whole turns"], sides["overlapped"]
     print(f"overlapped: {over['steps'] / whole['steps']:.2f}x the decode steps of whole turns")
