@@ -17,8 +17,9 @@ Jitted programs per shape (`EngineShape`, all static):
   the kept keys, and queues one sample of it; `drop` gives a held sequence's pages back.
 
 Everything per row is data: cap (<= the static output width), temperature, top-p, top-k. Token t of
-sequence r (counted over the session, `row_id`) is drawn with key fold_in(fold_in(rng, r), t), so
-the tokens do not depend on S, the slot a sequence got or when it was admitted. Prompt p lives at
+sequence r is drawn with key fold_in(fold_in(rng, r), t), where r (`row_id`) counts the rows
+`admit` queued over the session, or is the host's for an extended row, so the tokens do not
+depend on S, the slot a sequence got or when it was admitted. Prompt p lives at
 position p % max_prompts: a caller that retires finished prompts (`PagedSession.retire`) reuses
 their positions, so one session can run for ever (partial rollouts). `version` (set by the host
 between calls) is recorded with every token in `versions`: the weights that drew it.
