@@ -9,11 +9,15 @@ answer is shown the public example's input and expected output, from which f can
 (every test tells the five operations apart), and it answers again. The reward is judged on the
 two private tests. Held-out problems (their own tests) are scored before RL and every 10 steps:
 first-answer pass@1, and for `feedback` pass@1 after each turn.
+
+ARMs `copy-single` and `copy` are the same two with constant operations (f(a, b) = 3, 4, 6, 7 or
+8; data/demo_task.CONSTANTS): a failing example's expected output is the answer itself, so the
+feedback is used by copying a number rather than by working out which operation fits.
 """
 
 from microcoder_jax.config import demo_config
 
-ARMS = ("single", "feedback")
+ARMS = ("single", "feedback", "copy-single", "copy")
 
 
 def get_config(arg: str = "feedback"):
@@ -30,6 +34,10 @@ def get_config(arg: str = "feedback"):
     c.train.eval_every = 10
     c.train.eval_at_start = True  # the starting policy: what RL changed
     c.env.feedback_tokens = 192  # a whole feedback turn of this task in the demo tokenizer: ~181
-    if arg == "feedback":
+    if arg.startswith("copy"):
+        from microcoder_jax.data.demo_task import CONSTANTS
+
+        c.demo.ops = tuple(CONSTANTS)
+    if arg in ("feedback", "copy"):
         c.env.kind, c.env.max_turns = "feedback", 2
     return c

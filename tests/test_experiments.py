@@ -431,6 +431,11 @@ def test_feedback_experiment_summary_pairs_seeds_and_reads_the_turns():
     text = feedback.table(summary)
     assert "| feedback | 2 | 0.200 | 0.300 | 0.200 | 0.250 | 0.300 | 0.700 | 0.100 |" in text
     assert "| single | 0 | 0.200 | 0.300 | - |" in text
+    # the copy task's pair (constants: the feedback shows the answer) is summarised under its own keys
+    both = feedback.summarize({**results, "copy-single": results["single"], "copy": results["feedback"]}, 40)
+    assert both["copy_turn2_minus_single"] == summary["turn2_minus_single"]
+    assert both["copy_feedback_gap_change"] == gap
+    assert "copy's turn-2 pass@1 minus copy-single's" in feedback.table(both)
 
 
 def test_real_model_experiment_summary_intervals_and_arms():

@@ -385,3 +385,22 @@ def test_the_two_turn_warm_start_shows_the_feedback_a_failing_answer_gets():
         test = problems[i].tests[0]
         assert "Expected output" in text and test.output.strip() in text and test.input.split()[0] in text
         assert tok.decode(tokens[i, P:][loss[i, P:] == 1]).count("```python") == 2  # two answers trained
+
+
+def test_the_copy_task_hides_a_constant_that_a_failing_examples_feedback_shows(pool):
+    """configs/feedback_task.py:copy: f(a, b) is a constant the statement never names; the public
+    example's expected output is that constant, so a failing first answer's feedback holds the
+    answer, and the reference program passes the private tests."""
+    from microcoder_jax.cli import load_config
+
+    config = load_config(os.path.join(config_lib.config_dir(), "feedback_task.py:copy"), [])
+    assert config.demo.ops == tuple(demo_task.CONSTANTS) and config.env.kind == "feedback"
+    assert load_config(os.path.join(config_lib.config_dir(), "feedback_task.py:copy-single"), []).env.kind == "code"
+    problems = demo_task.make_problems(("three", "seven"), 2, 3, 0, public_tests=1, hidden_op=True)
+    assert {p.question_content for p in problems} == {demo_task.HIDDEN_STATEMENT}
+    seven = [p for p in problems if p.metadata["op"] == "seven"]
+    assert all(t.output == "7\n" for p in seven for t in p.tests)
+    wrong = env().step(pool, seven[:1], [demo_task.response_text("three")]).result()[0]
+    assert not wrong.done and "Expected output:\n7" in wrong.feedback
+    right = env().step(pool, seven[:1], [demo_task.response_text("seven")]).result()[0]
+    assert right.passed and right.done and right.reward == 1.0

@@ -73,6 +73,16 @@ OPS = {
         lambda a, b: a % b,
     ),
 }
+# Constant operations (demo.ops=("three", ...)): f(a, b) = k. With demo.hidden_op the statement
+# never says k and a failing public example's expected output shows it: the feedback holds the
+# answer itself, to be copied rather than worked out (configs/feedback_task.py:copy).
+CONSTANTS = {"three": 3, "four": 4, "six": 6, "seven": 7, "eight": 8}
+OPS.update(
+    {
+        name: ((f"Read two integers a and b and print the number {k}.",), str(k), lambda a, b, k=k: k)
+        for name, k in CONSTANTS.items()
+    }
+)
 
 DEMO_INSTRUCTION = "Answer with one ```python``` block."
 # demo.hidden_op: one statement for every operation, which only the examples' outputs reveal (the

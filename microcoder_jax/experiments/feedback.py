@@ -1,7 +1,8 @@
 """`python -m microcoder_jax.experiments.feedback --out DIR [--seeds N] [--steps S] [--short]`
 
 Does RL learn to use execution feedback? configs/feedback_task.py hides the operation from the
-statement: only the tests say what f(a, b) is. Arm `single` answers once; arm `feedback` (two
+statement: only the tests say what f(a, b) is (arms `copy-single` and `copy`: f is a constant, so
+the feedback shows the answer itself). Arm `single` answers once; arm `feedback` (two
 turns) sees the public example's input, expected output and what its program printed after a
 failing answer, and answers again; both warm-start on the answer format only (random operations,
 and for `feedback` a random second answer after a feedback turn), so reading the feedback is left
@@ -27,7 +28,11 @@ from microcoder_jax.experiments.stats import interval
 ARMS = (
     Arm("single", "single", label="one answer", config_file="feedback_task.py"),
     Arm("feedback", "feedback", label="two turns with feedback", config_file="feedback_task.py"),
+    # the same with constant operations: the feedback shows the answer itself (`--arms copy-single copy`)
+    Arm("copy-single", "copy-single", label="one answer, constants", config_file="feedback_task.py"),
+    Arm("copy", "copy", label="two turns with feedback, constants", config_file="feedback_task.py"),
 )
+PAIRS = (("single", "feedback"), ("copy-single", "copy"))  # (one answer, two turns) on one task
 
 
 def _at(reports: dict, step: int) -> dict:
@@ -45,17 +50,19 @@ def summarize(results: dict, steps: int) -> dict:
     for name, seeds in results.items():
         arms[name] = {str(s): {"start": _at(rep, 0), "end": _at(rep, max(rep))} for s, (_, _, rep) in seeds.items()}
     out: dict = {"steps": steps, "arms": arms}
-    fb = arms.get("feedback", {})
-    if fb:
-        gap = {
-            p: [v[p]["episode_pass_turn2"] - v[p]["episode_pass_turn1"] for v in fb.values()] for p in ("start", "end")
-        }
-        out["feedback_gap_change"] = interval(np.subtract(gap["end"], gap["start"]))
-        out["feedback_gap_end"] = interval(gap["end"])
-    if fb and "single" in arms:
-        both = sorted(set(fb) & set(arms["single"]), key=int)
-        d = [fb[s]["end"]["episode_pass_turn2"] - arms["single"][s]["end"]["pass@1"] for s in both]
-        out["turn2_minus_single"] = interval(d)
+    for single, two in PAIRS:
+        fb, key = arms.get(two, {}), lambda k, two=two: k if two == "feedback" else f"{two}_{k}"  # noqa: E731
+        if fb:
+            gap = {
+                p: [v[p]["episode_pass_turn2"] - v[p]["episode_pass_turn1"] for v in fb.values()]
+                for p in ("start", "end")
+            }
+            out[key("feedback_gap_change")] = interval(np.subtract(gap["end"], gap["start"]))
+            out[key("feedback_gap_end")] = interval(gap["end"])
+        if fb and single in arms:
+            both = sorted(set(fb) & set(arms[single]), key=int)
+            d = [fb[s]["end"]["episode_pass_turn2"] - arms[single][s]["end"]["pass@1"] for s in both]
+            out[key("turn2_minus_single")] = interval(d)
     return out
 
 
@@ -71,12 +78,16 @@ def table(summary: dict) -> str:
                 f"{f(a, 'episode_pass_turn2')} | {f(b, 'episode_pass_turn1')} | {f(b, 'episode_pass_turn2')} | "
                 f"{f(b, 'episode_repaired_frac')} |"
             )
-    for key, what in (
-        ("feedback_gap_change", "RL's change in the turn-2 minus turn-1 gap (feedback)"),
-        ("feedback_gap_end", "turn-2 minus turn-1 pass@1 at the end (feedback)"),
-        ("turn2_minus_single", "feedback's turn-2 pass@1 minus single's pass@1 at the end"),
-    ):
-        if key in summary:
+    measures = (
+        ("feedback_gap_change", "RL's change in the turn-2 minus turn-1 gap ({two})"),
+        ("feedback_gap_end", "turn-2 minus turn-1 pass@1 at the end ({two})"),
+        ("turn2_minus_single", "{two}'s turn-2 pass@1 minus {single}'s pass@1 at the end"),
+    )
+    for single, two in PAIRS:
+        for key, what in measures:
+            key, what = key if two == "feedback" else f"{two}_{key}", what.format(two=two, single=single)
+            if key not in summary:
+                continue
             i = summary[key]
             ci = f"[{i['ci95'][0]:+.3f}, {i['ci95'][1]:+.3f}]" if i["ci95"] else "(one seed)"
             lines.append(f"\n{what}: {i['mean']:+.3f} {ci}, higher on {i['positive']}/{i['seeds']} seeds")
@@ -87,7 +98,7 @@ def main(argv=None) -> int:
     args = parse_args(
         argv, "python -m microcoder_jax.experiments.feedback", __doc__, 3, 40, arm_names=[a.name for a in ARMS]
     )
-    arms = [a for a in ARMS if args.arms is None or a.name in args.arms]
+    arms = [a for a in ARMS if a.name in (args.arms or PAIRS[0])]  # by default the hidden-operation pair
     results = run_all(arms, args.seed_list, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
     summary = summarize(results, args.steps) | {"short": args.short}
     write_summary(args.out, summary, (f"**{SHORT_NOTE}**\n\n" if args.short else "") + table(summary))
