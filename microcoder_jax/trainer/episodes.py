@@ -187,16 +187,7 @@ def collect_episodes(
         judged, feedback = judge_turn(run, env, pool, on, tokens[:k], lengths[:k], cut_off[:k], turn, turn == T - 1)
         times["judge"] += time.perf_counter() - t1
         times["judge_wait"] += time.perf_counter() - t1
-        still = []
-        for i, r in enumerate(active):
-            answer = tokens[i, : lengths[i]].tolist()
-            rows.answer(r, turn, answer, lps[i, : lengths[i]].tolist(), judged[i], bool(cut_off[i]), ent[i])
-            if answers is not None:
-                answers.append((turn, r, "truncated" if cut_off[i] and not judged[i].passed else judged[i].verdict))
-            ids = feedback[i]
-            if ids is not None:
-                rows.feedback(r, answer, ids)
-                still.append(r)
+        still = rows.take(turn, active, (tokens, lengths, lps, cut_off, ent), judged, feedback, answers)
         turns.end([r for r in active if r not in set(still)])
         if still:
             turns.go_on(turn + 1, still, [rows.context[r] for r in still])
@@ -270,6 +261,22 @@ class EpisodeRows:
         self.last[r], self.turns_used[r], self.truncated[r], self.entropy[r] = judged, turn + 1, cut, entropy
         if judged.passed:
             self.passed_at[r] = min(self.passed_at[r], turn)
+
+    def take(self, turn: int, active: list[int], sampled, judged, feedback, answers=None) -> list[int]:
+        """A round's answers of the `active` rows (`sampled`: tokens, lengths, log-probs, truncated,
+        entropy, row-aligned), their Turns and feedback token ids (None: the episode ends); returns
+        the rows that go on. `answers` (a list) gets (turn, row, verdict or `truncated`) for each."""
+        tokens, lengths, lps, cut_off, ent = sampled
+        still = []
+        for i, r in enumerate(active):
+            answer = tokens[i, : lengths[i]].tolist()
+            self.answer(r, turn, answer, lps[i, : lengths[i]].tolist(), judged[i], bool(cut_off[i]), ent[i])
+            if answers is not None:
+                answers.append((turn, r, "truncated" if cut_off[i] and not judged[i].passed else judged[i].verdict))
+            if feedback[i] is not None:
+                self.feedback(r, answer, feedback[i])
+                still.append(r)
+        return still
 
     def feedback(self, r: int, answer: list, ids: list) -> None:
         """The environment's turn after row r's `answer`: context for the next, a hole in the mask."""
