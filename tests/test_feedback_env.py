@@ -175,6 +175,20 @@ def two_turn_run(tmp_path_factory):
     return workdir, c
 
 
+def paged_three_turns(two_turn_run):
+    """The two-turn run's config on the paged engine (8 slots) with 3 turns: (Run, its trained
+    params, the config)."""
+    from microcoder_jax.trainer.evaluation import _load_params
+    from microcoder_jax.trainer.setup import setup
+
+    workdir, c = two_turn_run
+    c = c.copy_and_resolve_references()
+    c.sampling.engine, c.sampling.slots, c.env.max_turns = "paged", 8, 3
+    run = setup(c, workdir, config_lib.validate(c))
+    params, _ = _load_params(run, workdir, None)
+    return run, params, c
+
+
 @pytest.mark.slow  # a two-turn demo run (~40 s): the quick tier keeps the environment's own tests
 def test_two_turn_batches_train_on_the_models_tokens_only(two_turn_run):
     workdir, c = two_turn_run
@@ -227,17 +241,10 @@ def test_kept_kv_episodes_sample_what_re_prefilled_ones_sample(two_turn_run, poo
 
     import jax
 
-    from microcoder_jax import config as config_lib
     from microcoder_jax.trainer.episodes import collect_episodes, turn_sampler
-    from microcoder_jax.trainer.evaluation import _load_params
     from microcoder_jax.trainer.rollout import sampler_for
-    from microcoder_jax.trainer.setup import setup
 
-    workdir, c = two_turn_run
-    c = c.copy_and_resolve_references()
-    c.sampling.engine, c.sampling.slots, c.env.max_turns = "paged", 8, 3
-    run = setup(c, workdir, config_lib.validate(c))
-    params, _ = _load_params(run, workdir, None)
+    run, params, c = paged_three_turns(two_turn_run)
     problems, prompts = run.prompt_set.problems[:4], run.prompt_set.prompts[:4]
     from microcoder_jax.sampling import paged_sampler
 
@@ -293,14 +300,8 @@ def test_turns_overlap_and_a_rows_tokens_do_not_depend_on_when_it_went_on(two_tu
     import jax
 
     from microcoder_jax.trainer import episodes
-    from microcoder_jax.trainer.evaluation import _load_params
-    from microcoder_jax.trainer.setup import setup
 
-    workdir, c = two_turn_run
-    c = c.copy_and_resolve_references()
-    c.sampling.engine, c.sampling.slots, c.env.max_turns = "paged", 8, 3
-    run = setup(c, workdir, config_lib.validate(c))
-    params, _ = _load_params(run, workdir, None)
+    run, params, c = paged_three_turns(two_turn_run)
     problems, prompts = run.prompt_set.problems[:6], run.prompt_set.prompts[:6]
     rounds, sessions = [], []
     real_judge, real_close = episodes.judge_turn, episodes.HeldTurns.close

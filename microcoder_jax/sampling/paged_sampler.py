@@ -183,7 +183,7 @@ class PagedSession:
         self.samples_of = np.full((max_prompts,), num_samples, np.int64)  # an extend's prompt: 1
         self.extend_columns = 0  # token columns extend prefilled (rows x chunk, padding included)
         self.held: set[int] = set()  # rows (position * G + sample) keeping their pages (hold)
-        self.reported_rows: set[int] = set()  # rows (position * G + sample) `run` reported finished
+        self.reported_rows = np.zeros((max_prompts * num_samples,), bool)  # hold: rows `run` reported finished
         self.extended = 0  # rows extend continued so far (their default sampling ids count on)
         self.finished_rows: list[tuple[int, int]] = []  # hold: the rows the last `run` saw finish
         self.pushed = 0  # prompts pushed so far (prompt indices count on; positions wrap)
@@ -350,7 +350,7 @@ class PagedSession:
         self.prompt_ids[at], self.prompt_mask[at] = left_pad(prompts, shape.prompt_width, self.pad_id)
         self.temperature[(at[:, None] * g + np.arange(g)).reshape(-1)] = temperature
         self.samples_of[at] = g
-        self.reported_rows.difference_update((at[:, None] * g + np.arange(g)).reshape(-1).tolist())
+        self.reported_rows[(at[:, None] * g + np.arange(g)).reshape(-1)] = False
         self.pushed += n
         return range(first, first + n)
 
@@ -462,7 +462,7 @@ class PagedSession:
         self.temperature[at * g] = temperature
         self.samples_of[at] = 1
         self.held.difference_update(flat)
-        self.reported_rows.difference_update((at * g).tolist())  # the positions' new sample runs
+        self.reported_rows[at * g] = False  # the positions' new sample runs
         return range(first, first + n)
 
     def drop(self, rows: Sequence[tuple[int, int]], *, block_rows: int | None = None) -> None:
@@ -528,11 +528,10 @@ class PagedSession:
         new = [p for p in self.active() if p not in self.reported and bool(finished[p % m])]
         self.reported.update(new)
         if self.shape.hold:  # finished rows now keep their pages until extended or dropped
-            flat = (done_rows & used).reshape(-1)
-            rows = [r for p in self.active() for r in self._rows(p) if flat[r] and r not in self.reported_rows]
-            self.reported_rows.update(rows)
-            self.held.update(rows)
-            self.finished_rows = [(self._prompt_at(r // g), r % g) for r in rows]
+            rows = np.flatnonzero((done_rows & used).reshape(-1) & ~self.reported_rows)
+            self.reported_rows[rows] = True
+            self.held.update(rows.tolist())
+            self.finished_rows = [(self._prompt_at(r // g), r % g) for r in rows.tolist()]
         return new
 
     def _prompt_at(self, position: int) -> int:
