@@ -69,20 +69,11 @@ def _compile_cache_off_after_each_test():
         compile_cache.enable("", "")
 
 
-# Files whose tests start several JAX processes at once (a run beside its reference, two hosts and
-# one). Two of them on different xdist workers starve each other and every test beside them on 2
-# cores, so they share one work unit: one worker runs them in turn.
-MULTI_PROCESS = ("test_train_multihost.py", "test_train_resume.py", "test_sharding.py")
-
-
-@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent under -p no:xdist
-def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile (setup.cfg), except that the MULTI_PROCESS files are one unit."""
-    from xdist.scheduler import LoadFileScheduling
-
-    class _Scheduler(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "multi-process files" if os.path.basename(path) in MULTI_PROCESS else path
-
-    return _Scheduler(config, log)
+# --dist loadfile (setup.cfg) with the multi-process files as one unit, and a crashed worker's test
+# rerun once instead of a hung run: the hooks live in tests/xdist_crashes.py.
+from xdist_crashes import (  # noqa: E402, F401
+    pytest_handlecrashitem,
+    pytest_report_teststatus,
+    pytest_terminal_summary,
+    pytest_xdist_make_scheduler,
+)
