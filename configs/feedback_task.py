@@ -12,12 +12,14 @@ first-answer pass@1, and for `feedback` pass@1 after each turn.
 
 ARMs `copy-single` and `copy` are the same two with constant operations (f(a, b) = 3, 4, 6, 7 or
 8; data/demo_task.CONSTANTS): a failing example's expected output is the answer itself, so the
-feedback is used by copying a number rather than by working out which operation fits.
+feedback is used by copying a number rather than by working out which operation fits. ARM
+`copy-reads` is `copy` with a warm start whose second answers copy the expected output half the
+time (demo.warm_start_reads=0.5, the rest random): does RL make the model rely on the feedback?
 """
 
 from microcoder_jax.config import demo_config
 
-ARMS = ("single", "feedback", "copy-single", "copy")
+ARMS = ("single", "feedback", "copy-single", "copy", "copy-reads")
 
 
 def get_config(arg: str = "feedback"):
@@ -38,6 +40,8 @@ def get_config(arg: str = "feedback"):
         from microcoder_jax.data.demo_task import CONSTANTS
 
         c.demo.ops = tuple(CONSTANTS)
-    if arg in ("feedback", "copy"):
+    if arg in ("feedback", "copy", "copy-reads"):
         c.env.kind, c.env.max_turns = "feedback", 2
+    if arg == "copy-reads":
+        c.demo.warm_start_reads = 0.5
     return c

@@ -388,6 +388,36 @@ def test_the_two_turn_warm_start_shows_the_feedback_a_failing_answer_gets():
         assert tok.decode(tokens[i, P:][loss[i, P:] == 1]).count("```python") == 2  # two answers trained
 
 
+def test_a_warm_start_that_reads_the_feedback_answers_the_operation_it_points_to():
+    """demo.warm_start_reads=1: every second answer is the operation the public example's expected
+    output points to; 0 keeps the random second answers of runs before the knob (same rows)."""
+    from microcoder_jax.trainer.warm_start import feedback_batch
+
+    ops = ("sum", "difference", "product", "maximum", "minimum")
+    problems = demo_task.make_problems(ops, 4, 3, 0, public_tests=1, hidden_op=True)
+    data = data_block()
+    tok = demo_task.build_tokenizer(problems, ops, data, 384)
+    cfg = EnvConfig(kind="feedback", max_turns=2, feedback_tokens=256)
+
+    def batch(**kw):
+        return feedback_batch(tok, problems, ops, data, 40, np.random.default_rng(0), env_config=cfg, **kw)
+
+    for got, before in zip(batch(reads=0.0), batch()):
+        np.testing.assert_array_equal(got, before)
+    tokens, attention, loss = batch(reads=1.0)
+    P = tokens.shape[1] - cfg.row_width(0, 40)
+    second = {op: demo_task.response_text(op) for op in ops}
+    two = 0
+    for i, problem in enumerate(problems):
+        answers = tok.decode(tokens[i, P:][loss[i, P:] == 1]).split("```python")
+        if len(answers) < 3:  # the first answer passed the public test: one turn
+            continue
+        two += 1
+        # the second answer's program is the problem's own operation (the only one fitting every test)
+        assert "```python" + answers[2] == second[problem.metadata["op"]] + tok.eos_token, (i, answers)
+    assert two >= len(problems) // 2
+
+
 def test_the_copy_task_hides_a_constant_that_a_failing_examples_feedback_shows(pool):
     """configs/feedback_task.py:copy: f(a, b) is a constant the statement never names; the public
     example's expected output is that constant, so a failing first answer's feedback holds the

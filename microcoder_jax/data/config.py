@@ -97,6 +97,12 @@ class DemoConfig(Block):
     vocab_size: int = knob(384, "BPE vocabulary trained on the task text", at_least=1)
     warm_start_lr: float = knob(3e-3, "warm-start learning rate", at_least=0.0)
     warm_start_batch: int = knob(32, "warm-start rows per step", at_least=1)
+    warm_start_reads: float = knob(
+        0.0,
+        "multi-turn warm start: chance a second answer is the operation the feedback's expected output "
+        "points to (reads it); 0 = another random operation (the format only)",
+        at_least=0.0,
+    )
     # The truncation task (data/truncation_task.py, configs/truncation_task.py): a scratchpad of votes.
     votes: tuple = knob(
         (),
@@ -127,6 +133,8 @@ class DemoConfig(Block):
                 self.public_tests,
                 f"must leave a private test for the reward: below demo.tests_per_problem={self.tests_per_problem}",
             )
+        if self.warm_start_reads > 1:
+            self.fail("warm_start_reads", self.warm_start_reads, "a chance: expected a number in [0, 1]")
         c = self.vote_chain
         if c and not (len(c) == 2 and all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in c)):
             self.fail("vote_chain", c, "expected () or (enter, stay), two probabilities, e.g. (0.06, 0.97)")

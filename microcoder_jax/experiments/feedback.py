@@ -31,8 +31,11 @@ ARMS = (
     # the same with constant operations: the feedback shows the answer itself (`--arms copy-single copy`)
     Arm("copy-single", "copy-single", label="one answer, constants", config_file="feedback_task.py"),
     Arm("copy", "copy", label="two turns with feedback, constants", config_file="feedback_task.py"),
+    # `copy` warm-started to copy the expected output in half its second answers (`--arms copy-single copy-reads`)
+    Arm("copy-reads", "copy-reads", label="two turns, constants, reads half", config_file="feedback_task.py"),
 )
-PAIRS = (("single", "feedback"), ("copy-single", "copy"))  # (one answer, two turns) on one task
+# (one answer, two turns) on one task
+PAIRS = (("single", "feedback"), ("copy-single", "copy"), ("copy-single", "copy-reads"))
 
 
 def _at(reports: dict, step: int) -> dict:

@@ -64,12 +64,23 @@ def _fingerprint(params, tokenizer, problems, *args) -> tuple:
     )
 
 
-def feedback_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, rng, *, env_config):
+def _second_op(ops, a: int, b: int, expected: str, reads: float, rng) -> str:
+    """A warm-start second answer's operation: with chance `reads` (drawn only when > 0, so 0 keeps
+    the rows of runs before the knob) the first that gives the expected output, else a random one."""
+    if reads > 0 and rng.random() < reads:
+        fits = [op for op in ops if str(demo_task.OPS[op][2](a, b)) == expected.strip()]
+        if fits:
+            return fits[0]
+    return str(rng.choice(list(ops)))
+
+
+def feedback_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, rng, *, env_config, reads=0.0):
     """demo.warm_start_batch's rows, but where the random operation fails the problem's public
     test the row goes on as a two-turn episode does: the feedback that answer gets (the judge's
-    comparison, envs.feedback's text, the template's follow-up) and a second answer of another
-    random operation. Format only, as the one-turn warm start: which operation the feedback points
-    to is left to RL. (tokens, attention, loss_mask) [B, EnvConfig.row_width]."""
+    comparison, envs.feedback's text, the template's follow-up) and a second answer: of another
+    random operation (format only, as the one-turn warm start: which operation the feedback points
+    to is left to RL), or with chance `reads` (demo.warm_start_reads) the one it points to.
+    (tokens, attention, loss_mask) [B, EnvConfig.row_width]."""
     from microcoder_jax.data.problems import public_tests
     from microcoder_jax.data.prompts import encode_prompt, left_pad, prompt_bucket
     from microcoder_jax.data.tokenizer import pad_token_id
@@ -105,7 +116,7 @@ def feedback_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, r
                 fb = feedback_ids(
                     tokenizer, text, tokenizer.decode([end]), env_config.feedback_tokens, data_config.enable_thinking
                 )
-                second = answer(str(rng.choice(list(ops))))
+                second = answer(_second_op(ops, a, b, public[0].output, reads, rng))
                 body, mine = body + fb + second, mine + [0] * len(fb) + [1] * len(second)
         tokens[i, P : P + len(body)] = body
         attention[i, P + len(body) :] = 0
@@ -143,8 +154,10 @@ def warm_start(
         rule = f", chain (enter, stay) {tuple(d.vote_chain)}" if d.vote_chain else ""
         label = f"warm start (scratchpad votes {tuple(d.votes)}, vote accuracy {d.vote_accuracy:g}{rule})"
     elif env_config is not None and env_config.turns > 1 and d.public_tests:
-        make_batch = functools.partial(feedback_batch, env_config=env_config)
+        make_batch = functools.partial(feedback_batch, env_config=env_config, reads=d.warm_start_reads)
         label = "warm start (two-turn rows where the answer fails the public test)"
+        if d.warm_start_reads:
+            label += f", second answers reading the feedback with chance {d.warm_start_reads:g}"
     else:
         make_batch, label = demo_task.warm_start_batch, "warm start"
     key = None
