@@ -69,6 +69,18 @@ def _compile_cache_off_after_each_test():
         compile_cache.enable("", "")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs_near_the_mappings_cap():
+    """A worker keeps every program any test file compiled; XLA:CPU maps about three regions per
+    kernel, and near vm.max_map_count (65,530) the next compile died in native code (seen six
+    times, in different files). After each file, above a third of the cap, the programs go."""
+    yield
+    if "jax" in sys.modules:
+        from microcoder_jax.trainer import map_limit
+
+        map_limit.relieve()
+
+
 # --dist loadfile (setup.cfg) with the multi-process files as one unit, and a crashed worker's test
 # rerun once instead of a hung run: the hooks live in tests/xdist_crashes.py.
 from xdist_crashes import (  # noqa: E402, F401

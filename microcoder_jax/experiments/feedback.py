@@ -28,10 +28,10 @@ from microcoder_jax.experiments.stats import interval
 ARMS = (
     Arm("single", "single", label="one answer", config_file="feedback_task.py"),
     Arm("feedback", "feedback", label="two turns with feedback", config_file="feedback_task.py"),
-    # the same with constant operations: the feedback shows the answer itself (`--arms copy-single copy`)
+    # the same with constant operations: the feedback shows the answer itself (`--arms copy-single,copy`)
     Arm("copy-single", "copy-single", label="one answer, constants", config_file="feedback_task.py"),
     Arm("copy", "copy", label="two turns with feedback, constants", config_file="feedback_task.py"),
-    # `copy` warm-started to copy the expected output in half its second answers (`--arms copy-single copy-reads`)
+    # `copy` warm-started to copy the expected output in half its second answers (`--arms copy-single,copy-reads`)
     Arm("copy-reads", "copy-reads", label="two turns, constants, reads half", config_file="feedback_task.py"),
 )
 # (one answer, two turns) on one task

@@ -86,7 +86,7 @@ def _finished(workdir: str, steps: int) -> list[dict] | None:
 def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print) -> dict:
     """Train every arm for every seed (seed-major); returns {arm: {seed: (rows, timing, {step:
     held-out report})}}."""
-    from microcoder_jax.trainer import warm_start
+    from microcoder_jax.trainer import map_limit, warm_start
     from microcoder_jax.trainer.loop import train
 
     warm_start.reuse_warm_starts(True)
@@ -118,6 +118,7 @@ def run_all(arms, seeds, steps: int, out: str, *, short: bool = False, log=print
 
         train(config, workdir, log_fn=lambda m, tag=tag: log(f"{tag}: {m}"), on_step=on_step)
         timing = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+        map_limit.relieve()  # runs share compiled programs until they near the mappings cap
         with open(os.path.join(workdir, "run_done.json"), "w") as f:
             json.dump(timing, f)
         rows = _finished(workdir, n)
