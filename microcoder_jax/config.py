@@ -308,6 +308,10 @@ def rl_overrides(config: ml_collections.ConfigDict) -> dict:
     """The `rl` block as rl.presets.make_rl_config overrides (set keys except the preset), plus the batch shape."""
     out = {k: v for k, v in config.rl.items() if k != "preset" and v is not None}
     out.update({field: get(config, key) for field, key in rl_from_run().items()})
+    if "max_turns" in out and "env" in config:  # a code episode has one turn whatever env.max_turns says
+        from microcoder_jax.envs.config import EnvConfig
+
+        out["max_turns"] = EnvConfig.from_node(config.env).turns
     return out
 
 

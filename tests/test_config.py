@@ -169,6 +169,7 @@ def test_every_knob_has_a_meaning():
     assert config_lib.rl_from_run() == {
         "group_size": "sampling.group_size",
         "total_steps": "train.steps",
+        "max_turns": "env.max_turns",  # read as env's turns: 1 for the code task (rl_overrides)
     }
 
 

@@ -63,7 +63,7 @@ def with_old(params, batch, kl, noise=0.3):
     return out
 
 
-def cfg_for(aggregation, truncation, kl, micro, width=None):
+def cfg_for(aggregation, truncation, kl, micro, width=None, **extra):
     return make_rl_config(
         "microcoder",
         group_size=G,
@@ -81,6 +81,7 @@ def cfg_for(aggregation, truncation, kl, micro, width=None):
         kl_beta=0.1 if kl else 0.0,
         soft_overlong_cache=4,
         packing=True,
+        **extra,
     )
 
 
@@ -138,6 +139,27 @@ def test_packed_step_compiles_once_per_size(params):
         assert np.isfinite(float(metrics["loss"]))
         assert step._cache_size() == len(set(sizes))
     assert len(set(sizes)) == 2, sizes  # short mixes and long mixes: two static sizes
+
+
+@pytest.mark.slow
+def test_packed_step_with_per_turn_advantages_equals_padded(params):
+    """rl.turn_baseline: per-token advantages [N, S] reach packed rows token by token."""
+    from microcoder_jax.rl.advantages import compute_advantages
+
+    cfg = cfg_for("token_mean", "conditional", False, 2, turn_baseline=True, max_turns=2)
+    batch = with_old(params, make_batch(1), False)
+    two = batch["response_lengths"] >= 6
+    batch["response_mask"][two, P + 2 : P + 4] = 0  # an environment's turn: attended, not trained
+    adv, _, _ = compute_advantages(cfg, batch, np.ones(N, np.float32))
+    adv = np.asarray(adv)
+    assert adv.ndim == 2 and np.any(adv[two, P + 5] != adv[two, P])  # a second turn has its own baseline
+    pk = packing.for_step(batch["attention_mask"], cfg, None)
+    want_params, want = run_step(params, cfg, batch, None)
+    got_params, got = run_step(params, cfg, dict(batch, packing=pk), None)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=1e-6, err_msg=k)
+    for a, b in zip(jax.tree.leaves(got_params), jax.tree.leaves(want_params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3 * cfg.learning_rate)
 
 
 def test_rl_config_validates_packing():

@@ -304,3 +304,61 @@ def test_a_judge_error_row_leaves_the_reward_out():
 def test_dynamic_sampling_ignores_judge_errors():
     r = np.array([1, np.nan, 1, 1, 0, np.nan, 1, 0], np.float32)
     assert informative_groups(r, 4).tolist() == [False, True]
+
+
+def test_token_turns_count_the_model_turns_between_holes():
+    mask = jnp.asarray([[0, 0, 1, 1, 0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1, 0, 0, 0, 0], [0] * 10])
+    np.testing.assert_array_equal(
+        np.asarray(A.token_turns(mask)),
+        [[0, 0, 1, 1, 0, 0, 2, 2, 2, 0], [0, 1, 1, 1, 1, 1, 0, 0, 0, 0], [0] * 10],
+    )
+
+
+def _two_turn_batch():
+    """Two groups of 4. Group 0: a first answer passes (one turn); three fail it and answer again,
+    one of them repaired. Group 1: one turn each (no feedback turn), rewards 1, 0, 0, 1."""
+    S, P = 12, 2
+    turn1, turn2 = [0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0]
+    mask = np.array([turn1, turn2, turn2, turn2, turn1, turn1, turn1, turn1], np.int32)
+    return {
+        "tokens": np.arange(8 * S, dtype=np.int32).reshape(8, S) % 50 + 3,
+        "attention_mask": (np.arange(S) >= P).astype(np.int32)[None].repeat(8, 0),
+        "response_mask": mask,
+        "response_lengths": np.array([3, 8, 8, 8, 3, 3, 3, 3], np.int32),
+        "truncated": np.zeros(8, bool),
+        "rewards": np.array([1, 1, 0, 0, 1, 0, 0, 1], np.float32),
+        "passed": np.array([1, 1, 0, 0, 1, 0, 0, 1], bool),
+        "no_code": np.zeros(8, bool),
+    }
+
+
+@pytest.mark.parametrize("std", ["group", "none"])
+def test_turn_baseline_centres_a_later_turn_on_the_episodes_that_reached_it(std):
+    batch = _two_turn_batch()
+    u = jnp.ones(8)
+    plain = make_rl_config("microcoder", group_size=4, repeat_m=3, adv_std=std, turn_baseline=False, max_turns=2)
+    per_turn = make_rl_config("microcoder", group_size=4, repeat_m=3, adv_std=std, turn_baseline=True, max_turns=2)
+    rows, _, _ = A.compute_advantages(plain, jax.tree.map(jnp.asarray, batch), u)
+    tokens, _, stats = A.compute_advantages(per_turn, jax.tree.map(jnp.asarray, batch), u)
+    rows, tokens = np.asarray(rows), np.asarray(tokens)
+    assert tokens.shape == batch["tokens"].shape
+    r = batch["rewards"]
+    # turn 1 and every one-turn row: the whole group's advantage, as without the knob
+    np.testing.assert_allclose(tokens[:, 2:5], np.repeat(rows[:, None], 3, 1), atol=1e-6)
+    # turn 2 (columns 7-9) of rows 1-3: centred on those three (mean 1/3), not on the group (1/2)
+    centred = r[1:4] - r[1:4].mean()
+    want = centred / (centred.std(ddof=1) + 1e-6) if std == "group" else centred
+    np.testing.assert_allclose(tokens[1:4, 7:10], np.repeat(want[:, None], 3, 1), atol=1e-5)
+    if std == "none":  # the repair beat two of the three episodes that reached turn 2, not half the group
+        assert tokens[1, 7] == pytest.approx(2 / 3) and rows[1] == pytest.approx(0.5)
+    assert float(stats["adv_mean"]) == pytest.approx(float(rows.mean()))
+
+
+def test_turn_baseline_leaves_a_one_turn_batch_as_it_was():
+    batch = _two_turn_batch()
+    batch["response_mask"][1:4] = batch["response_mask"][0]
+    u = jnp.ones(8)
+    rows, _, _ = A.compute_advantages(make_rl_config("microcoder", group_size=4), jax.tree.map(jnp.asarray, batch), u)
+    on = make_rl_config("microcoder", group_size=4, turn_baseline=True, max_turns=2)
+    tokens, _, _ = A.compute_advantages(on, jax.tree.map(jnp.asarray, batch), u)
+    np.testing.assert_array_equal(np.asarray(tokens), np.broadcast_to(np.asarray(rows)[:, None], tokens.shape))

@@ -69,6 +69,36 @@ def group_advantages(
     return lookup("advantage scaler", std)(centred, r, ddof=ddof, eps=eps, valid=v).reshape(-1)
 
 
+def token_turns(response_mask: jax.Array) -> jax.Array:
+    """Each column's model turn, 1-based, 0 off the model's tokens: a turn starts where the response
+    mask rises (an environment's turn is a hole in it). [N, S] -> [N, S] int32."""
+    m = response_mask > 0
+    rise = m & ~jnp.pad(m, ((0, 0), (1, 0)))[:, :-1]
+    return jnp.where(m, jnp.cumsum(rise, axis=1), 0).astype(jnp.int32)
+
+
+def turn_advantages(rewards, first, response_mask, config: RLConfig, valid):
+    """Per-token advantages [N, S] with a baseline per turn: a token of turn k is centred (and
+    scaled) on the rows of its group that reached turn k, `first` [N] (the whole group's) for turn 1.
+    A later turn is there only after a failing answer: against the whole group, passing first
+    answers included, every repair attempt would look worse than average."""
+    turns = token_turns(response_mask)
+    reached = jnp.max(turns, axis=1)
+    per_turn = [first] + [
+        group_advantages(
+            rewards,
+            config.group_size,
+            std=config.adv_std,
+            eps=config.adv_eps,
+            ddof=config.adv_std_ddof,
+            valid=valid & (reached >= k),
+        )
+        for k in range(2, config.max_turns + 1)
+    ]
+    table = jnp.stack(per_turn, axis=1)  # [N, K]
+    return jnp.take_along_axis(table, jnp.clip(turns - 1, 0, config.max_turns - 1), axis=1)
+
+
 def response_start(response_mask: jax.Array) -> jax.Array:
     """Column of each row's first response token (0 for rows without one). [N, S] -> [N] int32."""
     return jnp.argmax(response_mask > 0, axis=1).astype(jnp.int32)
@@ -171,7 +201,8 @@ def soft_overlong_shaping(cfg: RLConfig, rows: TruncationInputs):
 def compute_advantages(config: RLConfig, batch: dict, uniforms: jax.Array):
     """The fused advantage computation of the train step.
 
-    Returns (advantages [N] f32, row_weight [N] f32, stats dict of scalars). `row_weight` is 0
+    Returns (advantages [N] f32, or [N, S] per token under rl.turn_baseline with several turns,
+    row_weight [N] f32, stats dict of scalars). `row_weight` is 0
     for rows removed from the loss (overlong filter; a judge_error row, whose reward is NaN) and 1
     otherwise. Masked rows keep their place in the group statistics: the mask multiplies the
     already normalised advantage. Judge-error rows are left out of them (`group_advantages`).
@@ -196,7 +227,10 @@ def compute_advantages(config: RLConfig, batch: dict, uniforms: jax.Array):
     adv = group_advantages(
         rewards, config.group_size, std=config.adv_std, eps=config.adv_eps, ddof=config.adv_std_ddof, valid=judged
     )
-    adv = jnp.where(masked | ~judged, 0.0, adv)
+    stats_adv = adv = jnp.where(masked | ~judged, 0.0, adv)
+    if config.turn_baseline and config.max_turns > 1:
+        per_token = turn_advantages(rewards, adv, batch["response_mask"], config, judged)
+        adv = jnp.where((masked | ~judged)[:, None], 0.0, per_token)
     # a judge_error row leaves the loss and its token count, as the overlong filter's rows do
     row_weight = jnp.where(removed | ~judged, 0.0, 1.0)
 
@@ -208,9 +242,9 @@ def compute_advantages(config: RLConfig, batch: dict, uniforms: jax.Array):
     stats = {
         "reward_mean": jnp.sum(jnp.where(judged, rewards, 0.0)) / jnp.maximum(jnp.sum(judged), 1),
         "judge_error_frac": frac(~judged),
-        "adv_mean": adv.mean(),
-        "adv_std": adv.std(),
-        "adv_abs_max": jnp.abs(adv).max(),
+        "adv_mean": stats_adv.mean(),  # the rows' (first turns') advantages
+        "adv_std": stats_adv.std(),
+        "adv_abs_max": jnp.abs(stats_adv).max(),
         "frac_groups_all_equal": frac(~spread),
         "frac_truncated": frac(truncated),
         "frac_repeating": frac(repeating),

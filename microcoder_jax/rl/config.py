@@ -46,6 +46,14 @@ class RLConfig(Block):
     adv_std: str = knob("group", "advantage std: group, batch or none (Dr.GRPO)")
     adv_eps: float = knob(1e-6, "added to the std")
     adv_std_ddof: int = knob(1, "1: sample std of the G rewards (verl, TRL); 0: population std", choices=(0, 1))
+    # Multi-turn episodes: a later turn exists only after a failing answer, so centring its tokens on
+    # the whole group (first answers that passed included) pushes every repair attempt down.
+    turn_baseline: bool = knob(
+        True,
+        "multi-turn: centre each turn's tokens on the group's episodes that reached that turn "
+        "(the episode's reward; False = one baseline, the whole group's, for every turn)",
+    )
+    max_turns: int = knob(1, "model turns an episode may have (turn_baseline's static bound)", from_run="env.max_turns")
     # Truncated responses.
     truncation: str = knob("conditional", "conditional, none, mask_all, overlong_filter or soft_overlong")
     non_incorrect: str = knob("not_judged_wrong", "conditional: passed or not_judged_wrong", choices=NON_INCORRECT)

@@ -235,7 +235,11 @@ def _packed_data(batch: Rollout, pk, loss_mask, advantages, old, cfg: RLConfig):
         "positions": pk.positions,
         "loss_mask": gather(loss_mask),
         "loss_weights": gather(weights),
-        "advantages": jnp.where(pk.segment_ids > 0, packing_lib.row_values(advantages, pk, s), 0.0),
+        "advantages": jnp.where(
+            pk.segment_ids > 0,
+            gather(advantages) if advantages.ndim == 2 else packing_lib.row_values(advantages, pk, s),
+            0.0,
+        ),
         "temperature": packing_lib.row_values(batch.temperature.astype(jnp.float32), pk, s),
         "old_logprobs": gather(old),
     }
