@@ -33,9 +33,21 @@ ARMS = (
     Arm("copy", "copy", label="two turns with feedback, constants", config_file="feedback_task.py"),
     # `copy` warm-started to copy the expected output in half its second answers (`--arms copy-single,copy-reads`)
     Arm("copy-reads", "copy-reads", label="two turns, constants, reads half", config_file="feedback_task.py"),
+    # the same with one baseline for both turns (rl.turn_baseline=False)
+    Arm(
+        "copy-reads-one-baseline",
+        "copy-reads-one-baseline",
+        label="two turns, constants, reads half, one baseline",
+        config_file="feedback_task.py",
+    ),
 )
 # (one answer, two turns) on one task
-PAIRS = (("single", "feedback"), ("copy-single", "copy"), ("copy-single", "copy-reads"))
+PAIRS = (
+    ("single", "feedback"),
+    ("copy-single", "copy"),
+    ("copy-single", "copy-reads"),
+    ("copy-single", "copy-reads-one-baseline"),
+)
 
 
 def _at(reports: dict, step: int) -> dict:
