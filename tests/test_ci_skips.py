@@ -12,7 +12,8 @@ SKIPS = "import pytest\n\ndef test_skips():\n    pytest.skip('libtpu cannot make
 
 
 def _pytest(tmp_path, files: dict, ci: str):
-    shutil.copy(os.path.join(HERE, "conftest.py"), tmp_path / "conftest.py")
+    for helper in ("conftest.py", "xdist_crashes.py"):  # conftest imports the xdist hooks
+        shutil.copy(os.path.join(HERE, helper), tmp_path / helper)
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k != "CI"}
