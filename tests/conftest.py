@@ -72,8 +72,8 @@ def _compile_cache_off_after_each_test():
 @pytest.fixture(autouse=True, scope="module")
 def _free_compiled_programs_near_the_mappings_cap():
     """A worker keeps every program any test file compiled; XLA:CPU maps about three regions per
-    kernel, and near vm.max_map_count (65,530) the next compile died in native code (seen six
-    times, in different files). After each file, above a third of the cap, the programs go."""
+    kernel, and near vm.max_map_count (65,530) the next compile died in native code (seven
+    crashes on record, in different files). After each file, above a third of the cap, the programs go."""
     yield
     if "jax" in sys.modules:
         from microcoder_jax.trainer import map_limit

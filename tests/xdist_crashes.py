@@ -1,9 +1,10 @@
 """The suite's xdist scheduling: whole files per worker, and a worker lost to a native crash costs one
 rerun of the test it died in, never a hung run.
 
-Why: XLA's CPU compiler has taken a worker down now and then (SIGSEGV or SIGABRT inside
-`backend_compile_and_load`, at different tests, each passing alone), and pytest-xdist 3.8.0's
-`loadfile` scheduler then deadlocks: it re-queues every file the dead worker had finished as empty
+Why: workers died inside XLA's CPU compile (SIGSEGV or SIGABRT, at different tests, each passing
+alone) when they reached Linux's cap on memory mappings; conftest.py now relieves that after every
+file (microcoder_jax/trainer/map_limit.py), and this is the safety net. pytest-xdist 3.8.0's
+`loadfile` scheduler deadlocks after such a crash: it re-queues every file the dead worker had finished as empty
 work units, and hands a replacement a single test, which an xdist worker never starts before a
 second one or a shutdown arrives (xdist issues 1323, 1327, 1378). This scheduler re-queues only the
 dead worker's unfinished tests, keeps every worker fed, and reruns the crashed test once on the
