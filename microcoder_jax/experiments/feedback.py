@@ -40,6 +40,13 @@ ARMS = (
         label="two turns, constants, reads half, one baseline",
         config_file="feedback_task.py",
     ),
+    # a stronger partial reader (reads 0.75) with half the learning rate
+    Arm(
+        "copy-reads-strong",
+        "copy-reads-strong",
+        label="two turns, constants, reads 0.75, lr/2",
+        config_file="feedback_task.py",
+    ),
 )
 # (one answer, two turns) on one task
 PAIRS = (
@@ -47,6 +54,7 @@ PAIRS = (
     ("copy-single", "copy"),
     ("copy-single", "copy-reads"),
     ("copy-single", "copy-reads-one-baseline"),
+    ("copy-single", "copy-reads-strong"),
 )
 
 
