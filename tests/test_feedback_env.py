@@ -64,7 +64,7 @@ def test_feedback_shows_public_tests_only_and_the_reward_reads_the_private_ones(
     right, wrong, hard, none = turns
     assert right.done and right.reward == 1.0 and right.feedback is None
     assert not wrong.done and wrong.reward == 0.0 and "Example 1: wrong answer" in wrong.feedback
-    assert "3 4" in wrong.feedback and "7" in wrong.feedback
+    assert "Input:\n3 4\nExpected output:\n7\nYour output:\n12\n" in wrong.feedback
     assert hard.done and hard.reward == 0.0  # the public test passes (done), the private ones do not
     assert not none.done and none.no_code and none.feedback == NO_CODE
     for t in turns:
@@ -89,6 +89,18 @@ def test_feedback_is_bounded_whatever_the_test_size(pool):
     big = Problem("big", [TestCase("x" * 100_000 + "\n", "y" * 50_000 + "\n")], metadata={"public_tests": 1})
     (turn,) = env(chars=200).step(pool, [big], ["```python\nprint(input()[:3])\n```"], 0).result()
     assert not turn.done and "more characters cut" in turn.feedback and len(turn.feedback) < 1500
+    loud = "```python\nprint('z' * 10_000_000)\n```"  # megabytes of output: 200 characters shown
+    (turn,) = env(chars=200).step(pool, [ADD], [loud], 0).result()
+    assert f"Your output:\n{'z' * 200}... [cut: 10000001 bytes in all]" in turn.feedback and len(turn.feedback) < 1500
+
+
+def test_feedback_shows_nothing_printed_and_the_line_an_error_came_from(pool):
+    silent, crash = (
+        env().step(pool, [ADD] * 2, ["```python\npass\n```", "```python\nxs = []\nprint(xs[1])\n```"], 0).result()
+    )
+    assert "Your output:\n(nothing)\n" in silent.feedback
+    assert "Example 1: runtime error" in crash.feedback and "Your output" not in crash.feedback
+    assert "What happened: IndexError: list index out of range (line 2: print(xs[1]))" in crash.feedback
 
 
 def test_a_judged_turn_crosses_hosts_as_arrays_that_rebuild_it(pool):

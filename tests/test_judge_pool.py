@@ -167,6 +167,32 @@ def test_call_based(pool):
     assert results[names.index("always_equal")].verdict == "wrong_answer"
 
 
+def test_show_output_keeps_the_start_of_the_first_failing_tests_output_and_its_size(pool):
+    """Feedback shows what a program gave: stdout (streamed, only its start kept), a checker
+    problem's spooled stdout, a call-based return value as JSON; an error names its line."""
+    checker = Problem("split", [TestCase("5\n", "2 3\n")], checker="def check(i, e, o):\n    return o == e")
+    stdin, huge, call, crash, check, off = pool.judge(
+        [SUM, SUM, ADD, SUM, checker, SUM],
+        [
+            "a, b = map(int, input().split())\nc = int(input())\nprint(a + b + c + 1)",
+            "print('y' * 300000)",
+            "class Solution:\n    def pair(self, a, b):\n        return [b, a, 'é']",
+            "xs = []\nprint('partial')\nprint(xs[3])",
+            "print(4, 1)",
+            "print(5)",
+        ],
+        show_output=20,
+    )  # fmt: skip
+    assert (stdin.verdict, stdin.output, stdin.output_size) == ("wrong_answer", "7\n", 2)
+    assert huge.output == "y" * 20 and huge.output_size == 300001
+    assert call.output == '[3, [1, 2], "\\u00e9"' and call.output_size == 21  # the JSON's `]` cut
+    assert crash.verdict == "runtime_error" and crash.output == "partial\n"
+    assert "IndexError" in crash.reason and "(line 3: print(xs[3]))" in crash.reason
+    assert check.verdict == "wrong_answer" and check.output == "4 1\n"
+    plain = pool.judge([SUM], ["print(5)"])[0]  # without show_output nothing is kept
+    assert off.output == "5\n" and (plain.output, plain.output_size, plain.reason) == ("", 0, off.reason)
+
+
 def test_custom_checker_accepts_any_valid_answer(pool):
     checker = (
         "def check(input, expected, output):\n    n = int(input)\n    xs = output.split()\n"

@@ -20,7 +20,9 @@ class EnvConfig(Block):
         choices=KINDS,
     )
     max_turns: int = knob(2, "feedback: answers per episode at most (1 = the code task, bit for bit)", at_least=1)
-    feedback_chars: int = knob(400, "feedback: characters shown of each input / expected output / reason", at_least=1)
+    feedback_chars: int = knob(
+        400, "feedback: characters shown of each input / expected output / program's output / reason", at_least=1
+    )
     feedback_tokens: int = knob(
         256, "feedback: tokens of one feedback turn at most (cut shorter to fit; sizes the batch)", at_least=16
     )

@@ -4,8 +4,9 @@ again, up to `max_turns` answers. The reward is the final answer's on the privat
 
 Feedback is built only from public tests: a private test's input or output never reaches a
 prompt. Each field is cut to `feedback_chars` characters (the cut is marked), so a program that
-prints megabytes cannot blow up the context. What the judge keeps of a failing test is its
-verdict and its reason (where the output first differs, the error), not the whole output.
+prints megabytes cannot blow up the context: of a failing test the judge keeps its verdict, its
+reason (where the output first differs; an error with the program's line) and the start of the
+program's output, never the whole of it.
 A turn whose answer was cut at the length cap ends the episode (its end is not an answer to
 continue from); so does the last turn, or a problem without public tests (nothing to show).
 """
@@ -43,9 +44,21 @@ def cut(text: str, limit: int) -> str:
     return f"{text[:limit]}... [{len(text) - limit} more characters cut]"
 
 
+def shown_output(result, limit: int) -> str | None:
+    """What the program gave on a failing test (`result.output`, judged with show_output), cut to
+    `limit` characters with the cut marked; "(nothing)" for an empty wrong answer; None when
+    there is nothing to show (an error, time or memory limit with no output)."""
+    text, size = getattr(result, "output", ""), getattr(result, "output_size", 0)
+    if not size:
+        return "(nothing)" if result.verdict == "wrong_answer" else None
+    if size > len(text.encode("utf-8", errors="replace")) or len(text) > limit:
+        return f"{text[:limit]}... [cut: {size} bytes in all]"
+    return text.rstrip("\n")
+
+
 def feedback_text(public, results, limit: int) -> str:
     """The user message after a failed answer: per failing public test its verdict, input,
-    expected output and the judge's reason, each cut to `limit` characters."""
+    expected output, the program's output and the judge's reason, each cut to `limit` characters."""
     failed = [(i, t, r) for i, (t, r) in enumerate(zip(public, results)) if not r.passed]
     lines = [f"Your program failed {len(failed)} of the {len(public)} example tests."]
     for i, test, result in failed:
@@ -57,6 +70,9 @@ def feedback_text(public, results, limit: int) -> str:
             "Expected output:",
             cut(test.output.rstrip("\n"), limit),
         ]
+        output = shown_output(result, limit)
+        if output is not None:
+            lines += ["Your output:", output]
         reason = result.reason.partition(": ")[2] if result.reason.startswith("test ") else result.reason
         if reason:
             lines.append(f"What happened: {cut(reason, limit)}")
@@ -95,7 +111,7 @@ class FeedbackTask:
                 shown.append((row, len(public)))
                 singles += [dataclasses.replace(p, tests=[t]) for t in public]
                 single_codes += [code] * len(public)
-        public_handle = pool.submit(singles, single_codes) if singles else None
+        public_handle = pool.submit(singles, single_codes, show_output=self.feedback_chars) if singles else None
         return _Judged(
             self, problems, scored, list(responses), codes, truncated, reward_handle, public_handle, shown, turn
         )

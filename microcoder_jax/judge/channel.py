@@ -23,9 +23,11 @@ def run_program(sock: socket.socket, request: dict) -> dict | None:
     them (a checker's input is made from a spooled output, never held whole).
     The server's reply (exit_code, signal, cpu, wall, killed, oom) plus the status bytes (at
     most `status_limit`) and stdout: fed as it arrives to a fresh `request["stdout_sink"]()`
-    where there is one (its `finish()` is then reply["stdout_sink"] and no stdout is kept), else
-    the bytes themselves (at most `output_limit`). reply["overflow"] names the pipe that went
-    over its cap ("stdout" or "status"; the program is killed). None when the server is gone.
+    where there is one (its `finish()` is then reply["stdout_sink"] and only the first
+    `request["stdout_keep"]` bytes are kept, default none), else the bytes themselves (at most
+    `output_limit`); reply["stdout_size"] counts every byte the program wrote. reply["overflow"]
+    names the pipe that went over its cap ("stdout" or "status"; the program is killed). None
+    when the server is gone.
     """
     code = request["code"].encode("utf-8", errors="surrogateescape")
     data = request["input"]
@@ -40,7 +42,7 @@ def run_program(sock: socket.socket, request: dict) -> dict | None:
     mine = [in_w, out_r, st_r, code_w]
     make_sink = request.get("stdout_sink")
     outputs = {
-        out_r: _Output(request["output_limit"], make_sink() if make_sink else None),
+        out_r: _Output(request["output_limit"], make_sink() if make_sink else None, request.get("stdout_keep", 0)),
         st_r: _Output(request.get("status_limit", request["output_limit"]), None),
     }
     try:
@@ -69,18 +71,20 @@ def run_program(sock: socket.socket, request: dict) -> dict | None:
         reply["killed"], reply["overflow"] = "output", over[0]
     reply["status"] = status.value()
     if out.sink is not None:
-        reply["stdout"], reply["stdout_sink"] = b"", out.sink.finish()
+        reply["stdout"], reply["stdout_sink"] = out.head, out.sink.finish()
     else:
         reply["stdout"] = out.value()
+    reply["stdout_size"] = out.size
     return reply
 
 
 class _Output:
-    """One pipe from the program: its bytes up to `limit`, kept or fed to `sink`; past the limit
-    only counted (the program is then killed)."""
+    """One pipe from the program: its bytes up to `limit`, kept or fed to `sink` (then only the
+    first `keep` bytes are kept, `head`); past the limit only counted (the program is then killed)."""
 
-    def __init__(self, limit: int, sink):
-        self.limit, self.sink, self.size = limit, sink, 0
+    def __init__(self, limit: int, sink, keep: int = 0):
+        self.limit, self.sink, self.size, self.keep = limit, sink, 0, keep
+        self.head = b""
         self._chunks: list = []
 
     @property
@@ -94,6 +98,8 @@ class _Output:
             return
         chunk = chunk[:room] if len(chunk) > room else chunk
         if self.sink is not None:
+            if len(self.head) < self.keep:
+                self.head += chunk[: self.keep - len(self.head)]
             self.sink.feed(chunk)
         else:
             self._chunks.append(chunk)

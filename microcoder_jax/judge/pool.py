@@ -293,10 +293,16 @@ class JudgePool:
         return [s.isolation["uid"] for s in self._servers if s.isolation.get("uid") is not None]
 
     def submit(
-        self, problems: Sequence[Problem], codes: Sequence[str | None], *, every_test: bool = False
+        self,
+        problems: Sequence[Problem],
+        codes: Sequence[str | None],
+        *,
+        every_test: bool = False,
+        show_output: int = 0,
     ) -> JudgeHandle:
         """Queue the pairs (problems[i], codes[i]) and return at once. None code = no_code.
-        `every_test`: run all of a problem's tests, not only up to the first failure."""
+        `every_test`: run all of a problem's tests, not only up to the first failure.
+        `show_output`: keep that many characters of the first failing test's output."""
         if len(problems) != len(codes):
             raise ValueError(f"{len(problems)} problems but {len(codes)} programs")
         if self._closed:
@@ -305,17 +311,22 @@ class JudgePool:
         if not codes:
             return handle
         for index, (problem, code) in enumerate(zip(problems, codes)):
-            self._jobs.put((handle, index, problem, code, every_test))
+            self._jobs.put((handle, index, problem, code, every_test, show_output))
         return handle
 
     def judge(
-        self, problems: Sequence[Problem], codes: Sequence[str | None], *, every_test: bool = False
+        self,
+        problems: Sequence[Problem],
+        codes: Sequence[str | None],
+        *,
+        every_test: bool = False,
+        show_output: int = 0,
     ) -> list[JudgeResult]:
-        return self.submit(problems, codes, every_test=every_test).result()
+        return self.submit(problems, codes, every_test=every_test, show_output=show_output).result()
 
     def _loop(self, slot: int) -> None:
         while (job := self._jobs.get()) is not None:
-            handle, index, problem, code, every_test = job
+            handle, index, problem, code, every_test, show_output = job
             try:
                 result = judge(
                     problem,
@@ -324,6 +335,7 @@ class JudgePool:
                     self.limits,
                     every_test=every_test,
                     run_checker=lambda req: self._checker(slot).run(req),
+                    show_output=show_output,
                 )
             except Exception as e:  # noqa: BLE001 - one bad pair never stops the pool
                 log.exception("judging %s failed", getattr(problem, "question_id", "?"))

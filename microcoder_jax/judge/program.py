@@ -40,7 +40,9 @@ SPOOL_MEMORY = 1 << 20
 
 @dataclasses.dataclass
 class JudgeResult:
-    """The judgement of one program. `first_failure` is a test index; `cpu_time` sums all tests run."""
+    """The judgement of one program. `first_failure` is a test index; `cpu_time` sums all tests run.
+    Judged with `show_output`, `output` is the start of what the program gave on its first failing
+    test (stdout, or a call-based return value as JSON) and `output_size` its whole size in bytes."""
 
     passed: bool
     verdict: str
@@ -50,6 +52,8 @@ class JudgeResult:
     reason: str = ""
     cpu_time: float = 0.0
     wall_time: float = 0.0
+    output: str = ""
+    output_size: int = 0
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -85,9 +89,11 @@ def judge(
     *,
     every_test: bool = False,
     run_checker: Run | None = None,
+    show_output: int = 0,
 ) -> JudgeResult:
     """Run `code` on the tests of `problem` in order, stopping at the first failure unless
-    `every_test` (what the reward reads decides: judge/rewards.py)."""
+    `every_test` (what the reward reads decides: judge/rewards.py). `show_output`: keep the first
+    that many characters of the first failing test's output (feedback shows them; 0: none)."""
     if not problem.tests:
         return judge_error(problem, "the problem has no tests")
     if code is None or not code.strip():
@@ -95,7 +101,7 @@ def judge(
     timeout = float(problem.metadata.get("timeout") or limits.timeout)
     result = JudgeResult(True, "passed", 0, len(problem.tests))
     for index, test in enumerate(problem.tests):
-        reply = run(_request(problem, test, code, limits, timeout))
+        reply = run(_request(problem, test, code, limits, timeout, show_output))
         if reply.get("server_died"):
             return _server_died(problem, result, index, reply)
         if "error" in reply:
@@ -115,6 +121,8 @@ def judge(
         if result.passed:
             result.passed, result.verdict, result.first_failure = False, verdict, index
             result.reason = f"test {index}: {reason}"[:500]
+            if show_output:
+                result.output, result.output_size = _output(problem, test, reply, show_output)
         if not every_test or verdict == "compile_error":
             break
     return result
@@ -143,7 +151,17 @@ def _server_died(problem: Problem, result: JudgeResult, index: int, reply: dict)
     )
 
 
-def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeout: float) -> dict:
+def _output(problem: Problem, test: TestCase, reply: dict, keep: int) -> tuple[str, int]:
+    """(the first `keep` characters of a test's output, its whole size in UTF-8 bytes): stdout, or
+    a call-based test's return value as JSON; an assert test has none."""
+    if problem.call_based:
+        result = _status(reply).get("result") if test.kind != "assert" else None
+        return (result[:keep], len(result.encode("utf-8", errors="replace"))) if isinstance(result, str) else ("", 0)
+    head = reply.get("stdout", b"")[: 4 * keep]  # at most 4 bytes a character
+    return head.decode("utf-8", errors="replace")[:keep], int(reply.get("stdout_size", len(head)))
+
+
+def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeout: float, show_output: int = 0) -> dict:
     call = problem.call_based
     return {
         "mode": ("assert" if test.kind == "assert" else "call") if call else "stdin",
@@ -158,6 +176,7 @@ def _request(problem: Problem, test: TestCase, code: str, limits: Limits, timeou
         "return_limit": min(RETURN_LIMIT, limits.output_limit_mb << 20),
         # the status line holds the return value escaped once more: at most twice as long
         "status_limit": 2 * min(RETURN_LIMIT, limits.output_limit_mb << 20) + (64 << 10),
+        "stdout_keep": 4 * show_output,  # bytes kept beside the streamed comparison
         # stdin tests are compared as the bytes arrive; a checker's are spooled for it
         "stdout_sink": None
         if call

@@ -18,6 +18,7 @@ import numbers
 import os
 import resource
 import sys
+import traceback
 import types
 
 # Exit codes of a child whose harness (not the program) reports something.
@@ -219,11 +220,22 @@ def _report(status: dict) -> None:
         pass
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, code: str | None = None) -> str:
+    """`Type: message`; given the program's `code`, also the program's line the error came from
+    (the innermost frame in solution.py), as a traceback's last lines would show it."""
     try:
-        text = f"{type(exc).__name__}: {exc}"
+        text = f"{type(exc).__name__}: {exc}"[:220]
     except BaseException:  # noqa: BLE001 - a hostile __str__
         text = "exception"
+    try:
+        # walk_tb reads no source file (extract_tb would open "solution.py" through linecache)
+        where = [n for f, n in traceback.walk_tb(exc.__traceback__) if f.f_code.co_filename == "solution.py"]
+        if code is not None and where and where[-1]:
+            lines = code.splitlines()
+            line = lines[where[-1] - 1].strip() if where[-1] <= len(lines) else ""
+            text += f" (line {where[-1]}: {line[:60]})" if line else f" (line {where[-1]})"
+    except BaseException:  # noqa: BLE001 - a hostile traceback never hides the error itself
+        pass
     return text[:300]
 
 
@@ -282,7 +294,7 @@ def _run_program(req: dict) -> int:
         module.__dict__.clear()
         status, code = {"status": "memory_limit", "error": "MemoryError"}, EXIT_MEMORY
     except BaseException as e:  # noqa: BLE001 - any failure of the program is its runtime error
-        status, code = {"status": "runtime_error", "error": _describe(e)}, 1
+        status, code = {"status": "runtime_error", "error": _describe(e, req["code"])}, 1
     for out in {id(stdout): stdout, id(sys.stdout): sys.stdout}.values():
         try:
             out.flush()

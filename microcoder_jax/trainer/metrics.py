@@ -277,11 +277,13 @@ class JudgeCounter:
     def __init__(self, pool):
         self._pool, self.tests = pool, 0
 
-    def submit(self, problems, codes, *, every_test: bool = False):
-        return _CountedHandle(self._pool.submit(problems, codes, every_test=every_test), self, every_test)
+    def submit(self, problems, codes, *, every_test: bool = False, show_output: int = 0):
+        more = {"show_output": show_output} if show_output else {}  # a pool of the code task may lack it
+        handle = self._pool.submit(problems, codes, every_test=every_test, **more)
+        return _CountedHandle(handle, self, every_test)
 
-    def judge(self, problems, codes, *, every_test: bool = False):
-        return self.submit(problems, codes, every_test=every_test).result()
+    def judge(self, problems, codes, *, every_test: bool = False, show_output: int = 0):
+        return self.submit(problems, codes, every_test=every_test, show_output=show_output).result()
 
     def take(self) -> int:
         tests, self.tests = self.tests, 0

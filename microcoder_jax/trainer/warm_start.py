@@ -109,9 +109,13 @@ def feedback_batch(tokenizer, problems, ops, data_config, max_new_tokens: int, r
         public = public_tests(problem)
         if public and env_config.turns > 1:
             a, b = (int(x) for x in public[0].input.split())
-            ok, reason = compare_stdout(public[0].output, f"{demo_task.OPS[op][2](a, b)}\n")
-            if not ok:
-                failed = types.SimpleNamespace(passed=False, verdict="wrong_answer", reason=f"test 0: {reason}")
+            printed = f"{demo_task.OPS[op][2](a, b)}\n"
+            ok, reason = compare_stdout(public[0].output, printed)
+            if not ok:  # the judge's result for this answer, as the feedback env reads it
+                failed = types.SimpleNamespace(
+                    passed=False, verdict="wrong_answer", reason=f"test 0: {reason}", output=printed,
+                    output_size=len(printed.encode()),
+                )  # fmt: skip
                 text = feedback_text(public[:1], [failed], env_config.feedback_chars)
                 fb = feedback_ids(
                     tokenizer, text, tokenizer.decode([end]), env_config.feedback_tokens, data_config.enable_thinking
