@@ -438,6 +438,32 @@ def test_feedback_experiment_summary_pairs_seeds_and_reads_the_turns():
     assert "copy's turn-2 pass@1 minus copy-single's" in feedback.table(both)
 
 
+def test_feedback_experiment_figure_draws_turns_and_repairs(tmp_path):
+    """curves.png from the runs' metrics rows: held-out panels from the evaluations, training
+    panels from the steps; an arm of one answer (no episode keys) is simply absent there."""
+    from microcoder_jax.experiments import feedback, figure
+
+    def rows(seed, episodes):
+        out = []
+        for step in range(0, 21):
+            r = {"step": step, "reward_mean": 0.2 + step / 100, "truncation_rate": 0.05}
+            if episodes:
+                r["episode_repaired_frac"] = 0.2 + seed / 10 + step / 50
+            out.append(r)
+            if step % 10 == 0:
+                e = {"step": step, "eval_pass@1": 0.2}
+                if episodes:
+                    e |= {f"eval_episode_{k}": 0.3 for k in ("pass_turn2", "repaired_frac", "repeat_frac")}
+                out.append(e)
+        return out
+
+    arms = [a for a in feedback.ARMS if a.name in ("copy-single", "copy-reads-strong")]
+    results = {a.name: {s: (rows(s, a.name != "copy-single"), {}, {}) for s in range(2)} for a in arms}
+    path = str(tmp_path / "curves.png")
+    figure.draw(results, arms, path, keys=feedback.CURVES, title=feedback.TITLE.format(seeds=2))
+    assert os.path.getsize(path) > 10_000 and all(k in figure.PANELS for k in feedback.CURVES)
+
+
 def test_real_model_experiment_summary_intervals_and_arms():
     """experiments/smollm2.py from finished runs (no training): per seed start/end held-out pass@1
     and greedy, the training pass rate of the last 5 steps and the tokens sampled, RL's change per

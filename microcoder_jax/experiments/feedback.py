@@ -11,7 +11,8 @@ and, for `feedback`, pass@1 after each turn of one episode per problem (private 
 
 Writes DIR/summary.json and DIR/table.md: per seed, before RL and at the end, the first-answer
 pass@1 and the episode's pass@1 after turns 1 and 2 with the repaired share, and paired 95%
-intervals over seeds of what RL changed in the turn-2 minus turn-1 gap (the use of feedback).
+intervals over seeds of what RL changed in the turn-2 minus turn-1 gap (the use of feedback);
+DIR/curves.png: those against the RL step, held out and in training.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 
 import numpy as np
 
+from microcoder_jax.experiments import figure
 from microcoder_jax.experiments.cli import parse_args
 from microcoder_jax.experiments.report import SHORT_NOTE, write_summary
 from microcoder_jax.experiments.runner import Arm, run_all
@@ -56,6 +58,17 @@ PAIRS = (
     ("copy-single", "copy-reads-one-baseline"),
     ("copy-single", "copy-reads-strong"),
 )
+
+
+CURVES = (  # the figure's panels (figure.PANELS)
+    "eval_episode_pass_turn2",
+    "eval_episode_repaired_frac",
+    "eval_episode_repeat_frac",
+    "episode_repaired_frac",
+    "reward_mean",
+    "truncation_rate",
+)
+TITLE = "Multi-turn feedback (configs/feedback_task.py), {seeds} seeds"
 
 
 def _at(reports: dict, step: int) -> dict:
@@ -125,7 +138,8 @@ def main(argv=None) -> int:
     results = run_all(arms, args.seed_list, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
     summary = summarize(results, args.steps) | {"short": args.short}
     write_summary(args.out, summary, (f"**{SHORT_NOTE}**\n\n" if args.short else "") + table(summary))
-    print(f"wrote {args.out}/summary.json, table.md")
+    figure.draw(results, arms, f"{args.out}/curves.png", keys=CURVES, title=TITLE.format(seeds=len(args.seed_list)))
+    print(f"wrote {args.out}/summary.json, table.md, curves.png")
     return 0
 
 

@@ -28,6 +28,11 @@ PANELS = {
     "slot_utilisation": ("sampler slot utilisation", "live slot-steps / (steps x slots)"),
     "eval_greedy_pass@1": ("held-out pass@1, greedy (T = 0)", "fraction of problems solved"),
     "eval_pass@1": ("held-out pass@1 at the eval temperature", "fraction of answers passing"),
+    # multi-turn episodes (env.kind=feedback)
+    "episode_repaired_frac": ("training: failing first answers repaired", "fraction of failing first answers"),
+    "eval_episode_pass_turn2": ("held-out episodes: passed by turn 2", "fraction of episodes"),
+    "eval_episode_repaired_frac": ("held-out: failing first answers repaired", "fraction of failing first answers"),
+    "eval_episode_repeat_frac": ("held-out: second answer repeats the first", "fraction of second answers"),
 }
 
 STEPWISE = {"temperature"}  # drawn unsmoothed
