@@ -429,8 +429,22 @@ def test_feedback_experiment_summary_pairs_seeds_and_reads_the_turns():
     assert gap["ci95"][0] < gap["mean"] < gap["ci95"][1]
     assert abs(summary["turn2_minus_single"]["mean"] - 0.2) < 1e-9  # 0.5 + s/10 - (0.3 + s/10)
     text = feedback.table(summary)
-    assert "| feedback | 2 | 0.200 | 0.300 | 0.200 | 0.250 | 0.300 | 0.700 | 0.100 |" in text
+    assert "| feedback | 2 | 0.200 | 0.300 | 0.200 | 0.250 | 0.300 | 0.700 | 0.100 | - |" in text
     assert "| single | 0 | 0.200 | 0.300 | - |" in text
+    # training repairs (sampled episodes), first and last 10 steps, paired over seeds
+    steps = lambda s: [{"reward_mean": 0.1, "episode_repaired_frac": 0.2 + s / 10 + i / 100} for i in range(30)]  # noqa: E731
+    trained = {**results, "feedback": {s: (steps(s), {}, v[2]) for s, v in results["feedback"].items()}}
+    summary = feedback.summarize(trained, 40)
+    assert summary["arms"]["feedback"]["1"]["train"] == pytest.approx({"repaired_first": 0.345, "repaired_last": 0.545})
+    change = summary["train_repaired_change"]
+    assert (
+        change["positive"] == 3
+        and change["mean"] == pytest.approx(0.2)
+        and "train" not in summary["arms"]["single"]["0"]
+    )
+    assert "| 0.345 -> 0.545 |" in feedback.table(
+        summary
+    ) and "training repairs, last 10 steps minus first 10 (feedback): +0.200" in feedback.table(summary)
     # the copy task's pair (constants: the feedback shows the answer) is summarised under its own keys
     both = feedback.summarize({**results, "copy-single": results["single"], "copy": results["feedback"]}, 40)
     assert both["copy_turn2_minus_single"] == summary["turn2_minus_single"]

@@ -24,6 +24,7 @@ import numpy as np
 from microcoder_jax.experiments import figure
 from microcoder_jax.experiments.cli import parse_args
 from microcoder_jax.experiments.report import SHORT_NOTE, write_summary
+from microcoder_jax.experiments.rows import series, training_rows
 from microcoder_jax.experiments.runner import Arm, run_all
 from microcoder_jax.experiments.stats import interval
 
@@ -81,10 +82,27 @@ def _at(reports: dict, step: int) -> dict:
     return out
 
 
+TRAIN_WINDOW = 10  # training steps averaged at each end (sampled episodes: a smoother measure)
+
+
+def _training(rows) -> dict:
+    """The training episodes' repaired share over the first and the last TRAIN_WINDOW steps (the
+    policy sampled at the training temperature, 128 episodes a step); {} without episodes."""
+    got = series(training_rows(rows), "episode_repaired_frac")
+    if not len(got) or np.isnan(got).all():
+        return {}
+    w = min(TRAIN_WINDOW, len(got))
+    return {"repaired_first": float(np.nanmean(got[:w])), "repaired_last": float(np.nanmean(got[-w:]))}
+
+
 def summarize(results: dict, steps: int) -> dict:
     arms = {}
     for name, seeds in results.items():
-        arms[name] = {str(s): {"start": _at(rep, 0), "end": _at(rep, max(rep))} for s, (_, _, rep) in seeds.items()}
+        arms[name] = {}
+        for s, (rows, _, rep) in seeds.items():
+            arms[name][str(s)] = {"start": _at(rep, 0), "end": _at(rep, max(rep))}
+            if train := _training(rows):
+                arms[name][str(s)]["train"] = train
     out: dict = {"steps": steps, "arms": arms}
     for single, two in PAIRS:
         fb, key = arms.get(two, {}), lambda k, two=two: k if two == "feedback" else f"{two}_{k}"  # noqa: E731
@@ -95,6 +113,9 @@ def summarize(results: dict, steps: int) -> dict:
             }
             out[key("feedback_gap_change")] = interval(np.subtract(gap["end"], gap["start"]))
             out[key("feedback_gap_end")] = interval(gap["end"])
+            if all("train" in v for v in fb.values()):
+                t = [v["train"] for v in fb.values()]
+                out[key("train_repaired_change")] = interval([x["repaired_last"] - x["repaired_first"] for x in t])
         if fb and single in arms:
             both = sorted(set(fb) & set(arms[single]), key=int)
             d = [fb[s]["end"]["episode_pass_turn2"] - arms[single][s]["end"]["pass@1"] for s in both]
@@ -102,9 +123,14 @@ def summarize(results: dict, steps: int) -> dict:
     return out
 
 
+def _train_cell(seed: dict) -> str:
+    t = seed.get("train")
+    return f"{t['repaired_first']:.3f} -> {t['repaired_last']:.3f}" if t else "-"
+
+
 def table(summary: dict) -> str:
     head = "| arm | seed | pass@1 start | pass@1 end | turn 1 start | turn 2 start | turn 1 end | turn 2 end "
-    lines = [head + "| repaired end |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [head + "| repaired end | training repairs first -> last |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, seeds in summary["arms"].items():
         for s, v in seeds.items():
             a, b = v["start"], v["end"]
@@ -112,12 +138,13 @@ def table(summary: dict) -> str:
             lines.append(
                 f"| {name} | {s} | {a['pass@1']:.3f} | {b['pass@1']:.3f} | {f(a, 'episode_pass_turn1')} | "
                 f"{f(a, 'episode_pass_turn2')} | {f(b, 'episode_pass_turn1')} | {f(b, 'episode_pass_turn2')} | "
-                f"{f(b, 'episode_repaired_frac')} |"
+                f"{f(b, 'episode_repaired_frac')} | {_train_cell(v)} |"
             )
     measures = (
         ("feedback_gap_change", "RL's change in the turn-2 minus turn-1 gap ({two})"),
         ("feedback_gap_end", "turn-2 minus turn-1 pass@1 at the end ({two})"),
         ("turn2_minus_single", "{two}'s turn-2 pass@1 minus {single}'s pass@1 at the end"),
+        ("train_repaired_change", f"training repairs, last {TRAIN_WINDOW} steps minus first {TRAIN_WINDOW} ({{two}})"),
     )
     for single, two in PAIRS:
         for key, what in measures:
