@@ -474,7 +474,7 @@ def test_feedback_experiment_figure_draws_turns_and_repairs(tmp_path):
     arms = [a for a in feedback.ARMS if a.name in ("copy-single", "copy-reads-strong")]
     results = {a.name: {s: (rows(s, a.name != "copy-single"), {}, {}) for s in range(2)} for a in arms}
     path = str(tmp_path / "curves.png")
-    figure.draw(results, arms, path, keys=feedback.CURVES, title=feedback.TITLE.format(seeds=2))
+    figure.draw(results, arms, path, keys=feedback.CURVES, title=feedback.TITLE.format(seeds="2 seeds"))
     assert os.path.getsize(path) > 10_000 and all(k in figure.PANELS for k in feedback.CURVES)
 
 

@@ -69,7 +69,7 @@ CURVES = (  # the figure's panels (figure.PANELS)
     "reward_mean",
     "truncation_rate",
 )
-TITLE = "Multi-turn feedback (configs/feedback_task.py), {seeds} seeds"
+TITLE = "Multi-turn feedback (configs/feedback_task.py), {seeds}"
 
 
 def _at(reports: dict, step: int) -> dict:
@@ -165,7 +165,14 @@ def main(argv=None) -> int:
     results = run_all(arms, args.seed_list, args.steps, args.out, short=args.short, log=lambda m: print(m, flush=True))
     summary = summarize(results, args.steps) | {"short": args.short}
     write_summary(args.out, summary, (f"**{SHORT_NOTE}**\n\n" if args.short else "") + table(summary))
-    figure.draw(results, arms, f"{args.out}/curves.png", keys=CURVES, title=TITLE.format(seeds=len(args.seed_list)))
+    n = len(args.seed_list)
+    figure.draw(
+        results,
+        arms,
+        f"{args.out}/curves.png",
+        keys=CURVES,
+        title=TITLE.format(seeds=f"{n} seed{'s' if n != 1 else ''}"),
+    )
     print(f"wrote {args.out}/summary.json, table.md, curves.png")
     return 0
 
