@@ -18,8 +18,7 @@ time (demo.warm_start_reads=0.5, the rest random; 300 supervised steps): does RL
 rely on the feedback? `copy-reads-one-baseline` is the same with one baseline for both turns
 (rl.turn_baseline=False). `copy-reads-strong` starts from a stronger partial reader (reads 0.75) and
 takes smaller RL steps (learning rate 3.5e-4, half the demo's): at 0.5 two seeds in three started
-from a policy that never copied, and every feedback run's truncation spiked near step 5. It scores
-8 episodes per held-out problem (the others one).
+from a policy that never copied, and every feedback run's truncation spiked near step 5.
 """
 
 from microcoder_jax.config import demo_config
@@ -53,9 +52,6 @@ def get_config(arg: str = "feedback"):
         c.demo.warm_start_reads, c.train.warm_start_steps = 0.5, 300
     if arg == "copy-reads-strong":
         c.demo.warm_start_reads, c.rl.learning_rate = 0.75, 3.5e-4
-        # 8 episodes per held-out problem: with one, the repaired share of 16 failing first answers
-        # moved 44% -> 75% -> 44% between evaluations 10 steps apart
-        c.eval.samples = 8
     if arg == "copy-reads-one-baseline":
         c.rl.turn_baseline = False
     return c
