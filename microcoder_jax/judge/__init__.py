@@ -29,8 +29,9 @@ Isolation of each program (`JudgePool(...).isolation` reports what the OS grante
   uid; network, IPC, /tmp and `hide` are not isolated.
 - macOS and other POSIX: no namespaces, no memory limit (RLIMIT_AS is not enforced), no network
   isolation; a root judge still drops the program to an unprivileged uid.
-- Output: stdout is compared as it arrives, in bounded memory (compare.StdoutMatcher); a
-  call-based return value over 1 MiB is an output-limit runtime_error.
+- Output: stdout is compared as it arrives, in bounded memory (compare.StdoutMatcher); with
+  `show_output=N` (feedback) only its first N characters are kept besides. A call-based return
+  value over 1 MiB is an output-limit runtime_error.
 - Not protected anywhere: the program's own inputs (not secret); without a minimal root, files
   the program's identity may read unless hidden.
 """
