@@ -212,6 +212,12 @@ def test_two_process_two_turn_episodes_under_dapo_match_one_process(tmp_path):
         "train.max_refills=2",
         "sampling.decode_tensor=-1",
         "train.steps=1",
+        # one and two processes warm-start to the same params up to float rounding (their
+        # reductions differ); at seed 0 that rounding flips one sampled token of one answer once
+        # the feedback shows the program's output (checked: the feedback itself is the same for
+        # the same program), giving another program, feedback and update. The comparison needs
+        # draws without such a near-tie.
+        "seed=1",
     ]
     keys = ("reward_mean", "rows", "episode_turns_mean", "episode_feedback_tokens_mean", "ds_generations")
     rows, ref_rows = _two_processes_and_one(tmp_path, extra, keys, steps=1)
