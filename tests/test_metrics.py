@@ -133,7 +133,7 @@ def test_judge_counter_counts_the_tests_each_program_ran_once():
     class Pool:
         closed = False
 
-        def submit(self, problems, codes, every_test=False):
+        def submit(self, problems, codes, every_test=False, show_output=0):
             return Handle()
 
         def close(self):

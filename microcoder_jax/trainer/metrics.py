@@ -278,8 +278,7 @@ class JudgeCounter:
         self._pool, self.tests = pool, 0
 
     def submit(self, problems, codes, *, every_test: bool = False, show_output: int = 0):
-        more = {"show_output": show_output} if show_output else {}  # a pool of the code task may lack it
-        handle = self._pool.submit(problems, codes, every_test=every_test, **more)
+        handle = self._pool.submit(problems, codes, every_test=every_test, show_output=show_output)
         return _CountedHandle(handle, self, every_test)
 
     def judge(self, problems, codes, *, every_test: bool = False, show_output: int = 0):
